@@ -1,0 +1,117 @@
+package amqp
+
+import (
+	"bufio"
+	"bytes"
+	"testing"
+)
+
+// chunkReader returns at most n bytes per Read, to feed frames in pieces.
+type chunkReader struct {
+	p []byte
+	n int
+}
+
+func (c *chunkReader) Read(b []byte) (int, error) {
+	if len(c.p) == 0 {
+		return 0, errEOF
+	}
+	k := min(len(b), c.n, len(c.p))
+	copy(b, c.p[:k])
+	c.p = c.p[k:]
+	return k, nil
+}
+
+var errEOF = bytes.ErrTooLarge // any error ends the stream
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add(sampleStream(), uint8(7))
+	f.Add(AppendHeartbeat(nil), uint8(1))
+	f.Add(AppendMethodFrame(nil, 0, &ConnectionStartOk{ClientProperties: Table{"product": "x"}, Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"}), uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		fr := NewFrameReader(bufio.NewReaderSize(&chunkReader{p: data, n: int(chunk)%64 + 1}, 16))
+		fr.Max = 8192
+		var d Decoder
+		for range 64 {
+			fm, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if len(fm.Payload) > 8192-8 {
+				t.Fatalf("payload %d over frame_max", len(fm.Payload))
+			}
+			switch fm.Type {
+			case FrameMethod:
+				if m, err := d.Decode(fm.Payload); err == nil {
+					_ = AppendMethodPayload(nil, m)
+				}
+			case FrameHeader:
+				if h, err := ParseContentHeader(fm.Payload); err == nil {
+					if _, err := DecodeProperties(h.Props); err != nil {
+						t.Fatalf("scan accepted what decode refuses: %v", err)
+					}
+				}
+			}
+		}
+	})
+}
+
+func FuzzDecodeMethod(f *testing.F) {
+	for _, m := range allMethods() {
+		f.Add(AppendMethodPayload(nil, m))
+	}
+	f.Add(AppendMethodPayload(nil, &QueueDeclare{Queue: "q", Arguments: Table{"x-max-length": int32(5)}}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := DecodeMethod(p)
+		if err != nil {
+			return
+		}
+		re := AppendMethodPayload(nil, m)
+		m2, err := DecodeMethod(re)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if m2.Name() != m.Name() {
+			t.Fatal("name changed")
+		}
+	})
+}
+
+func FuzzDecodeTable(f *testing.F) {
+	f.Add(AppendTable(nil, Table{"a": int32(1), "b": []any{"x", Table{"c": nil}}})[4:])
+	f.Add([]byte{1, 'a', 'S', 0, 0, 0, 1, 'x'})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		tab, err := DecodeTable(p)
+		verr := validateTable(p, 0)
+		if (err == nil) != (verr == nil) {
+			t.Fatalf("DecodeTable %v, validateTable %v", err, verr)
+		}
+		if err != nil {
+			return
+		}
+		re := AppendTable(nil, tab)
+		if _, err := DecodeTable(re[4:]); err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}
+
+func FuzzContentHeader(f *testing.F) {
+	props := (&Properties{Flags: 0xfffc, Headers: Table{"k": "v"}, DeliveryMode: 2, Expiration: "5"}).Append(nil)
+	hdr := append([]byte{0, 60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5}, props...)
+	f.Add(hdr)
+	f.Add([]byte{0, 60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		h, err := ParseContentHeader(p)
+		if err != nil {
+			return
+		}
+		got, err := DecodeProperties(h.Props)
+		if err != nil {
+			t.Fatalf("scan accepted what decode refuses: %v", err)
+		}
+		if re := got.Append(nil); len(re) == 0 {
+			t.Fatal("empty encoding")
+		}
+	})
+}

@@ -1,0 +1,3 @@
+module github.com/railmq/railmq
+
+go 1.26.8
