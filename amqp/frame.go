@@ -95,7 +95,7 @@ func (fr *FrameReader) ReadFrame() (Frame, error) {
 		return Frame{}, err
 	}
 	if b[size] != FrameEnd {
-		return Frame{Type: typ, Channel: ch}, &BadFrameEndError{Type: typ, End: b[size]}
+		return Frame{Type: typ, Channel: ch, Payload: b[:size]}, &BadFrameEndError{Type: typ, End: b[size]}
 	}
 	return Frame{Type: typ, Channel: ch, Payload: b[:size]}, nil
 }

@@ -48,6 +48,9 @@ type method struct {
 	Responses   []struct {
 		Name string `xml:"name,attr"`
 	} `xml:"response"`
+	Chassis []struct {
+		Name string `xml:"name,attr"`
+	} `xml:"chassis"`
 }
 
 type field struct {
@@ -158,7 +161,20 @@ func main() {
 			p("func (*%s) Index() (classID, methodID uint16) { return %d, %d }\n", name, c.Index, m.Index)
 			p("func (*%s) Name() string { return %q }\n", name, c.Name+"."+m.Name)
 			p("func (*%s) HasContent() bool { return %v }\n", name, m.Content == 1)
-			p("func (*%s) Synchronous() bool { return %v }\n\n", name, m.Synchronous == 1)
+			p("func (*%s) Synchronous() bool { return %v }\n", name, m.Synchronous == 1)
+			server := false
+			for _, ch := range m.Chassis {
+				server = server || ch.Name == "server"
+			}
+			// Erratum of the extended spec: the client sends update-secret
+			// and the server answers update-secret-ok, not the reverse.
+			switch c.Name + "." + m.Name {
+			case "connection.update-secret":
+				server = true
+			case "connection.update-secret-ok":
+				server = false
+			}
+			p("func (*%s) ServerHandles() bool { return %v }\n\n", name, server)
 
 			// Encoder.
 			p("func (m *%s) Append(b []byte) []byte {\n", name)

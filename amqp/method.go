@@ -14,6 +14,9 @@ type Method interface {
 	Name() string
 	HasContent() bool
 	Synchronous() bool
+	// ServerHandles reports whether a client may send the method (the
+	// spec's server chassis).
+	ServerHandles() bool
 	Append(b []byte) []byte
 	decode(r *reader)
 }

@@ -94,6 +94,7 @@ func (*ConnectionStart) Index() (classID, methodID uint16) { return 10, 10 }
 func (*ConnectionStart) Name() string                      { return "connection.start" }
 func (*ConnectionStart) HasContent() bool                  { return false }
 func (*ConnectionStart) Synchronous() bool                 { return true }
+func (*ConnectionStart) ServerHandles() bool               { return false }
 
 func (m *ConnectionStart) Append(b []byte) []byte {
 	b = append(b, m.VersionMajor)
@@ -124,6 +125,7 @@ func (*ConnectionStartOk) Index() (classID, methodID uint16) { return 10, 11 }
 func (*ConnectionStartOk) Name() string                      { return "connection.start-ok" }
 func (*ConnectionStartOk) HasContent() bool                  { return false }
 func (*ConnectionStartOk) Synchronous() bool                 { return true }
+func (*ConnectionStartOk) ServerHandles() bool               { return true }
 
 func (m *ConnectionStartOk) Append(b []byte) []byte {
 	b = AppendTable(b, m.ClientProperties)
@@ -149,6 +151,7 @@ func (*ConnectionSecure) Index() (classID, methodID uint16) { return 10, 20 }
 func (*ConnectionSecure) Name() string                      { return "connection.secure" }
 func (*ConnectionSecure) HasContent() bool                  { return false }
 func (*ConnectionSecure) Synchronous() bool                 { return true }
+func (*ConnectionSecure) ServerHandles() bool               { return false }
 
 func (m *ConnectionSecure) Append(b []byte) []byte {
 	b = appendLongstr(b, m.Challenge)
@@ -168,6 +171,7 @@ func (*ConnectionSecureOk) Index() (classID, methodID uint16) { return 10, 21 }
 func (*ConnectionSecureOk) Name() string                      { return "connection.secure-ok" }
 func (*ConnectionSecureOk) HasContent() bool                  { return false }
 func (*ConnectionSecureOk) Synchronous() bool                 { return true }
+func (*ConnectionSecureOk) ServerHandles() bool               { return true }
 
 func (m *ConnectionSecureOk) Append(b []byte) []byte {
 	b = appendLongstr(b, m.Response)
@@ -189,6 +193,7 @@ func (*ConnectionTune) Index() (classID, methodID uint16) { return 10, 30 }
 func (*ConnectionTune) Name() string                      { return "connection.tune" }
 func (*ConnectionTune) HasContent() bool                  { return false }
 func (*ConnectionTune) Synchronous() bool                 { return true }
+func (*ConnectionTune) ServerHandles() bool               { return false }
 
 func (m *ConnectionTune) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, m.ChannelMax)
@@ -214,6 +219,7 @@ func (*ConnectionTuneOk) Index() (classID, methodID uint16) { return 10, 31 }
 func (*ConnectionTuneOk) Name() string                      { return "connection.tune-ok" }
 func (*ConnectionTuneOk) HasContent() bool                  { return false }
 func (*ConnectionTuneOk) Synchronous() bool                 { return true }
+func (*ConnectionTuneOk) ServerHandles() bool               { return true }
 
 func (m *ConnectionTuneOk) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, m.ChannelMax)
@@ -237,6 +243,7 @@ func (*ConnectionOpen) Index() (classID, methodID uint16) { return 10, 40 }
 func (*ConnectionOpen) Name() string                      { return "connection.open" }
 func (*ConnectionOpen) HasContent() bool                  { return false }
 func (*ConnectionOpen) Synchronous() bool                 { return true }
+func (*ConnectionOpen) ServerHandles() bool               { return true }
 
 func (m *ConnectionOpen) Append(b []byte) []byte {
 	b = appendShortstr(b, m.VirtualHost)
@@ -265,6 +272,7 @@ func (*ConnectionOpenOk) Index() (classID, methodID uint16) { return 10, 41 }
 func (*ConnectionOpenOk) Name() string                      { return "connection.open-ok" }
 func (*ConnectionOpenOk) HasContent() bool                  { return false }
 func (*ConnectionOpenOk) Synchronous() bool                 { return true }
+func (*ConnectionOpenOk) ServerHandles() bool               { return false }
 
 func (m *ConnectionOpenOk) Append(b []byte) []byte {
 	b = appendShortstr(b, "")
@@ -287,6 +295,7 @@ func (*ConnectionClose) Index() (classID, methodID uint16) { return 10, 50 }
 func (*ConnectionClose) Name() string                      { return "connection.close" }
 func (*ConnectionClose) HasContent() bool                  { return false }
 func (*ConnectionClose) Synchronous() bool                 { return true }
+func (*ConnectionClose) ServerHandles() bool               { return true }
 
 func (m *ConnectionClose) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, m.ReplyCode)
@@ -311,6 +320,7 @@ func (*ConnectionCloseOk) Index() (classID, methodID uint16) { return 10, 51 }
 func (*ConnectionCloseOk) Name() string                      { return "connection.close-ok" }
 func (*ConnectionCloseOk) HasContent() bool                  { return false }
 func (*ConnectionCloseOk) Synchronous() bool                 { return true }
+func (*ConnectionCloseOk) ServerHandles() bool               { return true }
 
 func (m *ConnectionCloseOk) Append(b []byte) []byte {
 	return b
@@ -328,6 +338,7 @@ func (*ConnectionBlocked) Index() (classID, methodID uint16) { return 10, 60 }
 func (*ConnectionBlocked) Name() string                      { return "connection.blocked" }
 func (*ConnectionBlocked) HasContent() bool                  { return false }
 func (*ConnectionBlocked) Synchronous() bool                 { return false }
+func (*ConnectionBlocked) ServerHandles() bool               { return true }
 
 func (m *ConnectionBlocked) Append(b []byte) []byte {
 	b = appendShortstr(b, m.Reason)
@@ -346,6 +357,7 @@ func (*ConnectionUnblocked) Index() (classID, methodID uint16) { return 10, 61 }
 func (*ConnectionUnblocked) Name() string                      { return "connection.unblocked" }
 func (*ConnectionUnblocked) HasContent() bool                  { return false }
 func (*ConnectionUnblocked) Synchronous() bool                 { return false }
+func (*ConnectionUnblocked) ServerHandles() bool               { return true }
 
 func (m *ConnectionUnblocked) Append(b []byte) []byte {
 	return b
@@ -364,6 +376,7 @@ func (*ConnectionUpdateSecret) Index() (classID, methodID uint16) { return 10, 7
 func (*ConnectionUpdateSecret) Name() string                      { return "connection.update-secret" }
 func (*ConnectionUpdateSecret) HasContent() bool                  { return false }
 func (*ConnectionUpdateSecret) Synchronous() bool                 { return true }
+func (*ConnectionUpdateSecret) ServerHandles() bool               { return true }
 
 func (m *ConnectionUpdateSecret) Append(b []byte) []byte {
 	b = appendLongstr(b, m.NewSecret)
@@ -384,6 +397,7 @@ func (*ConnectionUpdateSecretOk) Index() (classID, methodID uint16) { return 10,
 func (*ConnectionUpdateSecretOk) Name() string                      { return "connection.update-secret-ok" }
 func (*ConnectionUpdateSecretOk) HasContent() bool                  { return false }
 func (*ConnectionUpdateSecretOk) Synchronous() bool                 { return true }
+func (*ConnectionUpdateSecretOk) ServerHandles() bool               { return false }
 
 func (m *ConnectionUpdateSecretOk) Append(b []byte) []byte {
 	return b
@@ -400,6 +414,7 @@ func (*ChannelOpen) Index() (classID, methodID uint16) { return 20, 10 }
 func (*ChannelOpen) Name() string                      { return "channel.open" }
 func (*ChannelOpen) HasContent() bool                  { return false }
 func (*ChannelOpen) Synchronous() bool                 { return true }
+func (*ChannelOpen) ServerHandles() bool               { return true }
 
 func (m *ChannelOpen) Append(b []byte) []byte {
 	b = appendShortstr(b, "")
@@ -418,6 +433,7 @@ func (*ChannelOpenOk) Index() (classID, methodID uint16) { return 20, 11 }
 func (*ChannelOpenOk) Name() string                      { return "channel.open-ok" }
 func (*ChannelOpenOk) HasContent() bool                  { return false }
 func (*ChannelOpenOk) Synchronous() bool                 { return true }
+func (*ChannelOpenOk) ServerHandles() bool               { return false }
 
 func (m *ChannelOpenOk) Append(b []byte) []byte {
 	b = appendLongstr(b, "")
@@ -437,6 +453,7 @@ func (*ChannelFlow) Index() (classID, methodID uint16) { return 20, 20 }
 func (*ChannelFlow) Name() string                      { return "channel.flow" }
 func (*ChannelFlow) HasContent() bool                  { return false }
 func (*ChannelFlow) Synchronous() bool                 { return true }
+func (*ChannelFlow) ServerHandles() bool               { return true }
 
 func (m *ChannelFlow) Append(b []byte) []byte {
 	{
@@ -466,6 +483,7 @@ func (*ChannelFlowOk) Index() (classID, methodID uint16) { return 20, 21 }
 func (*ChannelFlowOk) Name() string                      { return "channel.flow-ok" }
 func (*ChannelFlowOk) HasContent() bool                  { return false }
 func (*ChannelFlowOk) Synchronous() bool                 { return false }
+func (*ChannelFlowOk) ServerHandles() bool               { return true }
 
 func (m *ChannelFlowOk) Append(b []byte) []byte {
 	{
@@ -498,6 +516,7 @@ func (*ChannelClose) Index() (classID, methodID uint16) { return 20, 40 }
 func (*ChannelClose) Name() string                      { return "channel.close" }
 func (*ChannelClose) HasContent() bool                  { return false }
 func (*ChannelClose) Synchronous() bool                 { return true }
+func (*ChannelClose) ServerHandles() bool               { return true }
 
 func (m *ChannelClose) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, m.ReplyCode)
@@ -522,6 +541,7 @@ func (*ChannelCloseOk) Index() (classID, methodID uint16) { return 20, 41 }
 func (*ChannelCloseOk) Name() string                      { return "channel.close-ok" }
 func (*ChannelCloseOk) HasContent() bool                  { return false }
 func (*ChannelCloseOk) Synchronous() bool                 { return true }
+func (*ChannelCloseOk) ServerHandles() bool               { return true }
 
 func (m *ChannelCloseOk) Append(b []byte) []byte {
 	return b
@@ -546,6 +566,7 @@ func (*ExchangeDeclare) Index() (classID, methodID uint16) { return 40, 10 }
 func (*ExchangeDeclare) Name() string                      { return "exchange.declare" }
 func (*ExchangeDeclare) HasContent() bool                  { return false }
 func (*ExchangeDeclare) Synchronous() bool                 { return true }
+func (*ExchangeDeclare) ServerHandles() bool               { return true }
 
 func (m *ExchangeDeclare) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -598,6 +619,7 @@ func (*ExchangeDeclareOk) Index() (classID, methodID uint16) { return 40, 11 }
 func (*ExchangeDeclareOk) Name() string                      { return "exchange.declare-ok" }
 func (*ExchangeDeclareOk) HasContent() bool                  { return false }
 func (*ExchangeDeclareOk) Synchronous() bool                 { return true }
+func (*ExchangeDeclareOk) ServerHandles() bool               { return false }
 
 func (m *ExchangeDeclareOk) Append(b []byte) []byte {
 	return b
@@ -617,6 +639,7 @@ func (*ExchangeDelete) Index() (classID, methodID uint16) { return 40, 20 }
 func (*ExchangeDelete) Name() string                      { return "exchange.delete" }
 func (*ExchangeDelete) HasContent() bool                  { return false }
 func (*ExchangeDelete) Synchronous() bool                 { return true }
+func (*ExchangeDelete) ServerHandles() bool               { return true }
 
 func (m *ExchangeDelete) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -653,6 +676,7 @@ func (*ExchangeDeleteOk) Index() (classID, methodID uint16) { return 40, 21 }
 func (*ExchangeDeleteOk) Name() string                      { return "exchange.delete-ok" }
 func (*ExchangeDeleteOk) HasContent() bool                  { return false }
 func (*ExchangeDeleteOk) Synchronous() bool                 { return true }
+func (*ExchangeDeleteOk) ServerHandles() bool               { return false }
 
 func (m *ExchangeDeleteOk) Append(b []byte) []byte {
 	return b
@@ -674,6 +698,7 @@ func (*ExchangeBind) Index() (classID, methodID uint16) { return 40, 30 }
 func (*ExchangeBind) Name() string                      { return "exchange.bind" }
 func (*ExchangeBind) HasContent() bool                  { return false }
 func (*ExchangeBind) Synchronous() bool                 { return true }
+func (*ExchangeBind) ServerHandles() bool               { return true }
 
 func (m *ExchangeBind) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -712,6 +737,7 @@ func (*ExchangeBindOk) Index() (classID, methodID uint16) { return 40, 31 }
 func (*ExchangeBindOk) Name() string                      { return "exchange.bind-ok" }
 func (*ExchangeBindOk) HasContent() bool                  { return false }
 func (*ExchangeBindOk) Synchronous() bool                 { return true }
+func (*ExchangeBindOk) ServerHandles() bool               { return false }
 
 func (m *ExchangeBindOk) Append(b []byte) []byte {
 	return b
@@ -733,6 +759,7 @@ func (*ExchangeUnbind) Index() (classID, methodID uint16) { return 40, 40 }
 func (*ExchangeUnbind) Name() string                      { return "exchange.unbind" }
 func (*ExchangeUnbind) HasContent() bool                  { return false }
 func (*ExchangeUnbind) Synchronous() bool                 { return true }
+func (*ExchangeUnbind) ServerHandles() bool               { return true }
 
 func (m *ExchangeUnbind) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -771,6 +798,7 @@ func (*ExchangeUnbindOk) Index() (classID, methodID uint16) { return 40, 51 }
 func (*ExchangeUnbindOk) Name() string                      { return "exchange.unbind-ok" }
 func (*ExchangeUnbindOk) HasContent() bool                  { return false }
 func (*ExchangeUnbindOk) Synchronous() bool                 { return true }
+func (*ExchangeUnbindOk) ServerHandles() bool               { return false }
 
 func (m *ExchangeUnbindOk) Append(b []byte) []byte {
 	return b
@@ -794,6 +822,7 @@ func (*QueueDeclare) Index() (classID, methodID uint16) { return 50, 10 }
 func (*QueueDeclare) Name() string                      { return "queue.declare" }
 func (*QueueDeclare) HasContent() bool                  { return false }
 func (*QueueDeclare) Synchronous() bool                 { return true }
+func (*QueueDeclare) ServerHandles() bool               { return true }
 
 func (m *QueueDeclare) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -847,6 +876,7 @@ func (*QueueDeclareOk) Index() (classID, methodID uint16) { return 50, 11 }
 func (*QueueDeclareOk) Name() string                      { return "queue.declare-ok" }
 func (*QueueDeclareOk) HasContent() bool                  { return false }
 func (*QueueDeclareOk) Synchronous() bool                 { return true }
+func (*QueueDeclareOk) ServerHandles() bool               { return false }
 
 func (m *QueueDeclareOk) Append(b []byte) []byte {
 	b = appendShortstr(b, m.Queue)
@@ -874,6 +904,7 @@ func (*QueueBind) Index() (classID, methodID uint16) { return 50, 20 }
 func (*QueueBind) Name() string                      { return "queue.bind" }
 func (*QueueBind) HasContent() bool                  { return false }
 func (*QueueBind) Synchronous() bool                 { return true }
+func (*QueueBind) ServerHandles() bool               { return true }
 
 func (m *QueueBind) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -912,6 +943,7 @@ func (*QueueBindOk) Index() (classID, methodID uint16) { return 50, 21 }
 func (*QueueBindOk) Name() string                      { return "queue.bind-ok" }
 func (*QueueBindOk) HasContent() bool                  { return false }
 func (*QueueBindOk) Synchronous() bool                 { return true }
+func (*QueueBindOk) ServerHandles() bool               { return false }
 
 func (m *QueueBindOk) Append(b []byte) []byte {
 	return b
@@ -932,6 +964,7 @@ func (*QueueUnbind) Index() (classID, methodID uint16) { return 50, 50 }
 func (*QueueUnbind) Name() string                      { return "queue.unbind" }
 func (*QueueUnbind) HasContent() bool                  { return false }
 func (*QueueUnbind) Synchronous() bool                 { return true }
+func (*QueueUnbind) ServerHandles() bool               { return true }
 
 func (m *QueueUnbind) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -958,6 +991,7 @@ func (*QueueUnbindOk) Index() (classID, methodID uint16) { return 50, 51 }
 func (*QueueUnbindOk) Name() string                      { return "queue.unbind-ok" }
 func (*QueueUnbindOk) HasContent() bool                  { return false }
 func (*QueueUnbindOk) Synchronous() bool                 { return true }
+func (*QueueUnbindOk) ServerHandles() bool               { return false }
 
 func (m *QueueUnbindOk) Append(b []byte) []byte {
 	return b
@@ -976,6 +1010,7 @@ func (*QueuePurge) Index() (classID, methodID uint16) { return 50, 30 }
 func (*QueuePurge) Name() string                      { return "queue.purge" }
 func (*QueuePurge) HasContent() bool                  { return false }
 func (*QueuePurge) Synchronous() bool                 { return true }
+func (*QueuePurge) ServerHandles() bool               { return true }
 
 func (m *QueuePurge) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -1009,6 +1044,7 @@ func (*QueuePurgeOk) Index() (classID, methodID uint16) { return 50, 31 }
 func (*QueuePurgeOk) Name() string                      { return "queue.purge-ok" }
 func (*QueuePurgeOk) HasContent() bool                  { return false }
 func (*QueuePurgeOk) Synchronous() bool                 { return true }
+func (*QueuePurgeOk) ServerHandles() bool               { return false }
 
 func (m *QueuePurgeOk) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, m.MessageCount)
@@ -1031,6 +1067,7 @@ func (*QueueDelete) Index() (classID, methodID uint16) { return 50, 40 }
 func (*QueueDelete) Name() string                      { return "queue.delete" }
 func (*QueueDelete) HasContent() bool                  { return false }
 func (*QueueDelete) Synchronous() bool                 { return true }
+func (*QueueDelete) ServerHandles() bool               { return true }
 
 func (m *QueueDelete) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -1072,6 +1109,7 @@ func (*QueueDeleteOk) Index() (classID, methodID uint16) { return 50, 41 }
 func (*QueueDeleteOk) Name() string                      { return "queue.delete-ok" }
 func (*QueueDeleteOk) HasContent() bool                  { return false }
 func (*QueueDeleteOk) Synchronous() bool                 { return true }
+func (*QueueDeleteOk) ServerHandles() bool               { return false }
 
 func (m *QueueDeleteOk) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, m.MessageCount)
@@ -1093,6 +1131,7 @@ func (*BasicQos) Index() (classID, methodID uint16) { return 60, 10 }
 func (*BasicQos) Name() string                      { return "basic.qos" }
 func (*BasicQos) HasContent() bool                  { return false }
 func (*BasicQos) Synchronous() bool                 { return true }
+func (*BasicQos) ServerHandles() bool               { return true }
 
 func (m *BasicQos) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, m.PrefetchSize)
@@ -1125,6 +1164,7 @@ func (*BasicQosOk) Index() (classID, methodID uint16) { return 60, 11 }
 func (*BasicQosOk) Name() string                      { return "basic.qos-ok" }
 func (*BasicQosOk) HasContent() bool                  { return false }
 func (*BasicQosOk) Synchronous() bool                 { return true }
+func (*BasicQosOk) ServerHandles() bool               { return false }
 
 func (m *BasicQosOk) Append(b []byte) []byte {
 	return b
@@ -1148,6 +1188,7 @@ func (*BasicConsume) Index() (classID, methodID uint16) { return 60, 20 }
 func (*BasicConsume) Name() string                      { return "basic.consume" }
 func (*BasicConsume) HasContent() bool                  { return false }
 func (*BasicConsume) Synchronous() bool                 { return true }
+func (*BasicConsume) ServerHandles() bool               { return true }
 
 func (m *BasicConsume) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -1197,6 +1238,7 @@ func (*BasicConsumeOk) Index() (classID, methodID uint16) { return 60, 21 }
 func (*BasicConsumeOk) Name() string                      { return "basic.consume-ok" }
 func (*BasicConsumeOk) HasContent() bool                  { return false }
 func (*BasicConsumeOk) Synchronous() bool                 { return true }
+func (*BasicConsumeOk) ServerHandles() bool               { return false }
 
 func (m *BasicConsumeOk) Append(b []byte) []byte {
 	b = appendShortstr(b, m.ConsumerTag)
@@ -1217,6 +1259,7 @@ func (*BasicCancel) Index() (classID, methodID uint16) { return 60, 30 }
 func (*BasicCancel) Name() string                      { return "basic.cancel" }
 func (*BasicCancel) HasContent() bool                  { return false }
 func (*BasicCancel) Synchronous() bool                 { return true }
+func (*BasicCancel) ServerHandles() bool               { return true }
 
 func (m *BasicCancel) Append(b []byte) []byte {
 	b = appendShortstr(b, m.ConsumerTag)
@@ -1248,6 +1291,7 @@ func (*BasicCancelOk) Index() (classID, methodID uint16) { return 60, 31 }
 func (*BasicCancelOk) Name() string                      { return "basic.cancel-ok" }
 func (*BasicCancelOk) HasContent() bool                  { return false }
 func (*BasicCancelOk) Synchronous() bool                 { return true }
+func (*BasicCancelOk) ServerHandles() bool               { return true }
 
 func (m *BasicCancelOk) Append(b []byte) []byte {
 	b = appendShortstr(b, m.ConsumerTag)
@@ -1270,6 +1314,7 @@ func (*BasicPublish) Index() (classID, methodID uint16) { return 60, 40 }
 func (*BasicPublish) Name() string                      { return "basic.publish" }
 func (*BasicPublish) HasContent() bool                  { return true }
 func (*BasicPublish) Synchronous() bool                 { return false }
+func (*BasicPublish) ServerHandles() bool               { return true }
 
 func (m *BasicPublish) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -1312,6 +1357,7 @@ func (*BasicReturn) Index() (classID, methodID uint16) { return 60, 50 }
 func (*BasicReturn) Name() string                      { return "basic.return" }
 func (*BasicReturn) HasContent() bool                  { return true }
 func (*BasicReturn) Synchronous() bool                 { return false }
+func (*BasicReturn) ServerHandles() bool               { return false }
 
 func (m *BasicReturn) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, m.ReplyCode)
@@ -1341,6 +1387,7 @@ func (*BasicDeliver) Index() (classID, methodID uint16) { return 60, 60 }
 func (*BasicDeliver) Name() string                      { return "basic.deliver" }
 func (*BasicDeliver) HasContent() bool                  { return true }
 func (*BasicDeliver) Synchronous() bool                 { return false }
+func (*BasicDeliver) ServerHandles() bool               { return false }
 
 func (m *BasicDeliver) Append(b []byte) []byte {
 	b = appendShortstr(b, m.ConsumerTag)
@@ -1379,6 +1426,7 @@ func (*BasicGet) Index() (classID, methodID uint16) { return 60, 70 }
 func (*BasicGet) Name() string                      { return "basic.get" }
 func (*BasicGet) HasContent() bool                  { return false }
 func (*BasicGet) Synchronous() bool                 { return true }
+func (*BasicGet) ServerHandles() bool               { return true }
 
 func (m *BasicGet) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, 0)
@@ -1416,6 +1464,7 @@ func (*BasicGetOk) Index() (classID, methodID uint16) { return 60, 71 }
 func (*BasicGetOk) Name() string                      { return "basic.get-ok" }
 func (*BasicGetOk) HasContent() bool                  { return true }
 func (*BasicGetOk) Synchronous() bool                 { return true }
+func (*BasicGetOk) ServerHandles() bool               { return false }
 
 func (m *BasicGetOk) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, m.DeliveryTag)
@@ -1452,6 +1501,7 @@ func (*BasicGetEmpty) Index() (classID, methodID uint16) { return 60, 72 }
 func (*BasicGetEmpty) Name() string                      { return "basic.get-empty" }
 func (*BasicGetEmpty) HasContent() bool                  { return false }
 func (*BasicGetEmpty) Synchronous() bool                 { return true }
+func (*BasicGetEmpty) ServerHandles() bool               { return false }
 
 func (m *BasicGetEmpty) Append(b []byte) []byte {
 	b = appendShortstr(b, "")
@@ -1472,6 +1522,7 @@ func (*BasicAck) Index() (classID, methodID uint16) { return 60, 80 }
 func (*BasicAck) Name() string                      { return "basic.ack" }
 func (*BasicAck) HasContent() bool                  { return false }
 func (*BasicAck) Synchronous() bool                 { return false }
+func (*BasicAck) ServerHandles() bool               { return true }
 
 func (m *BasicAck) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, m.DeliveryTag)
@@ -1504,6 +1555,7 @@ func (*BasicReject) Index() (classID, methodID uint16) { return 60, 90 }
 func (*BasicReject) Name() string                      { return "basic.reject" }
 func (*BasicReject) HasContent() bool                  { return false }
 func (*BasicReject) Synchronous() bool                 { return false }
+func (*BasicReject) ServerHandles() bool               { return true }
 
 func (m *BasicReject) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, m.DeliveryTag)
@@ -1535,6 +1587,7 @@ func (*BasicRecoverAsync) Index() (classID, methodID uint16) { return 60, 100 }
 func (*BasicRecoverAsync) Name() string                      { return "basic.recover-async" }
 func (*BasicRecoverAsync) HasContent() bool                  { return false }
 func (*BasicRecoverAsync) Synchronous() bool                 { return false }
+func (*BasicRecoverAsync) ServerHandles() bool               { return true }
 
 func (m *BasicRecoverAsync) Append(b []byte) []byte {
 	{
@@ -1564,6 +1617,7 @@ func (*BasicRecover) Index() (classID, methodID uint16) { return 60, 110 }
 func (*BasicRecover) Name() string                      { return "basic.recover" }
 func (*BasicRecover) HasContent() bool                  { return false }
 func (*BasicRecover) Synchronous() bool                 { return true }
+func (*BasicRecover) ServerHandles() bool               { return true }
 
 func (m *BasicRecover) Append(b []byte) []byte {
 	{
@@ -1592,6 +1646,7 @@ func (*BasicRecoverOk) Index() (classID, methodID uint16) { return 60, 111 }
 func (*BasicRecoverOk) Name() string                      { return "basic.recover-ok" }
 func (*BasicRecoverOk) HasContent() bool                  { return false }
 func (*BasicRecoverOk) Synchronous() bool                 { return true }
+func (*BasicRecoverOk) ServerHandles() bool               { return false }
 
 func (m *BasicRecoverOk) Append(b []byte) []byte {
 	return b
@@ -1611,6 +1666,7 @@ func (*BasicNack) Index() (classID, methodID uint16) { return 60, 120 }
 func (*BasicNack) Name() string                      { return "basic.nack" }
 func (*BasicNack) HasContent() bool                  { return false }
 func (*BasicNack) Synchronous() bool                 { return false }
+func (*BasicNack) ServerHandles() bool               { return true }
 
 func (m *BasicNack) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, m.DeliveryTag)
@@ -1645,6 +1701,7 @@ func (*TxSelect) Index() (classID, methodID uint16) { return 90, 10 }
 func (*TxSelect) Name() string                      { return "tx.select" }
 func (*TxSelect) HasContent() bool                  { return false }
 func (*TxSelect) Synchronous() bool                 { return true }
+func (*TxSelect) ServerHandles() bool               { return true }
 
 func (m *TxSelect) Append(b []byte) []byte {
 	return b
@@ -1661,6 +1718,7 @@ func (*TxSelectOk) Index() (classID, methodID uint16) { return 90, 11 }
 func (*TxSelectOk) Name() string                      { return "tx.select-ok" }
 func (*TxSelectOk) HasContent() bool                  { return false }
 func (*TxSelectOk) Synchronous() bool                 { return true }
+func (*TxSelectOk) ServerHandles() bool               { return false }
 
 func (m *TxSelectOk) Append(b []byte) []byte {
 	return b
@@ -1677,6 +1735,7 @@ func (*TxCommit) Index() (classID, methodID uint16) { return 90, 20 }
 func (*TxCommit) Name() string                      { return "tx.commit" }
 func (*TxCommit) HasContent() bool                  { return false }
 func (*TxCommit) Synchronous() bool                 { return true }
+func (*TxCommit) ServerHandles() bool               { return true }
 
 func (m *TxCommit) Append(b []byte) []byte {
 	return b
@@ -1693,6 +1752,7 @@ func (*TxCommitOk) Index() (classID, methodID uint16) { return 90, 21 }
 func (*TxCommitOk) Name() string                      { return "tx.commit-ok" }
 func (*TxCommitOk) HasContent() bool                  { return false }
 func (*TxCommitOk) Synchronous() bool                 { return true }
+func (*TxCommitOk) ServerHandles() bool               { return false }
 
 func (m *TxCommitOk) Append(b []byte) []byte {
 	return b
@@ -1709,6 +1769,7 @@ func (*TxRollback) Index() (classID, methodID uint16) { return 90, 30 }
 func (*TxRollback) Name() string                      { return "tx.rollback" }
 func (*TxRollback) HasContent() bool                  { return false }
 func (*TxRollback) Synchronous() bool                 { return true }
+func (*TxRollback) ServerHandles() bool               { return true }
 
 func (m *TxRollback) Append(b []byte) []byte {
 	return b
@@ -1725,6 +1786,7 @@ func (*TxRollbackOk) Index() (classID, methodID uint16) { return 90, 31 }
 func (*TxRollbackOk) Name() string                      { return "tx.rollback-ok" }
 func (*TxRollbackOk) HasContent() bool                  { return false }
 func (*TxRollbackOk) Synchronous() bool                 { return true }
+func (*TxRollbackOk) ServerHandles() bool               { return false }
 
 func (m *TxRollbackOk) Append(b []byte) []byte {
 	return b
@@ -1742,6 +1804,7 @@ func (*ConfirmSelect) Index() (classID, methodID uint16) { return 85, 10 }
 func (*ConfirmSelect) Name() string                      { return "confirm.select" }
 func (*ConfirmSelect) HasContent() bool                  { return false }
 func (*ConfirmSelect) Synchronous() bool                 { return true }
+func (*ConfirmSelect) ServerHandles() bool               { return true }
 
 func (m *ConfirmSelect) Append(b []byte) []byte {
 	{
@@ -1770,6 +1833,7 @@ func (*ConfirmSelectOk) Index() (classID, methodID uint16) { return 85, 11 }
 func (*ConfirmSelectOk) Name() string                      { return "confirm.select-ok" }
 func (*ConfirmSelectOk) HasContent() bool                  { return false }
 func (*ConfirmSelectOk) Synchronous() bool                 { return true }
+func (*ConfirmSelectOk) ServerHandles() bool               { return false }
 
 func (m *ConfirmSelectOk) Append(b []byte) []byte {
 	return b

@@ -1,0 +1,44 @@
+# railmq: run `make help` for the targets.
+GO        ?= go
+STATICCHECK_VERSION ?= v0.8.2
+PKGS      := ./...
+FUZZTIME  ?= 10s
+
+.PHONY: help run build test race lint generate check-generate fuzz bench compat clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+run: ## run the broker on :5672 with its data under ./data (guest/guest from localhost)
+	$(GO) run ./cmd/railmq --listen :5672 --data-dir ./data
+
+build: ## build bin/railmq
+	$(GO) build -o bin/railmq ./cmd/railmq
+
+test: ## run every test (unit, fuzz seeds, conformance) with the race detector on concurrency code
+	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -race ./broker/... ./channel/... ./queue/... ./exchange/... ./vhost/... ./persist/...
+
+race: ## run every test under the race detector
+	$(GO) test -count=1 -race $(PKGS)
+
+lint: ## go vet, gofmt and staticcheck
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+generate: ## regenerate amqp/spec_gen.go from ../shared/spec
+	cd amqp && $(GO) generate
+
+check-generate: ## fail if regenerating the codecs changes them
+	cd amqp && $(GO) run gen.go -out /tmp/railmq_spec_gen.go && diff -u spec_gen.go /tmp/railmq_spec_gen.go
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for f in $$(grep -ho '^func Fuzz[A-Za-z]*' amqp/*_test.go | sed 's/func //'); do \
+		echo "== $$f"; $(GO) test ./amqp -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+bench: ## run the benchmarks (codecs, routing)
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean: ## remove build output and ./data
+	rm -rf bin data

@@ -1,0 +1,747 @@
+package broker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/channel"
+)
+
+// closeOkTimeout bounds how long a connection waits for the client's
+// connection.close-ok after sending connection.close.
+const closeOkTimeout = 3 * time.Second
+
+// maxOutbound caps a connection's unsent bytes; past it, producers of
+// frames for this connection (queues delivering to it) are told to wait.
+const maxOutbound = 4 << 20
+
+// conn is one client connection. Its reader goroutine (run) owns the
+// protocol state and the channels; its writer goroutine owns the socket's
+// write side. They share only the outbound buffer (outMu).
+type conn struct {
+	srv *Server
+	nc  net.Conn
+	log *zap.Logger
+	id  uint64
+
+	br  *bufio.Reader
+	fr  *amqp.FrameReader
+	dec amqp.Decoder
+
+	// outMu guards out, outClosed and wroteAt. Held only to append or swap
+	// the buffer, never across I/O.
+	outMu     sync.Mutex
+	out       []byte
+	outClosed bool
+	wake      chan struct{} // one slot: the writer has work
+	writerEnd chan struct{} // closed when the writer has exited
+	spare     []byte        // writer-owned second buffer
+
+	// Negotiated at tune-ok; read-only after the handshake.
+	channelMax uint16
+	frameMax   uint32
+	heartbeat  time.Duration
+
+	user       string
+	vhost      string
+	clientCaps amqp.Table
+
+	channels map[uint16]*channel.Channel
+	// closingChans are channels we sent channel.close on and whose
+	// close-ok has not come yet: their other frames are dropped (§4.2.4.1).
+	closingChans map[uint16]struct{}
+
+	// closing is set once we sent connection.close: from then on only
+	// close and close-ok are read. closeDeadline bounds the wait.
+	closing       atomic.Bool
+	closeDeadline atomic.Int64 // unix nanos; 0 = none
+	closeReason   atomic.Value // string
+
+	lastRead atomic.Int64 // unix nanos of the last byte read
+}
+
+func newConn(s *Server, nc net.Conn, id uint64) *conn {
+	c := &conn{
+		srv:          s,
+		nc:           nc,
+		id:           id,
+		log:          s.log.With(zap.Uint64("conn", id), zap.String("remote", nc.RemoteAddr().String())),
+		wake:         make(chan struct{}, 1),
+		writerEnd:    make(chan struct{}),
+		channels:     make(map[uint16]*channel.Channel),
+		closingChans: make(map[uint16]struct{}),
+	}
+	c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
+	c.fr = amqp.NewFrameReader(c.br)
+	return c
+}
+
+// deadlineReader sets the socket's read deadline before each read from
+// the kernel (not per frame): the handshake timeout, then two heartbeat
+// intervals, and never past the close deadline.
+type deadlineReader struct{ c *conn }
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	c := d.c
+	var dl time.Time
+	if c.heartbeat > 0 {
+		dl = time.Now().Add(2 * c.heartbeat)
+	}
+	if cd := c.closeDeadline.Load(); cd != 0 {
+		if t := time.Unix(0, cd); dl.IsZero() || t.Before(dl) {
+			dl = t
+		}
+	}
+	if err := c.nc.SetReadDeadline(dl); err != nil {
+		return 0, err
+	}
+	n, err := c.nc.Read(p)
+	if n > 0 {
+		c.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// errHeartbeat is a peer that stayed silent for two heartbeat intervals.
+var errHeartbeat = errors.New("missed heartbeats from client, timeout")
+
+func (c *conn) serve() {
+	defer c.srv.forget(c)
+	go c.writeLoop()
+	err := c.handshake()
+	if err == nil {
+		c.log.Info("connection opened", zap.String("user", c.user), zap.String("vhost", c.vhost))
+		err = c.readLoop()
+	}
+	c.teardown(err)
+}
+
+// teardown closes every channel (requeueing their unacked deliveries),
+// flushes what is queued for the client and closes the socket.
+func (c *conn) teardown(err error) {
+	for n, ch := range c.channels {
+		ch.Close()
+		delete(c.channels, n)
+	}
+	c.stopWriter()
+	c.nc.Close()
+	reason := "client closed connection"
+	if r, ok := c.closeReason.Load().(string); ok {
+		reason = r
+	}
+	if err != nil && !errors.Is(err, errClientClosed) {
+		reason = err.Error()
+	}
+	if c.user != "" || err == nil {
+		c.log.Info("connection closed", zap.String("user", c.user), zap.String("vhost", c.vhost), zap.String("reason", reason))
+	} else {
+		c.log.Warn("connection closed during handshake", zap.String("reason", reason))
+	}
+}
+
+// errClientClosed is the normal end: the client sent connection.close (or
+// answered ours).
+var errClientClosed = errors.New("client closed connection")
+
+// --- writing -------------------------------------------------------------
+
+// SendMethod queues a method frame (channel.FrameSink).
+func (c *conn) SendMethod(ch uint16, m amqp.Method) {
+	c.outMu.Lock()
+	if !c.outClosed {
+		c.out = amqp.AppendMethodFrame(c.out, ch, m)
+	}
+	c.outMu.Unlock()
+	c.signal()
+}
+
+// SendContent queues a method with its content header and body frames,
+// so they go out in one flush (channel.FrameSink).
+func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) {
+	c.outMu.Lock()
+	if !c.outClosed {
+		c.out = amqp.AppendMethodFrame(c.out, ch, m)
+		c.out = amqp.AppendContent(c.out, ch, amqp.ClassBasic, props, body, c.frameMax)
+	}
+	c.outMu.Unlock()
+	c.signal()
+}
+
+// Outbound reports the bytes queued and not yet written.
+func (c *conn) Outbound() int {
+	c.outMu.Lock()
+	n := len(c.out)
+	c.outMu.Unlock()
+	return n
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes whatever is queued, one write per batch, and a
+// heartbeat whenever a half interval passed with nothing written.
+func (c *conn) writeLoop() {
+	defer close(c.writerEnd)
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	wrote := false
+	for {
+		if ticker == nil && c.heartbeatReady() {
+			if hb := c.heartbeat; hb > 0 {
+				ticker = time.NewTicker(hb / 2)
+				defer ticker.Stop()
+				tick = ticker.C
+			}
+		}
+		select {
+		case <-c.wake:
+		case <-tick:
+			if !wrote {
+				c.outMu.Lock()
+				if !c.outClosed && len(c.out) == 0 {
+					c.out = amqp.AppendHeartbeat(c.out)
+				}
+				c.outMu.Unlock()
+			}
+			wrote = false
+		}
+		c.outMu.Lock()
+		buf := c.out
+		c.out = c.spare[:0]
+		closed := c.outClosed
+		c.outMu.Unlock()
+		if len(buf) > 0 {
+			wrote = true
+			if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(c.heartbeat))); err != nil {
+				return
+			}
+			if _, err := c.nc.Write(buf); err != nil {
+				c.log.Debug("write failed", zap.Error(err))
+				c.outMu.Lock()
+				c.outClosed = true
+				c.out = nil
+				c.outMu.Unlock()
+				c.nc.Close() // unblocks the reader
+				return
+			}
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep a burst's buffer forever
+		}
+		c.spare = buf[:0]
+		if closed {
+			return
+		}
+	}
+}
+
+// writeTimeout bounds a blocked write: a client that stops reading for
+// this long is dropped.
+func writeTimeout(hb time.Duration) time.Duration {
+	if hb > 0 {
+		return 2 * hb
+	}
+	return 5 * time.Minute
+}
+
+// heartbeatReady reports whether tuning is done (c.heartbeat is final).
+func (c *conn) heartbeatReady() bool { return c.frameMax != 0 }
+
+// stopWriter flushes what is queued and waits for the writer to exit.
+func (c *conn) stopWriter() {
+	c.outMu.Lock()
+	c.outClosed = true
+	c.outMu.Unlock()
+	c.signal()
+	select {
+	case <-c.writerEnd:
+	case <-time.After(closeOkTimeout):
+		c.nc.Close()
+		<-c.writerEnd
+	}
+}
+
+// --- handshake -----------------------------------------------------------
+
+func (c *conn) handshake() error {
+	deadline := time.Now().Add(c.srv.opts.HandshakeTimeout)
+	c.closeDeadline.Store(deadline.UnixNano())
+
+	hdr := make([]byte, 8)
+	if _, err := io.ReadFull(c.br, hdr); err != nil {
+		return fmt.Errorf("reading protocol header: %w", err)
+	}
+	// 0-9-1, and the 0-9 header (AMQP 1 1 0 9) that RabbitMQ also treats
+	// as 0-9-1. Anything else gets the header we speak, then a close.
+	if string(hdr) != string(amqp.ProtocolHeader[:]) && string(hdr) != "AMQP\x01\x01\x00\x09" {
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.outMu.Lock()
+		c.out = append(c.out, amqp.ProtocolHeader[:]...)
+		c.outMu.Unlock()
+		return fmt.Errorf("bad protocol header %q", hdr)
+	}
+
+	c.SendMethod(0, &amqp.ConnectionStart{
+		VersionMajor:     0,
+		VersionMinor:     9,
+		ServerProperties: c.srv.serverProperties(),
+		Mechanisms:       "AMQPLAIN PLAIN",
+		Locales:          "en_US",
+	})
+	m, err := c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	so, ok := m.(*amqp.ConnectionStartOk)
+	if !ok {
+		return c.handshakeUnexpected(m)
+	}
+	if caps, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
+		c.clientCaps = caps
+	}
+	if so.Mechanism != "PLAIN" && so.Mechanism != "AMQPLAIN" {
+		// RabbitMQ closes the socket on an unknown mechanism.
+		return fmt.Errorf("unknown authentication mechanism %q", so.Mechanism)
+	}
+	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
+	if !ok || !c.srv.users.check(user, pass, c.nc.RemoteAddr()) {
+		err := fmt.Errorf("authentication failed for user %q with mechanism %s", user, so.Mechanism)
+		if c.clientCapability("authentication_failure_close") {
+			c.closeWith(&amqp.Error{Code: amqp.AccessRefused,
+				Text: "ACCESS_REFUSED - Login was refused using authentication mechanism " + so.Mechanism +
+					". For details see the broker logfile."}, err.Error())
+			return c.awaitCloseOk(err)
+		}
+		return err
+	}
+	c.user = user
+
+	opts := &c.srv.opts
+	c.SendMethod(0, &amqp.ConnectionTune{
+		ChannelMax: opts.ChannelMax,
+		FrameMax:   opts.FrameMax,
+		Heartbeat:  uint16(opts.Heartbeat / time.Second),
+	})
+	m, err = c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	to, ok := m.(*amqp.ConnectionTuneOk)
+	if !ok {
+		return c.handshakeUnexpected(m)
+	}
+	// RabbitMQ closes the socket when the client asks for more than the
+	// server offered, or for 0 (no limit) where the server has one.
+	if to.FrameMax == 0 || to.FrameMax > opts.FrameMax || to.FrameMax < MinFrameMax {
+		return fmt.Errorf("negotiated frame_max = %d is outside the allowed range [%d, %d]", to.FrameMax, MinFrameMax, opts.FrameMax)
+	}
+	if to.ChannelMax == 0 || to.ChannelMax > opts.ChannelMax {
+		return fmt.Errorf("negotiated channel_max = %d is higher than the maximum allowed value (%d)", to.ChannelMax, opts.ChannelMax)
+	}
+	c.channelMax = to.ChannelMax
+	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
+	c.frameMax = to.FrameMax // the writer starts heartbeats once this is set
+	c.fr.Max = to.FrameMax
+
+	m, err = c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	op, ok := m.(*amqp.ConnectionOpen)
+	if !ok {
+		return c.handshakeUnexpected(m)
+	}
+	if !c.srv.hasVHost(op.VirtualHost) {
+		e := amqp.Errorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost)
+		e.ClassID, e.MethodID = op.Index()
+		c.closeWith(e, e.Text)
+		return c.awaitCloseOk(errors.New(e.Text))
+	}
+	c.vhost = op.VirtualHost
+	c.SendMethod(0, &amqp.ConnectionOpenOk{})
+	c.closeDeadline.Store(0)
+	return nil
+}
+
+func (c *conn) clientCapability(name string) bool {
+	v, _ := c.clientCaps[name].(bool)
+	return v
+}
+
+// readHandshakeMethod reads the next method on channel 0. Heartbeats are
+// skipped; a client connection.close is answered and ends the handshake.
+func (c *conn) readHandshakeMethod() (amqp.Method, error) {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		if f.Type == amqp.FrameHeartbeat {
+			continue
+		}
+		if f.Type != amqp.FrameMethod || f.Channel != 0 {
+			return nil, fmt.Errorf("unexpected frame type %d on channel %d during handshake", f.Type, f.Channel)
+		}
+		m, err := c.dec.Decode(f.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("decoding handshake method: %w", err)
+		}
+		if _, ok := m.(*amqp.ConnectionClose); ok {
+			c.SendMethod(0, &amqp.ConnectionCloseOk{})
+			return nil, errClientClosed
+		}
+		return m, nil
+	}
+}
+
+func (c *conn) handshakeUnexpected(m amqp.Method) error {
+	e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - unexpected method in connection state starting"}
+	e.ClassID, e.MethodID = m.Index()
+	c.closeWith(e, e.Text)
+	return c.awaitCloseOk(errors.New(e.Text))
+}
+
+// --- the running connection ----------------------------------------------
+
+// readLoop reads and dispatches frames until the connection ends.
+func (c *conn) readLoop() error {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			if c.closing.Load() {
+				return nil // no close-ok in time: just close
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.log.Warn("missed heartbeats from client, closing", zap.Duration("heartbeat", c.heartbeat))
+				return errHeartbeat
+			}
+			if errors.Is(err, amqp.ErrFrame) {
+				return c.fail(frameError(err, f))
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+				if c.closeReason.Load() == nil {
+					c.closeReason.Store("client unexpectedly closed TCP connection")
+				}
+				return nil
+			}
+			return err
+		}
+		if c.closing.Load() {
+			if done := c.whileClosing(f); done {
+				return nil
+			}
+			continue
+		}
+		if err := c.handleFrame(f); err != nil {
+			if errors.Is(err, errClientClosed) {
+				return nil
+			}
+			return c.fail(err)
+		}
+	}
+}
+
+// whileClosing handles a frame after we sent connection.close: everything
+// but close and close-ok is discarded (§4.2.2).
+func (c *conn) whileClosing(f amqp.Frame) (done bool) {
+	if f.Type != amqp.FrameMethod || f.Channel != 0 {
+		return false
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return false
+	}
+	switch m.(type) {
+	case *amqp.ConnectionCloseOk:
+		return true
+	case *amqp.ConnectionClose:
+		c.SendMethod(0, &amqp.ConnectionCloseOk{})
+		return true
+	}
+	return false
+}
+
+func frameError(err error, f amqp.Frame) *amqp.Error {
+	var tl *amqp.FrameTooLargeError
+	var be *amqp.BadFrameEndError
+	switch {
+	case errors.As(err, &tl):
+		return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + tl.Error()}
+	case errors.As(err, &be):
+		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: {invalid_frame_end_marker,%d}", be.Type, octets(f.Payload), be.End)}
+	}
+	return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + err.Error()}
+}
+
+// octets renders bytes as Erlang does (<<1,2,3>>), as RabbitMQ's frame
+// error texts show them; long payloads are cut.
+func octets(p []byte) string {
+	const max = 64
+	var b strings.Builder
+	b.WriteString("<<")
+	for i, x := range p {
+		if i == max {
+			b.WriteString(",...")
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", x)
+	}
+	b.WriteString(">>")
+	return b.String()
+}
+
+// handleFrame dispatches one frame of the running connection.
+func (c *conn) handleFrame(f amqp.Frame) error {
+	switch f.Type {
+	case amqp.FrameHeartbeat:
+		if f.Channel != 0 {
+			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type 8, all octets = %s", octets(f.Payload))}
+		}
+		return nil
+	case amqp.FrameMethod, amqp.FrameHeader, amqp.FrameBody:
+	default:
+		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: unknown_frame", f.Type, octets(f.Payload))}
+	}
+	if f.Channel == 0 {
+		return c.handleChannel0(f)
+	}
+	if _, ok := c.closingChans[f.Channel]; ok {
+		return c.whileChannelClosing(f)
+	}
+	ch := c.channels[f.Channel]
+	if f.Type != amqp.FrameMethod {
+		if ch == nil {
+			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: "UNEXPECTED_FRAME - expected method frame, got non method frame instead"}
+		}
+		return c.channelResult(f.Channel, ch.HandleContent(f))
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return decodeError(err, f.Payload)
+	}
+	if !m.ServerHandles() {
+		return unimplemented(m)
+	}
+	if ch == nil {
+		if _, ok := m.(*amqp.ChannelOpen); ok {
+			return c.openChannel(f.Channel)
+		}
+		e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'"}
+		e.ClassID, e.MethodID = m.Index()
+		return e
+	}
+	switch m := m.(type) {
+	case *amqp.ChannelOpen:
+		e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - second 'channel.open' seen"}
+		e.ClassID, e.MethodID = m.Index()
+		return e
+	case *amqp.ChannelClose:
+		ch.Close()
+		delete(c.channels, f.Channel)
+		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
+		return nil
+	case *amqp.ChannelCloseOk:
+		// A close-ok for a close we never sent: ignore, as RabbitMQ does
+		// for a channel in the open state.
+		return nil
+	}
+	return c.channelResult(f.Channel, ch.HandleMethod(m))
+}
+
+// channelResult turns a channel's soft error into channel.close; hard
+// errors go up to close the connection.
+func (c *conn) channelResult(n uint16, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *amqp.Error
+	if errors.As(err, &e) && !e.Hard() {
+		c.closeChannel(n, e)
+		return nil
+	}
+	return err
+}
+
+// closeChannel closes channel n with a soft error: its deliveries are
+// requeued now; the number is free again once the client's close-ok comes.
+func (c *conn) closeChannel(n uint16, e *amqp.Error) {
+	if ch := c.channels[n]; ch != nil {
+		ch.Close()
+		delete(c.channels, n)
+	}
+	c.closingChans[n] = struct{}{}
+	c.log.Debug("closing channel", zap.Uint16("channel", n), zap.Uint16("code", e.Code), zap.String("text", e.Text))
+	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
+}
+
+// whileChannelClosing handles a frame on a channel we sent channel.close
+// on: all but close-ok and close are dropped.
+func (c *conn) whileChannelClosing(f amqp.Frame) error {
+	if f.Type != amqp.FrameMethod {
+		return nil
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return decodeError(err, f.Payload)
+	}
+	switch m.(type) {
+	case *amqp.ChannelCloseOk:
+		delete(c.closingChans, f.Channel)
+	case *amqp.ChannelClose:
+		delete(c.closingChans, f.Channel)
+		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
+	}
+	return nil
+}
+
+func (c *conn) openChannel(n uint16) error {
+	if n > c.channelMax {
+		return amqp.Errorf(amqp.NotAllowed, "channel number %d is higher than the negotiated channel_max (%d)", n, c.channelMax)
+	}
+	ch := channel.New(channel.Config{
+		Number:   n,
+		Sink:     c,
+		User:     c.user,
+		FrameMax: c.frameMax,
+		Logger:   c.log,
+	})
+	c.channels[n] = ch
+	c.SendMethod(n, &amqp.ChannelOpenOk{})
+	return nil
+}
+
+// unimplemented answers a method only a server may send, as RabbitMQ does.
+func unimplemented(m amqp.Method) error {
+	e := &amqp.Error{Code: amqp.CommandInvalid, Text: "COMMAND_INVALID - unimplemented method"}
+	e.ClassID, e.MethodID = m.Index()
+	return e
+}
+
+// decodeError maps a method decoding failure to RabbitMQ's close.
+func decodeError(err error, payload []byte) error {
+	var um *amqp.UnknownMethodError
+	if errors.As(err, &um) {
+		return &amqp.Error{Code: amqp.CommandInvalid, Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d/%d", um.ClassID, um.MethodID),
+			ClassID: um.ClassID, MethodID: um.MethodID}
+	}
+	e := &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - cannot decode " + octets(payload[min(4, len(payload)):])}
+	if len(payload) >= 4 {
+		e.ClassID = uint16(payload[0])<<8 | uint16(payload[1])
+		e.MethodID = uint16(payload[2])<<8 | uint16(payload[3])
+	}
+	return e
+}
+
+func (c *conn) handleChannel0(f amqp.Frame) error {
+	if f.Type != amqp.FrameMethod {
+		return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type %d, all octets = %s", f.Type, octets(f.Payload))}
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return decodeError(err, f.Payload)
+	}
+	if !m.ServerHandles() {
+		return unimplemented(m)
+	}
+	switch m := m.(type) {
+	case *amqp.ConnectionClose:
+		c.closeReason.Store(fmt.Sprintf("client closed connection: %d %s", m.ReplyCode, m.ReplyText))
+		c.closeAllChannels()
+		c.SendMethod(0, &amqp.ConnectionCloseOk{})
+		return errClientClosed
+	case *amqp.ConnectionCloseOk:
+		return errClientClosed
+	case *amqp.ConnectionUpdateSecret:
+		if !c.srv.users.check(c.user, m.NewSecret, c.nc.RemoteAddr()) {
+			e := amqp.Errorf(amqp.NotAllowed, "New secret was refused by one of the backends")
+			e.ClassID, e.MethodID = m.Index()
+			return e
+		}
+		c.log.Info("secret updated", zap.String("user", c.user), zap.String("reason", m.Reason))
+		c.SendMethod(0, &amqp.ConnectionUpdateSecretOk{})
+		return nil
+	case *amqp.ConnectionBlocked, *amqp.ConnectionUnblocked:
+		return nil // a client telling us it is blocked: nothing to do
+	}
+	e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - unexpected method in connection state running"}
+	e.ClassID, e.MethodID = m.Index()
+	return e
+}
+
+func (c *conn) closeAllChannels() {
+	for n, ch := range c.channels {
+		ch.Close()
+		delete(c.channels, n)
+	}
+}
+
+// fail closes the connection for a hard error, or for anything that is
+// not an AMQP exception (541 INTERNAL_ERROR, logged as a bug).
+func (c *conn) fail(err error) error {
+	var e *amqp.Error
+	if !errors.As(err, &e) {
+		c.log.Error("internal error", zap.Error(err))
+		e = &amqp.Error{Code: amqp.InternalError, Text: "INTERNAL_ERROR"}
+	}
+	c.log.Warn("closing connection on protocol error", zap.Uint16("code", e.Code), zap.String("text", e.Text))
+	c.closeAllChannels()
+	c.closeWith(e, e.Text)
+	return c.awaitCloseOk(nil)
+}
+
+// closeWith sends connection.close and enters the closing state. It is
+// safe from any goroutine.
+func (c *conn) closeWith(e *amqp.Error, reason string) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.closeReason.Store(reason)
+	c.closeDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
+	c.SendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
+	// Wake a reader blocked without deadline so it sees the new one.
+	_ = c.nc.SetReadDeadline(time.Unix(0, c.closeDeadline.Load()))
+}
+
+// awaitCloseOk reads until the client's close-ok (or close) or the close
+// deadline, discarding everything else; then returns err.
+func (c *conn) awaitCloseOk(err error) error {
+	for {
+		f, rerr := c.fr.ReadFrame()
+		if rerr != nil {
+			if errors.Is(rerr, amqp.ErrFrame) {
+				continue
+			}
+			return err
+		}
+		if c.whileClosing(f) {
+			return err
+		}
+	}
+}
+
+// platform names the Go runtime as RabbitMQ names Erlang/OTP.
+func platform() string {
+	return "Go " + strings.TrimPrefix(runtime.Version(), "go") + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+var hostname = func() string { h, _ := os.Hostname(); return h }()

@@ -1,0 +1,207 @@
+// Command railmq runs the broker.
+//
+// Every flag has an environment variable: --data-dir is RAILMQ_DATA_DIR,
+// and so on. A flag given on the command line wins over the variable.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/railmq/railmq/broker"
+)
+
+var version = "0.1.0"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("railmq", flag.ContinueOnError)
+	listen := fs.String("listen", ":5672", "address to listen on for AMQP 0-9-1")
+	dataDir := fs.String("data-dir", "./data", "directory of the message store")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", "console", "log format: console or json")
+	usersFlag := fs.String("users", "", "users as name:password[,name:password...] (default guest:guest)")
+	usersFile := fs.String("users-file", "", "file of users, one name:password a line (# comments)")
+	loopback := fs.String("loopback-users", "guest", "users allowed to connect only from loopback (comma-separated; empty for none)")
+	channelMax := fs.Uint("channel-max", broker.DefaultChannelMax, "channel_max proposed in connection.tune")
+	frameMax := fs.Uint("frame-max", broker.DefaultFrameMax, "frame_max proposed in connection.tune (bytes)")
+	heartbeat := fs.Duration("heartbeat", broker.DefaultHeartbeat, "heartbeat proposed in connection.tune (0 disables)")
+	handshake := fs.Duration("handshake-timeout", broker.DefaultHandshakeTimeout, "drop clients that have not opened a connection in this time")
+	consumerTimeout := fs.Duration("consumer-timeout", broker.DefaultConsumerTimeout, "close a channel whose delivery stays unacked this long (negative disables)")
+	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
+		fs.PrintDefaults()
+	}
+	if err := applyEnv(fs); err != nil {
+		fmt.Fprintln(os.Stderr, "railmq:", err)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "railmq:", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+
+	users, err := loadUsers(*usersFlag, *usersFile)
+	if err != nil {
+		log.Error("bad users", zap.Error(err))
+		return 2
+	}
+	if *channelMax == 0 || *channelMax > 65535 {
+		log.Error("channel-max must be 1..65535")
+		return 2
+	}
+	srv, err := broker.New(broker.Options{
+		DataDir:          *dataDir,
+		Users:            users,
+		LoopbackUsers:    splitList(*loopback),
+		ChannelMax:       uint16(*channelMax),
+		FrameMax:         uint32(*frameMax),
+		Heartbeat:        orNegative(*heartbeat),
+		HandshakeTimeout: *handshake,
+		ConsumerTimeout:  *consumerTimeout,
+		MaxMessageSize:   *maxMessage,
+		Logger:           log,
+		Version:          version,
+	})
+	if err != nil {
+		log.Error("cannot start broker", zap.Error(err))
+		return 1
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe(*listen) }()
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case err := <-errc:
+		log.Error("listener failed", zap.Error(err))
+		shutdown(srv)
+		return 1
+	case sig := <-sigc:
+		log.Info("signal received, shutting down", zap.String("signal", sig.String()))
+	}
+	signal.Stop(sigc)
+	shutdown(srv)
+	return 0
+}
+
+func shutdown(srv *broker.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}
+
+// orNegative maps an explicit 0 (heartbeats off) to the Options' "off".
+func orNegative(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// applyEnv sets each flag from RAILMQ_<NAME> when that variable is set;
+// flags on the command line are parsed afterwards and win.
+func applyEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RAILMQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+		f.Usage += " [" + name + "]"
+	})
+	return err
+}
+
+func newLogger(level, format string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	var cfg zap.Config
+	switch format {
+	case "json":
+		cfg = zap.NewProductionConfig()
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.Development = false
+		cfg.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("unknown log format %q (console or json)", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	return cfg.Build()
+}
+
+func splitList(s string) []string {
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// loadUsers reads name:password pairs from the flag and the file. With
+// neither, nil: the broker's default guest/guest.
+func loadUsers(list, file string) (map[string]string, error) {
+	var lines []string
+	lines = append(lines, splitList(list)...)
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			l := strings.TrimSpace(sc.Text())
+			if l != "" && !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	users := make(map[string]string, len(lines))
+	for _, l := range lines {
+		name, pass, ok := strings.Cut(l, ":")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("user %q is not name:password", l)
+		}
+		users[name] = pass
+	}
+	return users, nil
+}

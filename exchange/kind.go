@@ -1,0 +1,44 @@
+package exchange
+
+// Kind is an exchange type. The zero Kind is invalid so that an Exchange
+// built without New, or from an unparsed string, cannot silently route as
+// direct.
+type Kind uint8
+
+const (
+	Direct Kind = iota + 1
+	Fanout
+	Topic
+	Headers
+)
+
+// ParseKind maps an exchange.declare type field to a Kind. The names are
+// case-sensitive, as in RabbitMQ ("Direct" is an unknown type there too).
+func ParseKind(s string) (Kind, bool) {
+	switch s {
+	case "direct":
+		return Direct, true
+	case "fanout":
+		return Fanout, true
+	case "topic":
+		return Topic, true
+	case "headers":
+		return Headers, true
+	}
+	return 0, false
+}
+
+// String returns the AMQP type name, the inverse of ParseKind.
+func (k Kind) String() string {
+	switch k {
+	case Direct:
+		return "direct"
+	case Fanout:
+		return "fanout"
+	case Topic:
+		return "topic"
+	case Headers:
+		return "headers"
+	}
+	return "invalid"
+}

@@ -1,0 +1,261 @@
+// Package testutil starts brokers for tests: in-process on a free
+// loopback port, or the real binary as a subprocess.
+package testutil
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/broker"
+)
+
+// Broker is a broker started for one test.
+type Broker struct {
+	Addr    string // host:port
+	URL     string // amqp://guest:guest@host:port/
+	DataDir string
+	Server  *broker.Server // nil for an external or subprocess broker
+}
+
+// ExternalURL is set (RAILMQ_TEST_URL) to run the conformance tests
+// against another broker, such as RabbitMQ, to compare behaviours.
+func ExternalURL() string { return os.Getenv("RAILMQ_TEST_URL") }
+
+// Start runs a broker in-process on 127.0.0.1:0 with a fresh data dir,
+// shut down when the test ends. With RAILMQ_TEST_URL set it returns that
+// broker instead (and opts are ignored).
+func Start(t testing.TB, opts broker.Options) *Broker {
+	t.Helper()
+	if u := ExternalURL(); u != "" {
+		host := u[len("amqp://guest:guest@"):]
+		if i := len(host) - 1; host[i] == '/' {
+			host = host[:i]
+		}
+		return &Broker{Addr: host, URL: u}
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	srv, err := broker.New(opts)
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; !errors.Is(err, broker.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	addr := ln.Addr().String()
+	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv}
+}
+
+// InProcess skips a test that needs the in-process broker (its options or
+// internals) when the suite runs against an external one.
+func InProcess(t testing.TB) {
+	if ExternalURL() != "" {
+		t.Skip("needs the in-process broker")
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/railmq once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "railmq-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "railmq")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/railmq/railmq/cmd/railmq").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// FreePort returns a loopback address that was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// WaitFor polls cond every 10 ms until it holds or timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitListening polls until addr accepts TCP connections.
+func WaitListening(t testing.TB, addr string, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, "broker listening on "+addr, func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// Raw is a raw-socket AMQP client for tests of malformed input.
+type Raw struct {
+	t  testing.TB
+	NC net.Conn
+	FR *amqp.FrameReader
+}
+
+// DialRaw connects without any handshake.
+func DialRaw(t testing.TB, addr string) *Raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	r := &Raw{t: t, NC: nc, FR: amqp.NewFrameReader(bufio.NewReader(nc))}
+	r.FR.Max = 131072
+	return r
+}
+
+// Handshake performs the handshake as guest with the given capabilities
+// and heartbeat, and opens channel 1 when openChannel is set.
+func (r *Raw) Handshake(caps amqp.Table, heartbeat uint16, openChannel bool) {
+	r.t.Helper()
+	r.Write([]byte("AMQP\x00\x00\x09\x01"))
+	r.Expect((*amqp.ConnectionStart)(nil))
+	r.Send(0, &amqp.ConnectionStartOk{ClientProperties: amqp.Table{"capabilities": caps}, Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
+	tune := r.Expect((*amqp.ConnectionTune)(nil)).(*amqp.ConnectionTune)
+	r.Send(0, &amqp.ConnectionTuneOk{ChannelMax: tune.ChannelMax, FrameMax: tune.FrameMax, Heartbeat: heartbeat})
+	r.Send(0, &amqp.ConnectionOpen{VirtualHost: "/"})
+	r.Expect((*amqp.ConnectionOpenOk)(nil))
+	if openChannel {
+		r.Send(1, &amqp.ChannelOpen{})
+		r.Expect((*amqp.ChannelOpenOk)(nil))
+	}
+}
+
+// Write writes raw bytes.
+func (r *Raw) Write(b []byte) {
+	r.t.Helper()
+	if _, err := r.NC.Write(b); err != nil {
+		r.t.Fatalf("write: %v", err)
+	}
+}
+
+// Send writes one method frame.
+func (r *Raw) Send(ch uint16, m amqp.Method) { r.Write(amqp.AppendMethodFrame(nil, ch, m)) }
+
+// Frame builds a frame with an arbitrary type and payload.
+func Frame(typ uint8, ch uint16, payload []byte) []byte {
+	b := []byte{typ, byte(ch >> 8), byte(ch), 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[3:], uint32(len(payload)))
+	b = append(b, payload...)
+	return append(b, amqp.FrameEnd)
+}
+
+// Next reads the next frame, skipping heartbeats, and decodes methods.
+func (r *Raw) Next() (amqp.Frame, amqp.Method, error) {
+	for {
+		_ = r.NC.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := r.FR.ReadFrame()
+		if err != nil {
+			return f, nil, err
+		}
+		if f.Type == amqp.FrameHeartbeat {
+			continue
+		}
+		if f.Type != amqp.FrameMethod {
+			return f, nil, nil
+		}
+		m, err := amqp.DecodeMethod(f.Payload)
+		return f, m, err
+	}
+}
+
+// Expect reads the next method and fails unless it has want's type.
+func (r *Raw) Expect(want amqp.Method) amqp.Method {
+	r.t.Helper()
+	_, m, err := r.Next()
+	if err != nil {
+		r.t.Fatalf("waiting for %T: %v", want, err)
+	}
+	if fmt.Sprintf("%T", m) != fmt.Sprintf("%T", want) {
+		r.t.Fatalf("got %#v, want %T", m, want)
+	}
+	return m
+}
+
+// ExpectConnectionClose reads until connection.close, answers close-ok
+// and returns it.
+func (r *Raw) ExpectConnectionClose() *amqp.ConnectionClose {
+	r.t.Helper()
+	for {
+		_, m, err := r.Next()
+		if err != nil {
+			r.t.Fatalf("waiting for connection.close: %v", err)
+		}
+		if cc, ok := m.(*amqp.ConnectionClose); ok {
+			r.Send(0, &amqp.ConnectionCloseOk{})
+			return cc
+		}
+	}
+}
+
+// ExpectEOF fails unless the server closes the socket within timeout.
+func (r *Raw) ExpectEOF(timeout time.Duration) {
+	r.t.Helper()
+	_ = r.NC.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 4096)
+	for {
+		_, err := r.NC.Read(buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				r.t.Fatalf("socket still open after %v", timeout)
+			}
+			return
+		}
+	}
+}
