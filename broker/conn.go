@@ -17,14 +17,15 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/vhost"
 )
 
 // closeOkTimeout bounds how long a connection waits for the client's
 // connection.close-ok after sending connection.close.
 const closeOkTimeout = 3 * time.Second
 
-// maxOutbound caps a connection's unsent bytes; past it, producers of
-// frames for this connection (queues delivering to it) are told to wait.
+// maxOutbound caps a connection's unsent bytes; past it, queues stop
+// delivering to this connection's consumers until the writer catches up.
 const maxOutbound = 4 << 20
 
 // conn is one client connection. Its reader goroutine (run) owns the
@@ -40,11 +41,13 @@ type conn struct {
 	fr  *amqp.FrameReader
 	dec amqp.Decoder
 
-	// outMu guards out, outClosed and wroteAt. Held only to append or swap
-	// the buffer, never across I/O.
+	// outMu guards out, outClosed, inflight and waiters. Held only to
+	// append or swap the buffer, never across I/O.
 	outMu     sync.Mutex
 	out       []byte
 	outClosed bool
+	inflight  int      // bytes the writer is writing now
+	waiters   []func() // to call when the outbound bytes drop under the cap
 	wake      chan struct{} // one slot: the writer has work
 	writerEnd chan struct{} // closed when the writer has exited
 	spare     []byte        // writer-owned second buffer
@@ -70,6 +73,21 @@ type conn struct {
 	closeReason   atomic.Value // string
 
 	lastRead atomic.Int64 // unix nanos of the last byte read
+
+	vh        *vhost.VHost
+	dirty     []*channel.Channel // channels with confirms to flush
+	published bool               // has published: blocked by the memory alarm
+
+	// Requests from other goroutines for the reader (consumer timeouts):
+	// queued under reqMu, flagged in reqFlag, and the reader is woken by a
+	// read deadline in the past.
+	reqMu   sync.Mutex
+	reqs    []func()
+	reqFlag atomic.Bool
+
+	// snapMu guards snap, the channels as the sweeper may see them.
+	snapMu sync.Mutex
+	snap   map[uint16]*channel.Channel
 }
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
@@ -82,6 +100,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 		writerEnd:    make(chan struct{}),
 		channels:     make(map[uint16]*channel.Channel),
 		closingChans: make(map[uint16]struct{}),
+		snap:         make(map[uint16]*channel.Channel),
 	}
 	c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
 	c.fr = amqp.NewFrameReader(c.br)
@@ -95,23 +114,85 @@ type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
 	c := d.c
-	var dl time.Time
-	if c.heartbeat > 0 {
-		dl = time.Now().Add(2 * c.heartbeat)
+	for {
+		c.runRequests()
+		var dl time.Time
+		if c.heartbeat > 0 {
+			dl = time.Now().Add(2 * c.heartbeat)
+		}
+		if cd := c.closeDeadline.Load(); cd != 0 {
+			if t := time.Unix(0, cd); dl.IsZero() || t.Before(dl) {
+				dl = t
+			}
+		}
+		if err := c.nc.SetReadDeadline(dl); err != nil {
+			return 0, err
+		}
+		if c.reqFlag.Load() {
+			continue // posted after runRequests: serve it before blocking
+		}
+		n, err := c.nc.Read(p)
+		if n > 0 {
+			c.lastRead.Store(time.Now().UnixNano())
+		}
+		var ne net.Error
+		if n == 0 && err != nil && errors.As(err, &ne) && ne.Timeout() && c.reqFlag.Load() {
+			continue // woken to serve a request, not a real timeout
+		}
+		return n, err
 	}
-	if cd := c.closeDeadline.Load(); cd != 0 {
-		if t := time.Unix(0, cd); dl.IsZero() || t.Before(dl) {
-			dl = t
+}
+
+// post queues fn to run on the reader goroutine and wakes the reader.
+func (c *conn) post(fn func()) {
+	c.reqMu.Lock()
+	c.reqs = append(c.reqs, fn)
+	c.reqMu.Unlock()
+	c.reqFlag.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+func (c *conn) runRequests() {
+	if !c.reqFlag.Load() {
+		return
+	}
+	c.reqMu.Lock()
+	reqs := c.reqs
+	c.reqs = nil
+	c.reqFlag.Store(false)
+	c.reqMu.Unlock()
+	for _, fn := range reqs {
+		fn()
+	}
+}
+
+// checkTimeouts closes (through the reader) each channel holding a
+// delivery past its consumer timeout. Called by the server's sweeper.
+func (c *conn) checkTimeouts(now time.Time) {
+	c.snapMu.Lock()
+	type hit struct {
+		n  uint16
+		ch *channel.Channel
+		t  time.Duration
+	}
+	var hits []hit
+	for n, ch := range c.snap {
+		if t, ok := ch.TimedOut(now); ok {
+			hits = append(hits, hit{n, ch, t})
 		}
 	}
-	if err := c.nc.SetReadDeadline(dl); err != nil {
-		return 0, err
+	c.snapMu.Unlock()
+	for _, h := range hits {
+		c.post(func() {
+			if c.channels[h.n] != h.ch || c.closing.Load() {
+				return
+			}
+			c.log.Warn("consumer timeout: closing channel", zap.Uint16("channel", h.n), zap.Duration("timeout", h.t))
+			c.closeChannel(h.n, amqp.Errorf(amqp.PreconditionFailed,
+				"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
+					"This timeout value can be configured, see consumers doc guide to learn more", h.n, h.t.Milliseconds()))
+		})
 	}
-	n, err := c.nc.Read(p)
-	if n > 0 {
-		c.lastRead.Store(time.Now().UnixNano())
-	}
-	return n, err
 }
 
 // errHeartbeat is a peer that stayed silent for two heartbeat intervals.
@@ -131,9 +212,9 @@ func (c *conn) serve() {
 // teardown closes every channel (requeueing their unacked deliveries),
 // flushes what is queued for the client and closes the socket.
 func (c *conn) teardown(err error) {
-	for n, ch := range c.channels {
-		ch.Close()
-		delete(c.channels, n)
+	c.closeAllChannels()
+	if c.vh != nil {
+		c.vh.ConnectionClosed(c.id)
 	}
 	c.stopWriter()
 	c.nc.Close()
@@ -179,12 +260,22 @@ func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) {
 	c.signal()
 }
 
-// Outbound reports the bytes queued and not yet written.
-func (c *conn) Outbound() int {
+// Writable reports whether the bytes queued and being written are under
+// the cap (channel.FrameSink).
+func (c *conn) Writable() bool {
 	c.outMu.Lock()
-	n := len(c.out)
+	ok := len(c.out)+c.inflight < maxOutbound || c.outClosed
 	c.outMu.Unlock()
-	return n
+	return ok
+}
+
+// NotifyWritable calls fn once the outbound bytes fall under the cap
+// (channel.FrameSink). It runs on the writer goroutine.
+func (c *conn) NotifyWritable(fn func()) {
+	c.outMu.Lock()
+	c.waiters = append(c.waiters, fn)
+	c.outMu.Unlock()
+	c.signal()
 }
 
 func (c *conn) signal() {
@@ -225,7 +316,16 @@ func (c *conn) writeLoop() {
 		buf := c.out
 		c.out = c.spare[:0]
 		closed := c.outClosed
+		c.inflight = len(buf)
+		var waiters []func()
+		if len(c.waiters) > 0 && c.inflight < maxOutbound {
+			waiters = c.waiters
+			c.waiters = nil
+		}
 		c.outMu.Unlock()
+		for _, fn := range waiters {
+			fn()
+		}
 		if len(buf) > 0 {
 			wrote = true
 			if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(c.heartbeat))); err != nil {
@@ -241,6 +341,9 @@ func (c *conn) writeLoop() {
 				return
 			}
 		}
+		c.outMu.Lock()
+		c.inflight = 0
+		c.outMu.Unlock()
 		if cap(buf) > 1<<20 {
 			buf = nil // do not keep a burst's buffer forever
 		}
@@ -374,6 +477,7 @@ func (c *conn) handshake() error {
 		return c.awaitCloseOk(errors.New(e.Text))
 	}
 	c.vhost = op.VirtualHost
+	c.vh = c.srv.vhosts[op.VirtualHost]
 	c.SendMethod(0, &amqp.ConnectionOpenOk{})
 	c.closeDeadline.Store(0)
 	return nil
@@ -422,6 +526,14 @@ func (c *conn) handshakeUnexpected(m amqp.Method) error {
 // readLoop reads and dispatches frames until the connection ends.
 func (c *conn) readLoop() error {
 	for {
+		if c.br.Buffered() == 0 {
+			c.flushConfirms()
+			if c.published && c.srv.memoryAlarm() {
+				if err := c.blockWhileAlarm(); err != nil {
+					return err
+				}
+			}
+		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			if c.closing.Load() {
@@ -456,6 +568,45 @@ func (c *conn) readLoop() error {
 			return c.fail(err)
 		}
 	}
+}
+
+// flushConfirms sends the publisher confirms of this read batch.
+func (c *conn) flushConfirms() {
+	for _, ch := range c.dirty {
+		ch.Flush()
+	}
+	clear(c.dirty)
+	c.dirty = c.dirty[:0]
+}
+
+// blockWhileAlarm stops reading from a publishing connection while queues
+// hold more than the memory watermark: TCP backpressure reaches the
+// publisher, as RabbitMQ's memory alarm does. Clients that advertise
+// connection.blocked are told.
+func (c *conn) blockWhileAlarm() error {
+	notify := c.clientCapability("connection.blocked")
+	if notify {
+		c.SendMethod(0, &amqp.ConnectionBlocked{Reason: "low on memory"})
+	}
+	c.log.Warn("memory alarm: blocking publishing connection", zap.Int64("memory", c.srv.MemoryUsed()))
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for c.srv.memoryAlarm() {
+		select {
+		case <-t.C:
+		case <-c.srv.stop:
+			return nil
+		}
+		c.runRequests()
+		if c.closing.Load() {
+			return nil
+		}
+	}
+	if notify {
+		c.SendMethod(0, &amqp.ConnectionUnblocked{})
+	}
+	c.log.Info("memory alarm cleared: unblocking connection")
+	return nil
 }
 
 // whileClosing handles a frame after we sent connection.close: everything
@@ -533,7 +684,12 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		if ch == nil {
 			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: "UNEXPECTED_FRAME - expected method frame, got non method frame instead"}
 		}
-		return c.channelResult(f.Channel, ch.HandleContent(f))
+		err := ch.HandleContent(f)
+		c.published = true
+		if ch.NeedsFlush() {
+			c.markDirty(ch)
+		}
+		return c.channelResult(f.Channel, err)
 	}
 	m, err := c.dec.Decode(f.Payload)
 	if err != nil {
@@ -556,8 +712,8 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		e.ClassID, e.MethodID = m.Index()
 		return e
 	case *amqp.ChannelClose:
-		ch.Close()
-		delete(c.channels, f.Channel)
+		ch.Flush()
+		c.removeChannel(f.Channel)
 		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
 		return nil
 	case *amqp.ChannelCloseOk:
@@ -565,7 +721,37 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		// for a channel in the open state.
 		return nil
 	}
-	return c.channelResult(f.Channel, ch.HandleMethod(m))
+	err = ch.HandleMethod(m)
+	if ch.NeedsFlush() {
+		c.markDirty(ch)
+	}
+	return c.channelResult(f.Channel, err)
+}
+
+func (c *conn) markDirty(ch *channel.Channel) {
+	if n := len(c.dirty); n == 0 || c.dirty[n-1] != ch {
+		c.dirty = append(c.dirty, ch)
+	}
+}
+
+// removeChannel closes a channel and forgets it.
+func (c *conn) removeChannel(n uint16) {
+	ch := c.channels[n]
+	if ch == nil {
+		return
+	}
+	delete(c.channels, n)
+	c.snapMu.Lock()
+	delete(c.snap, n)
+	c.snapMu.Unlock()
+	for i, d := range c.dirty {
+		if d == ch {
+			c.dirty[i] = c.dirty[len(c.dirty)-1]
+			c.dirty = c.dirty[:len(c.dirty)-1]
+			break
+		}
+	}
+	ch.Close()
 }
 
 // channelResult turns a channel's soft error into channel.close; hard
@@ -586,9 +772,9 @@ func (c *conn) channelResult(n uint16, err error) error {
 // requeued now; the number is free again once the client's close-ok comes.
 func (c *conn) closeChannel(n uint16, e *amqp.Error) {
 	if ch := c.channels[n]; ch != nil {
-		ch.Close()
-		delete(c.channels, n)
+		ch.Flush() // confirms already earned go out before the close
 	}
+	c.removeChannel(n)
 	c.closingChans[n] = struct{}{}
 	c.log.Debug("closing channel", zap.Uint16("channel", n), zap.Uint16("code", e.Code), zap.String("text", e.Text))
 	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
@@ -618,14 +804,25 @@ func (c *conn) openChannel(n uint16) error {
 	if n > c.channelMax {
 		return amqp.Errorf(amqp.NotAllowed, "channel number %d is higher than the negotiated channel_max (%d)", n, c.channelMax)
 	}
+	if len(c.channels) >= int(c.channelMax) {
+		return amqp.Errorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
+	}
 	ch := channel.New(channel.Config{
-		Number:   n,
-		Sink:     c,
-		User:     c.user,
-		FrameMax: c.frameMax,
-		Logger:   c.log,
+		Number:          n,
+		Sink:            c,
+		VHost:           c.vh,
+		ConnID:          c.id,
+		User:            c.user,
+		MaxMessageSize:  c.srv.opts.MaxMessageSize,
+		ConsumerTimeout: c.srv.opts.ConsumerTimeout,
+		CancelNotify:    c.clientCapability("consumer_cancel_notify"),
+		Replies:         &c.srv.replies,
+		Logger:          c.log,
 	})
 	c.channels[n] = ch
+	c.snapMu.Lock()
+	c.snap[n] = ch
+	c.snapMu.Unlock()
 	c.SendMethod(n, &amqp.ChannelOpenOk{})
 	return nil
 }
@@ -689,9 +886,8 @@ func (c *conn) handleChannel0(f amqp.Frame) error {
 }
 
 func (c *conn) closeAllChannels() {
-	for n, ch := range c.channels {
-		ch.Close()
-		delete(c.channels, n)
+	for n := range c.channels {
+		c.removeChannel(n)
 	}
 }
 

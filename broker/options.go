@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +30,12 @@ type Options struct {
 	ConsumerTimeout time.Duration
 	// MaxMessageSize bounds a message body (RabbitMQ's max_message_size).
 	MaxMessageSize uint64
+	// MemoryHighWatermark is the bytes of message bodies queues may hold in
+	// memory before publishing connections are blocked (RabbitMQ's memory
+	// alarm). 0 means 40% of the machine's memory.
+	MemoryHighWatermark int64
+	// TimeoutCheckInterval is how often consumer timeouts are checked.
+	TimeoutCheckInterval time.Duration
 	// Logger receives the broker's logs; nil discards them.
 	Logger *zap.Logger
 	// Version is reported in the server properties.
@@ -81,6 +90,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxMessageSize == 0 {
 		o.MaxMessageSize = DefaultMaxMessageSize
 	}
+	if o.MemoryHighWatermark == 0 {
+		o.MemoryHighWatermark = defaultWatermark()
+	}
+	if o.TimeoutCheckInterval == 0 {
+		o.TimeoutCheckInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -88,4 +103,20 @@ func (o Options) withDefaults() Options {
 		o.Version = "0.1.0"
 	}
 	return o
+}
+
+// defaultWatermark is 40% of physical memory (RabbitMQ's default
+// vm_memory_high_watermark), or 1 GiB when that cannot be read.
+func defaultWatermark() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					return kb * 1024 * 4 / 10
+				}
+			}
+		}
+	}
+	return 1 << 30
 }

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/vhost"
 )
 
 // Server is a railmq broker: it accepts AMQP 0-9-1 connections and serves
@@ -27,6 +29,12 @@ type Server struct {
 	wg       sync.WaitGroup // one per connection goroutine
 
 	nextID atomic.Uint64
+
+	vhosts  map[string]*vhost.VHost // fixed at New
+	memory  atomic.Int64            // message body bytes held by queues
+	replies channel.ReplyRegistry
+	stop    chan struct{}           // closed by Shutdown: stops the sweeper
+	swept   chan struct{}           // closed when the sweeper has exited
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -40,7 +48,11 @@ func New(opts Options) (*Server, error) {
 		log:   opts.Logger,
 		users: &users{passwords: opts.Users, loopback: opts.LoopbackUsers},
 		conns: make(map[*conn]struct{}),
+		stop:  make(chan struct{}),
+		swept: make(chan struct{}),
 	}
+	s.vhosts = map[string]*vhost.VHost{"/": vhost.New("/", &s.memory, s.log)}
+	go s.sweep()
 	return s, nil
 }
 
@@ -126,7 +138,11 @@ func (s *Server) forget(c *conn) {
 // done (then it closes what is left).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	already := s.shutdown
 	s.shutdown = true
+	if !already {
+		close(s.stop)
+	}
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -152,11 +168,47 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-done
 	}
+	<-s.swept
+	for _, v := range s.vhosts {
+		v.Close()
+	}
 	s.log.Info("shut down")
 	return ctx.Err()
 }
 
-func (s *Server) hasVHost(name string) bool { return name == "/" }
+func (s *Server) hasVHost(name string) bool { return s.vhosts[name] != nil }
+
+// VHost returns a virtual host by name (tests, metrics).
+func (s *Server) VHost(name string) *vhost.VHost { return s.vhosts[name] }
+
+// MemoryUsed is the bytes of message bodies held by queues.
+func (s *Server) MemoryUsed() int64 { return s.memory.Load() }
+
+// memoryAlarm reports whether queues hold more than the watermark.
+func (s *Server) memoryAlarm() bool { return s.memory.Load() > s.opts.MemoryHighWatermark }
+
+// sweep checks consumer timeouts on every connection until Shutdown.
+func (s *Server) sweep() {
+	defer close(s.swept)
+	t := time.NewTicker(s.opts.TimeoutCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			conns := make([]*conn, 0, len(s.conns))
+			for c := range s.conns {
+				conns = append(conns, c)
+			}
+			s.mu.Unlock()
+			for _, c := range conns {
+				c.checkTimeouts(now)
+			}
+		}
+	}
+}
 
 // serverProperties are what connection.start advertises. A capability is
 // listed only once it works.
@@ -169,7 +221,15 @@ func (s *Server) serverProperties() amqp.Table {
 		"copyright":    "Copyright (c) the railmq authors",
 		"information":  "Licensed under the Apache License 2.0",
 		"capabilities": amqp.Table{
+			"publisher_confirms":           true,
+			"exchange_exchange_bindings":   true,
+			"basic.nack":                   true,
+			"consumer_cancel_notify":       true,
+			"connection.blocked":           true,
+			"consumer_priorities":          true,
 			"authentication_failure_close": true,
+			"per_consumer_qos":             true,
+			"direct_reply_to":              true,
 		},
 	}
 }

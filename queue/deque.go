@@ -1,0 +1,107 @@
+package queue
+
+// deque is a ring buffer of deliveries, growing by doubling.
+type deque struct {
+	buf  []Delivery
+	head int
+	n    int
+}
+
+func (d *deque) len() int { return d.n }
+
+func (d *deque) pushBack(x Delivery) {
+	if d.n == len(d.buf) {
+		d.grow()
+	}
+	d.buf[(d.head+d.n)&(len(d.buf)-1)] = x
+	d.n++
+}
+
+func (d *deque) pushFront(x Delivery) {
+	if d.n == len(d.buf) {
+		d.grow()
+	}
+	d.head = (d.head - 1) & (len(d.buf) - 1)
+	d.buf[d.head] = x
+	d.n++
+}
+
+func (d *deque) front() *Delivery { return &d.buf[d.head] }
+
+func (d *deque) popFront() Delivery {
+	x := d.buf[d.head]
+	d.buf[d.head] = Delivery{}
+	d.head = (d.head + 1) & (len(d.buf) - 1)
+	d.n--
+	if d.n == 0 {
+		d.head = 0
+		if len(d.buf) > 1024 {
+			d.buf = nil // give a drained backlog's memory back
+		}
+	}
+	return x
+}
+
+func (d *deque) grow() {
+	size := max(16, 2*len(d.buf))
+	nb := make([]Delivery, size)
+	for i := 0; i < d.n; i++ {
+		nb[i] = d.buf[(d.head+i)&(len(d.buf)-1)]
+	}
+	d.buf, d.head = nb, 0
+}
+
+// each calls fn on every element in order.
+func (d *deque) each(fn func(*Delivery)) {
+	for i := 0; i < d.n; i++ {
+		fn(&d.buf[(d.head+i)&(len(d.buf)-1)])
+	}
+}
+
+func (d *deque) clear() {
+	d.buf, d.head, d.n = nil, 0, 0
+}
+
+// seqHeap is a min-heap of deliveries by Seq: requeued messages waiting to
+// go out again ahead of later ones (their original place).
+type seqHeap []Delivery
+
+func (h *seqHeap) push(x Delivery) {
+	*h = append(*h, x)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].Seq <= s[i].Seq {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *seqHeap) pop() Delivery {
+	s := *h
+	x := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = Delivery{}
+	s = s[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s[l].Seq < s[m].Seq {
+			m = l
+		}
+		if r < len(s) && s[r].Seq < s[m].Seq {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[m], s[i] = s[i], s[m]
+		i = m
+	}
+	*h = s
+	return x
+}

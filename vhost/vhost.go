@@ -1,0 +1,780 @@
+// Package vhost is the registry of one virtual host: its exchanges, queues
+// and bindings, and the rules for declaring, binding and deleting them
+// (with RabbitMQ's reply codes and texts). It imports exchange, queue and
+// amqp; channels call it, never the reverse.
+package vhost
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
+)
+
+// VHost is a virtual host.
+type VHost struct {
+	name   string
+	log    *zap.Logger
+	memory *atomic.Int64
+
+	// mu guards exchanges and queues. Never held while waiting on a queue
+	// goroutine: queues call back into the registry (auto-delete).
+	mu        sync.RWMutex
+	exchanges map[string]*exchange.Exchange
+	queues    map[string]*queue.Queue
+}
+
+// New creates a vhost with the default and amq.* exchanges. memory is the
+// broker-wide count of message bytes held by queues.
+func New(name string, memory *atomic.Int64, log *zap.Logger) *VHost {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	v := &VHost{
+		name:      name,
+		log:       log.With(zap.String("vhost", name)),
+		memory:    memory,
+		exchanges: make(map[string]*exchange.Exchange),
+		queues:    make(map[string]*queue.Queue),
+	}
+	for _, x := range []struct {
+		name string
+		kind exchange.Kind
+	}{
+		{"amq.direct", exchange.Direct}, {"amq.fanout", exchange.Fanout}, {"amq.topic", exchange.Topic},
+		{"amq.headers", exchange.Headers}, {"amq.match", exchange.Headers},
+		{"amq.rabbitmq.trace", exchange.Topic},
+	} {
+		v.exchanges[x.name] = exchange.New(x.name, x.kind, true, false, x.name == "amq.rabbitmq.trace", nil)
+	}
+	return v
+}
+
+// Name is the vhost's name.
+func (v *VHost) Name() string { return v.name }
+
+func (v *VHost) noExchange(name string) *amqp.Error {
+	return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", name, v.name)
+}
+
+func (v *VHost) noQueue(name string) *amqp.Error {
+	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, v.name)
+}
+
+func (v *VHost) locked(name string) *amqp.Error {
+	return amqp.Errorf(amqp.ResourceLocked, "cannot obtain exclusive access to locked queue '%s' in vhost '%s'. "+
+		"It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", name, v.name)
+}
+
+// --- exchanges -----------------------------------------------------------
+
+// ExchangeDecl is an exchange.declare.
+type ExchangeDecl struct {
+	Name, Type                                 string
+	Passive, Durable, AutoDelete, Internal bool
+	Args                                       amqp.Table
+}
+
+// DeclareExchange declares (or checks, when passive) an exchange.
+func (v *VHost) DeclareExchange(d ExchangeDecl) error {
+	if d.Name == "" {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ex := v.exchanges[d.Name]
+	if d.Passive {
+		if ex == nil {
+			return v.noExchange(d.Name)
+		}
+		return nil
+	}
+	kind, ok := exchange.ParseKind(d.Type)
+	if !ok {
+		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
+	}
+	if strings.HasPrefix(d.Name, "amq.") && ex == nil {
+		return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	if ex != nil {
+		return v.exchangeEquivalent(ex, kind, d)
+	}
+	if ae, ok := d.Args["alternate-exchange"]; ok {
+		if _, isStr := ae.(string); !isStr {
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': %s",
+				d.Name, v.name, typeError("longstr", ae))
+		}
+	}
+	v.exchanges[d.Name] = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	return nil
+}
+
+func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d ExchangeDecl) error {
+	ineq := func(arg string, got, cur any) error {
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for exchange '%s' in vhost '%s': received %s but current is %s",
+			arg, d.Name, v.name, showArg(got), showArg(cur))
+	}
+	switch {
+	case ex.Kind != kind:
+		return ineq("type", kind.String(), ex.Kind.String())
+	case ex.Durable != d.Durable:
+		return ineq("durable", d.Durable, ex.Durable)
+	case ex.AutoDelete != d.AutoDelete:
+		return ineq("auto_delete", d.AutoDelete, ex.AutoDelete)
+	case ex.Internal != d.Internal:
+		return ineq("internal", d.Internal, ex.Internal)
+	}
+	if err := argsEquivalent(d.Args, ex.Args, []string{"alternate-exchange"}, func(k string, got, cur any) error {
+		return ineq(k, got, cur)
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// DeleteExchange deletes an exchange; a missing one is fine (idempotent).
+func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
+	if name == "" {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	if strings.HasPrefix(name, "amq.") {
+		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, v.name)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ex := v.exchanges[name]
+	if ex == nil {
+		return nil
+	}
+	if ifUnused && ex.HasBindings() {
+		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
+	}
+	v.removeExchangeLocked(ex)
+	return nil
+}
+
+// removeExchangeLocked drops ex and every binding to it. v.mu held.
+func (v *VHost) removeExchangeLocked(ex *exchange.Exchange) {
+	delete(v.exchanges, ex.Name)
+	d := exchange.Dest{Name: ex.Name, Exchange: true}
+	for _, other := range v.exchanges {
+		if other.RemoveDest(d) > 0 {
+			v.autoDeleteLocked(other)
+		}
+	}
+}
+
+// autoDeleteLocked deletes an auto-delete exchange left without bindings.
+func (v *VHost) autoDeleteLocked(ex *exchange.Exchange) {
+	if ex.AutoDelete && !ex.HasBindings() && v.exchanges[ex.Name] == ex {
+		v.removeExchangeLocked(ex)
+	}
+}
+
+// Bind binds a queue (or, with toExchange, an exchange) to source.
+func (v *VHost) Bind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table) error {
+	return v.bind(owner, dest, toExchange, source, key, args, true)
+}
+
+// Unbind removes a binding; a binding that does not exist is fine.
+func (v *VHost) Unbind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table) error {
+	return v.bind(owner, dest, toExchange, source, key, args, false)
+}
+
+func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+	if source == "" || (toExchange && dest == "") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if toExchange {
+		if v.exchanges[dest] == nil {
+			return v.noExchange(dest)
+		}
+	} else {
+		q := v.queues[dest]
+		if q == nil {
+			return v.noQueue(dest)
+		}
+		if c := q.Config(); c.Exclusive && c.Owner != owner {
+			return v.locked(dest)
+		}
+	}
+	src := v.exchanges[source]
+	if src == nil {
+		return v.noExchange(source)
+	}
+	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
+	}
+	b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
+	if add {
+		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
+			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
+		}
+		src.Bind(b)
+		return nil
+	}
+	if src.Unbind(b) {
+		v.autoDeleteLocked(src)
+	}
+	return nil
+}
+
+// --- queues --------------------------------------------------------------
+
+// QueueDecl is a queue.declare.
+type QueueDecl struct {
+	Name                                     string
+	Passive, Durable, Exclusive, AutoDelete bool
+	Args                                     amqp.Table
+	Owner                                    uint64 // declaring connection
+}
+
+// DeclareQueue declares (or checks, when passive) a queue and returns it
+// with its ready message and consumer counts.
+func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue, messages, consumers int, err error) {
+	if d.Name == "" && !d.Passive {
+		d.Name = GenerateName("amq.gen-")
+	}
+	q, err = v.declareQueue(d, defaults)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	messages, consumers, err = q.Stats()
+	if err != nil { // deleted under us (auto-delete): as if it never was
+		return nil, 0, 0, v.noQueue(d.Name)
+	}
+	return q, messages, consumers, nil
+}
+
+func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	q := v.queues[d.Name]
+	if q != nil {
+		// Exclusivity is checked before equivalence (errata §8).
+		if c := q.Config(); c.Exclusive && c.Owner != d.Owner {
+			return nil, v.locked(d.Name)
+		}
+		if d.Passive {
+			return q, nil
+		}
+		return q, v.queueEquivalent(q, d)
+	}
+	if d.Passive {
+		return nil, v.noQueue(d.Name)
+	}
+	if strings.HasPrefix(d.Name, "amq.") {
+		return nil, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	args, err := validateQueueArgs(d.Name, v.name, d.Args)
+	if err != nil {
+		return nil, err
+	}
+	cfg := defaults
+	cfg.Name, cfg.VHost = d.Name, v.name
+	cfg.Durable = d.Durable && !d.Exclusive // durable+exclusive is transient (errata §30)
+	cfg.Exclusive, cfg.AutoDelete, cfg.Owner = d.Exclusive, d.AutoDelete, d.Owner
+	cfg.Args = d.Args
+	cfg.ConsumerTimeout = args.consumerTimeout
+	cfg.Memory = v.memory
+	cfg.Logger = v.log
+	cfg.OnEmptyOfConsumers = v.forgetQueue
+	q = queue.New(cfg)
+	v.queues[d.Name] = q
+	return q, nil
+}
+
+func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
+	c := q.Config()
+	ineq := func(arg string, got, cur any) error {
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received %s but current is %s",
+			arg, d.Name, v.name, showArg(got), showArg(cur))
+	}
+	durable := d.Durable && !d.Exclusive
+	switch {
+	case c.Durable != durable:
+		return ineq("durable", durable, c.Durable)
+	case c.AutoDelete != d.AutoDelete:
+		return ineq("auto_delete", d.AutoDelete, c.AutoDelete)
+	case c.Exclusive != d.Exclusive:
+		return v.locked(d.Name)
+	}
+	if t, ok := d.Args["x-queue-type"]; ok && !isClassic(t) {
+		return ineq("x-queue-type", t, "classic")
+	}
+	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
+}
+
+func isClassic(t any) bool {
+	s, ok := t.(string)
+	return ok && s == "classic"
+}
+
+// forgetQueue removes an auto-deleted queue (called on its goroutine).
+func (v *VHost) forgetQueue(q *queue.Queue) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.removeQueueLocked(q)
+}
+
+func (v *VHost) removeQueueLocked(q *queue.Queue) {
+	if v.queues[q.Name()] != q {
+		return
+	}
+	delete(v.queues, q.Name())
+	d := exchange.Dest{Name: q.Name()}
+	for _, ex := range v.exchanges {
+		if ex.RemoveDest(d) > 0 {
+			v.autoDeleteLocked(ex)
+		}
+	}
+}
+
+// Queue looks up a queue for consume, get, purge and the like: 404 if it
+// is missing, 405 if another connection owns it.
+func (v *VHost) Queue(owner uint64, name string) (*queue.Queue, error) {
+	v.mu.RLock()
+	q := v.queues[name]
+	v.mu.RUnlock()
+	if q == nil {
+		return nil, v.noQueue(name)
+	}
+	if c := q.Config(); c.Exclusive && c.Owner != owner {
+		return nil, v.locked(name)
+	}
+	return q, nil
+}
+
+// DeleteQueue deletes a queue and returns how many messages it held. A
+// missing queue is fine (idempotent).
+func (v *VHost) DeleteQueue(owner uint64, name string, ifUnused, ifEmpty bool) (int, error) {
+	q, err := v.Queue(owner, name)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n, err := q.Delete(ifUnused, ifEmpty)
+	switch {
+	case errors.Is(err, queue.ErrInUse):
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", name, v.name)
+	case errors.Is(err, queue.ErrNotEmpty):
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", name, v.name)
+	case errors.Is(err, queue.ErrDeleted):
+		return 0, nil
+	}
+	v.mu.Lock()
+	v.removeQueueLocked(q)
+	v.mu.Unlock()
+	return n, nil
+}
+
+// ConnectionClosed deletes the exclusive queues the connection owned.
+func (v *VHost) ConnectionClosed(owner uint64) {
+	v.mu.RLock()
+	var mine []*queue.Queue
+	for _, q := range v.queues {
+		if c := q.Config(); c.Exclusive && c.Owner == owner {
+			mine = append(mine, q)
+		}
+	}
+	v.mu.RUnlock()
+	for _, q := range mine {
+		_, _ = q.Delete(false, false)
+		v.mu.Lock()
+		v.removeQueueLocked(q)
+		v.mu.Unlock()
+	}
+}
+
+// Close stops every queue (broker shutdown).
+func (v *VHost) Close() {
+	v.mu.Lock()
+	qs := make([]*queue.Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	v.queues = map[string]*queue.Queue{}
+	v.mu.Unlock()
+	for _, q := range qs {
+		_, _ = q.Delete(false, false)
+	}
+}
+
+// Queues returns a snapshot of the queues (metrics, tests).
+func (v *VHost) Queues() []*queue.Queue {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	qs := make([]*queue.Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// HasExchange reports whether the exchange exists.
+func (v *VHost) HasExchange(name string) bool {
+	if name == "" {
+		return true
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.exchanges[name] != nil
+}
+
+// --- routing -------------------------------------------------------------
+
+// Scratch is per-channel routing state, reused across publishes so that
+// routing allocates nothing.
+type Scratch struct {
+	Queues  []*queue.Queue
+	dests   []exchange.Dest
+	pending []*exchange.Exchange
+	visited []string
+	seen    map[*queue.Queue]struct{}
+	// RawHeaders is the message's headers table (body only), decoded on
+	// demand for headers exchanges.
+	RawHeaders []byte
+	headers    amqp.Table
+	decoded    bool
+}
+
+func (s *Scratch) headerTable() amqp.Table {
+	if !s.decoded {
+		s.decoded = true
+		s.headers = nil
+		if len(s.RawHeaders) > 0 {
+			s.headers, _ = amqp.DecodeTable(s.RawHeaders) // validated when the header frame was read
+		}
+	}
+	return s.headers
+}
+
+// Route finds the queues a message published to exchange name with key
+// reaches, following exchange-to-exchange bindings and alternate
+// exchanges, each queue once. The result is s.Queues.
+func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
+	s.Queues = s.Queues[:0]
+	s.decoded = false
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if name == "" {
+		if q := v.queues[key]; q != nil {
+			s.Queues = append(s.Queues, q)
+		}
+		return s.Queues, nil
+	}
+	ex := v.exchanges[name]
+	if ex == nil {
+		return nil, v.noExchange(name)
+	}
+	if ex.Internal {
+		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", name, v.name)
+	}
+	s.visited = append(s.visited[:0], name)
+	s.pending = append(s.pending[:0], ex)
+	for len(s.pending) > 0 {
+		ex := s.pending[len(s.pending)-1]
+		s.pending = s.pending[:len(s.pending)-1]
+		var hdr amqp.Table
+		if ex.Kind == exchange.Headers {
+			hdr = s.headerTable()
+		}
+		s.dests = ex.Route(key, hdr, s.dests[:0])
+		if len(s.dests) == 0 {
+			if ae, ok := ex.AlternateExchange(); ok {
+				v.follow(ae, s)
+			}
+			continue
+		}
+		for _, d := range s.dests {
+			if d.Exchange {
+				v.follow(d.Name, s)
+				continue
+			}
+			if q := v.queues[d.Name]; q != nil {
+				s.addQueue(q)
+			}
+		}
+	}
+	return s.Queues, nil
+}
+
+// follow queues exchange name for routing unless already visited (loops
+// in exchange-to-exchange bindings end here). v.mu read-held.
+func (v *VHost) follow(name string, s *Scratch) {
+	for _, n := range s.visited {
+		if n == name {
+			return
+		}
+	}
+	if ex := v.exchanges[name]; ex != nil {
+		s.visited = append(s.visited, name)
+		s.pending = append(s.pending, ex)
+	}
+}
+
+func (s *Scratch) addQueue(q *queue.Queue) {
+	if len(s.Queues) < 16 {
+		for _, x := range s.Queues {
+			if x == q {
+				return
+			}
+		}
+		s.Queues = append(s.Queues, q)
+		return
+	}
+	if s.seen == nil {
+		s.seen = make(map[*queue.Queue]struct{})
+	}
+	if len(s.seen) == 0 {
+		for _, x := range s.Queues {
+			s.seen[x] = struct{}{}
+		}
+	}
+	if _, ok := s.seen[q]; ok {
+		return
+	}
+	s.seen[q] = struct{}{}
+	s.Queues = append(s.Queues, q)
+}
+
+// ResetSeen must be called after a Route that used the large-fanout set.
+func (s *Scratch) ResetSeen() {
+	if len(s.seen) > 0 {
+		clear(s.seen)
+	}
+}
+
+// GenerateName returns prefix + base64url of 16 random bytes, as RabbitMQ
+// names server-named queues (amq.gen-) and consumer tags (amq.ctag-).
+func GenerateName(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// --- arguments -----------------------------------------------------------
+
+// equivalenceArgs are the queue arguments a redeclare must match
+// (RabbitMQ's rabbit_amqqueue equivalence list).
+var equivalenceArgs = []string{
+	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
+}
+
+func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {
+	for _, k := range keys {
+		g, gok := got[k]
+		c, cok := cur[k]
+		if !gok && !cok {
+			continue
+		}
+		if gok != cok || !sameValue(g, c) {
+			var gv, cv any = none{}, none{}
+			if gok {
+				gv = g
+			}
+			if cok {
+				cv = c
+			}
+			return ineq(k, gv, cv)
+		}
+	}
+	return nil
+}
+
+type none struct{}
+
+func sameValue(a, b any) bool {
+	ai, aok := toInt(a)
+	bi, bok := toInt(b)
+	if aok && bok {
+		return ai == bi
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b) && fmt.Sprintf("%T", a) == fmt.Sprintf("%T", b)
+}
+
+// showArg renders a value in RabbitMQ's inequivalent-arg texts.
+func showArg(v any) string {
+	switch v := v.(type) {
+	case none:
+		return "none"
+	case string:
+		return "'" + v + "'"
+	case bool:
+		return fmt.Sprintf("'%v'", v)
+	default:
+		return fmt.Sprintf("'%v'", v)
+	}
+}
+
+func toInt(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+// typeName is RabbitMQ's name for a field value's type.
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "longstr"
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64, int:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case amqp.Decimal:
+		return "decimal"
+	case time.Time:
+		return "timestamp"
+	case amqp.Table:
+		return "table"
+	case []any:
+		return "array"
+	case []byte:
+		return "binary"
+	case nil:
+		return "void"
+	}
+	return "unknown"
+}
+
+func typeError(want string, v any) string {
+	return fmt.Sprintf("\"expected %s, got %s\"", want, typeName(v))
+}
+
+type queueArgs struct {
+	consumerTimeout time.Duration
+}
+
+// validateQueueArgs checks the arguments RabbitMQ checks, with its texts;
+// unknown x- arguments are accepted.
+func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
+	var out queueArgs
+	bad := func(k string, detail string) error {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s': %s", k, q, vh, detail)
+	}
+	for k, v := range args {
+		switch k {
+		case "x-expires":
+			n, ok := toInt(v)
+			if !ok {
+				return out, bad(k, typeError("integer", v))
+			}
+			if n <= 0 {
+				return out, bad(k, fmt.Sprintf("{value_zero,%d}", n))
+			}
+		case "x-message-ttl", "x-max-length", "x-max-length-bytes", "x-delivery-limit":
+			n, ok := toInt(v)
+			if !ok {
+				return out, bad(k, typeError("integer", v))
+			}
+			if n < 0 {
+				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
+			}
+		case "x-consumer-timeout":
+			n, ok := toInt(v)
+			if !ok {
+				return out, bad(k, typeError("integer", v))
+			}
+			if n < 0 {
+				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
+			}
+			out.consumerTimeout = time.Duration(n) * time.Millisecond
+		case "x-max-priority":
+			n, ok := toInt(v)
+			if !ok {
+				return out, bad(k, typeError("integer", v))
+			}
+			if n < 0 {
+				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
+			}
+			if n > 255 {
+				return out, bad(k, fmt.Sprintf("{max_value_exceeded,%d}", n))
+			}
+		case "x-dead-letter-exchange", "x-dead-letter-routing-key":
+			if _, ok := v.(string); !ok {
+				return out, bad(k, typeError("longstr", v))
+			}
+		case "x-overflow":
+			s, ok := v.(string)
+			if !ok {
+				return out, bad(k, typeError("longstr", v))
+			}
+			if s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx" {
+				return out, bad(k, fmt.Sprintf("{unknown_overflow_type,<<\"%s\">>}", s))
+			}
+		case "x-queue-mode":
+			s, ok := v.(string)
+			if !ok {
+				return out, bad(k, typeError("longstr", v))
+			}
+			if s != "default" && s != "lazy" {
+				return out, bad(k, fmt.Sprintf("{unsupported_value,<<\"%s\">>}", s))
+			}
+		case "x-single-active-consumer":
+			if _, ok := v.(bool); !ok {
+				return out, bad(k, typeError("bool", v))
+			}
+		case "x-queue-type":
+			if !isClassic(v) {
+				return out, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'x-queue-type' for queue '%s' in vhost '%s': received %s but current is 'classic'",
+					q, vh, showArg(v))
+			}
+		}
+	}
+	if _, ok := args["x-dead-letter-routing-key"]; ok {
+		if _, ok := args["x-dead-letter-exchange"]; !ok {
+			return out, bad("x-dead-letter-routing-key", "{routing_key_but_no_dlx_defined,none}")
+		}
+	}
+	return out, nil
+}
