@@ -46,8 +46,8 @@ type conn struct {
 	outMu     sync.Mutex
 	out       []byte
 	outClosed bool
-	inflight  int      // bytes the writer is writing now
-	waiters   []func() // to call when the outbound bytes drop under the cap
+	inflight  int           // bytes the writer is writing now
+	waiters   []func()      // to call when the outbound bytes drop under the cap
 	wake      chan struct{} // one slot: the writer has work
 	writerEnd chan struct{} // closed when the writer has exited
 	spare     []byte        // writer-owned second buffer

@@ -33,8 +33,8 @@ type Server struct {
 	vhosts  map[string]*vhost.VHost // fixed at New
 	memory  atomic.Int64            // message body bytes held by queues
 	replies channel.ReplyRegistry
-	stop    chan struct{}           // closed by Shutdown: stops the sweeper
-	swept   chan struct{}           // closed when the sweeper has exited
+	stop    chan struct{} // closed by Shutdown: stops the sweeper
+	swept   chan struct{} // closed when the sweeper has exited
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

@@ -18,7 +18,7 @@ type ReplyRegistry struct {
 }
 
 func (r *ReplyRegistry) register(token string, c *Channel) { r.m.Store(token, c) }
-func (r *ReplyRegistry) unregister(token string)            { r.m.Delete(token) }
+func (r *ReplyRegistry) unregister(token string)           { r.m.Delete(token) }
 
 // deliver hands msg to the channel named by its routing key's token. It
 // reports false when there is no such consumer (the reply is unroutable).

@@ -80,9 +80,9 @@ func (v *VHost) locked(name string) *amqp.Error {
 
 // ExchangeDecl is an exchange.declare.
 type ExchangeDecl struct {
-	Name, Type                                 string
+	Name, Type                             string
 	Passive, Durable, AutoDelete, Internal bool
-	Args                                       amqp.Table
+	Args                                   amqp.Table
 }
 
 // DeclareExchange declares (or checks, when passive) an exchange.
@@ -235,10 +235,10 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 
 // QueueDecl is a queue.declare.
 type QueueDecl struct {
-	Name                                     string
+	Name                                    string
 	Passive, Durable, Exclusive, AutoDelete bool
-	Args                                     amqp.Table
-	Owner                                    uint64 // declaring connection
+	Args                                    amqp.Table
+	Owner                                   uint64 // declaring connection
 }
 
 // DeclareQueue declares (or checks, when passive) a queue and returns it
