@@ -244,6 +244,9 @@ type QueueDecl struct {
 // DeclareQueue declares (or checks, when passive) a queue and returns it
 // with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue, messages, consumers int, err error) {
+	if strings.HasPrefix(d.Name, "amq.") && !d.Passive {
+		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
 	if d.Name == "" && !d.Passive {
 		d.Name = GenerateName("amq.gen-")
 	}
@@ -274,9 +277,6 @@ func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, 
 	}
 	if d.Passive {
 		return nil, v.noQueue(d.Name)
-	}
-	if strings.HasPrefix(d.Name, "amq.") {
-		return nil, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	args, err := validateQueueArgs(d.Name, v.name, d.Args)
 	if err != nil {
@@ -586,12 +586,16 @@ func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got,
 			continue
 		}
 		if gok != cok || !sameValue(g, c) {
+			// RabbitMQ spells out the type when one side is missing.
 			var gv, cv any = none{}, none{}
 			if gok {
-				gv = g
+				gv = typedValue{g}
 			}
 			if cok {
-				cv = c
+				cv = typedValue{c}
+			}
+			if gok && cok {
+				gv, cv = g, c
 			}
 			return ineq(k, gv, cv)
 		}
@@ -600,6 +604,9 @@ func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got,
 }
 
 type none struct{}
+
+// typedValue renders as "the value 'V' of type 'T'".
+type typedValue struct{ v any }
 
 func sameValue(a, b any) bool {
 	ai, aok := toInt(a)
@@ -615,6 +622,8 @@ func showArg(v any) string {
 	switch v := v.(type) {
 	case none:
 		return "none"
+	case typedValue:
+		return fmt.Sprintf("the value '%v' of type '%s'", v.v, typeName(v.v))
 	case string:
 		return "'" + v + "'"
 	case bool:
@@ -750,7 +759,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 				return out, bad(k, typeError("longstr", v))
 			}
 			if s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx" {
-				return out, bad(k, fmt.Sprintf("{unknown_overflow_type,<<\"%s\">>}", s))
+				return out, bad(k, "invalid_overflow")
 			}
 		case "x-queue-mode":
 			s, ok := v.(string)
@@ -773,7 +782,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	}
 	if _, ok := args["x-dead-letter-routing-key"]; ok {
 		if _, ok := args["x-dead-letter-exchange"]; !ok {
-			return out, bad("x-dead-letter-routing-key", "{routing_key_but_no_dlx_defined,none}")
+			return out, bad("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
 		}
 	}
 	return out, nil

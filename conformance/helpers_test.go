@@ -1,0 +1,158 @@
+package conformance
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// env is one test's broker, connection and channel.
+type env struct {
+	t    *testing.T
+	b    *testutil.Broker
+	conn *rmq.Connection
+	ch   *rmq.Channel
+
+	confirmCh *rmq.Channel
+}
+
+func setup(t *testing.T, opts broker.Options) *env {
+	t.Helper()
+	b := testutil.Start(t, opts)
+	e := &env{t: t, b: b}
+	e.conn = dial(t, b.URL)
+	e.ch = e.channel(e.conn)
+	return e
+}
+
+func (e *env) channel(c *rmq.Connection) *rmq.Channel {
+	e.t.Helper()
+	ch, err := c.Channel()
+	if err != nil {
+		e.t.Fatalf("channel: %v", err)
+	}
+	return ch
+}
+
+// queue declares a fresh server-named, auto-delete-free transient queue.
+func (e *env) queue(name string, args rmq.Table) string {
+	e.t.Helper()
+	q, err := e.ch.QueueDeclare(name, false, false, false, false, args)
+	if err != nil {
+		e.t.Fatalf("queue.declare %q: %v", name, err)
+	}
+	if name != "" {
+		e.t.Cleanup(func() {
+			if c, err := rmq.Dial(e.b.URL); err == nil {
+				if ch, err := c.Channel(); err == nil {
+					_, _ = ch.QueueDelete(name, false, false, false)
+				}
+				c.Close()
+			}
+		})
+	}
+	return q.Name
+}
+
+func (e *env) publish(ex, key string, body string) {
+	e.t.Helper()
+	if err := e.ch.Publish(ex, key, false, false, rmq.Publishing{Body: []byte(body)}); err != nil {
+		e.t.Fatalf("publish: %v", err)
+	}
+}
+
+// publishConfirmed publishes on a confirm-mode channel of its own and
+// waits for the broker's ack: the message is then in its queues.
+func (e *env) publishConfirmed(ex, key string, p rmq.Publishing) {
+	e.t.Helper()
+	if e.confirmCh == nil {
+		e.confirmCh = e.channel(e.conn)
+		if err := e.confirmCh.Confirm(false); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	dc, err := e.confirmCh.PublishWithDeferredConfirm(ex, key, false, false, p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !dc.Wait() {
+		e.t.Fatal("publish nacked")
+	}
+}
+
+// get reads one message with basic.get, failing if there is none.
+func (e *env) get(ch *rmq.Channel, q string, autoAck bool) rmq.Delivery {
+	e.t.Helper()
+	var d rmq.Delivery
+	testutil.WaitFor(e.t, 5*time.Second, "a message on "+q, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = ch.Get(q, autoAck)
+		if err != nil {
+			e.t.Fatalf("basic.get %s: %v", q, err)
+		}
+		return ok
+	})
+	return d
+}
+
+// count returns a queue's ready messages (passive declare).
+func (e *env) count(q string) int {
+	e.t.Helper()
+	ch := e.channel(e.conn)
+	defer ch.Close()
+	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	if err != nil {
+		e.t.Fatalf("passive declare %s: %v", q, err)
+	}
+	return st.Messages
+}
+
+// waitCount polls until queue q holds n ready messages.
+func (e *env) waitCount(q string, n int) {
+	e.t.Helper()
+	testutil.WaitFor(e.t, 5*time.Second, "queue count", func() bool { return e.count(q) == n })
+}
+
+// expectClose fails unless err (or the channel's close notification) is
+// an AMQP exception with code and text.
+func expectErr(t *testing.T, err error, code int, text string) {
+	t.Helper()
+	var ae *rmq.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("got %v, want %d %q", err, code, text)
+	}
+	if ae.Code != code || (text != "" && ae.Reason != text) {
+		t.Fatalf("got %d %q\nwant %d %q", ae.Code, ae.Reason, code, text)
+	}
+}
+
+// recv waits for one delivery.
+func recv(t *testing.T, ds <-chan rmq.Delivery) rmq.Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-ds:
+		if !ok {
+			t.Fatal("delivery channel closed")
+		}
+		return d
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery within 5s")
+	}
+	return rmq.Delivery{}
+}
+
+// none fails if a delivery arrives within d.
+func none(t *testing.T, ds <-chan rmq.Delivery, d time.Duration) {
+	t.Helper()
+	select {
+	case m := <-ds:
+		t.Fatalf("unexpected delivery %q", m.Body)
+	case <-time.After(d):
+	}
+}
