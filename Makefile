@@ -40,5 +40,8 @@ fuzz: ## run every fuzz target for FUZZTIME each
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+compat: ## run amqp091-go's integration tests against a fresh railmq (allowlist: scripts/compat-expected-failures.txt)
+	GO="$(GO)" bash scripts/compat.sh
+
 clean: ## remove build output and ./data
 	rm -rf bin data

@@ -528,10 +528,11 @@ func (c *conn) readLoop() error {
 	for {
 		if c.br.Buffered() == 0 {
 			c.flushConfirms()
-			if c.published && c.srv.memoryAlarm() {
-				if err := c.blockWhileAlarm(); err != nil {
-					return err
-				}
+		}
+		if c.published && c.srv.memoryAlarm() {
+			c.flushConfirms()
+			if err := c.blockWhileAlarm(); err != nil {
+				return err
 			}
 		}
 		f, err := c.fr.ReadFrame()
@@ -794,8 +795,13 @@ func (c *conn) whileChannelClosing(f amqp.Frame) error {
 	case *amqp.ChannelCloseOk:
 		delete(c.closingChans, f.Channel)
 	case *amqp.ChannelClose:
-		delete(c.closingChans, f.Channel)
+		// Both sides closed at once: answer, and still expect the
+		// close-ok for ours (§4.2.4.1).
 		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
+	case *amqp.ChannelOpen:
+		// A client that took our close for done (no close-ok) reopens.
+		delete(c.closingChans, f.Channel)
+		return c.openChannel(f.Channel)
 	}
 	return nil
 }

@@ -113,13 +113,22 @@ func TestExclusiveQueue(t *testing.T) {
 	other := dial(t, e.b.URL)
 	locked := "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'excl-q' in vhost '/'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
 	for name, op := range map[string]func(*rmq.Channel) error{
-		"declare":         func(c *rmq.Channel) error { _, err := c.QueueDeclare(q.Name, false, false, true, false, nil); return err },
-		"passive declare": func(c *rmq.Channel) error { _, err := c.QueueDeclarePassive(q.Name, false, false, true, false, nil); return err },
-		"consume":         func(c *rmq.Channel) error { _, err := c.Consume(q.Name, "", false, false, false, false, nil); return err },
-		"get":             func(c *rmq.Channel) error { _, _, err := c.Get(q.Name, false); return err },
-		"purge":           func(c *rmq.Channel) error { _, err := c.QueuePurge(q.Name, false); return err },
-		"delete":          func(c *rmq.Channel) error { _, err := c.QueueDelete(q.Name, false, false, false); return err },
-		"bind":            func(c *rmq.Channel) error { return c.QueueBind(q.Name, "k", "amq.direct", false, nil) },
+		"declare": func(c *rmq.Channel) error {
+			_, err := c.QueueDeclare(q.Name, false, false, true, false, nil)
+			return err
+		},
+		"passive declare": func(c *rmq.Channel) error {
+			_, err := c.QueueDeclarePassive(q.Name, false, false, true, false, nil)
+			return err
+		},
+		"consume": func(c *rmq.Channel) error {
+			_, err := c.Consume(q.Name, "", false, false, false, false, nil)
+			return err
+		},
+		"get":    func(c *rmq.Channel) error { _, _, err := c.Get(q.Name, false); return err },
+		"purge":  func(c *rmq.Channel) error { _, err := c.QueuePurge(q.Name, false); return err },
+		"delete": func(c *rmq.Channel) error { _, err := c.QueueDelete(q.Name, false, false, false); return err },
+		"bind":   func(c *rmq.Channel) error { return c.QueueBind(q.Name, "k", "amq.direct", false, nil) },
 	} {
 		ch := e.channel(other)
 		err := op(ch)

@@ -213,7 +213,13 @@ func (q *Queue) call(o op) result {
 
 // Publish enqueues a message. It reports false if the queue is gone.
 func (q *Queue) Publish(m *Message) bool {
-	return q.post(op{kind: opPublish, msg: m})
+	if !q.post(op{kind: opPublish, msg: m}) {
+		return false
+	}
+	// Counted now, not when the queue gets to it, so that the memory
+	// alarm sees a burst as it arrives.
+	q.cfg.Memory.Add(int64(len(m.Body)))
+	return true
 }
 
 // Ack removes delivered messages for good.
@@ -343,7 +349,7 @@ func (q *Queue) apply(o *op) bool {
 	case opPublish:
 		q.ready.pushBack(Delivery{Msg: o.msg, Seq: q.nextSeq})
 		q.nextSeq++
-		q.account(int64(len(o.msg.Body)))
+		q.held += int64(len(o.msg.Body)) // Memory was counted by Publish
 	case opAck, opDiscard:
 		q.unacked -= len(o.ds)
 		var n int64
