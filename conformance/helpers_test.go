@@ -7,6 +7,7 @@ import (
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
 )
@@ -155,4 +156,9 @@ func none(t *testing.T, ds <-chan rmq.Delivery, d time.Duration) {
 		t.Fatalf("unexpected delivery %q", m.Body)
 	case <-time.After(d):
 	}
+}
+
+// frameConsume is a raw basic.consume on channel 1.
+func frameConsume(q string, noAck bool) []byte {
+	return amqp.AppendMethodFrame(nil, 1, &amqp.BasicConsume{Queue: q, ConsumerTag: "raw", NoAck: noAck})
 }
