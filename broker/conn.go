@@ -49,6 +49,7 @@ type conn struct {
 	inflight  int           // bytes the writer is writing now
 	waiters   []func()      // to call when the outbound bytes drop under the cap
 	wake      chan struct{} // one slot: the writer has work
+	tuned     chan struct{} // closed once frameMax and heartbeat are final
 	writerEnd chan struct{} // closed when the writer has exited
 	spare     []byte        // writer-owned second buffer
 
@@ -97,6 +98,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 		id:           id,
 		log:          s.log.With(zap.Uint64("conn", id), zap.String("remote", nc.RemoteAddr().String())),
 		wake:         make(chan struct{}, 1),
+		tuned:        make(chan struct{}),
 		writerEnd:    make(chan struct{}),
 		channels:     make(map[uint16]*channel.Channel),
 		closingChans: make(map[uint16]struct{}),
@@ -290,17 +292,19 @@ func (c *conn) signal() {
 func (c *conn) writeLoop() {
 	defer close(c.writerEnd)
 	var tick <-chan time.Time
-	var ticker *time.Ticker
+	tuned := c.tuned
+	var hb time.Duration // c.heartbeat, once tuned
 	wrote := false
 	for {
-		if ticker == nil && c.heartbeatReady() {
-			if hb := c.heartbeat; hb > 0 {
-				ticker = time.NewTicker(hb / 2)
+		select {
+		case <-tuned:
+			tuned = nil
+			if hb = c.heartbeat; hb > 0 {
+				ticker := time.NewTicker(hb / 2)
 				defer ticker.Stop()
 				tick = ticker.C
 			}
-		}
-		select {
+			continue
 		case <-c.wake:
 		case <-tick:
 			if !wrote {
@@ -328,7 +332,7 @@ func (c *conn) writeLoop() {
 		}
 		if len(buf) > 0 {
 			wrote = true
-			if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(c.heartbeat))); err != nil {
+			if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(hb))); err != nil {
 				return
 			}
 			if _, err := c.nc.Write(buf); err != nil {
@@ -362,9 +366,6 @@ func writeTimeout(hb time.Duration) time.Duration {
 	}
 	return 5 * time.Minute
 }
-
-// heartbeatReady reports whether tuning is done (c.heartbeat is final).
-func (c *conn) heartbeatReady() bool { return c.frameMax != 0 }
 
 // stopWriter flushes what is queued and waits for the writer to exit.
 func (c *conn) stopWriter() {
@@ -459,8 +460,9 @@ func (c *conn) handshake() error {
 	}
 	c.channelMax = to.ChannelMax
 	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
-	c.frameMax = to.FrameMax // the writer starts heartbeats once this is set
+	c.frameMax = to.FrameMax
 	c.fr.Max = to.FrameMax
+	close(c.tuned) // the writer starts heartbeats
 
 	m, err = c.readHandshakeMethod()
 	if err != nil {

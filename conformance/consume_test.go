@@ -464,6 +464,7 @@ func TestRecoverRequeues(t *testing.T) {
 	q := e.queue("", nil)
 	e.fill(q, 1)
 	e.get(e.ch, q, false)
+	//lint:ignore SA1019 basic.recover is the behaviour under test
 	if err := e.ch.Recover(true); err != nil {
 		t.Fatal(err)
 	}

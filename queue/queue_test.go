@@ -1,0 +1,253 @@
+package queue
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Sink that takes up to limit deliveries per consumer.
+type recorder struct {
+	mu        sync.Mutex
+	got       map[*Consumer][]Delivery
+	limit     int
+	cancelled []*Consumer
+}
+
+func newRecorder(limit int) *recorder {
+	return &recorder{got: map[*Consumer][]Delivery{}, limit: limit}
+}
+
+func (r *recorder) Deliver(c *Consumer, q *Queue, d Delivery) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.limit > 0 && len(r.got[c]) >= r.limit {
+		return false
+	}
+	r.got[c] = append(r.got[c], d)
+	return true
+}
+
+func (r *recorder) Cancelled(c *Consumer) {
+	r.mu.Lock()
+	r.cancelled = append(r.cancelled, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) bodies(c *Consumer) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, d := range r.got[c] {
+		out = append(out, string(d.Msg.Body))
+	}
+	return out
+}
+
+func msg(s string) *Message { return &Message{Body: []byte(s)} }
+
+func newQueue(t *testing.T, cfg Config) *Queue {
+	q := New(cfg)
+	t.Cleanup(func() { _, _ = q.Delete(false, false); <-q.Done() })
+	return q
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestFIFOAndRequeueOrder(t *testing.T) {
+	q := newQueue(t, Config{Name: "q"})
+	for i := 1; i <= 5; i++ {
+		q.Publish(msg(fmt.Sprint(i)))
+	}
+	var held []Delivery
+	for range 3 {
+		d, ok, _, err := q.Get(false)
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		held = append(held, d)
+	}
+	q.Requeue([]Delivery{held[2]})
+	q.Requeue([]Delivery{held[0], held[1]})
+	for _, want := range []string{"1", "2", "3", "4", "5"} {
+		d, ok, _, _ := q.Get(true)
+		if !ok || string(d.Msg.Body) != want || d.Redelivered != (want <= "3") {
+			t.Fatalf("want %s, got %q redelivered=%v", want, d.Msg.Body, d.Redelivered)
+		}
+		if want <= "3" && d.Count != 1 {
+			t.Fatalf("count %d", d.Count)
+		}
+	}
+}
+
+func TestRoundRobinAndPriority(t *testing.T) {
+	rec := newRecorder(0)
+	q := newQueue(t, Config{Name: "q"})
+	a := &Consumer{Tag: "a", Sink: rec}
+	b := &Consumer{Tag: "b", Sink: rec}
+	for _, c := range []*Consumer{a, b} {
+		if err := q.Consume(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		q.Publish(msg(fmt.Sprint(i)))
+	}
+	waitFor(t, "6 deliveries", func() bool { return len(rec.bodies(a))+len(rec.bodies(b)) == 6 })
+	if len(rec.bodies(a)) != 3 {
+		t.Fatalf("a %v b %v", rec.bodies(a), rec.bodies(b))
+	}
+	// A higher-priority consumer with room takes everything.
+	hi := &Consumer{Tag: "hi", Priority: 5, Sink: rec}
+	if err := q.Consume(hi); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		q.Publish(msg(fmt.Sprint("p", i)))
+	}
+	waitFor(t, "hi deliveries", func() bool { return len(rec.bodies(hi)) == 4 })
+	if len(rec.bodies(a))+len(rec.bodies(b)) != 6 {
+		t.Fatal("low priority consumers got messages while hi had room")
+	}
+}
+
+func TestBlockedConsumerWaitsForKick(t *testing.T) {
+	rec := newRecorder(1)
+	q := newQueue(t, Config{Name: "q"})
+	c := &Consumer{Tag: "c", Sink: rec}
+	c.Hold()
+	if err := q.Consume(c); err != nil {
+		t.Fatal(err)
+	}
+	q.Publish(msg("1"))
+	q.Publish(msg("2"))
+	if m, _, _ := q.Stats(); m != 2 {
+		t.Fatalf("held consumer got deliveries: ready %d", m)
+	}
+	q.Kick(c)
+	waitFor(t, "first delivery", func() bool { return len(rec.bodies(c)) == 1 })
+	if m, _, _ := q.Stats(); m != 1 {
+		t.Fatalf("ready %d", m)
+	}
+	rec.mu.Lock()
+	rec.limit = 2
+	rec.mu.Unlock()
+	q.Kick(c)
+	waitFor(t, "second delivery", func() bool { return len(rec.bodies(c)) == 2 })
+}
+
+func TestExclusiveConsumer(t *testing.T) {
+	rec := newRecorder(0)
+	q := newQueue(t, Config{Name: "q"})
+	if err := q.Consume(&Consumer{Tag: "x", Exclusive: true, Sink: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Consume(&Consumer{Tag: "y", Sink: rec}); err != ErrExclusiveConsumer {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDeleteCancelsConsumers(t *testing.T) {
+	rec := newRecorder(0)
+	q := New(Config{Name: "q"})
+	c := &Consumer{Tag: "c", Sink: rec}
+	if err := q.Consume(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Delete(true, false); err != ErrInUse {
+		t.Fatalf("if-unused: %v", err)
+	}
+	n, err := q.Delete(false, false)
+	if err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	<-q.Done()
+	if len(rec.cancelled) != 1 || rec.cancelled[0] != c {
+		t.Fatalf("cancelled %v", rec.cancelled)
+	}
+	if q.Publish(msg("late")) {
+		t.Fatal("publish to a deleted queue accepted")
+	}
+	if _, err := q.Purge(); err != ErrDeleted {
+		t.Fatalf("purge: %v", err)
+	}
+}
+
+func TestAutoDelete(t *testing.T) {
+	var deleted atomic.Bool
+	q := New(Config{Name: "q", AutoDelete: true, OnEmptyOfConsumers: func(*Queue) { deleted.Store(true) }})
+	rec := newRecorder(0)
+	a, b := &Consumer{Tag: "a", Sink: rec}, &Consumer{Tag: "b", Sink: rec}
+	_ = q.Consume(a)
+	_ = q.Consume(b)
+	q.Cancel(a)
+	if deleted.Load() {
+		t.Fatal("deleted with a consumer left")
+	}
+	q.Cancel(b)
+	if !deleted.Load() {
+		t.Fatal("not deleted after the last consumer")
+	}
+	<-q.Done()
+}
+
+func TestMemoryAccounting(t *testing.T) {
+	var mem atomic.Int64
+	q := newQueue(t, Config{Name: "q", Memory: &mem})
+	for range 10 {
+		q.Publish(&Message{Body: make([]byte, 100)})
+	}
+	d, _, _, _ := q.Get(false)
+	if mem.Load() != 1000 {
+		t.Fatalf("memory %d with one unacked", mem.Load())
+	}
+	q.Ack([]Delivery{d})
+	if _, err := q.Purge(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "memory released", func() bool { return mem.Load() == 0 })
+	q.Publish(&Message{Body: make([]byte, 100)})
+	_, _, _, _ = q.Get(false)
+	_, _ = q.Delete(false, false)
+	<-q.Done()
+	if mem.Load() != 0 {
+		t.Fatalf("memory %d after delete with an unacked message", mem.Load())
+	}
+}
+
+func BenchmarkPublishDeliver(b *testing.B) {
+	rec := &countSink{}
+	q := New(Config{Name: "bench"})
+	defer func() { _, _ = q.Delete(false, false); <-q.Done() }()
+	c := &Consumer{Tag: "c", NoAck: true, Sink: rec}
+	_ = q.Consume(c)
+	m := &Message{Body: make([]byte, 1024)}
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	for b.Loop() {
+		q.Publish(m)
+	}
+	for rec.n.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type countSink struct{ n atomic.Int64 }
+
+func (s *countSink) Deliver(*Consumer, *Queue, Delivery) bool { s.n.Add(1); return true }
+func (s *countSink) Cancelled(*Consumer)                      {}
