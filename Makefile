@@ -15,9 +15,8 @@ run: ## run the broker on :5672 with its data under ./data (guest/guest from loc
 build: ## build bin/railmq
 	$(GO) build -o bin/railmq ./cmd/railmq
 
-test: ## run every test (unit, fuzz seeds, conformance) with the race detector on concurrency code
-	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -race ./broker/... ./channel/... ./queue/... ./exchange/... ./vhost/... ./persist/...
+test: ## run every test (unit, fuzz seeds, conformance over real TCP) under the race detector
+	$(GO) test -count=1 -race $(PKGS)
 
 race: ## run every test under the race detector
 	$(GO) test -count=1 -race $(PKGS)
