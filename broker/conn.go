@@ -86,6 +86,8 @@ type conn struct {
 	reqs    []func()
 	reqFlag atomic.Bool
 
+	info atomic.Pointer[connInfo] // for the management API, once open
+
 	// snapMu guards snap, the channels as the sweeper may see them.
 	snapMu sync.Mutex
 	snap   map[uint16]*channel.Channel
@@ -480,6 +482,9 @@ func (c *conn) handshake() error {
 	}
 	c.vhost = op.VirtualHost
 	c.vh = c.srv.vhosts[op.VirtualHost]
+	host, port := peer(c.nc)
+	c.info.Store(&connInfo{Name: connectionName(c.nc), User: c.user, VHost: c.vhost, PeerHost: host, PeerPort: port,
+		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties, State: "running"})
 	c.SendMethod(0, &amqp.ConnectionOpenOk{})
 	c.closeDeadline.Store(0)
 	return nil

@@ -441,6 +441,7 @@ func (c *Channel) complete() error {
 		Body:       c.body,
 		Persistent: c.pubHeader.DeliveryMode == 2,
 		Priority:   c.pubHeader.Priority,
+		Enqueued:   time.Now().UnixNano(),
 	}
 	c.props, c.body = nil, nil
 	err := c.publish(msg, p.Mandatory, c.pubHeader)

@@ -20,6 +20,11 @@ type Message struct {
 	Body       []byte
 	Persistent bool // delivery-mode 2
 	Priority   uint8
+	Enqueued   int64 // unix nanos when published: the age of the oldest message
+	// ID is the message's record in the store (0: not stored); Shared
+	// says several durable queues reference that record.
+	ID     uint64
+	Shared bool
 }
 
 // Delivery is one queue's copy of a message: its place in the queue and
@@ -29,6 +34,19 @@ type Delivery struct {
 	Seq         uint64 // position in the queue, for FIFO and requeue order
 	Redelivered bool
 	Count       uint32 // times returned to the queue (x-delivery-count)
+	Transient   bool   // a transient message paged out to the store
+}
+
+// Confirmer learns when a published message is durable in a queue.
+type Confirmer interface {
+	Done(err error)
+}
+
+// Recovered describes a queue's entries found in the store at start-up.
+type Recovered struct {
+	Count     int
+	MaxSeq    uint64
+	Delivered uint64 // entries up to this sequence had been delivered
 }
 
 // Sink is where a queue hands messages to a consumer: the consumer's
@@ -81,6 +99,16 @@ type Config struct {
 	// for the broker's memory watermark.
 	Memory *atomic.Int64
 	Logger *zap.Logger
+
+	// ID identifies a durable queue's entries in Store; Store is nil for
+	// a queue that is not durable.
+	ID    uint64
+	Store Store
+	// Window is how many ready messages a durable queue keeps in memory;
+	// the rest wait in the store and are read ahead of the consumers.
+	Window int
+	// Recovered is set for a queue restored from the store.
+	Recovered *Recovered
 }
 
 // ErrDeleted is returned by operations on a queue that has been deleted.
@@ -115,6 +143,7 @@ type op struct {
 	kind     opKind
 	flags    uint8
 	msg      *Message
+	conf     Confirmer
 	ds       []Delivery
 	consumer *Consumer
 	reply    chan result
@@ -156,8 +185,19 @@ type Queue struct {
 	hadConsumer bool
 	held        int64 // body bytes held, ready and unacked
 
+	// Paging (durable queues): diskCount ready messages wait in the store
+	// after memTail, the highest sequence read into memory.
+	diskCount int
+	memTail   uint64
+	delivered uint64 // highest sequence delivered
+	savedDlv  uint64 // delivered, as last written
+	recDlv    uint64 // entries up to this were delivered before a restart
+	w         Writes
+	confs     []Confirmer
+
 	// Published for metrics without a round trip.
 	readyN    atomic.Int64
+	headAt    atomic.Int64
 	unackedN  atomic.Int64
 	consumerN atomic.Int32
 }
@@ -170,11 +210,22 @@ func New(cfg Config) *Queue {
 	if cfg.Memory == nil {
 		cfg.Memory = new(atomic.Int64)
 	}
+	if cfg.Window <= 0 {
+		cfg.Window = 4096
+	}
 	q := &Queue{
 		cfg:     cfg,
 		wake:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		nextSeq: 1,
+	}
+	if r := cfg.Recovered; r != nil {
+		q.diskCount = r.Count
+		q.nextSeq = r.MaxSeq + 1
+		q.recDlv = r.Delivered
+		q.delivered, q.savedDlv = r.Delivered, r.Delivered
+		q.refill()
+		q.publishCounts()
 	}
 	go q.run()
 	return q
@@ -221,6 +272,20 @@ func (q *Queue) Publish(m *Message) bool {
 	q.cfg.Memory.Add(int64(len(m.Body)))
 	return true
 }
+
+// PublishDurable enqueues a persistent message whose record the caller
+// has committed to the store; conf learns when the queue's entry for it is
+// durable too. It reports false if the queue is gone.
+func (q *Queue) PublishDurable(m *Message, conf Confirmer) bool {
+	if !q.post(op{kind: opPublish, msg: m, conf: conf}) {
+		return false
+	}
+	q.cfg.Memory.Add(int64(len(m.Body)))
+	return true
+}
+
+// Durable reports whether the queue keeps its messages in the store.
+func (q *Queue) Durable() bool { return q.cfg.Store != nil }
 
 // Ack removes delivered messages for good.
 func (q *Queue) Ack(ds []Delivery) { q.post(op{kind: opAck, ds: ds}) }
@@ -288,9 +353,13 @@ func (q *Queue) Stats() (messages, consumers int, err error) {
 
 // Ready, Unacked and Consumers are the latest counts, without a round
 // trip (for metrics).
-func (q *Queue) Ready() int64     { return q.readyN.Load() }
-func (q *Queue) Unacked() int64   { return q.unackedN.Load() }
-func (q *Queue) Consumers() int32 { return q.consumerN.Load() }
+func (q *Queue) Ready() int64 { return q.readyN.Load() }
+
+// HeadEnqueuedAt is when the oldest ready message was published (unix
+// nanos), or 0 when none is ready: operators watch its age.
+func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
+func (q *Queue) Unacked() int64        { return q.unackedN.Load() }
+func (q *Queue) Consumers() int32      { return q.consumerN.Load() }
 
 // Done is closed when the queue has stopped.
 func (q *Queue) Done() <-chan struct{} { return q.stopped }
@@ -313,11 +382,90 @@ func (q *Queue) run() {
 		}
 		q.spare = ops[:0]
 		if stop {
+			q.commit()
 			q.shutdown()
 			return
 		}
+		q.refill()
 		q.dispatch()
+		q.commit()
 		q.publishCounts()
+	}
+}
+
+// commit hands this round's store changes to the group commit; the
+// publishers' confirmers learn when they are durable.
+func (q *Queue) commit() {
+	if q.cfg.Store == nil {
+		return
+	}
+	if q.delivered > q.savedDlv {
+		q.w.add(StoreWrite{Kind: PutDelivered, Queue: q.cfg.ID, Seq: q.delivered})
+		q.savedDlv = q.delivered
+	}
+	if q.w.Len() == 0 {
+		for _, c := range q.confs {
+			c.Done(nil)
+		}
+		q.confs = q.confs[:0]
+		return
+	}
+	w := q.w
+	q.w = Writes{Ops: make([]StoreWrite, 0, len(w.Ops))}
+	var done func(error)
+	if len(q.confs) > 0 {
+		confs := q.confs
+		q.confs = nil
+		done = func(err error) {
+			for _, c := range confs {
+				c.Done(err)
+			}
+		}
+	}
+	q.cfg.Store.Commit(&w, done)
+}
+
+// stored reports whether d has an entry in this queue's store.
+func (q *Queue) stored(d *Delivery) bool { return q.cfg.Store != nil && d.Msg.ID != 0 }
+
+func (q *Queue) deleteEntry(d *Delivery) {
+	if q.stored(d) {
+		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared})
+	}
+}
+
+// refill reads the next messages from the store when the in-memory part
+// of a durable queue runs low.
+func (q *Queue) refill() {
+	if q.diskCount == 0 || q.ready.len() >= q.cfg.Window/2 {
+		return
+	}
+	q.commit() // our own page-outs first (the read is ordered after them anyway)
+	ents, err := q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, q.cfg.Window-q.ready.len())
+	if err != nil {
+		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(err))
+		return
+	}
+	if len(ents) == 0 {
+		q.cfg.Logger.Warn("store holds fewer messages than counted", zap.String("queue", q.cfg.Name), zap.Int("missing", q.diskCount))
+		q.diskCount = 0
+		return
+	}
+	for _, e := range ents {
+		m, err := DecodeMessage(e.Record)
+		if err != nil {
+			q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", e.Seq))
+			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared})
+		} else {
+			m.ID, m.Shared = e.Msg, e.Shared
+			q.ready.pushBack(Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient})
+			q.account(int64(len(m.Body)))
+		}
+		q.memTail = e.Seq
+		q.diskCount--
+	}
+	if q.diskCount < 0 {
+		q.diskCount = 0
 	}
 }
 
@@ -337,24 +485,62 @@ func (q *Queue) shutdown() {
 
 func (q *Queue) publishCounts() {
 	q.readyN.Store(int64(q.readyLen()))
+	var head int64
+	if q.ready.len() > 0 {
+		head = q.ready.front().Msg.Enqueued
+	}
+	if len(q.returned) > 0 && (head == 0 || q.returned[0].Msg.Enqueued < head) {
+		head = q.returned[0].Msg.Enqueued
+	}
+	q.headAt.Store(head)
 	q.unackedN.Store(int64(q.unacked))
 	q.consumerN.Store(int32(len(q.consumers)))
 }
 
-func (q *Queue) readyLen() int { return q.ready.len() + len(q.returned) }
+func (q *Queue) readyLen() int { return q.ready.len() + len(q.returned) + q.diskCount }
+
+// noteDelivered records the highest sequence delivered, so that a restart
+// flags it and everything before it redelivered.
+func (q *Queue) noteDelivered(d *Delivery) {
+	if q.stored(d) && d.Seq > q.delivered {
+		q.delivered = d.Seq
+	}
+}
 
 // apply runs one op; it reports true when the queue must stop.
 func (q *Queue) apply(o *op) bool {
 	switch o.kind {
 	case opPublish:
-		q.ready.pushBack(Delivery{Msg: o.msg, Seq: q.nextSeq})
+		seq := q.nextSeq
 		q.nextSeq++
-		q.held += int64(len(o.msg.Body)) // Memory was counted by Publish
+		m := o.msg
+		durable := q.cfg.Store != nil && m.ID != 0
+		if durable {
+			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: m.ID, Shared: m.Shared})
+			if o.conf != nil {
+				q.confs = append(q.confs, o.conf)
+			}
+		}
+		if q.cfg.Store != nil && (q.diskCount > 0 || q.ready.len() >= q.cfg.Window) {
+			// Beyond the window: the message waits in the store.
+			if !durable {
+				id := q.cfg.Store.NewMessageID()
+				q.w.add(StoreWrite{Kind: PutMessage, Msg: id, Record: EncodeMessage(m)})
+				q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true})
+			}
+			q.diskCount++
+			q.cfg.Memory.Add(-int64(len(m.Body))) // counted by Publish, not held
+			return false
+		}
+		q.ready.pushBack(Delivery{Msg: m, Seq: seq})
+		q.memTail = seq
+		q.held += int64(len(m.Body)) // Memory was counted by Publish
 	case opAck, opDiscard:
 		q.unacked -= len(o.ds)
 		var n int64
 		for i := range o.ds {
 			n += int64(len(o.ds[i].Msg.Body))
+			q.deleteEntry(&o.ds[i])
 		}
 		q.account(-n)
 	case opRequeue:
@@ -362,6 +548,10 @@ func (q *Queue) apply(o *op) bool {
 		for _, d := range o.ds {
 			d.Redelivered = true
 			d.Count++
+			if q.stored(&d) {
+				q.w.add(StoreWrite{Kind: UpdateEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
+					Transient: d.Transient, Redelivered: true, Count: d.Count})
+			}
 			q.returned.push(d)
 		}
 	case opKick:
@@ -379,16 +569,27 @@ func (q *Queue) apply(o *op) bool {
 		}
 		o.reply <- result{}
 	case opGet:
+		q.refill()
 		d, ok := q.pop()
 		if ok && o.flags&flagNoAck == 0 {
 			q.unacked++
+			q.noteDelivered(&d)
 		} else if ok {
 			q.account(-int64(len(d.Msg.Body)))
+			q.deleteEntry(&d)
 		}
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
 	case opPurge:
 		n := q.readyLen()
 		q.account(-q.readyBytesNow())
+		q.ready.each(q.deleteEntry)
+		for i := range q.returned {
+			q.deleteEntry(&q.returned[i])
+		}
+		if q.diskCount > 0 {
+			q.w.add(StoreWrite{Kind: DropRange, Queue: q.cfg.ID, Seq: q.memTail + 1})
+			q.diskCount = 0
+		}
 		q.ready.clear()
 		q.returned = nil
 		o.reply <- result{n: n}
@@ -417,10 +618,12 @@ func (q *Queue) apply(o *op) bool {
 // drop releases every message the queue holds; it returns the ready count.
 func (q *Queue) drop() int {
 	n := q.readyLen()
+	q.diskCount = 0
 	q.account(-q.held) // unacked ones too: their acks will find the queue gone
 	q.ready.clear()
 	q.returned = nil
 	q.readyN.Store(0)
+	q.headAt.Store(0)
 	q.consumerN.Store(0)
 	return n
 }
@@ -503,7 +706,13 @@ func (q *Queue) dispatch() {
 		if c == nil {
 			return
 		}
-		d, _ := q.pop()
+		if q.ready.len()+len(q.returned) == 0 {
+			q.refill()
+		}
+		d, ok := q.pop()
+		if !ok {
+			return
+		}
 		if !c.Sink.Deliver(c, q, d) {
 			c.blocked = true
 			q.unpop(d)
@@ -511,8 +720,13 @@ func (q *Queue) dispatch() {
 		}
 		if c.NoAck {
 			q.account(-int64(len(d.Msg.Body)))
+			q.deleteEntry(&d)
 		} else {
 			q.unacked++
+			q.noteDelivered(&d)
+		}
+		if q.ready.len() < q.cfg.Window/2 && q.diskCount > 0 {
+			q.refill()
 		}
 	}
 }

@@ -92,8 +92,11 @@ else
 	[ -n "$PORT" ] || die "no free port in 5679..5699 (set COMPAT_PORT)"
 fi
 
+# The suite's recovery tests drop connections through the management API,
+# which it expects on localhost:15672.
+port_open 15672 && die "127.0.0.1:15672 is already in use (the suite needs it for the management API)"
 mkdir -p "$TMP/data"
-"$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" >"$BROKER_LOG" 2>&1 &
+"$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" --management-listen 127.0.0.1:15672 >"$BROKER_LOG" 2>&1 &
 BROKER_PID=$!
 for _ in $(seq 1 150); do
 	port_open "$PORT" && break

@@ -70,14 +70,17 @@ func (h *histogram) merge(o *histogram) {
 }
 
 // quantile returns the value at quantile q (0 < q <= 1): the midpoint of the
-// bucket holding the ceil(q*total)-th smallest value, capped at the maximum.
-// It returns 0 for an empty histogram.
+// bucket holding the ceil(q*total)-th smallest value, capped at the maximum,
+// which is exact. It returns 0 for an empty histogram.
 func (h *histogram) quantile(q float64) int64 {
 	if h.total == 0 {
 		return 0
 	}
 	rank := uint64(math.Ceil(q * float64(h.total)))
 	rank = min(max(rank, 1), h.total)
+	if rank == h.total {
+		return h.max // exact, unlike a bucket midpoint
+	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,6 +43,7 @@ func run(args []string) int {
 	heartbeat := fs.Duration("heartbeat", broker.DefaultHeartbeat, "heartbeat proposed in connection.tune (0 disables)")
 	handshake := fs.Duration("handshake-timeout", broker.DefaultHandshakeTimeout, "drop clients that have not opened a connection in this time")
 	consumerTimeout := fs.Duration("consumer-timeout", broker.DefaultConsumerTimeout, "close a channel whose delivery stays unacked this long (negative disables)")
+	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
@@ -92,8 +94,14 @@ func run(args []string) int {
 		return 1
 	}
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe(*listen) }()
+	if *mgmt != "" {
+		hs := &http.Server{Addr: *mgmt, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hs.ListenAndServe() }()
+		defer hs.Close()
+		log.Info("management API listening", zap.String("addr", *mgmt))
+	}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	select {

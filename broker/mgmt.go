@@ -1,0 +1,157 @@
+package broker
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+)
+
+// connInfo is what the management API shows of an open connection; set
+// once the handshake is done.
+type connInfo struct {
+	Name             string     `json:"name"`
+	User             string     `json:"user"`
+	VHost            string     `json:"vhost"`
+	PeerHost         string     `json:"peer_host"`
+	PeerPort         int        `json:"peer_port"`
+	ConnectedAt      int64      `json:"connected_at"`
+	ClientProperties amqp.Table `json:"client_properties"`
+	State            string     `json:"state"`
+}
+
+// connectionName is RabbitMQ's name for a connection: "peer -> local".
+func connectionName(nc net.Conn) string {
+	return nc.RemoteAddr().String() + " -> " + nc.LocalAddr().String()
+}
+
+// ManagementHandler serves the subset of RabbitMQ's management HTTP API
+// that clients and their test suites use: listing connections and closing
+// one (DELETE /api/connections/{name}), listing queues with their counts.
+// Requests authenticate with HTTP basic auth against the broker's users.
+func (s *Server) ManagementHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/connections/{$}", s.apiConnections)
+	mux.HandleFunc("GET /api/connections", s.apiConnections)
+	mux.HandleFunc("DELETE /api/connections/{name}", s.apiCloseConnection)
+	mux.HandleFunc("GET /api/queues", s.apiQueues)
+	mux.HandleFunc("GET /api/queues/{$}", s.apiQueues)
+	mux.HandleFunc("GET /api/overview", s.apiOverview)
+	return s.basicAuth(mux)
+}
+
+func (s *Server) basicAuth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		addr := &net.TCPAddr{IP: net.ParseIP(host)}
+		if !ok || !s.users.check(user, pass, addr) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+			http.Error(w, `{"error":"not_authorised","reason":"Login failed"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) openConns() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.info.Load() != nil {
+			cs = append(cs, c)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].id < cs[j].id })
+	return cs
+}
+
+func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
+	out := []*connInfo{}
+	for _, c := range s.openConns() {
+		out = append(out, c.info.Load())
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if n, err := url.PathUnescape(name); err == nil {
+		name = n
+	}
+	reason := r.Header.Get("X-Reason")
+	if reason == "" {
+		reason = "Closed via management plugin"
+	}
+	for _, c := range s.openConns() {
+		if c.info.Load().Name == name {
+			s.log.Info("closing connection via management API", zap.String("connection", name))
+			c.closeWith(&amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - " + reason}, "closed via management API")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	http.Error(w, `{"error":"Object Not Found","reason":"Not Found"}`, http.StatusNotFound)
+}
+
+type queueInfo struct {
+	Name                   string  `json:"name"`
+	VHost                  string  `json:"vhost"`
+	Durable                bool    `json:"durable"`
+	AutoDelete             bool    `json:"auto_delete"`
+	Exclusive              bool    `json:"exclusive"`
+	Messages               int64   `json:"messages"`
+	MessagesReady          int64   `json:"messages_ready"`
+	MessagesUnacknowledged int64   `json:"messages_unacknowledged"`
+	Consumers              int32   `json:"consumers"`
+	HeadMessageAge         float64 `json:"head_message_timestamp_age_seconds"`
+}
+
+func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
+	out := []queueInfo{}
+	for _, v := range s.vhosts {
+		for _, q := range v.Queues() {
+			c := q.Config()
+			ready, unacked := q.Ready(), q.Unacked()
+			qi := queueInfo{Name: c.Name, VHost: v.Name(), Durable: c.Durable, AutoDelete: c.AutoDelete, Exclusive: c.Exclusive,
+				Messages: ready + unacked, MessagesReady: ready, MessagesUnacknowledged: unacked, Consumers: q.Consumers()}
+			if at := q.HeadEnqueuedAt(); at != 0 {
+				qi.HeadMessageAge = time.Since(time.Unix(0, at)).Seconds()
+			}
+			out = append(out, qi)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	writeJSON(w, out)
+}
+
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{
+		"product_name":    "railmq",
+		"product_version": s.opts.Version,
+		"cluster_name":    "railmq@" + hostname,
+		"object_totals":   map[string]int{"connections": len(s.openConns())},
+		"memory_used":     s.memory.Load(),
+	})
+}
+
+// peer splits a connection's remote address.
+func peer(nc net.Conn) (string, int) {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String(), a.Port
+	}
+	return strings.Split(nc.RemoteAddr().String(), ":")[0], 0
+}

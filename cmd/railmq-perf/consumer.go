@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// consumer consumes one queue on its own connection and channel.
+type consumer struct {
+	id         int
+	r          *runner
+	q          *queueState
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	ackEvery   int // 0 with --autoack
+	done       chan struct{}
+
+	consumed atomic.Uint64
+	lastNano atomic.Int64 // arrival of the latest delivery, Unix nanoseconds
+
+	// Owned by the run goroutine; read by others only after done is closed.
+	hist        histogram
+	order       orderCheck
+	duplicated  uint64
+	outOfOrder  uint64
+	redelivered uint64
+	pending     int    // deliveries not yet acked
+	lastTag     uint64 // delivery tag of the latest delivery
+}
+
+// openConsumer connects consumer id, sets its prefetch and starts consuming q.
+func (r *runner) openConsumer(id int, q *queueState, ackEvery int) (*consumer, error) {
+	conn, err := r.dial(fmt.Sprintf("railmq-perf consumer %d", id))
+	if err != nil {
+		return nil, err
+	}
+	c := &consumer{id: id, r: r, q: q, conn: conn, ackEvery: ackEvery, done: make(chan struct{})}
+	if c.ch, err = conn.Channel(); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	r.watch(c.ch, fmt.Sprintf("consumer %d", id))
+	if r.cfg.Prefetch > 0 {
+		if err := c.ch.Qos(r.cfg.Prefetch, 0, false /* global */); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("basic.qos: %w", err)
+		}
+	}
+	c.deliveries, err = c.ch.Consume(q.name, "", r.cfg.AutoAck, false /* exclusive */, false /* noLocal */, false /* noWait */, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("basic.consume %s: %w", q.name, err)
+	}
+	return c, nil
+}
+
+// run handles deliveries until stop is closed or the channel closes.
+func (c *consumer) run(stop <-chan struct{}) {
+	defer close(c.done)
+	for {
+		select {
+		case <-stop:
+			c.flushAcks()
+			return
+		case d, ok := <-c.deliveries:
+			if !ok {
+				// A closed channel is reported by its watcher; an open one
+				// means the broker cancelled the consumer (basic.cancel).
+				if !c.ch.IsClosed() {
+					c.r.fail("consumer %d: broker cancelled the consumer on %s", c.id, c.q.name)
+				}
+				return
+			}
+			c.handle(&d)
+		}
+	}
+}
+
+func (c *consumer) handle(d *amqp.Delivery) {
+	now := time.Now().UnixNano()
+	c.consumed.Add(1)
+	c.lastNano.Store(now)
+	if d.Redelivered {
+		c.redelivered++
+	}
+	if h, err := parseHeader(d.Body); err != nil {
+		c.r.fail("consumer %d: delivery %d on %s: %v", c.id, d.DeliveryTag, c.q.name, err)
+	} else {
+		if !d.Redelivered { // a redelivery's age says nothing about latency
+			c.hist.record(now - h.sentNano)
+		}
+		switch {
+		case c.q.observe(h.producer, h.seq):
+			if !c.order.inOrder(h.producer, h.seq) {
+				c.outOfOrder++
+			}
+		case !d.Redelivered:
+			c.duplicated++
+		}
+	}
+	if c.ackEvery == 0 {
+		return
+	}
+	c.pending++
+	c.lastTag = d.DeliveryTag
+	if c.ackEvery == 1 || c.pending >= c.ackEvery {
+		if err := c.ch.Ack(d.DeliveryTag, c.ackEvery > 1 /* multiple */); err != nil {
+			c.r.fail("consumer %d: basic.ack: %v", c.id, err)
+		}
+		c.pending = 0
+	}
+}
+
+// flushAcks acks what a partial --multi-ack-every batch left over.
+func (c *consumer) flushAcks() {
+	if c.pending == 0 {
+		return
+	}
+	if err := c.ch.Ack(c.lastTag, true /* multiple */); err != nil {
+		c.r.fail("consumer %d: basic.ack: %v", c.id, err)
+	}
+	c.pending = 0
+}

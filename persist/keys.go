@@ -1,0 +1,83 @@
+package persist
+
+import "encoding/binary"
+
+// Key prefixes. Every key is a one-byte prefix and big-endian fixed-width
+// integers or length-prefixed strings, so a prefix scan returns records in
+// order: a queue's entries in sequence order.
+const (
+	prefixMeta      = 'i' // 'i' name                        → store metadata
+	prefixDef       = 'd' // 'd' kind name                   → definition (exchange, queue, binding)
+	prefixMessage   = 'm' // 'm' id(8)                       → message record
+	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
+	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
+)
+
+// Definition kinds (the byte after prefixDef).
+const (
+	DefExchange = 'x'
+	DefQueue    = 'q'
+	DefBinding  = 'b'
+)
+
+func metaKey(name string) []byte { return append([]byte{prefixMeta}, name...) }
+
+// defKey is 'd' kind name; name is opaque to the store (the registry
+// builds it, e.g. vhost and exchange name for a binding).
+func defKey(kind byte, name []byte) []byte {
+	k := make([]byte, 0, 2+len(name))
+	k = append(k, prefixDef, kind)
+	return append(k, name...)
+}
+
+func messageKey(id uint64) []byte {
+	var k [9]byte
+	k[0] = prefixMessage
+	binary.BigEndian.PutUint64(k[1:], id)
+	return k[:]
+}
+
+func entryKey(queue, seq uint64) []byte {
+	var k [17]byte
+	k[0] = prefixEntry
+	binary.BigEndian.PutUint64(k[1:], queue)
+	binary.BigEndian.PutUint64(k[9:], seq)
+	return k[:]
+}
+
+func entryPrefix(queue uint64) []byte {
+	var k [9]byte
+	k[0] = prefixEntry
+	binary.BigEndian.PutUint64(k[1:], queue)
+	return k[:]
+}
+
+func deliveredKey(queue uint64) []byte {
+	var k [9]byte
+	k[0] = prefixDelivered
+	binary.BigEndian.PutUint64(k[1:], queue)
+	return k[:]
+}
+
+// Entry flags.
+const (
+	entryShared    = 1 << iota // the message is referenced by entries of other queues
+	entryTransient             // paged out transient message: dropped at recovery
+	entryRedelivered
+)
+
+// entryValue is message id(8), flags(1), delivery count(4).
+func entryValue(msg uint64, flags byte, count uint32) []byte {
+	var v [13]byte
+	binary.BigEndian.PutUint64(v[:], msg)
+	v[8] = flags
+	binary.BigEndian.PutUint32(v[9:], count)
+	return v[:]
+}
+
+func parseEntry(v []byte) (msg uint64, flags byte, count uint32, ok bool) {
+	if len(v) != 13 {
+		return 0, 0, 0, false
+	}
+	return binary.BigEndian.Uint64(v), v[8], binary.BigEndian.Uint32(v[9:]), true
+}
