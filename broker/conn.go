@@ -48,6 +48,7 @@ type conn struct {
 	outClosed bool
 	inflight  int           // bytes the writer is writing now
 	waiters   []func()      // to call when the outbound bytes drop under the cap
+	hooks     []func()      // to call before the next write (FrameSink.Schedule)
 	wake      chan struct{} // one slot: the writer has work
 	tuned     chan struct{} // closed once frameMax and heartbeat are final
 	writerEnd chan struct{} // closed when the writer has exited
@@ -273,6 +274,15 @@ func (c *conn) Writable() bool {
 	return ok
 }
 
+// Schedule calls fn from the writer before its next write
+// (channel.FrameSink).
+func (c *conn) Schedule(fn func()) {
+	c.outMu.Lock()
+	c.hooks = append(c.hooks, fn)
+	c.outMu.Unlock()
+	c.signal()
+}
+
 // NotifyWritable calls fn once the outbound bytes fall under the cap
 // (channel.FrameSink). It runs on the writer goroutine.
 func (c *conn) NotifyWritable(fn func()) {
@@ -317,6 +327,13 @@ func (c *conn) writeLoop() {
 				c.outMu.Unlock()
 			}
 			wrote = false
+		}
+		c.outMu.Lock()
+		hooks := c.hooks
+		c.hooks = nil
+		c.outMu.Unlock()
+		for _, fn := range hooks {
+			fn() // appends to c.out
 		}
 		c.outMu.Lock()
 		buf := c.out

@@ -34,6 +34,11 @@ type Options struct {
 	// memory before publishing connections are blocked (RabbitMQ's memory
 	// alarm). 0 means 40% of the machine's memory.
 	MemoryHighWatermark int64
+	// QueueWindow is how many ready messages a durable queue keeps in
+	// memory; the rest wait in the store (0: 4096).
+	QueueWindow int
+	// afterSync is a test hook run after each store fsync.
+	afterSync func()
 	// TimeoutCheckInterval is how often consumer timeouts are checked.
 	TimeoutCheckInterval time.Duration
 	// Logger receives the broker's logs; nil discards them.

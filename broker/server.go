@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -33,6 +36,7 @@ type Server struct {
 	vhosts  map[string]*vhost.VHost // fixed at New
 	memory  atomic.Int64            // message body bytes held by queues
 	replies channel.ReplyRegistry
+	store   *persist.Store
 	stop    chan struct{} // closed by Shutdown: stops the sweeper
 	swept   chan struct{} // closed when the sweeper has exited
 }
@@ -51,7 +55,18 @@ func New(opts Options) (*Server, error) {
 		stop:  make(chan struct{}),
 		swept: make(chan struct{}),
 	}
-	s.vhosts = map[string]*vhost.VHost{"/": vhost.New("/", &s.memory, s.log)}
+	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.afterSync})
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow)
+	if err := vh.Recover(queue.Config{}); err != nil {
+		vh.Close()
+		store.Close()
+		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
+	}
+	s.vhosts = map[string]*vhost.VHost{"/": vh}
 	go s.sweep()
 	return s, nil
 }
@@ -171,6 +186,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-s.swept
 	for _, v := range s.vhosts {
 		v.Close()
+	}
+	if err := s.store.Close(); err != nil {
+		s.log.Error("closing store", zap.Error(err))
 	}
 	s.log.Info("shut down")
 	return ctx.Err()

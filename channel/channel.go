@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,9 @@ type FrameSink interface {
 	// NotifyWritable calls fn once, from the writer, when the outbound
 	// buffer has drained below its cap.
 	NotifyWritable(fn func())
+	// Schedule calls fn from the writer before its next write (confirms
+	// that became due on another goroutine go out in one frame).
+	Schedule(fn func())
 }
 
 // Config describes a channel's place in its connection and broker.
@@ -65,12 +69,23 @@ type Channel struct {
 	// Publishing.
 	confirm   bool
 	published uint64 // publish sequence number in confirm mode
-	ackedUpTo uint64 // highest tag confirmed to the client
 	tx        bool
 	txOps     []txOp
 	scratch   vhost.Scratch
 	lastQueue string
 	prefetch  int // for consumers created from now on (global=false)
+
+	store queue.Store // nil when nothing is durable
+
+	// Confirms in flight. cmu guards cstate (the outcome of each publish
+	// from tag cbase on), readyUpTo (confirms due but not yet sent) and
+	// ackedUpTo (the highest tag sent); cdirty says a Flush is due.
+	cmu       sync.Mutex
+	cstate    []byte
+	cbase     uint64
+	readyUpTo uint64
+	ackedUpTo uint64
+	cdirty    atomic.Bool
 
 	// mu guards everything below; lock order: mu, then the sink's lock.
 	mu             sync.Mutex
@@ -117,11 +132,15 @@ func New(cfg Config) *Channel {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Channel{
+	c := &Channel{
 		cfg:       cfg,
 		log:       cfg.Logger.With(zap.Uint16("channel", cfg.Number)),
 		consumers: make(map[string]*consumer),
 	}
+	if cfg.VHost != nil {
+		c.store = cfg.VHost.Store()
+	}
+	return c
 }
 
 func withMethod(err error, m amqp.Method) error {
@@ -467,17 +486,15 @@ func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesV
 }
 
 // route delivers msg to the queues its exchange routes it to, returns it
-// when mandatory and unroutable, and confirms it.
+// when mandatory and unroutable, and confirms it: at once when nothing of
+// it needs to be durable, else once the store has fsynced its record and
+// every durable queue's entry for it.
 func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) error {
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToQueue+".") {
-		if c.cfg.Replies.deliver(msg) {
-			c.confirmed()
-			return nil
-		}
-		if mandatory {
+		if !c.cfg.Replies.deliver(msg) && mandatory {
 			c.returnMsg(msg)
 		}
-		c.confirmed()
+		c.confirmNow()
 		return nil
 	}
 	c.scratch.RawHeaders = headers
@@ -485,17 +502,63 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 	if err != nil {
 		return err
 	}
+	durable := 0
+	if msg.Persistent && c.store != nil {
+		for _, q := range qs {
+			if q.Durable() {
+				durable++
+			}
+		}
+	}
 	routed := false
+	if durable == 0 {
+		for _, q := range qs {
+			if q.Publish(msg) {
+				routed = true
+			}
+		}
+		c.scratch.ResetSeen()
+		if !routed && mandatory {
+			c.returnMsg(msg)
+		}
+		c.confirmNow()
+		return nil
+	}
+	msg.ID = c.store.NewMessageID()
+	msg.Shared = durable > 1
+	var conf *pubConfirm
+	if c.confirm {
+		c.published++
+		conf = &pubConfirm{c: c, tag: c.published}
+		conf.pending.Store(int32(durable + 1))
+		c.trackConfirm(conf.tag)
+	}
+	w := &queue.Writes{}
+	w.PutMessage(msg.ID, queue.EncodeMessage(msg))
+	if conf != nil {
+		c.store.Commit(w, conf.Done) // the record first: entries follow it
+	} else {
+		c.store.Commit(w, nil)
+	}
 	for _, q := range qs {
-		if q.Publish(msg) {
+		if !q.Durable() {
+			routed = q.Publish(msg) || routed
+			continue
+		}
+		var cf queue.Confirmer
+		if conf != nil {
+			cf = conf
+		}
+		if q.PublishDurable(msg, cf) {
 			routed = true
+		} else if conf != nil {
+			conf.Done(nil) // deleted meanwhile: as if not routed there
 		}
 	}
 	c.scratch.ResetSeen()
 	if !routed && mandatory {
 		c.returnMsg(msg)
 	}
-	c.confirmed()
 	return nil
 }
 
@@ -504,28 +567,121 @@ func (c *Channel) returnMsg(msg *queue.Message) {
 		Exchange: msg.Exchange, RoutingKey: msg.RoutingKey}, msg.Props, msg.Body)
 }
 
-// confirmed records that the latest publish has been taken by every queue
-// it was routed to. Acks go out in Flush, one per read batch.
-func (c *Channel) confirmed() {
-	if c.confirm {
-		c.published++
+// --- publisher confirms ------------------------------------------------------
+
+// pubConfirm waits for the store writes of one publish: its record and
+// each durable queue's entry.
+type pubConfirm struct {
+	c       *Channel
+	tag     uint64
+	pending atomic.Int32
+	failed  atomic.Bool
+}
+
+// Done is called (on the store's committer) as each write is durable.
+func (p *pubConfirm) Done(err error) {
+	if err != nil {
+		p.failed.Store(true)
+	}
+	if p.pending.Add(-1) == 0 {
+		p.c.settleConfirm(p.tag, !p.failed.Load())
 	}
 }
 
-// Flush sends the pending publisher confirms: one basic.ack, with
-// multiple when it covers several. The connection calls it when it has
-// read everything the client sent so far.
-func (c *Channel) Flush() {
-	if !c.confirm || c.published == c.ackedUpTo {
+const (
+	confPending byte = iota
+	confAck
+	confNack
+)
+
+// trackConfirm registers publish tag as awaiting its confirm.
+func (c *Channel) trackConfirm(tag uint64) {
+	c.cmu.Lock()
+	if len(c.cstate) == 0 {
+		c.cbase = tag
+	}
+	c.cstate = append(c.cstate, confPending)
+	c.cmu.Unlock()
+}
+
+// confirmNow confirms the latest publish (nothing of it needed the store).
+func (c *Channel) confirmNow() {
+	if !c.confirm {
 		return
 	}
-	multiple := c.published-c.ackedUpTo > 1
-	c.ackedUpTo = c.published
-	c.send(&amqp.BasicAck{DeliveryTag: c.published, Multiple: multiple})
+	c.published++
+	c.cmu.Lock()
+	if len(c.cstate) == 0 {
+		// Nothing outstanding: the ack can go with the read batch's flush.
+		c.cbase = c.published + 1
+		c.readyUpTo = c.published
+		c.cmu.Unlock()
+		c.cdirty.Store(true)
+		return
+	}
+	c.cstate = append(c.cstate, confAck)
+	c.cmu.Unlock()
+	c.cdirty.Store(true)
+}
+
+// settleConfirm records the outcome of an asynchronous confirm and has it
+// sent with the next write.
+func (c *Channel) settleConfirm(tag uint64, ok bool) {
+	c.cmu.Lock()
+	if i := tag - c.cbase; tag >= c.cbase && i < uint64(len(c.cstate)) {
+		if ok {
+			c.cstate[i] = confAck
+		} else {
+			c.cstate[i] = confNack
+		}
+	}
+	c.cmu.Unlock()
+	if !c.cdirty.Swap(true) {
+		c.cfg.Sink.Schedule(c.Flush)
+	}
+}
+
+// Flush sends the confirms that are due, in tag order: a run of acks as
+// one basic.ack (multiple when it covers several), a failed publish as
+// basic.nack. Safe from any goroutine; the connection calls it after each
+// read batch, the writer after store commits.
+func (c *Channel) Flush() {
+	if !c.cdirty.Swap(false) {
+		return
+	}
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	upTo := c.readyUpTo
+	i := 0
+	for ; i < len(c.cstate) && c.cstate[i] != confPending; i++ {
+		tag := c.cbase + uint64(i)
+		if c.cstate[i] == confNack {
+			c.sendAcks(upTo)
+			c.send(&amqp.BasicNack{DeliveryTag: tag})
+			c.ackedUpTo = tag
+			upTo = tag
+			continue
+		}
+		upTo = tag
+	}
+	c.cstate = c.cstate[:copy(c.cstate, c.cstate[i:])]
+	c.cbase += uint64(i)
+	c.readyUpTo = upTo
+	c.sendAcks(upTo)
+}
+
+// sendAcks acknowledges every publish up to tag not yet acknowledged.
+// c.cmu held.
+func (c *Channel) sendAcks(tag uint64) {
+	if tag <= c.ackedUpTo {
+		return
+	}
+	c.send(&amqp.BasicAck{DeliveryTag: tag, Multiple: tag-c.ackedUpTo > 1})
+	c.ackedUpTo = tag
 }
 
 // NeedsFlush reports whether Flush has confirms to send.
-func (c *Channel) NeedsFlush() bool { return c.confirm && c.published != c.ackedUpTo }
+func (c *Channel) NeedsFlush() bool { return c.cdirty.Load() }
 
 func (c *Channel) commit() error {
 	ops := c.txOps

@@ -18,6 +18,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 )
 
@@ -27,16 +28,26 @@ type VHost struct {
 	log    *zap.Logger
 	memory *atomic.Int64
 
-	// mu guards exchanges and queues. Never held while waiting on a queue
-	// goroutine: queues call back into the registry (auto-delete).
+	// defMu serializes changes to definitions, so that the store sees them
+	// in the registry's order; it is held across their store commit, but
+	// never while waiting on a queue goroutine.
+	defMu sync.Mutex
+	// mu guards exchanges and queues, briefly. Never held while waiting on
+	// a queue goroutine (queues call back into the registry) or on I/O.
 	mu        sync.RWMutex
 	exchanges map[string]*exchange.Exchange
 	queues    map[string]*queue.Queue
+
+	store       *persist.Store // nil: nothing is durable
+	nextQueueID atomic.Uint64
+	window      int
 }
 
 // New creates a vhost with the default and amq.* exchanges. memory is the
-// broker-wide count of message bytes held by queues.
-func New(name string, memory *atomic.Int64, log *zap.Logger) *VHost {
+// broker-wide count of message bytes held by queues; store (may be nil)
+// keeps durable definitions and messages; window is how many messages a
+// durable queue keeps in memory.
+func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Store, window int) *VHost {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -46,6 +57,8 @@ func New(name string, memory *atomic.Int64, log *zap.Logger) *VHost {
 		memory:    memory,
 		exchanges: make(map[string]*exchange.Exchange),
 		queues:    make(map[string]*queue.Queue),
+		store:     store,
+		window:    window,
 	}
 	for _, x := range []struct {
 		name string
@@ -90,33 +103,45 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 	if d.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	ex, err := v.declareExchangeLocked(d)
+	v.mu.Unlock()
+	if err != nil || ex == nil || !ex.Durable {
+		return err
+	}
+	return v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
+}
+
+// declareExchangeLocked returns the exchange it created, if any. v.mu held.
+func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error) {
 	ex := v.exchanges[d.Name]
 	if d.Passive {
 		if ex == nil {
-			return v.noExchange(d.Name)
+			return nil, v.noExchange(d.Name)
 		}
-		return nil
+		return nil, nil
 	}
 	kind, ok := exchange.ParseKind(d.Type)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
+		return nil, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
 	}
 	if strings.HasPrefix(d.Name, "amq.") && ex == nil {
-		return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
+		return nil, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	if ex != nil {
-		return v.exchangeEquivalent(ex, kind, d)
+		return nil, v.exchangeEquivalent(ex, kind, d)
 	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
 		if _, isStr := ae.(string); !isStr {
-			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': %s",
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': %s",
 				d.Name, v.name, typeError("longstr", ae))
 		}
 	}
-	v.exchanges[d.Name] = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
-	return nil
+	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	v.exchanges[d.Name] = ex
+	return ex, nil
 }
 
 func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d ExchangeDecl) error {
@@ -150,34 +175,60 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 	if strings.HasPrefix(name, "amq.") {
 		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, v.name)
 	}
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	ex := v.exchanges[name]
 	if ex == nil {
+		v.mu.Unlock()
 		return nil
 	}
 	if ifUnused && ex.HasBindings() {
+		v.mu.Unlock()
 		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
 	}
-	v.removeExchangeLocked(ex)
-	return nil
+	v.removeExchangeLocked(ex, dc)
+	v.mu.Unlock()
+	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
 }
 
-// removeExchangeLocked drops ex and every binding to it. v.mu held.
-func (v *VHost) removeExchangeLocked(ex *exchange.Exchange) {
+// removeExchangeLocked drops ex and every binding from and to it, noting
+// the definitions to delete in dc. v.mu held.
+func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	delete(v.exchanges, ex.Name)
-	d := exchange.Dest{Name: ex.Name, Exchange: true}
+	if ex.Durable {
+		dc.DeleteDef(persist.DefExchange, defName(v.name, ex.Name))
+		for _, b := range ex.Bindings() {
+			dc.DeleteDef(persist.DefBinding, bindingName(v.name, ex.Name, b))
+		}
+	}
+	v.removeBindingsTo(exchange.Dest{Name: ex.Name, Exchange: true}, dc)
+}
+
+// removeBindingsTo drops every binding to d. v.mu held.
+func (v *VHost) removeBindingsTo(d exchange.Dest, dc *persist.Batch) {
 	for _, other := range v.exchanges {
+		if !other.HasBindingTo(d) {
+			continue
+		}
+		if other.Durable {
+			for _, b := range other.Bindings() {
+				if b.Dest == d {
+					dc.DeleteDef(persist.DefBinding, bindingName(v.name, other.Name, b))
+				}
+			}
+		}
 		if other.RemoveDest(d) > 0 {
-			v.autoDeleteLocked(other)
+			v.autoDeleteLocked(other, dc)
 		}
 	}
 }
 
 // autoDeleteLocked deletes an auto-delete exchange left without bindings.
-func (v *VHost) autoDeleteLocked(ex *exchange.Exchange) {
+func (v *VHost) autoDeleteLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	if ex.AutoDelete && !ex.HasBindings() && v.exchanges[ex.Name] == ex {
-		v.removeExchangeLocked(ex)
+		v.removeExchangeLocked(ex, dc)
 	}
 }
 
@@ -195,8 +246,19 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	if source == "" || (toExchange && dest == "") {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	err := v.bindLocked(owner, dest, toExchange, source, key, args, add, dc)
+	v.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+}
+
+func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {
 	if toExchange {
 		if v.exchanges[dest] == nil {
 			return v.noExchange(dest)
@@ -222,11 +284,16 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
 			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
 		}
-		src.Bind(b)
+		if src.Bind(b) && v.durableBinding(src, b.Dest) {
+			v.putBindingDef(dc, source, b)
+		}
 		return nil
 	}
 	if src.Unbind(b) {
-		v.autoDeleteLocked(src)
+		if src.Durable {
+			dc.DeleteDef(persist.DefBinding, bindingName(v.name, source, b))
+		}
+		v.autoDeleteLocked(src, dc)
 	}
 	return nil
 }
@@ -262,26 +329,48 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 }
 
 func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, error) {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	q, created, err := v.declareQueueLocked(d, defaults)
+	v.mu.Unlock()
+	if err != nil || !created || !q.Durable() {
+		return q, err
+	}
+	return q, v.commitDefs(func(b *persist.Batch) { v.putQueueDef(b, q.Config()) })
+}
+
+func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Queue, bool, error) {
 	q := v.queues[d.Name]
 	if q != nil {
 		// Exclusivity is checked before equivalence (errata §8).
 		if c := q.Config(); c.Exclusive && c.Owner != d.Owner {
-			return nil, v.locked(d.Name)
+			return nil, false, v.locked(d.Name)
 		}
 		if d.Passive {
-			return q, nil
+			return q, false, nil
 		}
-		return q, v.queueEquivalent(q, d)
+		return q, false, v.queueEquivalent(q, d)
 	}
 	if d.Passive {
-		return nil, v.noQueue(d.Name)
+		return nil, false, v.noQueue(d.Name)
 	}
 	args, err := validateQueueArgs(d.Name, v.name, d.Args)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	cfg := v.queueConfig(defaults, d, args)
+	if cfg.Durable && v.store != nil {
+		cfg.ID = v.nextQueueID.Add(1)
+		cfg.Store = storeAdapter{v.store}
+	}
+	q = queue.New(cfg)
+	v.queues[d.Name] = q
+	return q, true, nil
+}
+
+// queueConfig builds a queue's configuration from its declaration.
+func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) queue.Config {
 	cfg := defaults
 	cfg.Name, cfg.VHost = d.Name, v.name
 	cfg.Durable = d.Durable && !d.Exclusive // durable+exclusive is transient (errata §30)
@@ -291,9 +380,11 @@ func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, 
 	cfg.Memory = v.memory
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
-	q = queue.New(cfg)
-	v.queues[d.Name] = q
-	return q, nil
+	cfg.Window = v.window
+	if cfg.Durable && v.store != nil {
+		cfg.Store = storeAdapter{v.store}
+	}
+	return cfg
 }
 
 func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
@@ -323,23 +414,29 @@ func isClassic(t any) bool {
 }
 
 // forgetQueue removes an auto-deleted queue (called on its goroutine).
-func (v *VHost) forgetQueue(q *queue.Queue) {
+func (v *VHost) forgetQueue(q *queue.Queue) { v.removeQueue(q) }
+
+// removeQueue takes a deleted queue out of the registry and the store.
+func (v *VHost) removeQueue(q *queue.Queue) {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.removeQueueLocked(q)
+	v.removeQueueLocked(q, dc)
+	v.mu.Unlock()
+	_ = v.commitDefs(func(b *persist.Batch) { *b = *dc })
 }
 
-func (v *VHost) removeQueueLocked(q *queue.Queue) {
+func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 	if v.queues[q.Name()] != q {
 		return
 	}
 	delete(v.queues, q.Name())
-	d := exchange.Dest{Name: q.Name()}
-	for _, ex := range v.exchanges {
-		if ex.RemoveDest(d) > 0 {
-			v.autoDeleteLocked(ex)
-		}
+	if q.Durable() {
+		dc.DeleteDef(persist.DefQueue, defName(v.name, q.Name()))
+		dc.DropQueue(q.Config().ID)
 	}
+	v.removeBindingsTo(exchange.Dest{Name: q.Name()}, dc)
 }
 
 // Queue looks up a queue for consume, get, purge and the like: 404 if it
@@ -377,9 +474,7 @@ func (v *VHost) DeleteQueue(owner uint64, name string, ifUnused, ifEmpty bool) (
 	case errors.Is(err, queue.ErrDeleted):
 		return 0, nil
 	}
-	v.mu.Lock()
-	v.removeQueueLocked(q)
-	v.mu.Unlock()
+	v.removeQueue(q)
 	return n, nil
 }
 
@@ -395,9 +490,7 @@ func (v *VHost) ConnectionClosed(owner uint64) {
 	v.mu.RUnlock()
 	for _, q := range mine {
 		_, _ = q.Delete(false, false)
-		v.mu.Lock()
-		v.removeQueueLocked(q)
-		v.mu.Unlock()
+		v.removeQueue(q)
 	}
 }
 
