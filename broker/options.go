@@ -37,8 +37,9 @@ type Options struct {
 	// QueueWindow is how many ready messages a durable queue keeps in
 	// memory; the rest wait in the store (0: 4096).
 	QueueWindow int
-	// afterSync is a test hook run after each store fsync.
-	afterSync func()
+	// AfterStoreSync, if set, runs after each store fsync, before the
+	// confirms it makes due are sent (a test hook).
+	AfterStoreSync func()
 	// TimeoutCheckInterval is how often consumer timeouts are checked.
 	TimeoutCheckInterval time.Duration
 	// Logger receives the broker's logs; nil discards them.

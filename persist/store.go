@@ -345,7 +345,7 @@ func (s *Store) commitPending() {
 			continue
 		}
 		for i := range b.ops {
-			if err := s.apply(wb, &b.ops[i], flush); err != nil && writeErr == nil {
+			if err := s.apply(&wb, &b.ops[i], flush); err != nil && writeErr == nil {
 				writeErr = err
 			}
 			wrote = true
@@ -372,7 +372,10 @@ func (s *Store) commitPending() {
 	}
 }
 
-func (s *Store) apply(wb *badger.WriteBatch, o *op, flush func()) error {
+// apply adds one change to *wbp; flush may replace *wbp (a drop reads the
+// store, so what was batched before it is written first).
+func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
+	wb := *wbp
 	switch o.kind {
 	case opSet:
 		return wb.Set(o.key, o.val)
@@ -390,13 +393,13 @@ func (s *Store) apply(wb *badger.WriteBatch, o *op, flush func()) error {
 		return s.release(wb, o.msg, o.shared)
 	case opDropQueue:
 		flush()
-		if err := s.dropRange(wb, o.queue, 0); err != nil {
+		if err := s.dropRange(*wbp, o.queue, 0); err != nil {
 			return err
 		}
-		return wb.Delete(deliveredKey(o.queue))
+		return (*wbp).Delete(deliveredKey(o.queue))
 	case opDropRange:
 		flush()
-		return s.dropRange(wb, o.queue, o.msg)
+		return s.dropRange(*wbp, o.queue, o.msg)
 	}
 	return nil
 }

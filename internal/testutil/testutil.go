@@ -69,6 +69,34 @@ func Start(t testing.TB, opts broker.Options) *Broker {
 	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv}
 }
 
+// StartStoppable is Start for a broker the test stops itself (to restart
+// it on the same data dir); stop is idempotent and also runs at cleanup.
+func StartStoppable(t testing.TB, opts broker.Options) (*Broker, func()) {
+	t.Helper()
+	srv, err := broker.New(opts)
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	addr := ln.Addr().String()
+	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv}, stop
+}
+
 // InProcess skips a test that needs the in-process broker (its options or
 // internals) when the suite runs against an external one.
 func InProcess(t testing.TB) {

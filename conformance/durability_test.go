@@ -1,0 +1,291 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// restartable runs an in-process broker on one data dir, restarted at will.
+type restartable struct {
+	t    *testing.T
+	dir  string
+	opts broker.Options
+	b    *testutil.Broker
+	stop func()
+}
+
+func newRestartable(t *testing.T, opts broker.Options) *restartable {
+	testutil.InProcess(t)
+	r := &restartable{t: t, dir: t.TempDir(), opts: opts}
+	r.start()
+	return r
+}
+
+func (r *restartable) start() {
+	r.opts.DataDir = r.dir
+	r.b, r.stop = testutil.StartStoppable(r.t, r.opts)
+}
+
+func (r *restartable) restart() {
+	r.stop()
+	r.start()
+}
+
+func (r *restartable) dial() (*rmq.Connection, *rmq.Channel) {
+	r.t.Helper()
+	c, err := rmq.Dial(r.b.URL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c, ch
+}
+
+func publishPersistent(t *testing.T, ch *rmq.Channel, ex, key string, bodies ...string) {
+	t.Helper()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bodies {
+		dc, err := ch.PublishWithDeferredConfirm(ex, key, false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte(b)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dc.Wait() {
+			t.Fatalf("publish %q nacked", b)
+		}
+	}
+}
+
+func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	c, ch := r.dial()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ch.ExchangeDeclare("dur-x", "topic", true, false, false, false, rmq.Table{"alternate-exchange": "dur-ae"}))
+	must(ch.ExchangeDeclare("dur-ae", "fanout", true, false, false, false, nil))
+	must(ch.ExchangeDeclare("tmp-x", "direct", false, false, false, false, nil))
+	_, err := ch.QueueDeclare("dur-a", true, false, false, false, rmq.Table{"x-max-priority": int32(5)})
+	must(err)
+	_, err = ch.QueueDeclare("dur-b", true, false, false, false, nil)
+	must(err)
+	_, err = ch.QueueDeclare("tmp-q", false, false, false, false, nil)
+	must(err)
+	must(ch.QueueBind("dur-a", "orders.*", "dur-x", false, nil))
+	must(ch.QueueBind("dur-b", "orders.#", "dur-x", false, nil))
+	must(ch.QueueBind("dur-b", "", "dur-ae", false, nil))
+	must(ch.QueueBind("tmp-q", "k", "tmp-x", false, nil))
+	// Fanned out to both durable queues, in order.
+	publishPersistent(t, ch, "dur-x", "orders.new", "m1", "m2", "m3")
+	// A transient message on a durable queue does not survive.
+	must(ch.Publish("", "dur-a", false, false, rmq.Publishing{Body: []byte("transient")}))
+	// One delivered, not acked: it comes back redelivered.
+	d, ok, err := ch.Get("dur-b", false)
+	if !ok || err != nil || string(d.Body) != "m1" {
+		t.Fatalf("get %q %v %v", d.Body, ok, err)
+	}
+	// One acked: it must not come back.
+	d, _, _ = ch.Get("dur-a", false)
+	must(d.Ack(false))
+	c.Close()
+
+	r.restart()
+	c, ch = r.dial()
+	defer c.Close()
+	for _, q := range []struct {
+		name string
+		want []string
+		redl []bool
+	}{
+		{"dur-a", []string{"m2", "m3"}, []bool{false, false}},
+		{"dur-b", []string{"m1", "m2", "m3"}, []bool{true, false, false}},
+	} {
+		st, err := ch.QueueDeclarePassive(q.name, true, false, false, false, nil)
+		if err != nil || st.Messages != len(q.want) {
+			t.Fatalf("%s: %+v %v", q.name, st, err)
+		}
+		for i, w := range q.want {
+			d, ok, err := ch.Get(q.name, true)
+			if !ok || err != nil || string(d.Body) != w || d.Redelivered != q.redl[i] || d.DeliveryMode != rmq.Persistent {
+				t.Fatalf("%s[%d]: %q redelivered=%v ok=%v err=%v", q.name, i, d.Body, d.Redelivered, ok, err)
+			}
+		}
+	}
+	// Arguments and bindings came back; the transient ones did not.
+	if _, err := ch.QueueDeclare("dur-a", true, false, false, false, rmq.Table{"x-max-priority": int32(5)}); err != nil {
+		t.Fatalf("redeclare with the same arguments: %v", err)
+	}
+	publishPersistent(t, ch, "dur-x", "orders.x.y", "deep") // only dur-b matches orders.#
+	publishPersistent(t, ch, "dur-x", "other", "to-ae")     // unroutable: alternate exchange
+	if d, _, _ := ch.Get("dur-b", true); string(d.Body) != "deep" {
+		t.Fatalf("got %q", d.Body)
+	}
+	if d, _, _ := ch.Get("dur-b", true); string(d.Body) != "to-ae" {
+		t.Fatalf("got %q", d.Body)
+	}
+	for _, name := range []string{"tmp-q"} {
+		_, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+		expectErr(t, err, 404, "NOT_FOUND - no queue '"+name+"' in vhost '/'")
+		ch, _ = c.Channel()
+	}
+	err = ch.ExchangeDeclarePassive("tmp-x", "direct", false, false, false, false, nil)
+	expectErr(t, err, 404, "NOT_FOUND - no exchange 'tmp-x' in vhost '/'")
+}
+
+func TestDeletedQueueStaysDeleted(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	c, ch := r.dial()
+	if _, err := ch.QueueDeclare("gone", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publishPersistent(t, ch, "", "gone", "x", "y")
+	if _, err := ch.QueueDelete("gone", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("gone", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	r.restart()
+	c, ch = r.dial()
+	defer c.Close()
+	st, err := ch.QueueDeclarePassive("gone", true, false, false, false, nil)
+	if err != nil || st.Messages != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+}
+
+// Nothing is confirmed before it is durable: the store's fsync is made
+// slow, and every confirm the client sees must come after the fsync that
+// covered its message.
+func TestConfirmAfterFsync(t *testing.T) {
+	var synced atomic.Int64 // fsyncs completed
+	var mu sync.Mutex
+	var inSync bool
+	r := newRestartable(t, broker.Options{AfterStoreSync: func() {
+		mu.Lock()
+		inSync = true
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // the fsync is slow
+		synced.Add(1)
+		mu.Lock()
+		inSync = false
+		mu.Unlock()
+	}})
+	c, ch := r.dial()
+	defer c.Close()
+	if _, err := ch.QueueDeclare("fsync-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan rmq.Confirmation, 100))
+	const n = 50
+	before := synced.Load()
+	for i := range n {
+		if err := ch.Publish("", "fsync-q", false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		cf := <-confirms
+		// At least one fsync finished after the publish began, and the
+		// confirm was not sent while the fsync was still running.
+		if synced.Load() == before {
+			t.Fatalf("confirm %d (tag %d) arrived before any fsync completed", i, cf.DeliveryTag)
+		}
+		if !cf.Ack {
+			t.Fatalf("nack %d", cf.DeliveryTag)
+		}
+	}
+	// Group commit: 50 publishes did not take 50 fsyncs.
+	if got := synced.Load() - before; got >= n {
+		t.Fatalf("%d fsyncs for %d publishes: no group commit", got, n)
+	}
+	_ = inSync
+}
+
+// A backlog larger than the in-memory window is paged to the store and
+// read back ahead of the consumer, in order, also across a restart.
+func TestBacklogBeyondWindow(t *testing.T) {
+	r := newRestartable(t, broker.Options{QueueWindow: 64})
+	c, ch := r.dial()
+	if _, err := ch.QueueDeclare("backlog", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	body := make([]byte, 1024)
+	ctx := context.Background()
+	var last *rmq.DeferredConfirmation
+	for i := range n {
+		copy(body, fmt.Sprintf("%06d", i))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "backlog", false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = dc
+	}
+	if !last.Wait() {
+		t.Fatal("nacked")
+	}
+	// Only the window's bodies are in memory.
+	if used := r.b.Server.MemoryUsed(); used > 64*1024*2 {
+		t.Fatalf("queues hold %d bytes with a 64-message window", used)
+	}
+	// Take half, then restart, then take the rest: order is kept.
+	next := 0
+	take := func(k int) {
+		for range k {
+			d, ok, err := ch.Get("backlog", true)
+			if !ok || err != nil {
+				t.Fatalf("get %d: %v %v", next, ok, err)
+			}
+			if want := fmt.Sprintf("%06d", next); string(d.Body[:6]) != want {
+				t.Fatalf("got %q, want %s", d.Body[:6], want)
+			}
+			next++
+		}
+	}
+	take(n / 2)
+	c.Close()
+	r.restart()
+	c, ch = r.dial()
+	defer c.Close()
+	st, err := ch.QueueDeclarePassive("backlog", true, false, false, false, nil)
+	if err != nil || st.Messages != n/2 {
+		t.Fatalf("after restart: %+v %v", st, err)
+	}
+	take(n / 2)
+	if _, ok, _ := ch.Get("backlog", true); ok {
+		t.Fatal("more messages than published")
+	}
+}
+
+// A store held by another process stops the broker with an error.
+func TestStoreLocked(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	_, err := broker.New(broker.Options{DataDir: r.dir})
+	if err == nil {
+		t.Fatal("a second broker opened the same store")
+	}
+}
