@@ -4,7 +4,7 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test race lint generate check-generate fuzz bench compat clean
+.PHONY: help run build test race lint generate check-generate fuzz bench compat crash-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ check-generate: ## fail if regenerating the codecs changes them
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for f in $$(grep -ho '^func Fuzz[A-Za-z]*' amqp/*_test.go | sed 's/func //'); do \
 		echo "== $$f"; $(GO) test ./amqp -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 200) and check nothing confirmed is lost
+	RAILMQ_CRASH_ROUNDS=$(or $(CRASH_ROUNDS),200) $(GO) test -count=1 -timeout 60m -run '^TestCrashRecovery$$' -v ./conformance
 
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
