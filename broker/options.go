@@ -40,6 +40,9 @@ type Options struct {
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
+	// StoreFault, if set, can fail store commits (a test hook for a full
+	// disk).
+	StoreFault func() error
 	// TimeoutCheckInterval is how often consumer timeouts are checked.
 	TimeoutCheckInterval time.Duration
 	// Logger receives the broker's logs; nil discards them.

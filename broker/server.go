@@ -55,7 +55,7 @@ func New(opts Options) (*Server, error) {
 		stop:  make(chan struct{}),
 		swept: make(chan struct{}),
 	}
-	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync})
+	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,9 @@ type Options struct {
 	// AfterSync, if set, runs on the committer after each fsync, before
 	// the batch's callbacks (tests check fsync-before-confirm with it).
 	AfterSync func()
+	// Fault, if set, is consulted before each group commit; an error it
+	// returns fails the commit as a full disk would (a test hook).
+	Fault func() error
 	// GCInterval is how often the value log is garbage-collected; 0 means
 	// one minute, negative disables.
 	GCInterval time.Duration
@@ -354,6 +357,15 @@ func (s *Store) commitPending() {
 			dones = append(dones, b.done)
 		}
 	}
+	if s.opt.Fault != nil && writeErr == nil {
+		if err := s.opt.Fault(); err != nil {
+			// Nothing of this round may be reported durable: drop it.
+			wb.Cancel()
+			wb = s.db.NewWriteBatch()
+			wrote = false
+			writeErr = err
+		}
+	}
 	flush()
 	if writeErr == nil {
 		if err := s.db.Sync(); err != nil {
@@ -598,6 +610,9 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 					s.refs[msg]++
 				}
 				sum.Count++
+				if sum.Count%250000 == 0 {
+					s.log.Info("recovering queue", zap.Uint64("queue", queue), zap.Int("messages_so_far", sum.Count))
+				}
 				sum.MaxSeq = max(sum.MaxSeq, seq)
 				return nil
 			})
