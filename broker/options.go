@@ -40,6 +40,11 @@ type Options struct {
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
+	// MemoryLimitBase is the Go heap target (runtime/debug.SetMemoryLimit)
+	// when queues hold nothing in memory; the target follows what they
+	// hold (base + twice that). 0 means 128 MiB; negative leaves the Go
+	// runtime's default (or GOMEMLIMIT) alone.
+	MemoryLimitBase int64
 	// StoreFault, if set, can fail store commits (a test hook for a full
 	// disk).
 	StoreFault func() error
@@ -101,6 +106,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MemoryHighWatermark == 0 {
 		o.MemoryHighWatermark = defaultWatermark()
+	}
+	if o.MemoryLimitBase == 0 {
+		o.MemoryLimitBase = 128 << 20
+	}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
+		o.MemoryLimitBase = -1
 	}
 	if o.TimeoutCheckInterval == 0 {
 		o.TimeoutCheckInterval = time.Second

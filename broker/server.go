@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
 	}
 	s.vhosts = map[string]*vhost.VHost{"/": vh}
+	s.tuneMemoryLimit()
 	go s.sweep()
 	return s, nil
 }
@@ -205,6 +207,16 @@ func (s *Server) MemoryUsed() int64 { return s.memory.Load() }
 // memoryAlarm reports whether queues hold more than the watermark.
 func (s *Server) memoryAlarm() bool { return s.memory.Load() > s.opts.MemoryHighWatermark }
 
+// tuneMemoryLimit keeps the Go heap target close to what the broker
+// needs: a small base plus the message bodies queues hold in memory. With
+// backlogs paged to the store, the heap (and RSS) stays small; with large
+// in-memory queues the target grows with them, so the GC does not thrash.
+func (s *Server) tuneMemoryLimit() {
+	if base := s.opts.MemoryLimitBase; base > 0 {
+		debug.SetMemoryLimit(base + 2*max(s.memory.Load(), 0))
+	}
+}
+
 // sweep checks consumer timeouts on every connection until Shutdown.
 func (s *Server) sweep() {
 	defer close(s.swept)
@@ -215,6 +227,7 @@ func (s *Server) sweep() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
+			s.tuneMemoryLimit()
 			s.mu.Lock()
 			conns := make([]*conn, 0, len(s.conns))
 			for c := range s.conns {

@@ -678,17 +678,24 @@ func (s *Store) DiskUsage() (lsm, vlog int64) { return s.db.Size() }
 
 func (s *Store) gcLoop() {
 	defer close(s.gcDone)
-	if s.opt.GCInterval < 0 {
-		<-s.gcStop
-		return
+	dir := absDir(s.opt.Dir)
+	gcEvery := s.opt.GCInterval
+	if gcEvery < 0 {
+		gcEvery = time.Duration(1<<63 - 1)
 	}
-	t := time.NewTicker(s.opt.GCInterval)
+	lastGC := time.Now()
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.gcStop:
 			return
 		case <-t.C:
+			pageOut(dir)
+			if time.Since(lastGC) < gcEvery {
+				continue
+			}
+			lastGC = time.Now()
 			n := 0
 			for n < 16 && s.db.RunValueLogGC(0.5) == nil {
 				n++
