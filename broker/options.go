@@ -45,6 +45,8 @@ type Options struct {
 	// hold (base + twice that). 0 means 128 MiB; negative leaves the Go
 	// runtime's default (or GOMEMLIMIT) alone.
 	MemoryLimitBase int64
+	// StoreGCInterval is how often the value log is garbage-collected.
+	StoreGCInterval time.Duration
 	// StoreFault, if set, can fail store commits (a test hook for a full
 	// disk).
 	StoreFault func() error

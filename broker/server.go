@@ -56,7 +56,7 @@ func New(opts Options) (*Server, error) {
 		stop:  make(chan struct{}),
 		swept: make(chan struct{}),
 	}
-	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault})
+	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
 	if err != nil {
 		return nil, err
 	}

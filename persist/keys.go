@@ -11,6 +11,7 @@ const (
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
+	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 )
 
 // Definition kinds (the byte after prefixDef).

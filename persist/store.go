@@ -51,6 +51,7 @@ type Store struct {
 
 	nextMsg atomic.Uint64
 	syncs   atomic.Uint64
+	freed   atomic.Int64 // message records deleted since the last GC
 	// refs counts the entries left for messages shared by several queues.
 	// Owned by the committer (and by recovery before it starts).
 	refs map[uint64]int32
@@ -367,6 +368,7 @@ func (s *Store) commitPending() {
 		}
 	}
 	flush()
+	wb.Cancel() // the fresh batch flush left: an open batch pins old versions
 	if writeErr == nil {
 		if err := s.db.Sync(); err != nil {
 			writeErr = fmt.Errorf("fsync: %w", err)
@@ -426,6 +428,7 @@ func (s *Store) release(wb *badger.WriteBatch, msg uint64, shared bool) error {
 		}
 		delete(s.refs, msg)
 	}
+	s.freed.Add(1)
 	return wb.Delete(messageKey(msg))
 }
 
@@ -696,6 +699,18 @@ func (s *Store) gcLoop() {
 				continue
 			}
 			lastGC = time.Now()
+			if s.freed.Swap(0) > 0 {
+				// Deleted messages free value-log space only once a
+				// compaction has dropped their keys and counted it: flush
+				// the memtable (dropping an unused prefix does that) and
+				// compact.
+				if err := s.db.DropPrefix([]byte{prefixUnused}); err != nil {
+					s.log.Warn("store flush failed", zap.Error(err))
+				}
+				if err := s.db.Flatten(1); err != nil {
+					s.log.Warn("store compaction failed", zap.Error(err))
+				}
+			}
 			n := 0
 			for n < 16 && s.db.RunValueLogGC(0.5) == nil {
 				n++

@@ -45,6 +45,7 @@ func run(args []string) int {
 	consumerTimeout := fs.Duration("consumer-timeout", broker.DefaultConsumerTimeout, "close a channel whose delivery stays unacked this long (negative disables)")
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
+	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
 	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
@@ -88,6 +89,7 @@ func run(args []string) int {
 		ConsumerTimeout:  *consumerTimeout,
 		MaxMessageSize:   *maxMessage,
 		QueueWindow:      *window,
+		StoreGCInterval:  *gcEvery,
 		Logger:           log,
 		Version:          version,
 	})
