@@ -463,8 +463,63 @@ func (c *Channel) complete() error {
 		Enqueued:   time.Now().UnixNano(),
 	}
 	c.props, c.body = nil, nil
+	if exp := c.pubHeader.Expiration; c.pubHeader.Flags&amqp.FlagExpiration != 0 {
+		ms, err := parseExpiration(exp)
+		if err != nil {
+			return withMethod(err, p)
+		}
+		msg.Expires = msg.Enqueued + ms*int64(time.Millisecond)
+		if ms == 0 {
+			msg.Expires = msg.Enqueued // expires unless delivered at once
+		}
+	}
 	err := c.publish(msg, p.Mandatory, c.pubHeader)
 	return withMethod(err, p)
+}
+
+// parseExpiration reads the expiration property: a string of
+// milliseconds, as RabbitMQ parses it.
+func parseExpiration(b []byte) (int64, error) {
+	if len(b) == 0 {
+		return 0, precondition("invalid expiration '%s': no_integer", b)
+	}
+	var n int64
+	neg := false
+	s := b
+	if s[0] == '-' || s[0] == '+' {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return 0, precondition("invalid expiration '%s': no_integer", b)
+	}
+	for _, ch := range s {
+		if ch < '0' || ch > '9' || n > (1<<62)/10 {
+			return 0, precondition("invalid expiration '%s': no_integer", b)
+		}
+		n = n*10 + int64(ch-'0')
+	}
+	if neg {
+		return 0, precondition("invalid expiration '%s': {value_negative,-%d}", b, n)
+	}
+	return n, nil
+}
+
+// withDeliveryCount returns props with the x-delivery-count header set to
+// n, as RabbitMQ's quorum queues add it to redeliveries.
+func withDeliveryCount(props []byte, n uint32) []byte {
+	p, err := amqp.DecodeProperties(props)
+	if err != nil {
+		return props
+	}
+	h := make(amqp.Table, len(p.Headers)+1)
+	for k, v := range p.Headers {
+		h[k] = v
+	}
+	h["x-delivery-count"] = int64(n)
+	p.Headers = h
+	p.Flags |= amqp.FlagHeaders
+	return p.Append(nil)
 }
 
 const replyToQueue = "amq.rabbitmq.reply-to"
@@ -502,16 +557,20 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 	if err != nil {
 		return err
 	}
-	durable := 0
-	if msg.Persistent && c.store != nil {
-		for _, q := range qs {
-			if q.Durable() {
-				durable++
-			}
+	// A queue's confirm is awaited when it writes the message to the store
+	// or may refuse it (x-overflow reject-publish).
+	durable, waits := 0, 0
+	for _, q := range qs {
+		d := msg.Persistent && c.store != nil && q.Durable()
+		if d {
+			durable++
+		}
+		if d || (c.confirm && q.MayReject()) {
+			waits++
 		}
 	}
 	routed := false
-	if durable == 0 {
+	if waits == 0 {
 		for _, q := range qs {
 			if q.Publish(msg) {
 				routed = true
@@ -524,34 +583,37 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 		c.confirmNow()
 		return nil
 	}
-	msg.ID = c.store.NewMessageID()
-	msg.Shared = durable > 1
 	var conf *pubConfirm
 	if c.confirm {
 		c.published++
 		conf = &pubConfirm{c: c, tag: c.published}
-		conf.pending.Store(int32(durable + 1))
+		n := waits
+		if durable > 0 {
+			n++ // the record
+		}
+		conf.pending.Store(int32(n))
 		c.trackConfirm(conf.tag)
 	}
-	w := &queue.Writes{}
-	w.PutMessage(msg.ID, queue.EncodeMessage(msg))
-	if conf != nil {
-		c.store.Commit(w, conf.Done) // the record first: entries follow it
-	} else {
-		c.store.Commit(w, nil)
+	if durable > 0 {
+		msg.ID = c.store.NewMessageID()
+		msg.Shared = durable > 1
+		w := &queue.Writes{}
+		w.PutMessage(msg.ID, queue.EncodeMessage(msg))
+		if conf != nil {
+			c.store.Commit(w, conf.Done) // the record first: entries follow it
+		} else {
+			c.store.Commit(w, nil)
+		}
 	}
 	for _, q := range qs {
-		if !q.Durable() {
-			routed = q.Publish(msg) || routed
+		wait := (msg.Persistent && c.store != nil && q.Durable()) || (c.confirm && q.MayReject())
+		if !wait || conf == nil {
+			routed = q.PublishConfirm(msg, nil) || routed
 			continue
 		}
-		var cf queue.Confirmer
-		if conf != nil {
-			cf = conf
-		}
-		if q.PublishDurable(msg, cf) {
+		if q.PublishConfirm(msg, conf) {
 			routed = true
-		} else if conf != nil {
+		} else {
 			conf.Done(nil) // deleted meanwhile: as if not routed there
 		}
 	}
@@ -849,7 +911,11 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	}
 	c.deliver = amqp.BasicDeliver{ConsumerTag: qc.Tag, DeliveryTag: c.nextTag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey}
-	c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, d.Msg.Props, d.Msg.Body)
+	props := d.Msg.Props
+	if d.Count > 0 {
+		props = withDeliveryCount(props, d.Count)
+	}
+	c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
 	return true
 }
 
@@ -944,8 +1010,12 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	tag := c.nextTag
 	c.mu.Unlock()
+	props := d.Msg.Props
+	if d.Count > 0 {
+		props = withDeliveryCount(props, d.Count)
+	}
 	c.cfg.Sink.SendContent(c.cfg.Number, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,
-		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)}, d.Msg.Props, d.Msg.Body)
+		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)}, props, d.Msg.Body)
 	return nil
 }
 

@@ -21,6 +21,7 @@ type Message struct {
 	Persistent bool // delivery-mode 2
 	Priority   uint8
 	Enqueued   int64 // unix nanos when published: the age of the oldest message
+	Expires    int64 // unix nanos from the expiration property, or 0
 	// ID is the message's record in the store (0: not stored); Shared
 	// says several durable queues reference that record.
 	ID     uint64
@@ -109,6 +110,8 @@ type Config struct {
 	Window int
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
+	// Policy holds the limits its arguments set (nil: none).
+	Policy *Policy
 }
 
 // ErrDeleted is returned by operations on a queue that has been deleted.
@@ -122,6 +125,52 @@ var ErrInUse = errors.New("queue in use")
 
 // ErrNotEmpty is a delete with if-empty on a queue with messages.
 var ErrNotEmpty = errors.New("queue not empty")
+
+// ErrRejected is a publish refused by a full queue (x-overflow
+// reject-publish): the publisher is nacked.
+var ErrRejected = errors.New("queue full: publish rejected")
+
+// Overflow is what a queue at its length limit does (x-overflow).
+type Overflow uint8
+
+// Overflow behaviours.
+const (
+	DropHead Overflow = iota
+	RejectPublish
+	RejectPublishDLX
+)
+
+// Dead-letter reasons, as RabbitMQ writes them in x-death.
+const (
+	ReasonRejected      = "rejected"
+	ReasonExpired       = "expired"
+	ReasonMaxLen        = "maxlen"
+	ReasonDeliveryLimit = "delivery_limit"
+)
+
+// DeadLetterFunc republishes a message that leaves q for reason. done,
+// when not nil, must be called once the copies are durable (or could not
+// be made), so that the queue's own entry is removed only then.
+type DeadLetterFunc func(q *Queue, d Delivery, reason string, done func())
+
+// Policy is what a queue's arguments ask of it.
+type Policy struct {
+	MessageTTL     time.Duration // x-message-ttl; negative: none
+	Expires        time.Duration // x-expires: delete when unused this long; 0: never
+	MaxLength      int64         // x-max-length; negative: none
+	MaxLengthBytes int64         // x-max-length-bytes; negative: none
+	Overflow       Overflow
+	DeliveryLimit  int64 // x-delivery-limit; negative: none
+	SingleActive   bool  // x-single-active-consumer
+	MaxPriority    uint8 // x-max-priority; 0: not a priority queue
+	// DeadLetter is set when the queue has x-dead-letter-exchange.
+	DeadLetter DeadLetterFunc
+	// OnExpire deletes the queue from the registry when x-expires fires.
+	OnExpire func(q *Queue)
+}
+
+// NoPolicy is a queue without limits.
+var NoPolicy = Policy{MessageTTL: -1, MaxLength: -1, MaxLengthBytes: -1, DeliveryLimit: -1}
 
 type opKind uint8
 
@@ -137,6 +186,8 @@ const (
 	opPurge
 	opDelete
 	opStats
+	opTick
+	opTouch
 )
 
 type op struct {
@@ -163,10 +214,39 @@ type result struct {
 	err      error
 }
 
+// lane holds the ready messages of one priority: new ones in order, and
+// returned ones waiting to go out again ahead of later ones.
+type lane struct {
+	ready    deque
+	returned seqHeap
+}
+
+func (l *lane) len() int { return l.ready.len() + len(l.returned) }
+
+// head is the lane's next message, without removing it.
+func (l *lane) head() *Delivery {
+	hasR, hasN := len(l.returned) > 0, l.ready.len() > 0
+	switch {
+	case hasR && (!hasN || l.returned[0].Seq < l.ready.front().Seq):
+		return &l.returned[0]
+	case hasN:
+		return l.ready.front()
+	}
+	return nil
+}
+
+func (l *lane) pop() Delivery {
+	if len(l.returned) > 0 && (l.ready.len() == 0 || l.returned[0].Seq < l.ready.front().Seq) {
+		return l.returned.pop()
+	}
+	return l.ready.popFront()
+}
+
 // Queue is a message queue. One goroutine owns its messages, consumers
 // and counters; other goroutines reach it through a batched inbox.
 type Queue struct {
 	cfg Config
+	pol Policy
 
 	mu      sync.Mutex // guards inbox and closed
 	inbox   []op
@@ -176,14 +256,15 @@ type Queue struct {
 
 	// Owned by the queue goroutine.
 	spare       []op
-	ready       deque
-	returned    seqHeap
+	lanes       []lane // by priority; one unless x-max-priority
 	nextSeq     uint64
-	consumers   []*Consumer
+	consumers   []*Consumer // by priority, then arrival
+	order       []*Consumer // by arrival (single active consumer)
 	rr          int
 	unacked     int
 	hadConsumer bool
-	held        int64 // body bytes held, ready and unacked
+	held        int64 // body bytes held in memory, ready and unacked
+	readyBytes  int64 // body bytes of ready messages, in memory or not
 
 	// Paging (durable queues): diskCount ready messages wait in the store
 	// after memTail, the highest sequence read into memory.
@@ -194,6 +275,12 @@ type Queue struct {
 	recDlv    uint64 // entries up to this were delivered before a restart
 	w         Writes
 	confs     []Confirmer
+
+	// Expiry: one timer for the earliest head expiry (no timer per
+	// message), and x-expires.
+	timer    *time.Timer
+	timerAt  int64
+	lastUsed int64
 
 	// Published for metrics without a round trip.
 	readyN    atomic.Int64
@@ -213,11 +300,23 @@ func New(cfg Config) *Queue {
 	if cfg.Window <= 0 {
 		cfg.Window = 4096
 	}
+	pol := NoPolicy
+	if cfg.Policy != nil {
+		pol = *cfg.Policy
+	}
+	nl := 1
+	if pol.MaxPriority > 0 {
+		nl = int(pol.MaxPriority) + 1
+		cfg.Window = 1 << 30 // priority queues stay in memory
+	}
 	q := &Queue{
-		cfg:     cfg,
-		wake:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		nextSeq: 1,
+		cfg:      cfg,
+		pol:      pol,
+		lanes:    make([]lane, nl),
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		nextSeq:  1,
+		lastUsed: time.Now().UnixNano(),
 	}
 	if r := cfg.Recovered; r != nil {
 		q.diskCount = r.Count
@@ -228,6 +327,9 @@ func New(cfg Config) *Queue {
 		q.publishCounts()
 	}
 	go q.run()
+	if pol.Expires > 0 {
+		q.armExpires()
+	}
 	return q
 }
 
@@ -264,7 +366,16 @@ func (q *Queue) call(o op) result {
 
 // Publish enqueues a message. It reports false if the queue is gone.
 func (q *Queue) Publish(m *Message) bool {
-	if !q.post(op{kind: opPublish, msg: m}) {
+	return q.PublishConfirm(m, nil)
+}
+
+// PublishConfirm enqueues a message; conf (if not nil) learns when the
+// queue has taken it: at once, or once its entry is durable when the
+// message is persistent and its record was committed by the caller (its
+// ID is set), or with ErrRejected when the queue is full. It reports
+// false if the queue is gone.
+func (q *Queue) PublishConfirm(m *Message, conf Confirmer) bool {
+	if !q.post(op{kind: opPublish, msg: m, conf: conf}) {
 		return false
 	}
 	// Counted now, not when the queue gets to it, so that the memory
@@ -273,19 +384,14 @@ func (q *Queue) Publish(m *Message) bool {
 	return true
 }
 
-// PublishDurable enqueues a persistent message whose record the caller
-// has committed to the store; conf learns when the queue's entry for it is
-// durable too. It reports false if the queue is gone.
-func (q *Queue) PublishDurable(m *Message, conf Confirmer) bool {
-	if !q.post(op{kind: opPublish, msg: m, conf: conf}) {
-		return false
-	}
-	q.cfg.Memory.Add(int64(len(m.Body)))
-	return true
-}
-
 // Durable reports whether the queue keeps its messages in the store.
 func (q *Queue) Durable() bool { return q.cfg.Store != nil }
+
+// MayReject reports whether the queue can refuse publishes (x-overflow
+// reject-publish), so its publishers need a confirm from it.
+func (q *Queue) MayReject() bool {
+	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead
+}
 
 // Ack removes delivered messages for good.
 func (q *Queue) Ack(ds []Delivery) { q.post(op{kind: opAck, ds: ds}) }
@@ -293,11 +399,15 @@ func (q *Queue) Ack(ds []Delivery) { q.post(op{kind: opAck, ds: ds}) }
 // Requeue returns delivered messages to their places, flagged redelivered.
 func (q *Queue) Requeue(ds []Delivery) { q.post(op{kind: opRequeue, ds: ds}) }
 
-// Discard drops delivered messages (reject or nack without requeue).
+// Discard drops delivered messages (reject or nack without requeue); they
+// are dead-lettered when the queue has a dead-letter exchange.
 func (q *Queue) Discard(ds []Delivery) { q.post(op{kind: opDiscard, ds: ds}) }
 
 // Kick tells the queue that c has room again.
 func (q *Queue) Kick(c *Consumer) { q.post(op{kind: opKick, consumer: c}) }
+
+// Touch marks the queue used (a redeclare), for x-expires.
+func (q *Queue) Touch() { q.post(op{kind: opTouch}) }
 
 // Consume adds a consumer. It fails with ErrExclusiveConsumer when the
 // queue has an exclusive consumer, or c is exclusive and others exist.
@@ -358,8 +468,12 @@ func (q *Queue) Ready() int64 { return q.readyN.Load() }
 // HeadEnqueuedAt is when the oldest ready message was published (unix
 // nanos), or 0 when none is ready: operators watch its age.
 func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
-func (q *Queue) Unacked() int64        { return q.unackedN.Load() }
-func (q *Queue) Consumers() int32      { return q.consumerN.Load() }
+
+// Unacked is the count of delivered, unacknowledged messages.
+func (q *Queue) Unacked() int64 { return q.unackedN.Load() }
+
+// Consumers is the count of consumers.
+func (q *Queue) Consumers() int32 { return q.consumerN.Load() }
 
 // Done is closed when the queue has stopped.
 func (q *Queue) Done() <-chan struct{} { return q.stopped }
@@ -388,18 +502,36 @@ func (q *Queue) run() {
 		}
 		q.refill()
 		q.dispatch()
+		q.armTimer()
 		q.commit()
 		q.publishCounts()
+	}
+}
+
+// shutdown refuses what arrives after a delete.
+func (q *Queue) shutdown() {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.mu.Lock()
+	q.closed = true
+	rest := q.inbox
+	q.inbox = nil
+	q.mu.Unlock()
+	for _, o := range rest {
+		if o.reply != nil {
+			o.reply <- result{err: ErrDeleted}
+		}
+		if o.conf != nil {
+			o.conf.Done(nil)
+		}
 	}
 }
 
 // commit hands this round's store changes to the group commit; the
 // publishers' confirmers learn when they are durable.
 func (q *Queue) commit() {
-	if q.cfg.Store == nil {
-		return
-	}
-	if q.delivered > q.savedDlv {
+	if q.cfg.Store != nil && q.delivered > q.savedDlv {
 		q.w.add(StoreWrite{Kind: PutDelivered, Queue: q.cfg.ID, Seq: q.delivered})
 		q.savedDlv = q.delivered
 	}
@@ -425,6 +557,29 @@ func (q *Queue) commit() {
 	q.cfg.Store.Commit(&w, done)
 }
 
+func (q *Queue) publishCounts() {
+	q.readyN.Store(int64(q.readyLen()))
+	q.unackedN.Store(int64(q.unacked))
+	q.consumerN.Store(int32(len(q.consumers)))
+	var head int64
+	for i := range q.lanes {
+		if d := q.lanes[i].head(); d != nil && (head == 0 || d.Msg.Enqueued < head) {
+			head = d.Msg.Enqueued
+		}
+	}
+	q.headAt.Store(head)
+}
+
+func (q *Queue) memLen() int {
+	n := 0
+	for i := range q.lanes {
+		n += q.lanes[i].len()
+	}
+	return n
+}
+
+func (q *Queue) readyLen() int { return q.memLen() + q.diskCount }
+
 // stored reports whether d has an entry in this queue's store.
 func (q *Queue) stored(d *Delivery) bool { return q.cfg.Store != nil && d.Msg.ID != 0 }
 
@@ -434,14 +589,31 @@ func (q *Queue) deleteEntry(d *Delivery) {
 	}
 }
 
+// noteDelivered records the highest sequence delivered, so that a restart
+// flags it and everything before it redelivered.
+func (q *Queue) noteDelivered(d *Delivery) {
+	if q.stored(d) && d.Seq > q.delivered {
+		q.delivered = d.Seq
+	}
+}
+
+func (q *Queue) laneOf(m *Message) *lane {
+	p := int(m.Priority)
+	if p >= len(q.lanes) {
+		p = len(q.lanes) - 1
+	}
+	return &q.lanes[p]
+}
+
 // refill reads the next messages from the store when the in-memory part
 // of a durable queue runs low.
 func (q *Queue) refill() {
-	if q.diskCount == 0 || q.ready.len() >= q.cfg.Window/2 {
+	l := &q.lanes[0]
+	if q.diskCount == 0 || l.ready.len() >= q.cfg.Window/2 {
 		return
 	}
 	q.commit() // our own page-outs first (the read is ordered after them anyway)
-	ents, err := q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, q.cfg.Window-q.ready.len())
+	ents, err := q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, q.cfg.Window-l.ready.len())
 	if err != nil {
 		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(err))
 		return
@@ -458,8 +630,12 @@ func (q *Queue) refill() {
 			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared})
 		} else {
 			m.ID, m.Shared = e.Msg, e.Shared
-			q.ready.pushBack(Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient})
+			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient}
+			q.laneOf(m).ready.pushBack(d)
 			q.account(int64(len(m.Body)))
+			if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
+				q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
+			}
 		}
 		q.memTail = e.Seq
 		q.diskCount--
@@ -469,73 +645,12 @@ func (q *Queue) refill() {
 	}
 }
 
-// shutdown refuses what arrives after a delete.
-func (q *Queue) shutdown() {
-	q.mu.Lock()
-	q.closed = true
-	rest := q.inbox
-	q.inbox = nil
-	q.mu.Unlock()
-	for _, o := range rest {
-		if o.reply != nil {
-			o.reply <- result{err: ErrDeleted}
-		}
-	}
-}
-
-func (q *Queue) publishCounts() {
-	q.readyN.Store(int64(q.readyLen()))
-	var head int64
-	if q.ready.len() > 0 {
-		head = q.ready.front().Msg.Enqueued
-	}
-	if len(q.returned) > 0 && (head == 0 || q.returned[0].Msg.Enqueued < head) {
-		head = q.returned[0].Msg.Enqueued
-	}
-	q.headAt.Store(head)
-	q.unackedN.Store(int64(q.unacked))
-	q.consumerN.Store(int32(len(q.consumers)))
-}
-
-func (q *Queue) readyLen() int { return q.ready.len() + len(q.returned) + q.diskCount }
-
-// noteDelivered records the highest sequence delivered, so that a restart
-// flags it and everything before it redelivered.
-func (q *Queue) noteDelivered(d *Delivery) {
-	if q.stored(d) && d.Seq > q.delivered {
-		q.delivered = d.Seq
-	}
-}
-
 // apply runs one op; it reports true when the queue must stop.
 func (q *Queue) apply(o *op) bool {
 	switch o.kind {
 	case opPublish:
-		seq := q.nextSeq
-		q.nextSeq++
-		m := o.msg
-		durable := q.cfg.Store != nil && m.ID != 0
-		if durable {
-			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: m.ID, Shared: m.Shared})
-			if o.conf != nil {
-				q.confs = append(q.confs, o.conf)
-			}
-		}
-		if q.cfg.Store != nil && (q.diskCount > 0 || q.ready.len() >= q.cfg.Window) {
-			// Beyond the window: the message waits in the store.
-			if !durable {
-				id := q.cfg.Store.NewMessageID()
-				q.w.add(StoreWrite{Kind: PutMessage, Msg: id, Record: EncodeMessage(m)})
-				q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true})
-			}
-			q.diskCount++
-			q.cfg.Memory.Add(-int64(len(m.Body))) // counted by Publish, not held
-			return false
-		}
-		q.ready.pushBack(Delivery{Msg: m, Seq: seq})
-		q.memTail = seq
-		q.held += int64(len(m.Body)) // Memory was counted by Publish
-	case opAck, opDiscard:
+		q.publish(o.msg, o.conf)
+	case opAck:
 		q.unacked -= len(o.ds)
 		var n int64
 		for i := range o.ds {
@@ -543,23 +658,55 @@ func (q *Queue) apply(o *op) bool {
 			q.deleteEntry(&o.ds[i])
 		}
 		q.account(-n)
+	case opDiscard:
+		q.unacked -= len(o.ds)
+		for _, d := range o.ds {
+			q.deadLetter(d, ReasonRejected)
+		}
 	case opRequeue:
 		q.unacked -= len(o.ds)
 		for _, d := range o.ds {
 			d.Redelivered = true
 			d.Count++
+			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
+				q.deadLetter(d, ReasonDeliveryLimit)
+				continue
+			}
 			if q.stored(&d) {
 				q.w.add(StoreWrite{Kind: UpdateEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
 					Transient: d.Transient, Redelivered: true, Count: d.Count})
 			}
-			q.returned.push(d)
+			q.laneOf(d.Msg).returned.push(d)
+			q.readyBytes += int64(len(d.Msg.Body))
 		}
 	case opKick:
 		o.consumer.blocked = false
+	case opTouch:
+		q.lastUsed = time.Now().UnixNano()
+	case opTick:
+		now := time.Now().UnixNano()
+		q.timerAt = 0
+		q.expireHeads(now)
+		if e := q.pol.Expires; e > 0 && len(q.consumers) == 0 && now-q.lastUsed >= int64(e) {
+			q.cfg.Logger.Info("queue expired (x-expires)", zap.String("queue", q.cfg.Name))
+			if q.pol.OnExpire != nil {
+				q.pol.OnExpire(q)
+			}
+			q.drop()
+			return true
+		}
+		if q.pol.Expires > 0 {
+			q.armExpires()
+		}
 	case opConsume:
-		o.reply <- result{err: q.addConsumer(o.consumer)}
+		err := q.addConsumer(o.consumer)
+		if err == nil {
+			q.lastUsed = time.Now().UnixNano()
+		}
+		o.reply <- result{err: err}
 	case opCancel:
 		removed := q.removeConsumer(o.consumer)
+		q.lastUsed = time.Now().UnixNano()
 		if removed && len(q.consumers) == 0 && q.cfg.AutoDelete && q.cfg.OnEmptyOfConsumers != nil {
 			// Deleted synchronously, before cancel-ok (RabbitMQ does too).
 			q.cfg.OnEmptyOfConsumers(q)
@@ -569,8 +716,9 @@ func (q *Queue) apply(o *op) bool {
 		}
 		o.reply <- result{}
 	case opGet:
+		q.lastUsed = time.Now().UnixNano()
 		q.refill()
-		d, ok := q.pop()
+		d, ok := q.pop(time.Now().UnixNano())
 		if ok && o.flags&flagNoAck == 0 {
 			q.unacked++
 			q.noteDelivered(&d)
@@ -581,17 +729,19 @@ func (q *Queue) apply(o *op) bool {
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
 	case opPurge:
 		n := q.readyLen()
-		q.account(-q.readyBytesNow())
-		q.ready.each(q.deleteEntry)
-		for i := range q.returned {
-			q.deleteEntry(&q.returned[i])
+		for i := range q.lanes {
+			l := &q.lanes[i]
+			for l.len() > 0 {
+				d := l.pop()
+				q.account(-int64(len(d.Msg.Body)))
+				q.deleteEntry(&d)
+			}
 		}
 		if q.diskCount > 0 {
 			q.w.add(StoreWrite{Kind: DropRange, Queue: q.cfg.ID, Seq: q.memTail + 1})
 			q.diskCount = 0
 		}
-		q.ready.clear()
-		q.returned = nil
+		q.readyBytes = 0
 		o.reply <- result{n: n}
 	case opStats:
 		o.reply <- result{messages: q.readyLen(), n: len(q.consumers)}
@@ -607,7 +757,7 @@ func (q *Queue) apply(o *op) bool {
 		for _, c := range q.consumers {
 			c.Sink.Cancelled(c)
 		}
-		q.consumers = nil
+		q.consumers, q.order = nil, nil
 		n := q.drop()
 		o.reply <- result{n: n}
 		return true
@@ -615,25 +765,90 @@ func (q *Queue) apply(o *op) bool {
 	return false
 }
 
+// publish takes a message in: refused when full with reject-publish,
+// paged to the store beyond a durable queue's window, else ready.
+func (q *Queue) publish(m *Message, conf Confirmer) {
+	size := int64(len(m.Body))
+	if q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0 {
+		full := (q.pol.MaxLength >= 0 && int64(q.readyLen()) >= q.pol.MaxLength) ||
+			(q.pol.MaxLengthBytes >= 0 && q.readyBytes+size > q.pol.MaxLengthBytes)
+		if full && q.pol.Overflow != DropHead {
+			q.cfg.Memory.Add(-size) // counted by Publish, not kept
+			if q.pol.Overflow == RejectPublishDLX && q.pol.DeadLetter != nil {
+				q.pol.DeadLetter(q, Delivery{Msg: m}, ReasonMaxLen, nil)
+			}
+			if conf != nil {
+				conf.Done(ErrRejected)
+			}
+			return
+		}
+	}
+	seq := q.nextSeq
+	q.nextSeq++
+	durable := q.cfg.Store != nil && m.ID != 0
+	if durable {
+		q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: m.ID, Shared: m.Shared})
+	}
+	if conf != nil {
+		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
+	}
+	q.readyBytes += size
+	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window) {
+		// Beyond the window: the message waits in the store.
+		if !durable {
+			id := q.cfg.Store.NewMessageID()
+			q.w.add(StoreWrite{Kind: PutMessage, Msg: id, Record: EncodeMessage(m)})
+			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true})
+		}
+		q.diskCount++
+		q.cfg.Memory.Add(-size) // counted by Publish, not held
+	} else {
+		q.laneOf(m).ready.pushBack(Delivery{Msg: m, Seq: seq})
+		q.memTail = seq
+		q.held += size // Memory was counted by Publish
+	}
+	// Over the limit with drop-head: the oldest go (dead-lettered).
+	for (q.pol.MaxLength >= 0 && int64(q.readyLen()) > q.pol.MaxLength) ||
+		(q.pol.MaxLengthBytes >= 0 && q.readyBytes > q.pol.MaxLengthBytes && q.readyLen() > 0) {
+		d, ok := q.popAny()
+		if !ok {
+			break
+		}
+		q.deadLetter(d, ReasonMaxLen)
+	}
+}
+
+// deadLetter removes d from the queue for reason: republished to the
+// dead-letter exchange when there is one, else dropped. A stored entry is
+// deleted only once the copies are durable.
+func (q *Queue) deadLetter(d Delivery, reason string) {
+	q.account(-int64(len(d.Msg.Body)))
+	if q.pol.DeadLetter == nil {
+		q.deleteEntry(&d)
+		return
+	}
+	if !q.stored(&d) {
+		q.pol.DeadLetter(q, d, reason, nil)
+		return
+	}
+	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared}
+	q.pol.DeadLetter(q, d, reason, func() {
+		store.Commit(&Writes{Ops: []StoreWrite{del}}, nil)
+	})
+}
+
 // drop releases every message the queue holds; it returns the ready count.
 func (q *Queue) drop() int {
 	n := q.readyLen()
 	q.diskCount = 0
 	q.account(-q.held) // unacked ones too: their acks will find the queue gone
-	q.ready.clear()
-	q.returned = nil
-	q.readyN.Store(0)
-	q.headAt.Store(0)
-	q.consumerN.Store(0)
-	return n
-}
-
-func (q *Queue) readyBytesNow() int64 {
-	var n int64
-	q.ready.each(func(d *Delivery) { n += int64(len(d.Msg.Body)) })
-	for i := range q.returned {
-		n += int64(len(q.returned[i].Msg.Body))
+	for i := range q.lanes {
+		q.lanes[i] = lane{}
 	}
+	q.readyBytes = 0
+	q.readyN.Store(0)
+	q.consumerN.Store(0)
+	q.headAt.Store(0)
 	return n
 }
 
@@ -658,11 +873,18 @@ func (q *Queue) addConsumer(c *Consumer) error {
 	q.consumers = append(q.consumers, nil)
 	copy(q.consumers[i+1:], q.consumers[i:])
 	q.consumers[i] = c
+	q.order = append(q.order, c)
 	q.hadConsumer = true
 	return nil
 }
 
 func (q *Queue) removeConsumer(c *Consumer) bool {
+	for i, o := range q.order {
+		if o == c {
+			q.order = append(q.order[:i], q.order[i+1:]...)
+			break
+		}
+	}
 	for i, o := range q.consumers {
 		if o == c {
 			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
@@ -675,41 +897,121 @@ func (q *Queue) removeConsumer(c *Consumer) bool {
 	return false
 }
 
-// pop takes the ready message that is first in queue order: the lowest
-// sequence among new and returned messages.
-func (q *Queue) pop() (Delivery, bool) {
-	hasR := len(q.returned) > 0
-	hasN := q.ready.len() > 0
-	switch {
-	case hasR && (!hasN || q.returned[0].Seq < q.ready.front().Seq):
-		return q.returned.pop(), true
-	case hasN:
-		return q.ready.popFront(), true
+// popAny takes the next ready message regardless of expiry: highest
+// priority first, then queue order.
+func (q *Queue) popAny() (Delivery, bool) {
+	for i := len(q.lanes) - 1; i >= 0; i-- {
+		if i == 0 && q.lanes[0].len() == 0 && q.diskCount > 0 {
+			q.refill()
+		}
+		if q.lanes[i].len() > 0 {
+			d := q.lanes[i].pop()
+			q.readyBytes -= int64(len(d.Msg.Body))
+			return d, true
+		}
 	}
 	return Delivery{}, false
 }
 
-// unpop puts back a message that could not be delivered.
-func (q *Queue) unpop(d Delivery) {
-	if d.Redelivered {
-		q.returned.push(d)
-	} else {
-		q.ready.pushFront(d)
+// pop takes the next ready message that has not expired; expired ones met
+// on the way are dead-lettered (RabbitMQ expires messages at the head).
+func (q *Queue) pop(now int64) (Delivery, bool) {
+	for {
+		d, ok := q.popAny()
+		if !ok {
+			return d, false
+		}
+		if exp := q.expiry(&d); exp != 0 && exp <= now {
+			q.deadLetter(d, ReasonExpired)
+			continue
+		}
+		return d, true
 	}
 }
 
+// expiry is when d expires (unix nanos), or 0: the earlier of its own
+// expiration and the queue's message TTL.
+func (q *Queue) expiry(d *Delivery) int64 {
+	e := d.Msg.Expires
+	if ttl := q.pol.MessageTTL; ttl >= 0 {
+		if qe := d.Msg.Enqueued + int64(ttl); e == 0 || qe < e {
+			e = qe
+		}
+	}
+	return e
+}
+
+// expireHeads dead-letters expired messages at the head of each lane.
+func (q *Queue) expireHeads(now int64) {
+	for i := range q.lanes {
+		l := &q.lanes[i]
+		for {
+			if i == 0 && l.len() == 0 && q.diskCount > 0 {
+				q.refill()
+			}
+			d := l.head()
+			if d == nil {
+				break
+			}
+			if exp := q.expiry(d); exp == 0 || exp > now {
+				break
+			}
+			x := l.pop()
+			q.readyBytes -= int64(len(x.Msg.Body))
+			q.deadLetter(x, ReasonExpired)
+		}
+	}
+}
+
+// armTimer sets the queue's one expiry timer for the earliest head.
+func (q *Queue) armTimer() {
+	var next int64
+	for i := range q.lanes {
+		if d := q.lanes[i].head(); d != nil {
+			if e := q.expiry(d); e != 0 && (next == 0 || e < next) {
+				next = e
+			}
+		}
+	}
+	if next == 0 || (q.timerAt != 0 && q.timerAt <= next) {
+		return
+	}
+	q.timerAt = next
+	wait := time.Duration(next - time.Now().UnixNano())
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timer = time.AfterFunc(max(wait, 0), func() { q.post(op{kind: opTick}) })
+}
+
+// armExpires checks x-expires again when the queue may have expired.
+func (q *Queue) armExpires() {
+	wait := time.Duration(q.lastUsed+int64(q.pol.Expires)-time.Now().UnixNano()) + time.Millisecond
+	time.AfterFunc(max(wait, time.Millisecond), func() { q.post(op{kind: opTick}) })
+}
+
+// unpop puts back a message that could not be delivered.
+func (q *Queue) unpop(d Delivery) {
+	l := q.laneOf(d.Msg)
+	if d.Redelivered {
+		l.returned.push(d)
+	} else {
+		l.ready.pushFront(d)
+	}
+	q.readyBytes += int64(len(d.Msg.Body))
+}
+
 // dispatch hands ready messages to consumers with room: the highest
-// priority first, round-robin among consumers of equal priority.
+// priority first, round-robin among consumers of equal priority (or only
+// the single active consumer).
 func (q *Queue) dispatch() {
+	now := time.Now().UnixNano()
 	for q.readyLen() > 0 {
 		c := q.nextConsumer()
 		if c == nil {
 			return
 		}
-		if q.ready.len()+len(q.returned) == 0 {
-			q.refill()
-		}
-		d, ok := q.pop()
+		d, ok := q.pop(now)
 		if !ok {
 			return
 		}
@@ -725,7 +1027,7 @@ func (q *Queue) dispatch() {
 			q.unacked++
 			q.noteDelivered(&d)
 		}
-		if q.ready.len() < q.cfg.Window/2 && q.diskCount > 0 {
+		if q.lanes[0].ready.len() < q.cfg.Window/2 && q.diskCount > 0 {
 			q.refill()
 		}
 	}
@@ -734,6 +1036,12 @@ func (q *Queue) dispatch() {
 // nextConsumer picks the next unblocked consumer: within the highest
 // priority that has one, the one after the last served.
 func (q *Queue) nextConsumer() *Consumer {
+	if q.pol.SingleActive {
+		if len(q.order) == 0 || q.order[0].blocked {
+			return nil
+		}
+		return q.order[0]
+	}
 	cs := q.consumers
 	for start := 0; start < len(cs); {
 		end := start + 1

@@ -70,7 +70,7 @@ func (w *Writes) PutMessage(id uint64, rec []byte) {
 // EncodeMessage is the stored form of a message: exchange, routing key,
 // properties and body, with the time it was published.
 func EncodeMessage(m *Message) []byte {
-	b := make([]byte, 0, 1+len(m.Exchange)+1+len(m.RoutingKey)+4+len(m.Props)+8+1+len(m.Body))
+	b := make([]byte, 0, 1+len(m.Exchange)+1+len(m.RoutingKey)+4+len(m.Props)+18+len(m.Body))
 	b = append(b, byte(len(m.Exchange)))
 	b = append(b, m.Exchange...)
 	b = append(b, byte(len(m.RoutingKey)))
@@ -78,6 +78,7 @@ func EncodeMessage(m *Message) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Props)))
 	b = append(b, m.Props...)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.Enqueued))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.Expires))
 	var f byte
 	if m.Persistent {
 		f |= 1
@@ -104,13 +105,14 @@ func DecodeMessage(rec []byte) (*Message, error) {
 		return nil, errRecord
 	}
 	n := binary.BigEndian.Uint32(p)
-	if uint64(len(p)-4) < uint64(n)+10 {
+	if uint64(len(p)-4) < uint64(n)+18 {
 		return nil, errRecord
 	}
 	m.Props, p = p[4:4+n], p[4+n:]
 	m.Enqueued = int64(binary.BigEndian.Uint64(p))
-	m.Persistent = p[8]&1 != 0
-	m.Priority = p[9]
-	m.Body = p[10:]
+	m.Expires = int64(binary.BigEndian.Uint64(p[8:]))
+	m.Persistent = p[16]&1 != 0
+	m.Priority = p[17]
+	m.Body = p[18:]
 	return m, nil
 }

@@ -347,6 +347,7 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 		if c := q.Config(); c.Exclusive && c.Owner != d.Owner {
 			return nil, false, v.locked(d.Name)
 		}
+		q.Touch() // a redeclare counts as use (x-expires)
 		if d.Passive {
 			return q, false, nil
 		}
@@ -384,6 +385,12 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	if cfg.Durable && v.store != nil {
 		cfg.Store = storeAdapter{v.store}
 	}
+	pol := args.policy
+	if args.dlx != nil {
+		pol.DeadLetter = v.deadLetterFunc(*args.dlx, args.dlrk)
+	}
+	pol.OnExpire = v.forgetQueue
+	cfg.Policy = &pol
 	return cfg
 }
 
@@ -795,12 +802,15 @@ func typeError(want string, v any) string {
 
 type queueArgs struct {
 	consumerTimeout time.Duration
+	policy          queue.Policy
+	dlx             *string
+	dlrk            *string
 }
 
 // validateQueueArgs checks the arguments RabbitMQ checks, with its texts;
 // unknown x- arguments are accepted.
 func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
-	var out queueArgs
+	out := queueArgs{policy: queue.NoPolicy}
 	bad := func(k string, detail string) error {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s': %s", k, q, vh, detail)
 	}
@@ -877,6 +887,39 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		if _, ok := args["x-dead-letter-exchange"]; !ok {
 			return out, bad("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
 		}
+	}
+	p := &out.policy
+	ms := func(k string) (int64, bool) { n, ok := toInt(args[k]); return n, ok }
+	if n, ok := ms("x-message-ttl"); ok {
+		p.MessageTTL = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := ms("x-expires"); ok {
+		p.Expires = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := ms("x-max-length"); ok {
+		p.MaxLength = n
+	}
+	if n, ok := ms("x-max-length-bytes"); ok {
+		p.MaxLengthBytes = n
+	}
+	if n, ok := ms("x-delivery-limit"); ok {
+		p.DeliveryLimit = n
+	}
+	if n, ok := ms("x-max-priority"); ok {
+		p.MaxPriority = uint8(n)
+	}
+	switch args["x-overflow"] {
+	case "reject-publish":
+		p.Overflow = queue.RejectPublish
+	case "reject-publish-dlx":
+		p.Overflow = queue.RejectPublishDLX
+	}
+	p.SingleActive = args["x-single-active-consumer"] == true
+	if s, ok := args["x-dead-letter-exchange"].(string); ok {
+		out.dlx = &s
+	}
+	if s, ok := args["x-dead-letter-routing-key"].(string); ok {
+		out.dlrk = &s
 	}
 	return out, nil
 }

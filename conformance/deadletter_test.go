@@ -1,0 +1,339 @@
+package conformance
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// dlxSetup declares a fanout dead-letter exchange and a queue bound to it.
+func dlxSetup(t *testing.T, e *env, dlx, dlq string) {
+	t.Helper()
+	if err := e.ch.ExchangeDeclare(dlx, "fanout", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.queue(dlq, nil)
+	if err := e.ch.QueueBind(dlq, "", dlx, false, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deathOf(t *testing.T, d rmq.Delivery) rmq.Table {
+	t.Helper()
+	xd, ok := d.Headers["x-death"].([]interface{})
+	if !ok || len(xd) == 0 {
+		t.Fatalf("no x-death header: %#v", d.Headers)
+	}
+	return xd[0].(rmq.Table)
+}
+
+func TestDeadLetterRejected(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-rej", "dlq-rej")
+	q := e.queue("work-rej", rmq.Table{"x-dead-letter-exchange": "dlx-rej"})
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("poison"), Headers: rmq.Table{"app": "x"}})
+	d := e.get(e.ch, q, false)
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	got := e.get(e.ch, "dlq-rej", true)
+	if string(got.Body) != "poison" || got.Exchange != "dlx-rej" || got.RoutingKey != q || got.Headers["app"] != "x" {
+		t.Fatalf("dead-lettered %q via %q/%q headers %v", got.Body, got.Exchange, got.RoutingKey, got.Headers)
+	}
+	x := deathOf(t, got)
+	if x["count"] != int64(1) || x["reason"] != "rejected" || x["queue"] != q || x["exchange"] != "" {
+		t.Fatalf("x-death %#v", x)
+	}
+	if rks, _ := x["routing-keys"].([]interface{}); len(rks) != 1 || rks[0] != q {
+		t.Fatalf("routing-keys %#v", x["routing-keys"])
+	}
+	if _, ok := x["time"].(time.Time); !ok {
+		t.Fatalf("time %#v", x["time"])
+	}
+	if got.Headers["x-first-death-queue"] != q || got.Headers["x-first-death-reason"] != "rejected" || got.Headers["x-first-death-exchange"] != "" {
+		t.Fatalf("x-first-death-* %v", got.Headers)
+	}
+	// Nacked without requeue: the same entry's count goes up.
+	e.publishConfirmed("", "dlq-rej", rmq.Publishing{Body: got.Body, Headers: got.Headers}) // keep its x-death
+	again := e.get(e.ch, "dlq-rej", false)
+	_ = again
+}
+
+func TestDeadLetterCountIncrements(t *testing.T) {
+	e := setup(t, broker.Options{})
+	// work -> (reject) dlx -> retry (ttl 50 ms) -> (expired) back to work.
+	if err := e.ch.ExchangeDeclare("dlx-retry", "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.queue("work-c", rmq.Table{"x-dead-letter-exchange": "dlx-retry", "x-dead-letter-routing-key": "retry"})
+	e.queue("retry-c", rmq.Table{"x-dead-letter-exchange": "dlx-retry", "x-dead-letter-routing-key": "work", "x-message-ttl": int32(50)})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(e.ch.QueueBind("retry-c", "retry", "dlx-retry", false, nil))
+	must(e.ch.QueueBind("work-c", "work", "dlx-retry", false, nil))
+	e.publishConfirmed("", "work-c", rmq.Publishing{Body: []byte("job")})
+	var d rmq.Delivery
+	for round := 1; round <= 2; round++ {
+		d = e.get(e.ch, "work-c", false)
+		if err := d.Nack(false, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = e.get(e.ch, "work-c", true)
+	xd := d.Headers["x-death"].([]interface{})
+	if len(xd) != 2 {
+		t.Fatalf("x-death %#v", xd)
+	}
+	byQueue := map[string]rmq.Table{}
+	for _, x := range xd {
+		byQueue[x.(rmq.Table)["queue"].(string)] = x.(rmq.Table)
+	}
+	if w := byQueue["work-c"]; w["count"] != int64(2) || w["reason"] != "rejected" || w["exchange"] != "" {
+		t.Fatalf("work-c entry %#v", w)
+	}
+	if r := byQueue["retry-c"]; r["count"] != int64(2) || r["reason"] != "expired" || r["exchange"] != "dlx-retry" {
+		t.Fatalf("retry-c entry %#v", r)
+	}
+	if d.Headers["x-first-death-queue"] != "work-c" || d.Headers["x-first-death-reason"] != "rejected" {
+		t.Fatalf("first death %v", d.Headers)
+	}
+}
+
+func TestDeadLetterCycleDropped(t *testing.T) {
+	e := setup(t, broker.Options{})
+	if err := e.ch.ExchangeDeclare("dlx-cycle", "fanout", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q := e.queue("cycle-q", rmq.Table{"x-dead-letter-exchange": "dlx-cycle", "x-message-ttl": int32(20)})
+	if err := e.ch.QueueBind(q, "", "dlx-cycle", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("loop")})
+	time.Sleep(200 * time.Millisecond) // expiry is the behaviour under test
+	if n := e.count(q); n != 0 {
+		t.Fatalf("%d messages left: the expired message cycled", n)
+	}
+}
+
+func TestDeadLetterMissingExchangeDrops(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("nodlx-q", rmq.Table{"x-dead-letter-exchange": "no-such-exchange"})
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("x")})
+	d := e.get(e.ch, q, false)
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(q); n != 0 {
+		t.Fatalf("%d left", n)
+	}
+	if e.conn.IsClosed() {
+		t.Fatal("closed")
+	}
+}
+
+// A poison message nacked with requeue forever ends in the dead-letter
+// queue after exactly limit+1 deliveries, with x-delivery-count on the
+// redeliveries (as RabbitMQ's quorum queues) and none on the dead copy.
+func TestDeliveryLimit(t *testing.T) {
+	// RabbitMQ has x-delivery-limit on quorum queues only; railmq's queues
+	// all have it.
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-lim", "dlq-lim")
+	q := e.queue("lim-q", rmq.Table{"x-delivery-limit": int32(2), "x-dead-letter-exchange": "dlx-lim"})
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("poison")})
+	ds, err := e.ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		d := recv(t, ds)
+		cnt, has := d.Headers["x-delivery-count"]
+		if (i == 0 && has) || (i > 0 && cnt != int64(i)) {
+			t.Fatalf("delivery %d: x-delivery-count %#v", i+1, d.Headers["x-delivery-count"])
+		}
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	none(t, ds, 200*time.Millisecond)
+	dead := e.get(e.channel(e.conn), "dlq-lim", true)
+	if _, has := dead.Headers["x-delivery-count"]; has {
+		t.Fatal("the dead-lettered copy carries x-delivery-count")
+	}
+	if x := deathOf(t, dead); x["reason"] != "delivery_limit" || x["queue"] != q {
+		t.Fatalf("x-death %#v", x)
+	}
+}
+
+func TestMessageTTLQueueAndPerMessage(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-ttl", "dlq-ttl")
+	q := e.queue("ttl-q", rmq.Table{"x-message-ttl": int32(100), "x-dead-letter-exchange": "dlx-ttl"})
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("queue-ttl")})
+	p := e.queue("pttl-q", rmq.Table{"x-dead-letter-exchange": "dlx-ttl"})
+	e.publishConfirmed("", p, rmq.Publishing{Body: []byte("msg-ttl"), Expiration: "100"})
+	e.publishConfirmed("", p, rmq.Publishing{Body: []byte("lives")})
+	time.Sleep(300 * time.Millisecond) // expiry is the behaviour under test
+	// Never delivered once expired, also not through basic.get.
+	if _, ok, _ := e.ch.Get(q, true); ok {
+		t.Fatal("an expired message was delivered")
+	}
+	if d := e.get(e.ch, p, true); string(d.Body) != "lives" {
+		t.Fatalf("got %q", d.Body)
+	}
+	got := map[string]rmq.Table{}
+	for range 2 {
+		d := e.get(e.ch, "dlq-ttl", true)
+		got[string(d.Body)] = deathOf(t, d)
+		if string(d.Body) == "msg-ttl" && d.Expiration != "" {
+			t.Fatalf("expiration kept on the dead-lettered copy: %q", d.Expiration)
+		}
+	}
+	if got["queue-ttl"]["reason"] != "expired" || got["msg-ttl"]["reason"] != "expired" || got["msg-ttl"]["original-expiration"] != "100" {
+		t.Fatalf("x-death %#v", got)
+	}
+}
+
+func TestInvalidExpiration(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("", nil)
+	closed := e.ch.NotifyClose(make(chan *rmq.Error, 1))
+	_ = e.ch.Publish("", q, false, false, rmq.Publishing{Expiration: "abc", Body: []byte("x")})
+	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - invalid expiration 'abc': no_integer")
+}
+
+func TestQueueExpires(t *testing.T) {
+	e := setup(t, broker.Options{})
+	if _, err := e.ch.QueueDeclare("expiring-q", false, false, false, false, rmq.Table{"x-expires": int32(200)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // x-expires is the behaviour under test
+	_, err := e.ch.QueueDeclarePassive("expiring-q", false, false, false, false, nil)
+	expectErr(t, err, 404, "NOT_FOUND - no queue 'expiring-q' in vhost '/'")
+}
+
+func TestMaxLengthDropHead(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-len", "dlq-len")
+	q := e.queue("len-q", rmq.Table{"x-max-length": int32(3), "x-dead-letter-exchange": "dlx-len"})
+	// A publish storm: the queue stays within its limit throughout.
+	for i := range 200 {
+		if err := e.ch.Publish("", q, false, false, rmq.Publishing{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("last")})
+	if n := e.count(q); n != 3 {
+		t.Fatalf("%d in a queue of max length 3", n)
+	}
+	for _, want := range []string{"198", "199", "last"} {
+		if d := e.get(e.ch, q, true); string(d.Body) != want {
+			t.Fatalf("got %q want %q", d.Body, want)
+		}
+	}
+	d := e.get(e.ch, "dlq-len", true)
+	if string(d.Body) != "0" || deathOf(t, d)["reason"] != "maxlen" {
+		t.Fatalf("dead-lettered %q %v", d.Body, d.Headers)
+	}
+}
+
+func TestMaxLengthBytes(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("lenb-q", rmq.Table{"x-max-length-bytes": int32(10)})
+	for _, b := range []string{"aaaa", "bbbb", "cccc"} {
+		e.publishConfirmed("", q, rmq.Publishing{Body: []byte(b)})
+	}
+	if d := e.get(e.ch, q, true); string(d.Body) != "bbbb" {
+		t.Fatalf("got %q", d.Body)
+	}
+}
+
+func TestMaxLengthRejectPublish(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-rp", "dlq-rp")
+	for _, mode := range []string{"reject-publish", "reject-publish-dlx"} {
+		q := e.queue("rp-"+mode, rmq.Table{"x-max-length": int32(2), "x-overflow": mode, "x-dead-letter-exchange": "dlx-rp"})
+		ch := e.channel(e.conn)
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		var acks []bool
+		for i := range 3 {
+			dc, err := ch.PublishWithDeferredConfirm("", q, false, false, rmq.Publishing{Body: []byte(fmt.Sprint(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, dc.Wait())
+		}
+		if !acks[0] || !acks[1] || acks[2] {
+			t.Fatalf("%s: confirms %v, want ack ack nack", mode, acks)
+		}
+		if n := e.count(q); n != 2 {
+			t.Fatalf("%s: %d queued", mode, n)
+		}
+	}
+	// Only reject-publish-dlx dead-letters the refused message.
+	if d := e.get(e.ch, "dlq-rp", true); string(d.Body) != "2" || deathOf(t, d)["reason"] != "maxlen" {
+		t.Fatalf("dead-lettered %q", d.Body)
+	}
+	if _, ok, _ := e.ch.Get("dlq-rp", true); ok {
+		t.Fatal("reject-publish dead-lettered too")
+	}
+}
+
+func TestSingleActiveConsumer(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("sac-q", rmq.Table{"x-single-active-consumer": true})
+	c1, c2 := e.channel(e.conn), e.channel(e.conn)
+	d1, err := c1.Consume(q, "first", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := c2.Consume(q, "second", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fill(q, 4)
+	for range 2 {
+		recv(t, d1) // held, not acked
+	}
+	m3 := recv(t, d1)
+	_ = m3
+	none(t, d2, 200*time.Millisecond)
+	c1.Close() // the first goes: what it held is requeued, the second takes over
+	got := map[string]bool{}
+	for range 4 {
+		d := recv(t, d2)
+		got[string(d.Body)] = true
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 4 {
+		t.Fatalf("second consumer got %v", got)
+	}
+}
+
+func TestPriorityQueue(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("prio-q", rmq.Table{"x-max-priority": int32(10)})
+	for i, p := range []uint8{1, 5, 0, 9, 5, 255} {
+		e.publishConfirmed("", q, rmq.Publishing{Priority: p, Body: []byte(fmt.Sprintf("%d-p%d", i, p))})
+	}
+	// Higher first (255 is capped to 10, above 9), FIFO within a priority.
+	for _, want := range []string{"5-p255", "3-p9", "1-p5", "4-p5", "0-p1", "2-p0"} {
+		if d := e.get(e.ch, q, true); string(d.Body) != want {
+			t.Fatalf("got %q want %q", d.Body, want)
+		}
+	}
+}

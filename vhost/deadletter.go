@@ -1,0 +1,176 @@
+package vhost
+
+import (
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/queue"
+)
+
+// deadLetterFunc republishes messages leaving a queue to its dead-letter
+// exchange, with the x-death header RabbitMQ writes.
+func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
+	return func(src *queue.Queue, d queue.Delivery, reason string, done func()) {
+		finish := func() {
+			if done != nil {
+				done()
+			}
+		}
+		m := d.Msg
+		props, err := amqp.DecodeProperties(m.Props)
+		if err != nil {
+			v.log.Error("dead-lettering: undecodable properties", zap.String("queue", src.Name()), zap.Error(err))
+			finish()
+			return
+		}
+		deaths := addDeath(&props, src.Name(), reason, m.Exchange, m.RoutingKey)
+		key := m.RoutingKey
+		if dlrk != nil {
+			key = *dlrk
+		}
+		var sc Scratch
+		if props.Headers != nil {
+			sc.RawHeaders = amqp.AppendTable(nil, props.Headers)[4:]
+		}
+		qs, err := v.Route(dlx, key, &sc)
+		if err != nil { // a missing dead-letter exchange: the message is dropped
+			finish()
+			return
+		}
+		// Cycles: a message that would come back to a queue it died in is
+		// dropped there, unless a rejection is part of the cycle.
+		targets := qs[:0:0]
+		for _, q := range qs {
+			if inDeaths(deaths, q.Name()) && !anyRejected(deaths) {
+				continue
+			}
+			targets = append(targets, q)
+		}
+		if len(targets) == 0 {
+			finish()
+			return
+		}
+		nm := &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
+			Persistent: m.Persistent, Priority: m.Priority, Enqueued: time.Now().UnixNano()}
+		durable := 0
+		for _, q := range targets {
+			if nm.Persistent && q.Durable() {
+				durable++
+			}
+		}
+		if durable == 0 || v.store == nil {
+			for _, q := range targets {
+				q.Publish(nm)
+			}
+			finish()
+			return
+		}
+		// The copies are durable before the source lets its entry go.
+		cf := &dlConfirm{done: finish}
+		cf.pending.Store(int32(durable + 1))
+		nm.ID = v.store.NewMessageID()
+		nm.Shared = durable > 1
+		w := &queue.Writes{}
+		w.PutMessage(nm.ID, queue.EncodeMessage(nm))
+		storeAdapter{v.store}.Commit(w, cf.Done)
+		for _, q := range targets {
+			if nm.Persistent && q.Durable() {
+				if !q.PublishConfirm(nm, cf) {
+					cf.Done(nil)
+				}
+			} else {
+				q.Publish(nm)
+			}
+		}
+	}
+}
+
+type dlConfirm struct {
+	pending atomic.Int32
+	done    func()
+}
+
+func (c *dlConfirm) Done(error) {
+	if c.pending.Add(-1) == 0 {
+		c.done()
+	}
+}
+
+// addDeath updates the x-death header (and x-first-death-*, x-last-death-*)
+// as RabbitMQ does: the entry for the same queue and reason has its count
+// incremented and moves to the front; otherwise a new entry goes first. A
+// per-message expiration is moved to original-expiration. It returns the
+// new x-death array.
+func addDeath(p *amqp.Properties, queueName, reason, exchange, routingKey string) []any {
+	h := amqp.Table{}
+	for k, v := range p.Headers {
+		h[k] = v
+	}
+	deaths, _ := h["x-death"].([]any)
+	var entry amqp.Table
+	rest := make([]any, 0, len(deaths)+1)
+	for _, x := range deaths {
+		t, ok := x.(amqp.Table)
+		if ok && entry == nil && t["queue"] == queueName && t["reason"] == reason {
+			entry = amqp.Table{}
+			for k, v := range t {
+				entry[k] = v
+			}
+			n, _ := entry["count"].(int64)
+			entry["count"] = n + 1
+			continue
+		}
+		rest = append(rest, x)
+	}
+	if entry == nil {
+		entry = amqp.Table{
+			"count":        int64(1),
+			"reason":       reason,
+			"queue":        queueName,
+			"time":         time.Now().UTC().Truncate(time.Second),
+			"exchange":     exchange,
+			"routing-keys": []any{routingKey},
+		}
+		if p.Flags&amqp.FlagExpiration != 0 {
+			entry["original-expiration"] = p.Expiration
+		}
+	}
+	if p.Flags&amqp.FlagExpiration != 0 {
+		p.Flags &^= amqp.FlagExpiration
+		p.Expiration = ""
+	}
+	deaths = append([]any{entry}, rest...)
+	h["x-death"] = deaths
+	if _, ok := h["x-first-death-queue"]; !ok {
+		h["x-first-death-queue"] = queueName
+		h["x-first-death-reason"] = reason
+		h["x-first-death-exchange"] = exchange
+	}
+	h["x-last-death-queue"] = queueName
+	h["x-last-death-reason"] = reason
+	h["x-last-death-exchange"] = exchange
+	p.Headers = h
+	p.Flags |= amqp.FlagHeaders
+	return deaths
+}
+
+func inDeaths(deaths []any, q string) bool {
+	for _, x := range deaths {
+		if t, ok := x.(amqp.Table); ok && t["queue"] == q {
+			return true
+		}
+	}
+	return false
+}
+
+func anyRejected(deaths []any) bool {
+	for _, x := range deaths {
+		if t, ok := x.(amqp.Table); ok && t["reason"] == queue.ReasonRejected {
+			return true
+		}
+	}
+	return false
+}
