@@ -374,3 +374,60 @@ func TestBinaryRefusesLockedStore(t *testing.T) {
 		t.Fatalf("unclear message:\n%s", out)
 	}
 }
+
+// TTLs and delivery counts survive a restart; dead-lettering of a
+// persistent message moves it durably.
+func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	c, ch := r.dial()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ch.ExchangeDeclare("r-dlx", "fanout", true, false, false, false, nil))
+	_, err := ch.QueueDeclare("r-dlq", true, false, false, false, nil)
+	must(err)
+	must(ch.QueueBind("r-dlq", "", "r-dlx", false, nil))
+	_, err = ch.QueueDeclare("r-ttl", true, false, false, false, rmq.Table{"x-message-ttl": int32(300), "x-dead-letter-exchange": "r-dlx"})
+	must(err)
+	_, err = ch.QueueDeclare("r-count", true, false, false, false, rmq.Table{"x-delivery-limit": int32(5)})
+	must(err)
+	publishPersistent(t, ch, "", "r-ttl", "expires")
+	publishPersistent(t, ch, "", "r-count", "counted")
+	for range 2 {
+		d, ok, err := ch.Get("r-count", false)
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		must(d.Nack(false, true))
+	}
+	c.Close()
+	r.restart()
+	c, ch = r.dial()
+	defer c.Close()
+	d, ok, err := ch.Get("r-count", true)
+	if !ok || err != nil || d.Headers["x-delivery-count"] != int64(2) || !d.Redelivered {
+		t.Fatalf("after restart: %v %v count=%#v redelivered=%v", ok, err, d.Headers["x-delivery-count"], d.Redelivered)
+	}
+	// The TTL runs from the original publish, across the restart.
+	testutil.WaitFor(t, 5*time.Second, "expired message dead-lettered", func() bool {
+		st, err := ch.QueueDeclarePassive("r-dlq", true, false, false, false, nil)
+		return err == nil && st.Messages == 1
+	})
+	if _, ok, _ := ch.Get("r-ttl", true); ok {
+		t.Fatal("an expired message was delivered")
+	}
+	c.Close()
+	r.restart() // the dead-lettered copy is durable, the original gone
+	c, ch = r.dial()
+	defer c.Close()
+	d, ok, _ = ch.Get("r-dlq", true)
+	if !ok || string(d.Body) != "expires" || d.DeliveryMode != rmq.Persistent {
+		t.Fatalf("dead-lettered copy after restart: %v %q", ok, d.Body)
+	}
+	if st, _ := ch.QueueDeclarePassive("r-ttl", true, false, false, false, nil); st.Messages != 0 {
+		t.Fatalf("the expired original came back: %+v", st)
+	}
+}

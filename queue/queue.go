@@ -324,6 +324,7 @@ func New(cfg Config) *Queue {
 		q.recDlv = r.Delivered
 		q.delivered, q.savedDlv = r.Delivered, r.Delivered
 		q.refill()
+		q.armTimer() // messages may expire with no one touching the queue
 		q.publishCounts()
 	}
 	go q.run()
