@@ -1,0 +1,185 @@
+package persist
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+func open(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestReopenKeepsEntriesInOrder(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	b := &Batch{}
+	for seq := uint64(1); seq <= 5; seq++ {
+		id := s.NewMessageID()
+		b.PutMessage(id, []byte{byte(seq)})
+		b.PutEntry(7, seq, id, false, false, false, 0)
+	}
+	b.PutDelivered(7, 2)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	defer s.Close()
+	sum, err := s.RecoverQueue(7)
+	if err != nil || sum.Count != 5 || sum.MaxSeq != 5 || sum.Delivered != 2 {
+		t.Fatalf("summary %+v %v", sum, err)
+	}
+	es, err := s.LoadEntries(7, 1, 3)
+	if err != nil || len(es) != 3 {
+		t.Fatalf("load %v %v", es, err)
+	}
+	for i, e := range es {
+		if e.Seq != uint64(i+2) || e.Data[0] != byte(i+2) {
+			t.Fatalf("entry %d: %+v", i, e)
+		}
+	}
+	if next := s.NewMessageID(); next != 6 {
+		t.Fatalf("message ids restart at %d", next)
+	}
+}
+
+func TestSharedMessageKeptUntilLastEntry(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	b := &Batch{}
+	b.PutMessage(1, []byte("fanout"))
+	b.PutEntry(1, 1, 1, true, false, false, 0)
+	b.PutEntry(2, 1, 1, true, false, false, 0)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	b = &Batch{}
+	b.DeleteEntry(1, 1, 1, true)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := s.LoadEntries(2, 0, 10); len(es) != 1 || string(es[0].Data) != "fanout" {
+		t.Fatalf("the other queue lost the shared body: %+v", es)
+	}
+	b = &Batch{}
+	b.DeleteEntry(2, 1, 1, true)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	b = &Batch{}
+	b.PutEntry(3, 1, 1, false, false, false, 0) // an entry pointing at the deleted body
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := s.LoadEntries(3, 0, 10); len(es) != 0 {
+		t.Fatalf("body still there after its last entry: %+v", es)
+	}
+}
+
+func TestTransientEntriesDroppedAtRecovery(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	b := &Batch{}
+	b.PutMessage(1, []byte("durable"))
+	b.PutEntry(9, 1, 1, false, false, false, 0)
+	b.PutMessage(2, []byte("paged transient"))
+	b.PutEntry(9, 2, 2, false, true, false, 0)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir)
+	defer s.Close()
+	sum, err := s.RecoverQueue(9)
+	if err != nil || sum.Count != 1 || sum.Dropped != 1 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	if es, _ := s.LoadEntries(9, 0, 10); len(es) != 1 || string(es[0].Data) != "durable" {
+		t.Fatalf("%+v", es)
+	}
+}
+
+func TestDropRangeAndQueue(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	b := &Batch{}
+	for seq := uint64(1); seq <= 4; seq++ {
+		b.PutMessage(seq, []byte("m"))
+		b.PutEntry(5, seq, seq, false, false, false, 0)
+	}
+	b.DropRange(5, 3)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := s.LoadEntries(5, 0, 10); len(es) != 2 {
+		t.Fatalf("after DropRange(3): %d entries", len(es))
+	}
+	b = &Batch{}
+	b.DropQueue(5)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := s.LoadEntries(5, 0, 10); len(es) != 0 {
+		t.Fatalf("after DropQueue: %d entries", len(es))
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	before := s.Syncs()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := &Batch{}
+			b.PutMessage(uint64(i+1), []byte("x"))
+			if err := s.CommitSync(b); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := s.Syncs() - before; n >= 200 {
+		t.Fatalf("%d fsyncs for 200 concurrent commits", n)
+	}
+}
+
+func TestFaultFailsCommit(t *testing.T) {
+	fail := errors.New("disk full")
+	s, err := Open(Options{Dir: t.TempDir(), GCInterval: -1, Fault: func() error { return fail }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := &Batch{}
+	b.PutMessage(1, []byte("x"))
+	if err := s.CommitSync(b); !errors.Is(err, fail) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestLockedStoreRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	if _, err := Open(Options{Dir: dir}); err == nil {
+		t.Fatal("opened a store another Store holds")
+	}
+}
