@@ -51,17 +51,6 @@ func (d *deque) grow() {
 	d.buf, d.head = nb, 0
 }
 
-// each calls fn on every element in order.
-func (d *deque) each(fn func(*Delivery)) {
-	for i := 0; i < d.n; i++ {
-		fn(&d.buf[(d.head+i)&(len(d.buf)-1)])
-	}
-}
-
-func (d *deque) clear() {
-	d.buf, d.head, d.n = nil, 0, 0
-}
-
 // seqHeap is a min-heap of deliveries by Seq: requeued messages waiting to
 // go out again ahead of later ones (their original place).
 type seqHeap []Delivery
