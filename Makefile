@@ -9,8 +9,8 @@ FUZZTIME  ?= 10s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-run: ## run the broker on :5672 with its data under ./data (guest/guest from localhost)
-	$(GO) run ./cmd/railmq --listen :5672 --data-dir ./data
+run: build ## run the broker on :5672 with its data under ./data (guest/guest from localhost)
+	./bin/railmq --listen :5672 --data-dir ./data
 
 build: ## build bin/railmq
 	$(GO) build -o bin/railmq ./cmd/railmq
