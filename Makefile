@@ -42,6 +42,14 @@ crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 20
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S8 (ROUNDS, DURATION, S6_MESSAGES: see bench/compare.sh); writes bench/RESULTS.md
+	GO="$(GO)" bash bench/compare.sh
+
+bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on any lost or duplicated message
+	GO="$(GO)" bash bench/compare.sh --smoke
+
+.PHONY: bench-compare bench-smoke
+
 compat: ## run amqp091-go's integration tests against a fresh railmq (allowlist: scripts/compat-expected-failures.txt)
 	GO="$(GO)" bash scripts/compat.sh
 

@@ -59,7 +59,8 @@ type Channel struct {
 	log *zap.Logger
 
 	// Content assembly.
-	pub       *amqp.BasicPublish // copy of the publish awaiting content
+	pub       *amqp.BasicPublish // the publish awaiting content (points at pubBuf)
+	pubBuf    amqp.BasicPublish
 	pubHeader amqp.PropertiesView
 	props     []byte
 	body      []byte
@@ -144,6 +145,9 @@ func New(cfg Config) *Channel {
 }
 
 func withMethod(err error, m amqp.Method) error {
+	if err == nil {
+		return nil
+	}
 	var e *amqp.Error
 	if errors.As(err, &e) && e.ClassID == 0 && e.MethodID == 0 {
 		e.ClassID, e.MethodID = m.Index()
@@ -175,8 +179,8 @@ func (c *Channel) handle(m amqp.Method) error {
 		if m.Immediate {
 			return amqp.Errorf(amqp.NotImplemented, "immediate=true")
 		}
-		p := *m // the decoder reuses m
-		c.pub = &p
+		c.pubBuf = *m // the decoder reuses m
+		c.pub = &c.pubBuf
 		c.assembly = 1
 		return nil
 	case *amqp.BasicAck:

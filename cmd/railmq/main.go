@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	_ "net/http/pprof" // served on --debug-listen only
 	"os"
 	"os/signal"
 	"strings"
@@ -43,6 +44,7 @@ func run(args []string) int {
 	heartbeat := fs.Duration("heartbeat", broker.DefaultHeartbeat, "heartbeat proposed in connection.tune (0 disables)")
 	handshake := fs.Duration("handshake-timeout", broker.DefaultHandshakeTimeout, "drop clients that have not opened a connection in this time")
 	consumerTimeout := fs.Duration("consumer-timeout", broker.DefaultConsumerTimeout, "close a channel whose delivery stays unacked this long (negative disables)")
+	debugAddr := fs.String("debug-listen", "", "address for Go's pprof endpoints (/debug/pprof/); empty disables them")
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
@@ -100,6 +102,12 @@ func run(args []string) int {
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe(*listen) }()
+	if *debugAddr != "" {
+		ds := &http.Server{Addr: *debugAddr, Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- ds.ListenAndServe() }()
+		defer ds.Close()
+		log.Info("pprof listening", zap.String("addr", *debugAddr))
+	}
 	if *mgmt != "" {
 		hs := &http.Server{Addr: *mgmt, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- hs.ListenAndServe() }()
