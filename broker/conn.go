@@ -77,6 +77,7 @@ type conn struct {
 	lastRead atomic.Int64 // unix nanos of the last byte read
 
 	vh        *vhost.VHost
+	busy      int                // read batches so far (for the read buffer size)
 	dirty     []*channel.Channel // channels with confirms to flush
 	published bool               // has published: blocked by the memory alarm
 
@@ -107,7 +108,9 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 		closingChans: make(map[uint16]struct{}),
 		snap:         make(map[uint16]*channel.Channel),
 	}
-	c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
+	// A small read buffer while the connection is idle (most of them are);
+	// readLoop swaps in a large one once it carries traffic.
+	c.br = bufio.NewReaderSize(deadlineReader{c}, 4<<10)
 	c.fr = amqp.NewFrameReader(c.br)
 	return c
 }
@@ -552,6 +555,13 @@ func (c *conn) readLoop() error {
 	for {
 		if c.br.Buffered() == 0 {
 			c.flushConfirms()
+			if c.busy++; c.busy == 64 && c.br.Size() < 64<<10 {
+				// 64 batches in: a busy connection reads in large chunks.
+				c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
+				max := c.fr.Max
+				c.fr = amqp.NewFrameReader(c.br)
+				c.fr.Max = max
+			}
 		}
 		if c.published && c.srv.memoryAlarm() {
 			c.flushConfirms()

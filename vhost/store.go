@@ -119,10 +119,15 @@ func (v *VHost) commitDefs(fill func(b *persist.Batch)) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := v.store.CommitSync(b); err != nil {
-		v.log.Error("writing definitions", zap.Error(err))
-		return amqp.Errorf(amqp.InternalError, "cannot store definition: %v", err)
-	}
+	// Not waited for: the committer writes in submission order and fsyncs
+	// each group, so a definition is durable no later than any message
+	// confirmed into it afterwards (as RabbitMQ, which does not fsync a
+	// declare either). defMu keeps submissions in the registry's order.
+	v.store.Commit(b, func(err error) {
+		if err != nil {
+			v.log.Error("writing definitions", zap.Error(err))
+		}
+	})
 	return nil
 }
 
