@@ -85,7 +85,7 @@ func (fr *FrameReader) ReadFrame() (Frame, error) {
 	}
 	n := int(size) + 1
 	if cap(fr.buf) < n {
-		fr.buf = make([]byte, n, max(n, 4096))
+		fr.buf = make([]byte, n, max(n, 1024))
 	}
 	b := fr.buf[:n]
 	if _, err := io.ReadFull(fr.r, b); err != nil { // fr.r escapes already; b is on the heap

@@ -138,6 +138,9 @@ type interner struct {
 const internMax = 1024
 
 func (in *interner) get(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
 	if s, ok := in.m[string(b)]; ok { // no allocation: the compiler keys by bytes
 		return s
 	}
@@ -145,7 +148,7 @@ func (in *interner) get(b []byte) string {
 		return string(b)
 	}
 	if in.m == nil || len(in.m) >= internMax {
-		in.m = make(map[string]string, 64)
+		in.m = make(map[string]string, 8) // idle connections stay small
 	}
 	s := string(b)
 	in.m[s] = s

@@ -34,7 +34,7 @@ const maxOutbound = 4 << 20
 type conn struct {
 	srv *Server
 	nc  net.Conn
-	log *zap.Logger
+	log connLogger
 	id  uint64
 
 	br  *bufio.Reader
@@ -100,7 +100,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 		srv:          s,
 		nc:           nc,
 		id:           id,
-		log:          s.log.With(zap.Uint64("conn", id), zap.String("remote", nc.RemoteAddr().String())),
+		log:          connLogger{base: s.log, id: id, remote: nc.RemoteAddr()},
 		wake:         make(chan struct{}, 1),
 		tuned:        make(chan struct{}),
 		writerEnd:    make(chan struct{}),
@@ -110,7 +110,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	}
 	// A small read buffer while the connection is idle (most of them are);
 	// readLoop swaps in a large one once it carries traffic.
-	c.br = bufio.NewReaderSize(deadlineReader{c}, 4<<10)
+	c.br = bufio.NewReaderSize(deadlineReader{c}, 2<<10)
 	c.fr = amqp.NewFrameReader(c.br)
 	return c
 }
@@ -423,13 +423,10 @@ func (c *conn) handshake() error {
 		return fmt.Errorf("bad protocol header %q", hdr)
 	}
 
-	c.SendMethod(0, &amqp.ConnectionStart{
-		VersionMajor:     0,
-		VersionMinor:     9,
-		ServerProperties: c.srv.serverProperties(),
-		Mechanisms:       "AMQPLAIN PLAIN",
-		Locales:          "en_US",
-	})
+	c.outMu.Lock()
+	c.out = append(c.out, c.srv.startFrame...) // encoded once per server
+	c.outMu.Unlock()
+	c.signal()
 	m, err := c.readHandshakeMethod()
 	if err != nil {
 		return err
@@ -529,7 +526,7 @@ func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 		if f.Type != amqp.FrameMethod || f.Channel != 0 {
 			return nil, fmt.Errorf("unexpected frame type %d on channel %d during handshake", f.Type, f.Channel)
 		}
-		m, err := c.dec.Decode(f.Payload)
+		m, err := amqp.DecodeMethod(f.Payload) // not interned: its strings are one-offs
 		if err != nil {
 			return nil, fmt.Errorf("decoding handshake method: %w", err)
 		}
@@ -857,7 +854,7 @@ func (c *conn) openChannel(n uint16) error {
 		ConsumerTimeout: c.srv.opts.ConsumerTimeout,
 		CancelNotify:    c.clientCapability("consumer_cancel_notify"),
 		Replies:         &c.srv.replies,
-		Logger:          c.log,
+		Logger:          c.log.base,
 	})
 	c.channels[n] = ch
 	c.snapMu.Lock()
@@ -981,3 +978,25 @@ func platform() string {
 }
 
 var hostname = func() string { h, _ := os.Hostname(); return h }()
+
+// connLogger adds the connection's fields to each line at the time it is
+// logged, rather than holding a child logger (with its own encoder
+// buffer) per connection: most connections log two lines in their life.
+type connLogger struct {
+	base   *zap.Logger
+	id     uint64
+	remote net.Addr
+}
+
+func (l connLogger) fields(f []zap.Field) []zap.Field {
+	return append([]zap.Field{zap.Uint64("conn", l.id), zap.Stringer("remote", l.remote)}, f...)
+}
+
+func (l connLogger) Debug(msg string, f ...zap.Field) {
+	if ce := l.base.Check(zap.DebugLevel, msg); ce != nil {
+		ce.Write(l.fields(f)...)
+	}
+}
+func (l connLogger) Info(msg string, f ...zap.Field)  { l.base.Info(msg, l.fields(f)...) }
+func (l connLogger) Warn(msg string, f ...zap.Field)  { l.base.Warn(msg, l.fields(f)...) }
+func (l connLogger) Error(msg string, f ...zap.Field) { l.base.Error(msg, l.fields(f)...) }

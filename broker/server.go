@@ -34,12 +34,13 @@ type Server struct {
 
 	nextID atomic.Uint64
 
-	vhosts  map[string]*vhost.VHost // fixed at New
-	memory  atomic.Int64            // message body bytes held by queues
-	replies channel.ReplyRegistry
-	store   *persist.Store
-	stop    chan struct{} // closed by Shutdown: stops the sweeper
-	swept   chan struct{} // closed when the sweeper has exited
+	vhosts     map[string]*vhost.VHost // fixed at New
+	memory     atomic.Int64            // message body bytes held by queues
+	replies    channel.ReplyRegistry
+	store      *persist.Store
+	startFrame []byte        // connection.start, encoded once
+	stop       chan struct{} // closed by Shutdown: stops the sweeper
+	swept      chan struct{} // closed when the sweeper has exited
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -68,6 +69,10 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
 	}
 	s.vhosts = map[string]*vhost.VHost{"/": vh}
+	s.startFrame = amqp.AppendMethodFrame(nil, 0, &amqp.ConnectionStart{
+		VersionMajor: 0, VersionMinor: 9, ServerProperties: s.serverProperties(),
+		Mechanisms: "AMQPLAIN PLAIN", Locales: "en_US",
+	})
 	s.tuneMemoryLimit()
 	go s.sweep()
 	return s, nil

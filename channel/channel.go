@@ -56,7 +56,6 @@ type Config struct {
 // goroutines and take mu.
 type Channel struct {
 	cfg Config
-	log *zap.Logger
 
 	// Content assembly.
 	pub       *amqp.BasicPublish // the publish awaiting content (points at pubBuf)
@@ -135,7 +134,6 @@ func New(cfg Config) *Channel {
 	}
 	c := &Channel{
 		cfg:       cfg,
-		log:       cfg.Logger.With(zap.Uint16("channel", cfg.Number)),
 		consumers: make(map[string]*consumer),
 	}
 	if cfg.VHost != nil {
