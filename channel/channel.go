@@ -590,15 +590,21 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 		c.published++
 		conf = &pubConfirm{c: c, tag: c.published}
 		n := waits
-		if durable > 0 {
-			n++ // the record
+		if durable > 1 {
+			n++ // the shared record
 		}
 		conf.pending.Store(int32(n))
 		c.trackConfirm(conf.tag)
 	}
-	if durable > 0 {
+	if durable == 1 {
+		// One durable queue: the record goes inside its entry, written by
+		// the queue (one key per message instead of two).
 		msg.ID = c.store.NewMessageID()
-		msg.Shared = durable > 1
+		msg.Inline = true
+	}
+	if durable > 1 {
+		msg.ID = c.store.NewMessageID()
+		msg.Shared = true
 		w := &queue.Writes{}
 		w.PutMessage(msg.ID, queue.EncodeMessage(msg))
 		if conf != nil {

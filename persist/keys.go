@@ -65,6 +65,7 @@ const (
 	entryShared    = 1 << iota // the message is referenced by entries of other queues
 	entryTransient             // paged out transient message: dropped at recovery
 	entryRedelivered
+	entryInline // the message record follows the entry's 13 bytes
 )
 
 // entryValue is message id(8), flags(1), delivery count(4).
@@ -77,7 +78,7 @@ func entryValue(msg uint64, flags byte, count uint32) []byte {
 }
 
 func parseEntry(v []byte) (msg uint64, flags byte, count uint32, ok bool) {
-	if len(v) != 13 {
+	if len(v) < 13 || (len(v) > 13) != (v[8]&entryInline != 0) {
 		return 0, 0, 0, false
 	}
 	return binary.BigEndian.Uint64(v), v[8], binary.BigEndian.Uint32(v[9:]), true

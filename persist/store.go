@@ -215,6 +215,26 @@ func (b *Batch) PutEntry(queue, seq, msg uint64, shared, transient, redelivered 
 	b.ops = append(b.ops, op{kind: opPutEntry, key: entryKey(queue, seq), val: entryValue(msg, f, count), msg: msg, shared: shared})
 }
 
+// PutEntryInline stores queue's entry seq with the message record inside
+// it: one key written and one deleted per message, for a message no other
+// queue references.
+func (b *Batch) PutEntryInline(queue, seq, msg uint64, transient, redelivered bool, count uint32, rec []byte) {
+	f := byte(entryInline)
+	if transient {
+		f |= entryTransient
+	}
+	if redelivered {
+		f |= entryRedelivered
+	}
+	v := append(entryValue(msg, f, count), rec...)
+	b.ops = append(b.ops, op{kind: opSet, key: entryKey(queue, seq), val: v})
+}
+
+// DeleteEntryInline removes an entry stored with its record.
+func (b *Batch) DeleteEntryInline(queue, seq uint64) {
+	b.ops = append(b.ops, op{kind: opDelete, key: entryKey(queue, seq)})
+}
+
 // UpdateEntry rewrites an existing entry (redelivered flag, delivery
 // count) without counting a new reference.
 func (b *Batch) UpdateEntry(queue, seq, msg uint64, shared, transient, redelivered bool, count uint32) {
@@ -437,6 +457,7 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 		key    []byte
 		msg    uint64
 		shared bool
+		inline bool
 	}
 	var ents []ent
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -448,7 +469,7 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 			err := item.Value(func(v []byte) error {
 				msg, flags, _, ok := parseEntry(v)
 				if ok {
-					ents = append(ents, ent{item.KeyCopy(nil), msg, flags&entryShared != 0})
+					ents = append(ents, ent{item.KeyCopy(nil), msg, flags&entryShared != 0, flags&entryInline != 0})
 				}
 				return nil
 			})
@@ -464,6 +485,9 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 	for _, e := range ents {
 		if err := wb.Delete(e.key); err != nil {
 			return err
+		}
+		if e.inline {
+			continue
 		}
 		if err := s.release(wb, e.msg, e.shared); err != nil {
 			return err
@@ -481,6 +505,7 @@ type Entry struct {
 	Shared      bool
 	Transient   bool
 	Redelivered bool
+	Inline      bool // the record was stored inside the entry
 	Count       uint32
 	Data        []byte // the message record (a copy)
 }
@@ -513,10 +538,17 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int) ([]Entry, error)
 			}
 			e.Msg, e.Count = msg, count
 			e.Shared, e.Transient, e.Redelivered = flags&entryShared != 0, flags&entryTransient != 0, flags&entryRedelivered != 0
+			if e.Inline = flags&entryInline != 0; e.Inline {
+				e.Data = bytes.Clone(v[13:])
+			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
+		}
+		if e.Inline {
+			out = append(out, e)
+			continue
 		}
 		mi, err := txn.Get(messageKey(e.Msg))
 		if err != nil {
@@ -606,7 +638,7 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 					return fmt.Errorf("corrupt entry %x", item.Key())
 				}
 				if flags&entryTransient != 0 {
-					drop = append(drop, Entry{Seq: seq, Msg: msg, Shared: flags&entryShared != 0})
+					drop = append(drop, Entry{Seq: seq, Msg: msg, Shared: flags&entryShared != 0, Inline: flags&entryInline != 0})
 					return nil
 				}
 				if flags&entryShared != 0 {
@@ -634,7 +666,7 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 			wb.Cancel()
 			return sum, err
 		}
-		if !e.Shared {
+		if !e.Shared && !e.Inline {
 			_ = wb.Delete(messageKey(e.Msg))
 		}
 	}

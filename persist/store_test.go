@@ -182,3 +182,32 @@ func TestLockedStoreRefused(t *testing.T) {
 		t.Fatal("opened a store another Store holds")
 	}
 }
+
+func TestInlineEntries(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	b := &Batch{}
+	b.PutEntryInline(4, 1, 11, false, false, 0, []byte("one"))
+	b.PutEntryInline(4, 2, 12, true, false, 0, []byte("paged"))
+	b.PutEntryInline(4, 3, 13, false, false, 0, []byte("three"))
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	b = &Batch{}
+	b.PutEntryInline(4, 3, 13, false, true, 2, []byte("three")) // a requeue rewrites it
+	b.DeleteEntryInline(4, 1)
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir)
+	defer s.Close()
+	sum, err := s.RecoverQueue(4)
+	if err != nil || sum.Count != 1 || sum.Dropped != 1 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	es, err := s.LoadEntries(4, 0, 10)
+	if err != nil || len(es) != 1 || string(es[0].Data) != "three" || !es[0].Inline || !es[0].Redelivered || es[0].Count != 2 {
+		t.Fatalf("%+v %v", es, err)
+	}
+}

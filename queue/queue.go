@@ -26,6 +26,9 @@ type Message struct {
 	// says several durable queues reference that record.
 	ID     uint64
 	Shared bool
+	// Inline: the record lives inside this queue's entry (a message only
+	// one durable queue holds), written by the queue itself.
+	Inline bool
 }
 
 // Delivery is one queue's copy of a message: its place in the queue and
@@ -586,8 +589,18 @@ func (q *Queue) stored(d *Delivery) bool { return q.cfg.Store != nil && d.Msg.ID
 
 func (q *Queue) deleteEntry(d *Delivery) {
 	if q.stored(d) {
-		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared})
+		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline})
 	}
+}
+
+// putEntry writes d's entry (with the record, when inline).
+func (q *Queue) putEntry(kind WriteKind, d *Delivery) {
+	w := StoreWrite{Kind: kind, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
+		Transient: d.Transient, Redelivered: d.Redelivered, Count: d.Count, Inline: d.Msg.Inline}
+	if w.Inline {
+		w.Record = EncodeMessage(d.Msg)
+	}
+	q.w.add(w)
 }
 
 // noteDelivered records the highest sequence delivered, so that a restart
@@ -628,9 +641,9 @@ func (q *Queue) refill() {
 		m, err := DecodeMessage(e.Record)
 		if err != nil {
 			q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", e.Seq))
-			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared})
+			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Inline: e.Inline})
 		} else {
-			m.ID, m.Shared = e.Msg, e.Shared
+			m.ID, m.Shared, m.Inline = e.Msg, e.Shared, e.Inline
 			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient}
 			q.laneOf(m).ready.pushBack(d)
 			q.account(int64(len(m.Body)))
@@ -674,8 +687,7 @@ func (q *Queue) apply(o *op) bool {
 				continue
 			}
 			if q.stored(&d) {
-				q.w.add(StoreWrite{Kind: UpdateEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
-					Transient: d.Transient, Redelivered: true, Count: d.Count})
+				q.putEntry(UpdateEntry, &d)
 			}
 			q.laneOf(d.Msg).returned.push(d)
 			q.readyBytes += int64(len(d.Msg.Body))
@@ -788,7 +800,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	q.nextSeq++
 	durable := q.cfg.Store != nil && m.ID != 0
 	if durable {
-		q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: m.ID, Shared: m.Shared})
+		q.putEntry(PutEntry, &Delivery{Msg: m, Seq: seq})
 	}
 	if conf != nil {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
@@ -798,8 +810,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 		// Beyond the window: the message waits in the store.
 		if !durable {
 			id := q.cfg.Store.NewMessageID()
-			q.w.add(StoreWrite{Kind: PutMessage, Msg: id, Record: EncodeMessage(m)})
-			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true})
+			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})
 		}
 		q.diskCount++
 		q.cfg.Memory.Add(-size) // counted by Publish, not held
@@ -832,7 +843,7 @@ func (q *Queue) deadLetter(d Delivery, reason string) {
 		q.pol.DeadLetter(q, d, reason, nil)
 		return
 	}
-	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared}
+	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline}
 	q.pol.DeadLetter(q, d, reason, func() {
 		store.Commit(&Writes{Ops: []StoreWrite{del}}, nil)
 	})

@@ -25,6 +25,7 @@ type StoredEntry struct {
 	Shared      bool
 	Transient   bool
 	Redelivered bool
+	Inline      bool // the record was stored inside the entry
 	Count       uint32
 	Record      []byte // EncodeMessage's output
 }
@@ -48,8 +49,11 @@ type StoreWrite struct {
 	Kind                           WriteKind
 	Queue, Seq, Msg                uint64
 	Shared, Transient, Redelivered bool
-	Count                          uint32
-	Record                         []byte
+	// Inline: PutEntry and UpdateEntry carry the message Record inside the
+	// entry; DeleteEntry removes such an entry (there is no record apart).
+	Inline bool
+	Count  uint32
+	Record []byte
 }
 
 // Writes is a group of changes for one Commit.

@@ -70,12 +70,17 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 		}
 		// The copies are durable before the source lets its entry go.
 		cf := &dlConfirm{done: finish}
-		cf.pending.Store(int32(durable + 1))
 		nm.ID = v.store.NewMessageID()
-		nm.Shared = durable > 1
-		w := &queue.Writes{}
-		w.PutMessage(nm.ID, queue.EncodeMessage(nm))
-		storeAdapter{v.store}.Commit(w, cf.Done)
+		if durable == 1 {
+			nm.Inline = true // the record goes inside the one entry
+			cf.pending.Store(1)
+		} else {
+			nm.Shared = true
+			cf.pending.Store(int32(durable + 1))
+			w := &queue.Writes{}
+			w.PutMessage(nm.ID, queue.EncodeMessage(nm))
+			storeAdapter{v.store}.Commit(w, cf.Done)
+		}
 		for _, q := range targets {
 			if nm.Persistent && q.Durable() {
 				if !q.PublishConfirm(nm, cf) {

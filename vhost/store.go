@@ -26,12 +26,21 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 		switch o.Kind {
 		case queue.PutMessage:
 			b.PutMessage(o.Msg, o.Record)
-		case queue.PutEntry:
-			b.PutEntry(o.Queue, o.Seq, o.Msg, o.Shared, o.Transient, o.Redelivered, o.Count)
-		case queue.UpdateEntry:
-			b.UpdateEntry(o.Queue, o.Seq, o.Msg, o.Shared, o.Transient, o.Redelivered, o.Count)
+		case queue.PutEntry, queue.UpdateEntry:
+			switch {
+			case o.Inline:
+				b.PutEntryInline(o.Queue, o.Seq, o.Msg, o.Transient, o.Redelivered, o.Count, o.Record)
+			case o.Kind == queue.PutEntry:
+				b.PutEntry(o.Queue, o.Seq, o.Msg, o.Shared, o.Transient, o.Redelivered, o.Count)
+			default:
+				b.UpdateEntry(o.Queue, o.Seq, o.Msg, o.Shared, o.Transient, o.Redelivered, o.Count)
+			}
 		case queue.DeleteEntry:
-			b.DeleteEntry(o.Queue, o.Seq, o.Msg, o.Shared)
+			if o.Inline {
+				b.DeleteEntryInline(o.Queue, o.Seq)
+			} else {
+				b.DeleteEntry(o.Queue, o.Seq, o.Msg, o.Shared)
+			}
 		case queue.PutDelivered:
 			b.PutDelivered(o.Queue, o.Seq)
 		case queue.DropRange:
@@ -51,7 +60,7 @@ func (a storeAdapter) LoadEntries(q, after uint64, n int) ([]queue.StoredEntry, 
 	out := make([]queue.StoredEntry, len(es))
 	for i, e := range es {
 		out[i] = queue.StoredEntry{Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Transient: e.Transient,
-			Redelivered: e.Redelivered, Count: e.Count, Record: e.Data}
+			Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Record: e.Data}
 	}
 	return out, nil
 }
