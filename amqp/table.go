@@ -288,3 +288,27 @@ func validValue(v any) bool {
 		return false
 	}
 }
+
+// Int returns an integer field value of any width as int64 (RabbitMQ
+// compares integer arguments by value, whatever their wire type).
+func Int(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
+}

@@ -851,18 +851,7 @@ func consumerPriority(args amqp.Table) (int32, error) {
 	if !ok {
 		return 0, nil
 	}
-	switch n := v.(type) {
-	case int8:
-		return int32(n), nil
-	case uint8:
-		return int32(n), nil
-	case int16:
-		return int32(n), nil
-	case uint16:
-		return int32(n), nil
-	case int32:
-		return n, nil
-	case int64:
+	if n, ok := amqp.Int(v); ok {
 		return int32(n), nil
 	}
 	return 0, precondition("invalid arg 'x-priority' for consumer: expected integer")

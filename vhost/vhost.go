@@ -709,8 +709,8 @@ type none struct{}
 type typedValue struct{ v any }
 
 func sameValue(a, b any) bool {
-	ai, aok := toInt(a)
-	bi, bok := toInt(b)
+	ai, aok := amqp.Int(a)
+	bi, bok := amqp.Int(b)
 	if aok && bok {
 		return ai == bi
 	}
@@ -733,27 +733,6 @@ func showArg(v any) string {
 	}
 }
 
-func toInt(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case uint16:
-		return int64(v), true
-	case int32:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	}
-	return 0, false
-}
 
 // typeName is RabbitMQ's name for a field value's type.
 func typeName(v any) string {
@@ -817,7 +796,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	for k, v := range args {
 		switch k {
 		case "x-expires":
-			n, ok := toInt(v)
+			n, ok := amqp.Int(v)
 			if !ok {
 				return out, bad(k, typeError("integer", v))
 			}
@@ -825,7 +804,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 				return out, bad(k, fmt.Sprintf("{value_zero,%d}", n))
 			}
 		case "x-message-ttl", "x-max-length", "x-max-length-bytes", "x-delivery-limit":
-			n, ok := toInt(v)
+			n, ok := amqp.Int(v)
 			if !ok {
 				return out, bad(k, typeError("integer", v))
 			}
@@ -833,7 +812,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
 			}
 		case "x-consumer-timeout":
-			n, ok := toInt(v)
+			n, ok := amqp.Int(v)
 			if !ok {
 				return out, bad(k, typeError("integer", v))
 			}
@@ -842,7 +821,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 			}
 			out.consumerTimeout = time.Duration(n) * time.Millisecond
 		case "x-max-priority":
-			n, ok := toInt(v)
+			n, ok := amqp.Int(v)
 			if !ok {
 				return out, bad(k, typeError("integer", v))
 			}
@@ -889,7 +868,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		}
 	}
 	p := &out.policy
-	ms := func(k string) (int64, bool) { n, ok := toInt(args[k]); return n, ok }
+	ms := func(k string) (int64, bool) { n, ok := amqp.Int(args[k]); return n, ok }
 	if n, ok := ms("x-message-ttl"); ok {
 		p.MessageTTL = time.Duration(n) * time.Millisecond
 	}

@@ -47,26 +47,8 @@ func Start(t testing.TB, opts broker.Options) *Broker {
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
 	}
-	srv, err := broker.New(opts)
-	if err != nil {
-		t.Fatalf("broker.New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, broker.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	addr := ln.Addr().String()
-	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv}
+	b, _ := StartStoppable(t, opts)
+	return b
 }
 
 // StartStoppable is Start for a broker the test stops itself (to restart
@@ -89,7 +71,9 @@ func StartStoppable(t testing.TB, opts broker.Options) (*Broker, func()) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(ctx)
-			<-done
+			if err := <-done; !errors.Is(err, broker.ErrServerClosed) {
+				t.Errorf("Serve: %v", err)
+			}
 		})
 	}
 	t.Cleanup(stop)
