@@ -733,7 +733,6 @@ func showArg(v any) string {
 	}
 }
 
-
 // typeName is RabbitMQ's name for a field value's type.
 func typeName(v any) string {
 	switch v.(type) {
