@@ -219,29 +219,11 @@ func (c *Channel) handle(m amqp.Method) error {
 	case *amqp.ExchangeDeclare:
 		return c.exchangeDeclare(m)
 	case *amqp.ExchangeDelete:
-		if err := c.cfg.VHost.DeleteExchange(m.Exchange, m.IfUnused); err != nil {
-			return err
-		}
-		if !m.NoWait {
-			c.send(&amqp.ExchangeDeleteOk{})
-		}
-		return nil
+		return c.answer(c.cfg.VHost.DeleteExchange(m.Exchange, m.IfUnused), m.NoWait, &amqp.ExchangeDeleteOk{})
 	case *amqp.ExchangeBind:
-		if err := c.cfg.VHost.Bind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments); err != nil {
-			return err
-		}
-		if !m.NoWait {
-			c.send(&amqp.ExchangeBindOk{})
-		}
-		return nil
+		return c.answer(c.cfg.VHost.Bind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &amqp.ExchangeBindOk{})
 	case *amqp.ExchangeUnbind:
-		if err := c.cfg.VHost.Unbind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments); err != nil {
-			return err
-		}
-		if !m.NoWait {
-			c.send(&amqp.ExchangeUnbindOk{})
-		}
-		return nil
+		return c.answer(c.cfg.VHost.Unbind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &amqp.ExchangeUnbindOk{})
 	case *amqp.QueueDeclare:
 		return c.queueDeclare(m)
 	case *amqp.QueueBind:
@@ -249,23 +231,13 @@ func (c *Channel) handle(m amqp.Method) error {
 		if err != nil {
 			return err
 		}
-		if err := c.cfg.VHost.Bind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments); err != nil {
-			return err
-		}
-		if !m.NoWait {
-			c.send(&amqp.QueueBindOk{})
-		}
-		return nil
+		return c.answer(c.cfg.VHost.Bind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments), m.NoWait, &amqp.QueueBindOk{})
 	case *amqp.QueueUnbind:
 		name, err := c.queueName(m.Queue)
 		if err != nil {
 			return err
 		}
-		if err := c.cfg.VHost.Unbind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments); err != nil {
-			return err
-		}
-		c.send(&amqp.QueueUnbindOk{})
-		return nil
+		return c.answer(c.cfg.VHost.Unbind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments), false, &amqp.QueueUnbindOk{})
 	case *amqp.QueuePurge:
 		name, err := c.queueName(m.Queue)
 		if err != nil {
@@ -330,6 +302,18 @@ func (c *Channel) handle(m amqp.Method) error {
 		return nil
 	}
 	return amqp.Errorf(amqp.NotImplemented, "%s", m.Name())
+}
+
+// answer replies ok to a synchronous method that succeeded, unless the
+// client asked for no reply.
+func (c *Channel) answer(err error, noWait bool, ok amqp.Method) error {
+	if err != nil {
+		return err
+	}
+	if !noWait {
+		c.send(ok)
+	}
+	return nil
 }
 
 // queueName expands the empty name to the channel's last declared queue
