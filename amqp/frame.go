@@ -100,27 +100,6 @@ func (fr *FrameReader) ReadFrame() (Frame, error) {
 	return Frame{Type: typ, Channel: ch, Payload: b[:size]}, nil
 }
 
-// ParseFrame decodes one frame from the front of p, for tests and fuzzing
-// of framing without a stream. It returns the frame and the bytes after it.
-func ParseFrame(p []byte, frameMax uint32) (Frame, []byte, error) {
-	if len(p) < 7 {
-		return Frame{}, nil, io.ErrUnexpectedEOF
-	}
-	typ := p[0]
-	ch := binary.BigEndian.Uint16(p[1:])
-	size := binary.BigEndian.Uint32(p[3:])
-	if size > frameMax-FrameOverhead {
-		return Frame{}, nil, &FrameTooLargeError{Type: typ, Size: size, MaxBody: frameMax - FrameOverhead}
-	}
-	if uint64(len(p)) < 8+uint64(size) {
-		return Frame{}, nil, io.ErrUnexpectedEOF
-	}
-	if p[7+size] != FrameEnd {
-		return Frame{}, nil, &BadFrameEndError{Type: typ, End: p[7+size]}
-	}
-	return Frame{Type: typ, Channel: ch, Payload: p[7 : 7+size]}, p[8+size:], nil
-}
-
 func beginFrame(b []byte, typ uint8, ch uint16) ([]byte, int) {
 	b = append(b, typ, byte(ch>>8), byte(ch), 0, 0, 0, 0)
 	return b, len(b)

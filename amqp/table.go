@@ -259,36 +259,6 @@ func decodeFieldValue(p []byte, depth int) (v any, rest []byte, err error) {
 	}
 }
 
-// Validate reports whether every value in t has a type AppendTable can
-// encode faithfully.
-func (t Table) Validate() bool {
-	for _, v := range t {
-		if !validValue(v) {
-			return false
-		}
-	}
-	return true
-}
-
-func validValue(v any) bool {
-	switch v := v.(type) {
-	case nil, bool, int8, uint8, int16, uint16, int32, uint32, int64, int,
-		float32, float64, Decimal, string, time.Time, []byte:
-		return true
-	case []any:
-		for _, e := range v {
-			if !validValue(e) {
-				return false
-			}
-		}
-		return true
-	case Table:
-		return v.Validate()
-	default:
-		return false
-	}
-}
-
 // Int returns an integer field value of any width as int64 (RabbitMQ
 // compares integer arguments by value, whatever their wire type).
 func Int(v any) (int64, bool) {

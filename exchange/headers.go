@@ -164,23 +164,10 @@ const (
 )
 
 func number(v any) (int64, float64, numKind) {
+	if n, ok := amqp.Int(v); ok {
+		return n, 0, isInt
+	}
 	switch v := v.(type) {
-	case int8:
-		return int64(v), 0, isInt
-	case uint8:
-		return int64(v), 0, isInt
-	case int16:
-		return int64(v), 0, isInt
-	case uint16:
-		return int64(v), 0, isInt
-	case int32:
-		return int64(v), 0, isInt
-	case uint32:
-		return int64(v), 0, isInt
-	case int64:
-		return v, 0, isInt
-	case int:
-		return int64(v), 0, isInt
 	case time.Time:
 		return v.Unix(), 0, isInt
 	case float32:

@@ -6,7 +6,6 @@ import "encoding/binary"
 // integers or length-prefixed strings, so a prefix scan returns records in
 // order: a queue's entries in sequence order.
 const (
-	prefixMeta      = 'i' // 'i' name                        → store metadata
 	prefixDef       = 'd' // 'd' kind name                   → definition (exchange, queue, binding)
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
@@ -20,8 +19,6 @@ const (
 	DefQueue    = 'q'
 	DefBinding  = 'b'
 )
-
-func metaKey(name string) []byte { return append([]byte{prefixMeta}, name...) }
 
 // defKey is 'd' kind name; name is opaque to the store (the registry
 // builds it, e.g. vhost and exchange name for a binding).

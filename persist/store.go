@@ -196,11 +196,6 @@ func (b *Batch) PutMessage(id uint64, rec []byte) {
 	b.ops = append(b.ops, op{kind: opSet, key: messageKey(id), val: rec})
 }
 
-// DeleteMessage removes a message record.
-func (b *Batch) DeleteMessage(id uint64) {
-	b.ops = append(b.ops, op{kind: opDelete, key: messageKey(id)})
-}
-
 // PutEntry stores (or rewrites) queue's entry seq for message msg. shared
 // marks a message that entries of other queues reference too; transient a
 // paged-out message that recovery drops.
@@ -278,11 +273,6 @@ func (b *Batch) PutDef(kind byte, name, val []byte) {
 // DeleteDef removes a definition.
 func (b *Batch) DeleteDef(kind byte, name []byte) {
 	b.ops = append(b.ops, op{kind: opDelete, key: defKey(kind, name)})
-}
-
-// PutMeta stores a metadata value.
-func (b *Batch) PutMeta(name string, val []byte) {
-	b.ops = append(b.ops, op{kind: opSet, key: metaKey(name), val: val})
 }
 
 // Len is the number of changes in the batch.
@@ -606,23 +596,6 @@ func (s *Store) Definitions(kind byte, fn func(name, val []byte) error) error {
 	})
 }
 
-// Meta reads a metadata value (nil when absent).
-func (s *Store) Meta(name string) ([]byte, error) {
-	var v []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(name))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err = item.ValueCopy(nil)
-		return err
-	})
-	return v, err
-}
-
 // QueueSummary is what recovery learns of a queue's stored entries.
 type QueueSummary struct {
 	Count     int    // durable entries
@@ -726,9 +699,6 @@ func (s *Store) DropOrphans(keep map[uint64]bool) (int, error) {
 	}
 	return len(orphans), nil
 }
-
-// DiskUsage returns the LSM and value log sizes in bytes.
-func (s *Store) DiskUsage() (lsm, vlog int64) { return s.db.Size() }
 
 // --- value log GC and logging ----------------------------------------------
 

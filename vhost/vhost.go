@@ -526,16 +526,6 @@ func (v *VHost) Queues() []*queue.Queue {
 	return qs
 }
 
-// HasExchange reports whether the exchange exists.
-func (v *VHost) HasExchange(name string) bool {
-	if name == "" {
-		return true
-	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.exchanges[name] != nil
-}
-
 // --- routing -------------------------------------------------------------
 
 // Scratch is per-channel routing state, reused across publishes so that
