@@ -239,11 +239,7 @@ func (c *Channel) handle(m amqp.Method) error {
 		}
 		return c.answer(c.cfg.VHost.Unbind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments), false, &amqp.QueueUnbindOk{})
 	case *amqp.QueuePurge:
-		name, err := c.queueName(m.Queue)
-		if err != nil {
-			return err
-		}
-		q, err := c.cfg.VHost.Queue(c.cfg.ConnID, name)
+		q, name, err := c.lookupQueue(m.Queue)
 		if err != nil {
 			return err
 		}
@@ -251,10 +247,7 @@ func (c *Channel) handle(m amqp.Method) error {
 		if err != nil {
 			return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
 		}
-		if !m.NoWait {
-			c.send(&amqp.QueuePurgeOk{MessageCount: uint32(n)})
-		}
-		return nil
+		return c.answer(nil, m.NoWait, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
 	case *amqp.QueueDelete:
 		name, err := c.queueName(m.Queue)
 		if err != nil {
@@ -314,6 +307,17 @@ func (c *Channel) answer(err error, noWait bool, ok amqp.Method) error {
 		c.send(ok)
 	}
 	return nil
+}
+
+// lookupQueue finds the queue a method names (the empty name meaning the
+// last declared one): 404 if missing, 405 if another connection owns it.
+func (c *Channel) lookupQueue(name string) (*queue.Queue, string, error) {
+	name, err := c.queueName(name)
+	if err != nil {
+		return nil, "", err
+	}
+	q, err := c.cfg.VHost.Queue(c.cfg.ConnID, name)
+	return q, name, err
 }
 
 // queueName expands the empty name to the channel's last declared queue
@@ -787,11 +791,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	if m.Queue == replyToQueue {
 		return c.consumeReplies(m)
 	}
-	name, err := c.queueName(m.Queue)
-	if err != nil {
-		return err
-	}
-	q, err := c.cfg.VHost.Queue(c.cfg.ConnID, name)
+	q, name, err := c.lookupQueue(m.Queue)
 	if err != nil {
 		return err
 	}
@@ -968,11 +968,7 @@ func (c *Channel) Cancelled(qc *queue.Consumer) {
 }
 
 func (c *Channel) get(m *amqp.BasicGet) error {
-	name, err := c.queueName(m.Queue)
-	if err != nil {
-		return err
-	}
-	q, err := c.cfg.VHost.Queue(c.cfg.ConnID, name)
+	q, name, err := c.lookupQueue(m.Queue)
 	if err != nil {
 		return err
 	}

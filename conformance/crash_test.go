@@ -61,6 +61,16 @@ type crashLedger struct {
 	horizon time.Time
 }
 
+// confirm records a confirmed publish sent at sent.
+func (l *crashLedger) confirm(id uint64, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.confirmed[id] = true
+	if sent.After(l.horizon) {
+		l.horizon = sent
+	}
+}
+
 // TestCrashRecovery runs the real binary under publishers with confirms
 // and consumers acking, kills it with SIGKILL at random moments, restarts
 // it on the same data dir and checks: every confirmed message that was not
@@ -183,22 +193,12 @@ func runCrashLoad(t *testing.T, url string, led *crashLedger, round uint64, d ti
 					go func() {
 						defer waiters.Done()
 						if dc.Wait() {
-							led.mu.Lock()
-							led.confirmed[id] = true
-							if sent.After(led.horizon) {
-								led.horizon = sent
-							}
-							led.mu.Unlock()
+							led.confirm(id, sent)
 						}
 					}()
 					continue
 				}
-				led.mu.Lock()
-				led.confirmed[id] = true
-				if sent.After(led.horizon) {
-					led.horizon = sent
-				}
-				led.mu.Unlock()
+				led.confirm(id, sent)
 			}
 		}()
 	}
