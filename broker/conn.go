@@ -257,24 +257,18 @@ func (c *conn) SendMethod(ch uint16, m amqp.Method) {
 }
 
 // SendContent queues a method with its content header and body frames,
-// so they go out in one flush (channel.FrameSink).
-func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) {
+// so they go out in one flush, and reports whether the bytes queued and
+// being written are now over the cap (channel.FrameSink).
+func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) (full bool) {
 	c.outMu.Lock()
 	if !c.outClosed {
 		c.out = amqp.AppendMethodFrame(c.out, ch, m)
 		c.out = amqp.AppendContent(c.out, ch, amqp.ClassBasic, props, body, c.frameMax)
+		full = len(c.out)+c.inflight >= maxOutbound
 	}
 	c.outMu.Unlock()
 	c.signal()
-}
-
-// Writable reports whether the bytes queued and being written are under
-// the cap (channel.FrameSink).
-func (c *conn) Writable() bool {
-	c.outMu.Lock()
-	ok := len(c.out)+c.inflight < maxOutbound || c.outClosed
-	c.outMu.Unlock()
-	return ok
+	return full
 }
 
 // Schedule calls fn from the writer before its next write

@@ -24,9 +24,8 @@ import (
 // outbound buffer. Implementations are safe for concurrent use.
 type FrameSink interface {
 	SendMethod(ch uint16, m amqp.Method)
-	SendContent(ch uint16, m amqp.Method, props, body []byte)
-	// Writable reports whether the outbound buffer is under its cap.
-	Writable() bool
+	// SendContent reports whether the outbound buffer is now over its cap.
+	SendContent(ch uint16, m amqp.Method, props, body []byte) (full bool)
 	// NotifyWritable calls fn once, from the writer, when the outbound
 	// buffer has drained below its cap.
 	NotifyWritable(fn func())
@@ -98,6 +97,7 @@ type Channel struct {
 	globalUnacked  int
 	minTimeout     time.Duration
 	waitingWrite   bool
+	sinkFull       bool              // the connection's outbound buffer was over its cap at our last delivery
 	deliver        amqp.BasicDeliver // reused: one per delivery would allocate
 	replyTag       string            // direct reply-to consumer tag
 	replyToken     string
@@ -876,7 +876,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 		qc.NeedKick = true
 		return false
 	}
-	if !c.cfg.Sink.Writable() {
+	if c.sinkFull {
 		qc.NeedKick = true
 		if !c.waitingWrite {
 			c.waitingWrite = true
@@ -896,7 +896,9 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	if d.Count > 0 {
 		props = withDeliveryCount(props, d.Count)
 	}
-	c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	// The cap is checked after the append (one lock, not two, per
+	// delivery): a channel may go one message over it.
+	c.sinkFull = c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
 	return true
 }
 
@@ -922,7 +924,7 @@ func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery) {
 // writable runs on the writer goroutine once the outbound buffer drained.
 func (c *Channel) writable() {
 	c.mu.Lock()
-	c.waitingWrite = false
+	c.waitingWrite, c.sinkFull = false, false
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
 	kick(kicks)
