@@ -17,6 +17,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -34,6 +35,7 @@ const maxOutbound = 4 << 20
 type conn struct {
 	srv *Server
 	nc  net.Conn
+	io  sockIO // nc's reads and writes
 	log connLogger
 	id  uint64
 
@@ -41,8 +43,8 @@ type conn struct {
 	fr  *amqp.FrameReader
 	dec amqp.Decoder
 
-	// outMu guards out, outClosed, inflight and waiters. Held only to
-	// append or swap the buffer, never across I/O.
+	// outMu guards out, outClosed, inflight, waiters and hooks. Held only
+	// to append or swap the buffer, never across I/O.
 	outMu     sync.Mutex
 	out       []byte
 	outClosed bool
@@ -52,7 +54,13 @@ type conn struct {
 	wake      chan struct{} // one slot: the writer has work
 	tuned     chan struct{} // closed once frameMax and heartbeat are final
 	writerEnd chan struct{} // closed when the writer has exited
-	spare     []byte        // writer-owned second buffer
+	// wmu is held to write the socket: by the writer, or by a reader
+	// flushing inline (Flush). It guards spare, rest and restBuf.
+	wmu         sync.Mutex
+	spare       []byte // the second buffer, swapped with out
+	rest        []byte // what an inline flush left unwritten, first in line
+	restBuf     []byte // rest's whole buffer
+	wroteInline atomic.Bool
 
 	// Negotiated at tune-ok; read-only after the handshake.
 	channelMax uint16
@@ -79,6 +87,7 @@ type conn struct {
 	vh        *vhost.VHost
 	busy      int                // read batches so far (for the read buffer size)
 	dirty     []*channel.Channel // channels with confirms to flush
+	flushes   queue.Flushes      // outlets this reader delivered to
 	published bool               // has published: blocked by the memory alarm
 
 	// Requests from other goroutines for the reader (consumer timeouts):
@@ -99,6 +108,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c := &conn{
 		srv:          s,
 		nc:           nc,
+		io:           newSockIO(nc),
 		id:           id,
 		log:          connLogger{base: s.log, id: id, remote: nc.RemoteAddr()},
 		wake:         make(chan struct{}, 1),
@@ -122,6 +132,7 @@ type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
 	c := d.c
+	c.flushes.Flush() // before waiting for input, write what we delivered
 	for {
 		c.runRequests()
 		var dl time.Time
@@ -139,7 +150,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		if c.reqFlag.Load() {
 			continue // posted after runRequests: serve it before blocking
 		}
-		n, err := c.nc.Read(p)
+		n, err := c.io.Read(p)
 		if n > 0 {
 			c.lastRead.Store(time.Now().UnixNano())
 		}
@@ -220,6 +231,7 @@ func (c *conn) serve() {
 // teardown closes every channel (requeueing their unacked deliveries),
 // flushes what is queued for the client and closes the socket.
 func (c *conn) teardown(err error) {
+	c.flushes.Flush()
 	c.closeAllChannels()
 	if c.vh != nil {
 		c.vh.ConnectionClosed(c.id)
@@ -260,6 +272,14 @@ func (c *conn) SendMethod(ch uint16, m amqp.Method) {
 // so they go out in one flush, and reports whether the bytes queued and
 // being written are now over the cap (channel.FrameSink).
 func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) (full bool) {
+	full = c.AppendContent(ch, m, props, body)
+	c.signal()
+	return full
+}
+
+// AppendContent is SendContent without waking the writer: a queue has
+// the bytes written after its batch (channel.FrameSink, queue.Outlet).
+func (c *conn) AppendContent(ch uint16, m amqp.Method, props, body []byte) (full bool) {
 	c.outMu.Lock()
 	if !c.outClosed {
 		c.out = amqp.AppendMethodFrame(c.out, ch, m)
@@ -267,7 +287,6 @@ func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) (full b
 		full = len(c.out)+c.inflight >= maxOutbound
 	}
 	c.outMu.Unlock()
-	c.signal()
 	return full
 }
 
@@ -316,7 +335,7 @@ func (c *conn) writeLoop() {
 			continue
 		case <-c.wake:
 		case <-tick:
-			if !wrote {
+			if inline := c.wroteInline.Swap(false); !wrote && !inline {
 				c.outMu.Lock()
 				if !c.outClosed && len(c.out) == 0 {
 					c.out = amqp.AppendHeartbeat(c.out)
@@ -325,53 +344,140 @@ func (c *conn) writeLoop() {
 			}
 			wrote = false
 		}
-		c.outMu.Lock()
-		hooks := c.hooks
-		c.hooks = nil
-		c.outMu.Unlock()
-		for _, fn := range hooks {
-			fn() // appends to c.out
-		}
-		c.outMu.Lock()
-		buf := c.out
-		c.out = c.spare[:0]
-		closed := c.outClosed
-		c.inflight = len(buf)
-		var waiters []func()
-		if len(c.waiters) > 0 && c.inflight < maxOutbound {
-			waiters = c.waiters
-			c.waiters = nil
-		}
-		c.outMu.Unlock()
-		for _, fn := range waiters {
-			fn()
-		}
-		if len(buf) > 0 {
-			wrote = true
-			if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(hb))); err != nil {
-				return
-			}
-			if _, err := c.nc.Write(buf); err != nil {
-				c.log.Debug("write failed", zap.Error(err))
-				c.outMu.Lock()
-				c.outClosed = true
-				c.out = nil
-				c.outMu.Unlock()
-				c.nc.Close() // unblocks the reader
-				return
-			}
-		}
-		c.outMu.Lock()
-		c.inflight = 0
-		c.outMu.Unlock()
-		if cap(buf) > 1<<20 {
-			buf = nil // do not keep a burst's buffer forever
-		}
-		c.spare = buf[:0]
-		if closed {
+		c.wmu.Lock()
+		w, ok := c.writeOut(hb)
+		c.wmu.Unlock()
+		wrote = wrote || w
+		if !ok {
 			return
 		}
 	}
+}
+
+// writeOut is one round of the writer: the scheduled hooks, then what is
+// left of an inline flush, then everything queued. It reports whether it
+// wrote, and false in ok once the writer must exit. c.wmu held.
+func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
+	c.outMu.Lock()
+	hooks := c.hooks
+	c.hooks = nil
+	c.outMu.Unlock()
+	for _, fn := range hooks {
+		fn() // appends to c.out
+	}
+	if len(c.rest) > 0 {
+		wrote = true
+		if !c.writeAll(c.rest, hb) {
+			return wrote, false
+		}
+		c.spare = c.restBuf[:0]
+		c.rest, c.restBuf = nil, nil
+	}
+	c.outMu.Lock()
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	closed := c.outClosed
+	c.inflight = len(buf)
+	var waiters []func()
+	if len(c.waiters) > 0 && c.inflight < maxOutbound {
+		waiters = c.waiters
+		c.waiters = nil
+	}
+	c.outMu.Unlock()
+	for _, fn := range waiters {
+		fn()
+	}
+	if len(buf) > 0 {
+		wrote = true
+		if !c.writeAll(buf, hb) {
+			return wrote, false
+		}
+	}
+	c.outMu.Lock()
+	c.inflight = 0
+	waiters = nil
+	if len(c.waiters) > 0 && len(c.out) < maxOutbound {
+		// Registered while a large buffer was going out: it has.
+		waiters = c.waiters
+		c.waiters = nil
+	}
+	c.outMu.Unlock()
+	for _, fn := range waiters {
+		fn()
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil // do not keep a burst's buffer forever
+	}
+	c.spare = buf[:0]
+	return wrote, !closed
+}
+
+// writeAll writes p, waiting for the socket up to the write timeout. On
+// failure the connection is closed (which also stops the reader).
+func (c *conn) writeAll(p []byte, hb time.Duration) bool {
+	if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(hb))); err != nil {
+		return false
+	}
+	if _, err := c.io.Write(p); err != nil {
+		c.log.Debug("write failed", zap.Error(err))
+		c.outMu.Lock()
+		c.outClosed = true
+		c.out = nil
+		c.outMu.Unlock()
+		c.nc.Close() // unblocks the reader
+		return false
+	}
+	return true
+}
+
+// Wake has the writer write what deliveries appended (queue.Outlet).
+func (c *conn) Wake() { c.signal() }
+
+// Flush writes what deliveries appended on the calling goroutine when the
+// socket takes it at once, else leaves it to the writer (queue.Outlet).
+// Readers call it for the connections their read batch delivered to.
+func (c *conn) Flush() {
+	if !c.wmu.TryLock() {
+		c.signal() // the writer is at it, and will look again
+		return
+	}
+	c.outMu.Lock()
+	if c.outClosed || len(c.rest) > 0 || len(c.hooks) > 0 || len(c.waiters) > 0 || len(c.out) == 0 {
+		// Nothing to write, or work that is the writer's.
+		wake := c.outClosed || len(c.rest) > 0 || len(c.hooks) > 0 || len(c.waiters) > 0
+		c.outMu.Unlock()
+		c.wmu.Unlock()
+		if wake {
+			c.signal()
+		}
+		return
+	}
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	c.inflight = len(buf)
+	c.outMu.Unlock()
+	n := c.io.TryWrite(buf)
+	if n < len(buf) {
+		// The socket is full (or failed): the writer waits for it.
+		c.rest, c.restBuf = buf[n:], buf
+		c.outMu.Lock()
+		c.inflight = len(c.rest)
+		c.outMu.Unlock()
+		c.wmu.Unlock()
+		c.signal()
+		return
+	}
+	c.outMu.Lock()
+	c.inflight = 0
+	c.outMu.Unlock()
+	if cap(buf) > 1<<20 {
+		buf = nil
+	}
+	c.spare = buf[:0]
+	c.wroteInline.Store(true)
+	c.wmu.Unlock()
 }
 
 // writeTimeout bounds a blocked write: a client that stops reading for
@@ -849,6 +955,7 @@ func (c *conn) openChannel(n uint16) error {
 		CancelNotify:    c.clientCapability("consumer_cancel_notify"),
 		Replies:         &c.srv.replies,
 		Logger:          c.log.base,
+		Flushes:         &c.flushes,
 	})
 	c.channels[n] = ch
 	c.snapMu.Lock()

@@ -26,6 +26,10 @@ type FrameSink interface {
 	SendMethod(ch uint16, m amqp.Method)
 	// SendContent reports whether the outbound buffer is now over its cap.
 	SendContent(ch uint16, m amqp.Method, props, body []byte) (full bool)
+	// AppendContent is SendContent for a delivery: the bytes wait for the
+	// queue to have them written (the sink is its consumers' Outlet).
+	AppendContent(ch uint16, m amqp.Method, props, body []byte) (full bool)
+	queue.Outlet
 	// NotifyWritable calls fn once, from the writer, when the outbound
 	// buffer has drained below its cap.
 	NotifyWritable(fn func())
@@ -47,6 +51,9 @@ type Config struct {
 	CancelNotify bool
 	Replies      *ReplyRegistry
 	Logger       *zap.Logger
+	// Flushes collects what the reader's publishes and acks delivered
+	// (to any connection) for it to flush after its read batch.
+	Flushes *queue.Flushes
 }
 
 // Channel is one AMQP channel. HandleMethod, HandleContent, Flush and
@@ -562,7 +569,7 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 	routed := false
 	if waits == 0 {
 		for _, q := range qs {
-			if q.Publish(msg) {
+			if q.PublishConfirm(msg, nil, c.cfg.Flushes) {
 				routed = true
 			}
 		}
@@ -604,10 +611,10 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 	for _, q := range qs {
 		wait := (msg.Persistent && c.store != nil && q.Durable()) || (c.confirm && q.MayReject())
 		if !wait || conf == nil {
-			routed = q.PublishConfirm(msg, nil) || routed
+			routed = q.PublishConfirm(msg, nil, c.cfg.Flushes) || routed
 			continue
 		}
-		if q.PublishConfirm(msg, conf) {
+		if q.PublishConfirm(msg, conf, c.cfg.Flushes) {
 			routed = true
 		} else {
 			conf.Done(nil) // deleted meanwhile: as if not routed there
@@ -779,7 +786,7 @@ func (c *Channel) qos(m *amqp.BasicQos) error {
 		c.globalPrefetch = int(m.PrefetchCount)
 		kicks := c.kicksLocked()
 		c.mu.Unlock()
-		kick(kicks)
+		kick(kicks, c.cfg.Flushes)
 	} else {
 		c.prefetch = int(m.PrefetchCount)
 	}
@@ -811,7 +818,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	}
 	qc := &queue.Consumer{
 		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio,
-		Sink: c, Prefetch: c.prefetch,
+		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch,
 	}
 	qc.Hold() // consume-ok must reach the client before any delivery
 	if err := q.Consume(qc); err != nil {
@@ -826,7 +833,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	if !m.NoWait {
 		c.send(&amqp.BasicConsumeOk{ConsumerTag: tag})
 	}
-	q.Kick(qc)
+	q.Kick(qc, c.cfg.Flushes)
 	return nil
 }
 
@@ -898,7 +905,11 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	}
 	// The cap is checked after the append (one lock, not two, per
 	// delivery): a channel may go one message over it.
-	c.sinkFull = c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	if qc.Out != nil {
+		c.sinkFull = c.cfg.Sink.AppendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	} else {
+		c.sinkFull = c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	}
 	return true
 }
 
@@ -927,7 +938,7 @@ func (c *Channel) writable() {
 	c.waitingWrite, c.sinkFull = false, false
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
-	kick(kicks)
+	kick(kicks, nil)
 }
 
 type kickReq struct {
@@ -948,9 +959,9 @@ func (c *Channel) kicksLocked() []kickReq {
 	return ks
 }
 
-func kick(ks []kickReq) {
+func kick(ks []kickReq, fl *queue.Flushes) {
 	for _, k := range ks {
-		k.q.Kick(k.c)
+		k.q.Kick(k.c, fl)
 	}
 }
 
@@ -1076,14 +1087,14 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	for _, b := range bs {
 		switch {
 		case kind == ackAck:
-			b.q.Ack(b.ds)
+			b.q.Ack(b.ds, c.cfg.Flushes)
 		case requeue:
-			b.q.Requeue(b.ds)
+			b.q.Requeue(b.ds, c.cfg.Flushes)
 		default:
-			b.q.Discard(b.ds)
+			b.q.Discard(b.ds, c.cfg.Flushes)
 		}
 	}
-	kick(kicks)
+	kick(kicks, c.cfg.Flushes)
 	return nil
 }
 
@@ -1152,9 +1163,9 @@ func (c *Channel) requeueAll() {
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
 	for _, b := range bs {
-		b.q.Requeue(b.ds)
+		b.q.Requeue(b.ds, c.cfg.Flushes)
 	}
-	kick(kicks)
+	kick(kicks, c.cfg.Flushes)
 }
 
 // TimedOut reports whether a delivery has stayed unacked past its
@@ -1200,7 +1211,7 @@ func (c *Channel) Close() {
 		c.cfg.Replies.unregister(token)
 	}
 	for _, b := range bs {
-		b.q.Requeue(b.ds)
+		b.q.Requeue(b.ds, nil)
 	}
 	for _, x := range cons {
 		x.q.Cancel(x.Consumer)

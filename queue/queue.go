@@ -54,7 +54,7 @@ type Recovered struct {
 }
 
 // Sink is where a queue hands messages to a consumer: the consumer's
-// channel. Deliver runs on the queue's goroutine and must not block; it
+// channel. Deliver runs with the queue's exec held and must not block; it
 // returns false when the consumer has no room (prefetch reached, or its
 // connection's outbound buffer full), and the consumer's owner must then
 // call Queue.Kick once it has room again.
@@ -64,6 +64,46 @@ type Sink interface {
 	Cancelled(c *Consumer)
 }
 
+// An Outlet is where a consumer's deliveries are written out: its
+// connection. With Consumer.Out set, Deliver only appends, and the queue
+// has the outlet written once per batch of ops: Wake hands that to the
+// outlet's writer; Flush, called later by the goroutine that drained the
+// ops inline (see Flushes), writes on the calling goroutine when the
+// socket takes the bytes at once, which spares a goroutine hand-off.
+type Outlet interface {
+	Wake()
+	Flush()
+}
+
+// Flushes collects the outlets that inline drains appended deliveries
+// to, for one goroutine (a connection's reader) to flush when it is done
+// with its batch of work. Not safe for concurrent use; nil is allowed and
+// wakes each outlet at the end of the drain.
+type Flushes struct {
+	outs []Outlet
+}
+
+func (f *Flushes) add(o Outlet) {
+	for _, x := range f.outs {
+		if x == o {
+			return
+		}
+	}
+	f.outs = append(f.outs, o)
+}
+
+// Flush writes out what is pending on each collected outlet.
+func (f *Flushes) Flush() {
+	if f == nil || len(f.outs) == 0 {
+		return
+	}
+	for i, o := range f.outs {
+		o.Flush()
+		f.outs[i] = nil
+	}
+	f.outs = f.outs[:0]
+}
+
 // Consumer is a subscription to a queue.
 type Consumer struct {
 	Tag       string
@@ -71,13 +111,14 @@ type Consumer struct {
 	Exclusive bool
 	Priority  int32
 	Sink      Sink
+	Out       Outlet // nil: Deliver has its bytes written itself
 
 	// Owned by the consumer's channel, under the channel's lock.
 	Prefetch int  // 0 = unlimited
 	Unacked  int  // deliveries not yet acked
 	NeedKick bool // refused a delivery: Kick the queue when room frees
 
-	blocked bool // queue goroutine: refused its last delivery, awaiting Kick
+	blocked bool // under the queue's exec: refused its last delivery, awaiting Kick
 }
 
 // Hold makes a new consumer wait for a Kick before its first delivery (so
@@ -245,8 +286,11 @@ func (l *lane) pop() Delivery {
 	return l.ready.popFront()
 }
 
-// Queue is a message queue. One goroutine owns its messages, consumers
-// and counters; other goroutines reach it through a batched inbox.
+// Queue is a message queue. Other goroutines reach it through a batched
+// inbox of ops. Whoever holds exec applies them: the queue's goroutine,
+// or (for the ops of a publisher or consumer that holds no lock) the
+// poster itself when the queue is idle, which spares two goroutine
+// hand-offs per message.
 type Queue struct {
 	cfg Config
 	pol Policy
@@ -257,7 +301,11 @@ type Queue struct {
 	wake    chan struct{}
 	stopped chan struct{}
 
-	// Owned by the queue goroutine.
+	// exec is held while ops are applied; it guards everything below.
+	exec    sync.Mutex
+	dead    bool     // stopped: the goroutine exits
+	touched []Outlet // outlets delivered to in this drain
+
 	spare       []op
 	lanes       []lane // by priority; one unless x-max-priority
 	nextSeq     uint64
@@ -343,8 +391,36 @@ func (q *Queue) Name() string { return q.cfg.Name }
 // Config returns the queue's declared properties.
 func (q *Queue) Config() *Config { return &q.cfg }
 
-// post appends an op to the inbox. It reports false if the queue is gone.
+// post appends an op to the inbox for the queue's goroutine. It reports
+// false if the queue is gone.
 func (q *Queue) post(o op) bool {
+	if !q.enqueue(o) {
+		return false
+	}
+	q.signal()
+	return true
+}
+
+// postInline is post, but when no one is applying ops the caller applies
+// the inbox itself; the outlets it delivers to are left in fl. Only for
+// callers that hold no lock the queue's callbacks may take (vhost locks,
+// a channel's lock, ...).
+func (q *Queue) postInline(o op, fl *Flushes) bool {
+	if !q.enqueue(o) {
+		return false
+	}
+	if !q.exec.TryLock() {
+		q.signal() // the holder may be past its look at the inbox
+		return true
+	}
+	if !q.dead {
+		q.drain(fl)
+	}
+	q.exec.Unlock()
+	return true
+}
+
+func (q *Queue) enqueue(o op) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -352,11 +428,14 @@ func (q *Queue) post(o op) bool {
 	}
 	q.inbox = append(q.inbox, o)
 	q.mu.Unlock()
+	return true
+}
+
+func (q *Queue) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // call posts an op and waits for its result.
@@ -370,21 +449,23 @@ func (q *Queue) call(o op) result {
 
 // Publish enqueues a message. It reports false if the queue is gone.
 func (q *Queue) Publish(m *Message) bool {
-	return q.PublishConfirm(m, nil)
+	return q.PublishConfirm(m, nil, nil)
 }
 
 // PublishConfirm enqueues a message; conf (if not nil) learns when the
 // queue has taken it: at once, or once its entry is durable when the
 // message is persistent and its record was committed by the caller (its
 // ID is set), or with ErrRejected when the queue is full. It reports
-// false if the queue is gone.
-func (q *Queue) PublishConfirm(m *Message, conf Confirmer) bool {
-	if !q.post(op{kind: opPublish, msg: m, conf: conf}) {
-		return false
-	}
+// false if the queue is gone. The caller may have to flush fl (see
+// postInline).
+func (q *Queue) PublishConfirm(m *Message, conf Confirmer, fl *Flushes) bool {
 	// Counted now, not when the queue gets to it, so that the memory
 	// alarm sees a burst as it arrives.
 	q.cfg.Memory.Add(int64(len(m.Body)))
+	if !q.postInline(op{kind: opPublish, msg: m, conf: conf}, fl) {
+		q.cfg.Memory.Add(-int64(len(m.Body)))
+		return false
+	}
 	return true
 }
 
@@ -398,17 +479,21 @@ func (q *Queue) MayReject() bool {
 }
 
 // Ack removes delivered messages for good.
-func (q *Queue) Ack(ds []Delivery) { q.post(op{kind: opAck, ds: ds}) }
+func (q *Queue) Ack(ds []Delivery, fl *Flushes) { q.postInline(op{kind: opAck, ds: ds}, fl) }
 
 // Requeue returns delivered messages to their places, flagged redelivered.
-func (q *Queue) Requeue(ds []Delivery) { q.post(op{kind: opRequeue, ds: ds}) }
+func (q *Queue) Requeue(ds []Delivery, fl *Flushes) {
+	q.postInline(op{kind: opRequeue, ds: ds}, fl)
+}
 
 // Discard drops delivered messages (reject or nack without requeue); they
 // are dead-lettered when the queue has a dead-letter exchange.
-func (q *Queue) Discard(ds []Delivery) { q.post(op{kind: opDiscard, ds: ds}) }
+func (q *Queue) Discard(ds []Delivery, fl *Flushes) {
+	q.postInline(op{kind: opDiscard, ds: ds}, fl)
+}
 
 // Kick tells the queue that c has room again.
-func (q *Queue) Kick(c *Consumer) { q.post(op{kind: opKick, consumer: c}) }
+func (q *Queue) Kick(c *Consumer, fl *Flushes) { q.postInline(op{kind: opKick, consumer: c}, fl) }
 
 // Touch marks the queue used (a redeclare), for x-expires.
 func (q *Queue) Touch() { q.post(op{kind: opTouch}) }
@@ -483,33 +568,62 @@ func (q *Queue) Consumers() int32 { return q.consumerN.Load() }
 func (q *Queue) Done() <-chan struct{} { return q.stopped }
 
 func (q *Queue) run() {
-	defer close(q.stopped)
 	for range q.wake {
-		q.mu.Lock()
-		ops := q.inbox
-		q.inbox = q.spare[:0]
-		q.mu.Unlock()
-		stop := false
-		for i := range ops {
-			if !stop {
-				stop = q.apply(&ops[i])
-			} else if ops[i].reply != nil {
-				ops[i].reply <- result{err: ErrDeleted}
-			}
-			ops[i] = op{}
+		q.exec.Lock()
+		if !q.dead {
+			q.drain(nil)
 		}
-		q.spare = ops[:0]
-		if stop {
-			q.commit()
-			q.shutdown()
+		dead := q.dead
+		q.exec.Unlock()
+		if dead {
 			return
 		}
-		q.refill()
-		q.dispatch()
-		q.armTimer()
-		q.commit()
-		q.publishCounts()
 	}
+}
+
+// drain applies the ops in the inbox, then delivers and commits what
+// they changed. exec held.
+func (q *Queue) drain(fl *Flushes) {
+	q.mu.Lock()
+	ops := q.inbox
+	q.inbox = q.spare[:0]
+	q.mu.Unlock()
+	if len(ops) == 0 {
+		q.spare = ops
+		return
+	}
+	stop := false
+	for i := range ops {
+		if !stop {
+			stop = q.apply(&ops[i])
+		} else if ops[i].reply != nil {
+			ops[i].reply <- result{err: ErrDeleted}
+		}
+		ops[i] = op{}
+	}
+	q.spare = ops[:0]
+	if stop {
+		q.commit()
+		q.shutdown()
+		q.dead = true
+		close(q.stopped)
+		q.signal() // the goroutine exits
+		return
+	}
+	q.refill()
+	q.dispatch()
+	for i, o := range q.touched {
+		if fl != nil {
+			fl.add(o)
+		} else {
+			o.Wake()
+		}
+		q.touched[i] = nil
+	}
+	q.touched = q.touched[:0]
+	q.armTimer()
+	q.commit()
+	q.publishCounts()
 }
 
 // shutdown refuses what arrives after a delete.
@@ -1032,6 +1146,9 @@ func (q *Queue) dispatch() {
 			q.unpop(d)
 			continue
 		}
+		if c.Out != nil {
+			q.touch(c.Out)
+		}
 		if c.NoAck {
 			q.account(-int64(len(d.Msg.Body)))
 			q.deleteEntry(&d)
@@ -1043,6 +1160,15 @@ func (q *Queue) dispatch() {
 			q.refill()
 		}
 	}
+}
+
+func (q *Queue) touch(o Outlet) {
+	for _, x := range q.touched {
+		if x == o {
+			return
+		}
+	}
+	q.touched = append(q.touched, o)
 }
 
 // nextConsumer picks the next unblocked consumer: within the highest

@@ -82,8 +82,8 @@ func TestFIFOAndRequeueOrder(t *testing.T) {
 		}
 		held = append(held, d)
 	}
-	q.Requeue([]Delivery{held[2]})
-	q.Requeue([]Delivery{held[0], held[1]})
+	q.Requeue([]Delivery{held[2]}, nil)
+	q.Requeue([]Delivery{held[0], held[1]}, nil)
 	for _, want := range []string{"1", "2", "3", "4", "5"} {
 		d, ok, _, _ := q.Get(true)
 		if !ok || string(d.Msg.Body) != want || d.Redelivered != (want <= "3") {
@@ -139,7 +139,7 @@ func TestBlockedConsumerWaitsForKick(t *testing.T) {
 	if m, _, _ := q.Stats(); m != 2 {
 		t.Fatalf("held consumer got deliveries: ready %d", m)
 	}
-	q.Kick(c)
+	q.Kick(c, nil)
 	waitFor(t, "first delivery", func() bool { return len(rec.bodies(c)) == 1 })
 	if m, _, _ := q.Stats(); m != 1 {
 		t.Fatalf("ready %d", m)
@@ -147,7 +147,7 @@ func TestBlockedConsumerWaitsForKick(t *testing.T) {
 	rec.mu.Lock()
 	rec.limit = 2
 	rec.mu.Unlock()
-	q.Kick(c)
+	q.Kick(c, nil)
 	waitFor(t, "second delivery", func() bool { return len(rec.bodies(c)) == 2 })
 }
 
@@ -216,7 +216,7 @@ func TestMemoryAccounting(t *testing.T) {
 	if mem.Load() != 1000 {
 		t.Fatalf("memory %d with one unacked", mem.Load())
 	}
-	q.Ack([]Delivery{d})
+	q.Ack([]Delivery{d}, nil)
 	if _, err := q.Purge(); err != nil {
 		t.Fatal(err)
 	}

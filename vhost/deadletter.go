@@ -83,7 +83,7 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 		}
 		for _, q := range targets {
 			if nm.Persistent && q.Durable() {
-				if !q.PublishConfirm(nm, cf) {
+				if !q.PublishConfirm(nm, cf, nil) {
 					cf.Done(nil)
 				}
 			} else {
