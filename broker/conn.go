@@ -35,7 +35,7 @@ const maxOutbound = 4 << 20
 type conn struct {
 	srv *Server
 	nc  net.Conn
-	io  sockIO // nc's reads and writes
+	io  *sockIO // nc's reads and writes
 	log connLogger
 	id  uint64
 
@@ -82,7 +82,10 @@ type conn struct {
 	closeDeadline atomic.Int64 // unix nanos; 0 = none
 	closeReason   atomic.Value // string
 
-	lastRead atomic.Int64 // unix nanos of the last byte read
+	// The read deadline the reader last set (unix nanos, 0 = none), if
+	// rdlSet: reader-owned.
+	rdl    int64
+	rdlSet bool
 
 	vh        *vhost.VHost
 	busy      int                // read batches so far (for the read buffer size)
@@ -125,41 +128,64 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	return c
 }
 
-// deadlineReader sets the socket's read deadline before each read from
-// the kernel (not per frame): the handshake timeout, then two heartbeat
-// intervals, and never past the close deadline.
+// deadlineReader sets the socket's read deadline before reads from the
+// kernel (not per frame): the handshake timeout, then two heartbeat
+// intervals, and never past the close deadline. A heartbeat deadline is
+// re-armed only once it has moved by a slack, which spares a timer update
+// per read.
 type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
 	c := d.c
 	c.flushes.Flush() // before waiting for input, write what we delivered
 	for {
-		c.runRequests()
-		var dl time.Time
+		if c.runRequests() {
+			c.rdlSet = false // post moved the deadline
+		}
+		now := time.Now().UnixNano()
+		var dl int64 // unix nanos; 0 = none
 		if c.heartbeat > 0 {
-			dl = time.Now().Add(2 * c.heartbeat)
+			dl = now + int64(2*c.heartbeat)
 		}
-		if cd := c.closeDeadline.Load(); cd != 0 {
-			if t := time.Unix(0, cd); dl.IsZero() || t.Before(dl) {
-				dl = t
+		cd := c.closeDeadline.Load()
+		if cd != 0 && (dl == 0 || cd < dl) {
+			dl = cd
+		}
+		slack := int64(c.heartbeat / 4)
+		if !c.rdlSet || cd != 0 || dl == 0 || dl < c.rdl || dl-c.rdl >= slack {
+			if cd == 0 && dl != 0 {
+				dl += slack // never earlier than two intervals while cached
 			}
-		}
-		if err := c.nc.SetReadDeadline(dl); err != nil {
-			return 0, err
+			var t time.Time
+			if dl != 0 {
+				t = time.Unix(0, dl)
+			}
+			if err := c.nc.SetReadDeadline(t); err != nil {
+				return 0, err
+			}
+			c.rdl, c.rdlSet = dl, true
 		}
 		if c.reqFlag.Load() {
 			continue // posted after runRequests: serve it before blocking
 		}
 		n, err := c.io.Read(p)
-		if n > 0 {
-			c.lastRead.Store(time.Now().UnixNano())
-		}
-		var ne net.Error
-		if n == 0 && err != nil && errors.As(err, &ne) && ne.Timeout() && c.reqFlag.Load() {
-			continue // woken to serve a request, not a real timeout
+		if n == 0 && err != nil && isTimeout(err) {
+			if c.reqFlag.Load() {
+				continue // woken to serve a request, not a real timeout
+			}
+			if c.rdl != 0 && time.Now().UnixNano() < c.rdl {
+				// A post's wake-up that lost the race with our deadline.
+				c.rdlSet = false
+				continue
+			}
 		}
 		return n, err
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // post queues fn to run on the reader goroutine and wakes the reader.
@@ -171,9 +197,10 @@ func (c *conn) post(fn func()) {
 	_ = c.nc.SetReadDeadline(time.Now())
 }
 
-func (c *conn) runRequests() {
+// runRequests runs what post queued; it reports whether there was any.
+func (c *conn) runRequests() bool {
 	if !c.reqFlag.Load() {
-		return
+		return false
 	}
 	c.reqMu.Lock()
 	reqs := c.reqs
@@ -183,6 +210,7 @@ func (c *conn) runRequests() {
 	for _, fn := range reqs {
 		fn()
 	}
+	return true
 }
 
 // checkTimeouts closes (through the reader) each channel holding a

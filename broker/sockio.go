@@ -15,50 +15,88 @@ import (
 // thousand messages a second). Waiting for the socket and deadlines still
 // go through Go's poller (syscall.RawConn). Any other net.Conn is used as
 // it is.
+//
+// Read is for the connection's reader only; Write and TryWrite for the
+// holder of the connection's write lock.
 type sockIO struct {
-	nc net.Conn
-	rc syscall.RawConn // nil: use nc
+	nc     net.Conn
+	rc     syscall.RawConn // nil: use nc
+	rd, wr rawOp           // the read and the write in progress
+	// Bound once: a closure per call would allocate.
+	readFn, writeFn func(fd uintptr) bool
 }
 
-func newSockIO(nc net.Conn) sockIO {
-	s := sockIO{nc: nc}
+// rawOp is one read or write through the RawConn callback.
+type rawOp struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
+	wait  bool // on EAGAIN, wait for the socket (else return)
+}
+
+func newSockIO(nc net.Conn) *sockIO {
+	s := &sockIO{nc: nc}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		if rc, err := tc.SyscallConn(); err == nil {
 			s.rc = rc
 		}
 	}
+	s.readFn = s.rd.read
+	s.writeFn = s.wr.write
 	return s
+}
+
+// read is the RawConn callback of a read: false means wait for input.
+func (o *rawOp) read(fd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.p[0])), uintptr(len(o.p)))
+		switch e {
+		case 0:
+			o.n = int(r)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		o.errno = e
+		return true
+	}
+}
+
+// write is the RawConn callback of a write: false means wait for room.
+func (o *rawOp) write(fd uintptr) bool {
+	for o.n < len(o.p) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.p[o.n])), uintptr(len(o.p)-o.n))
+		switch e {
+		case 0:
+			o.n += int(r)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return !o.wait
+		default:
+			o.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // Read reads at least one byte, or returns io.EOF at the end of the
 // stream, or the poller's error (a deadline, a closed connection).
-func (s sockIO) Read(p []byte) (int, error) {
+func (s *sockIO) Read(p []byte) (int, error) {
 	if s.rc == nil || len(p) == 0 {
 		return s.nc.Read(p)
 	}
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case 0:
-				n = int(r)
-				return true
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until readable
-			}
-			errno = e
-			return true
-		}
-	})
+	s.rd = rawOp{p: p}
+	err := s.rc.Read(s.readFn)
+	n, errno := s.rd.n, s.rd.errno
+	s.rd = rawOp{}
 	switch {
 	case err != nil:
 		return 0, err
 	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: errno}
+		return 0, s.opError("read", errno)
 	case n == 0:
 		return 0, io.EOF
 	}
@@ -66,57 +104,36 @@ func (s sockIO) Read(p []byte) (int, error) {
 }
 
 // Write writes all of p, waiting for room in the socket as needed.
-func (s sockIO) Write(p []byte) (int, error) {
+func (s *sockIO) Write(p []byte) (int, error) {
 	if s.rc == nil || len(p) == 0 {
 		return s.nc.Write(p)
 	}
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-				continue
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until writable
-			}
-			errno = e
-			return true
-		}
-		return true
-	})
+	s.wr = rawOp{p: p, wait: true}
+	err := s.rc.Write(s.writeFn)
+	n, errno := s.wr.n, s.wr.errno
+	s.wr = rawOp{}
 	switch {
 	case err != nil:
 		return n, err
 	case errno != 0:
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: errno}
+		return n, s.opError("write", errno)
 	}
 	return n, nil
 }
 
 // TryWrite writes what the socket takes of p without waiting, and returns
 // how much that was. Errors are left to the next Write.
-func (s sockIO) TryWrite(p []byte) int {
+func (s *sockIO) TryWrite(p []byte) int {
 	if s.rc == nil || len(p) == 0 {
 		return 0
 	}
-	n := 0
-	_ = s.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			default:
-				return true
-			}
-		}
-		return true
-	})
+	s.wr = rawOp{p: p}
+	_ = s.rc.Write(s.writeFn)
+	n := s.wr.n
+	s.wr = rawOp{}
 	return n
+}
+
+func (s *sockIO) opError(op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: errno}
 }

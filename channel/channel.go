@@ -1068,12 +1068,21 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 		c.mu.Unlock()
 		return precondition("unknown delivery tag %d", tag)
 	}
-	first, last := i, i
-	if multiple {
-		first = 0
-		if tag == 0 {
-			last = len(c.unacked) - 1
-		}
+	if !multiple {
+		// One delivery (the common case): no grouping.
+		u := &c.unacked[i]
+		c.release(u)
+		q, ds := u.q, []queue.Delivery{u.d}
+		c.compact()
+		kicks := c.kicksLocked()
+		c.mu.Unlock()
+		c.settleBatch(batch{q: q, ds: ds}, kind, requeue)
+		kick(kicks, c.cfg.Flushes)
+		return nil
+	}
+	first, last := 0, i
+	if tag == 0 {
+		last = len(c.unacked) - 1
 	}
 	for j := first; j <= last; j++ {
 		if u := &c.unacked[j]; !u.done {
@@ -1085,17 +1094,21 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
 	for _, b := range bs {
-		switch {
-		case kind == ackAck:
-			b.q.Ack(b.ds, c.cfg.Flushes)
-		case requeue:
-			b.q.Requeue(b.ds, c.cfg.Flushes)
-		default:
-			b.q.Discard(b.ds, c.cfg.Flushes)
-		}
+		c.settleBatch(b, kind, requeue)
 	}
 	kick(kicks, c.cfg.Flushes)
 	return nil
+}
+
+func (c *Channel) settleBatch(b batch, kind ackKind, requeue bool) {
+	switch {
+	case kind == ackAck:
+		b.q.Ack(b.ds, c.cfg.Flushes)
+	case requeue:
+		b.q.Requeue(b.ds, c.cfg.Flushes)
+	default:
+		b.q.Discard(b.ds, c.cfg.Flushes)
+	}
 }
 
 // release marks u settled and frees its prefetch slot. c.mu held.
