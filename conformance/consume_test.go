@@ -562,3 +562,59 @@ func TestStalledConsumerIsolated(t *testing.T) {
 	}
 	recv(t, d1)
 }
+
+// A publisher's reader writes the deliveries its publishes made to other
+// connections before it waits for more input, also when that input stops
+// in the middle of a frame.
+func TestDeliveryNotHeldByStalledPublisher(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("half-frame", nil)
+	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.DialRaw(t, e.b.Addr)
+	r.Handshake(nil, 0, true)
+	var b []byte
+	for _, body := range []string{"whole", "never finished"} {
+		b = amqp.AppendMethodFrame(b, 1, &amqp.BasicPublish{RoutingKey: q})
+		b = amqp.AppendContent(b, 1, amqp.ClassBasic, nil, []byte(body), 131072)
+	}
+	r.Write(b[:len(b)-5]) // the second body frame, cut short
+	// Promptly: not at the consumer connection's next heartbeat tick.
+	select {
+	case d := <-ds:
+		if string(d.Body) != "whole" {
+			t.Fatalf("got %q", d.Body)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the delivery was held while its publisher's reader waited")
+	}
+	none(t, ds, 200*time.Millisecond)
+}
+
+// A publisher that closes its connection right after publishing: what its
+// reader delivered still goes out promptly.
+func TestDeliveryNotHeldByClosingPublisher(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("publish-and-close", nil)
+	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testutil.DialRaw(t, e.b.Addr)
+	r.Handshake(nil, 0, true)
+	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: q})
+	b = amqp.AppendContent(b, 1, amqp.ClassBasic, nil, []byte("last words"), 131072)
+	b = amqp.AppendMethodFrame(b, 0, &amqp.ConnectionClose{ReplyCode: 200, ReplyText: "bye"})
+	r.Write(b)
+	r.Expect(&amqp.ConnectionCloseOk{})
+	select {
+	case d := <-ds:
+		if string(d.Body) != "last words" {
+			t.Fatalf("got %q", d.Body)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the delivery was held after its publisher closed")
+	}
+}
