@@ -563,58 +563,56 @@ func TestStalledConsumerIsolated(t *testing.T) {
 	recv(t, d1)
 }
 
-// A publisher's reader writes the deliveries its publishes made to other
-// connections before it waits for more input, also when that input stops
-// in the middle of a frame.
-func TestDeliveryNotHeldByStalledPublisher(t *testing.T) {
+// rawPublisher declares queue q with a no-ack consumer on the test's
+// connection, and opens a raw connection to publish to it.
+func rawPublisher(t *testing.T, q string) (<-chan rmq.Delivery, *testutil.Raw) {
 	e := setup(t, broker.Options{})
-	q := e.queue("half-frame", nil)
+	e.queue(q, nil)
 	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := testutil.DialRaw(t, e.b.Addr)
 	r.Handshake(nil, 0, true)
-	var b []byte
-	for _, body := range []string{"whole", "never finished"} {
-		b = amqp.AppendMethodFrame(b, 1, &amqp.BasicPublish{RoutingKey: q})
-		b = amqp.AppendContent(b, 1, amqp.ClassBasic, nil, []byte(body), 131072)
-	}
-	r.Write(b[:len(b)-5]) // the second body frame, cut short
-	// Promptly: not at the consumer connection's next heartbeat tick.
+	return ds, r
+}
+
+// promptly fails unless body arrives within a second: sooner than the
+// consumer connection's writer would look on its own (a heartbeat tick).
+func promptly(t *testing.T, ds <-chan rmq.Delivery, body, why string) {
+	t.Helper()
 	select {
 	case d := <-ds:
-		if string(d.Body) != "whole" {
-			t.Fatalf("got %q", d.Body)
+		if string(d.Body) != body {
+			t.Fatalf("got %q, want %q", d.Body, body)
 		}
 	case <-time.After(time.Second):
-		t.Fatal("the delivery was held while its publisher's reader waited")
+		t.Fatal(why)
 	}
+}
+
+func rawPublish(b []byte, q, body string) []byte {
+	b = amqp.AppendMethodFrame(b, 1, &amqp.BasicPublish{RoutingKey: q})
+	return amqp.AppendContent(b, 1, amqp.ClassBasic, nil, []byte(body), 131072)
+}
+
+// A publisher's reader writes the deliveries its publishes made to other
+// connections before it waits for more input, also when that input stops
+// in the middle of a frame.
+func TestDeliveryNotHeldByStalledPublisher(t *testing.T) {
+	ds, r := rawPublisher(t, "half-frame")
+	b := rawPublish(rawPublish(nil, "half-frame", "whole"), "half-frame", "never finished")
+	r.Write(b[:len(b)-5]) // the second body frame, cut short
+	promptly(t, ds, "whole", "the delivery was held while its publisher's reader waited")
 	none(t, ds, 200*time.Millisecond)
 }
 
 // A publisher that closes its connection right after publishing: what its
 // reader delivered still goes out promptly.
 func TestDeliveryNotHeldByClosingPublisher(t *testing.T) {
-	e := setup(t, broker.Options{})
-	q := e.queue("publish-and-close", nil)
-	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testutil.DialRaw(t, e.b.Addr)
-	r.Handshake(nil, 0, true)
-	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: q})
-	b = amqp.AppendContent(b, 1, amqp.ClassBasic, nil, []byte("last words"), 131072)
-	b = amqp.AppendMethodFrame(b, 0, &amqp.ConnectionClose{ReplyCode: 200, ReplyText: "bye"})
-	r.Write(b)
+	ds, r := rawPublisher(t, "publish-and-close")
+	b := rawPublish(nil, "publish-and-close", "last words")
+	r.Write(amqp.AppendMethodFrame(b, 0, &amqp.ConnectionClose{ReplyCode: 200, ReplyText: "bye"}))
 	r.Expect(&amqp.ConnectionCloseOk{})
-	select {
-	case d := <-ds:
-		if string(d.Body) != "last words" {
-			t.Fatalf("got %q", d.Body)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("the delivery was held after its publisher closed")
-	}
+	promptly(t, ds, "last words", "the delivery was held after its publisher closed")
 }
