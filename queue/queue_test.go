@@ -251,3 +251,133 @@ type countSink struct{ n atomic.Int64 }
 
 func (s *countSink) Deliver(*Consumer, *Queue, Delivery) bool { s.n.Add(1); return true }
 func (s *countSink) Cancelled(*Consumer)                      {}
+
+// outlet counts what a consumer was delivered and not yet written out
+// (Wake or Flush).
+type outlet struct {
+	unwritten atomic.Int64
+}
+
+func (o *outlet) Wake()  { o.unwritten.Store(0) }
+func (o *outlet) Flush() { o.unwritten.Store(0) }
+
+// ackingSink takes deliveries up to a prefetch and hands them to the
+// consumer's acker goroutine.
+type ackingSink struct {
+	mu       sync.Mutex
+	order    []string // every delivery, in the order the queue made them
+	pending  map[*Consumer][]Delivery
+	prefetch int
+	out      map[*Consumer]*outlet
+	ready    chan *Consumer
+}
+
+func (s *ackingSink) Deliver(c *Consumer, q *Queue, d Delivery) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending[c]) >= s.prefetch {
+		c.NeedKick = true
+		return false
+	}
+	s.pending[c] = append(s.pending[c], d)
+	s.order = append(s.order, string(d.Msg.Body))
+	s.out[c].unwritten.Add(1)
+	select {
+	case s.ready <- c:
+	default:
+	}
+	return true
+}
+
+func (s *ackingSink) Cancelled(*Consumer) {}
+
+// Publishers and ackers on their own goroutines apply the queue's ops
+// inline or leave them to the queue's goroutine, whichever is free: every
+// message is delivered once, in each publisher's order, acked, and every
+// delivery's outlet is written out.
+func TestInlineDrainConcurrent(t *testing.T) {
+	const publishers, perPublisher, consumers = 4, 2000, 2
+	q := newQueue(t, Config{Name: "q"})
+	s := &ackingSink{pending: map[*Consumer][]Delivery{}, prefetch: 50,
+		out: map[*Consumer]*outlet{}, ready: make(chan *Consumer, 1)}
+	var cs []*Consumer
+	for i := range consumers {
+		c := &Consumer{Tag: fmt.Sprint("c", i), Sink: s, Out: &outlet{}}
+		s.out[c] = c.Out.(*outlet)
+		if err := q.Consume(c); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range consumers { // ackers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var fl Flushes
+			for {
+				select {
+				case <-stop:
+					return
+				case <-s.ready:
+				case <-time.After(time.Millisecond):
+				}
+				for _, c := range cs {
+					s.mu.Lock()
+					ds := s.pending[c]
+					s.pending[c] = nil
+					kick := c.NeedKick
+					c.NeedKick = false
+					s.mu.Unlock()
+					for _, d := range ds {
+						q.Ack([]Delivery{d}, &fl)
+						acked.Add(1)
+					}
+					if kick {
+						q.Kick(c, &fl)
+					}
+					fl.Flush()
+				}
+			}
+		}()
+	}
+	var pub sync.WaitGroup
+	for p := range publishers {
+		pub.Add(1)
+		go func() {
+			defer pub.Done()
+			var fl Flushes
+			for i := range perPublisher {
+				q.PublishConfirm(msg(fmt.Sprintf("%d-%d", p, i)), nil, &fl)
+				fl.Flush()
+			}
+		}()
+	}
+	pub.Wait()
+	waitFor(t, "every message acked", func() bool { return acked.Load() == publishers*perPublisher })
+	close(stop)
+	wg.Wait()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.order) != publishers*perPublisher {
+		t.Fatalf("%d deliveries, want %d", len(s.order), publishers*perPublisher)
+	}
+	next := make([]int, publishers)
+	for _, b := range s.order {
+		var p, i int
+		fmt.Sscanf(b, "%d-%d", &p, &i)
+		if i != next[p] {
+			t.Fatalf("publisher %d: got message %d, want %d", p, i, next[p])
+		}
+		next[p]++
+	}
+	for _, c := range cs {
+		if n := s.out[c].unwritten.Load(); n != 0 {
+			t.Fatalf("consumer %s: %d deliveries never written out", c.Tag, n)
+		}
+	}
+	waitFor(t, "counts published", func() bool { return q.Ready() == 0 && q.Unacked() == 0 })
+}
