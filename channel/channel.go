@@ -105,6 +105,7 @@ type Channel struct {
 	minTimeout     time.Duration
 	waitingWrite   bool
 	sinkFull       bool              // the connection's outbound buffer was over its cap at our last delivery
+	kickDue        bool              // some consumer's NeedKick may be set
 	deliver        amqp.BasicDeliver // reused: one per delivery would allocate
 	replyTag       string            // direct reply-to consumer tag
 	replyToken     string
@@ -880,11 +881,11 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	}
 	if !qc.NoAck && ((qc.Prefetch > 0 && qc.Unacked >= qc.Prefetch) ||
 		(c.globalPrefetch > 0 && c.globalUnacked >= c.globalPrefetch)) {
-		qc.NeedKick = true
+		qc.NeedKick, c.kickDue = true, true
 		return false
 	}
 	if c.sinkFull {
-		qc.NeedKick = true
+		qc.NeedKick, c.kickDue = true, true
 		if !c.waitingWrite {
 			c.waitingWrite = true
 			c.cfg.Sink.NotifyWritable(c.writable)
@@ -949,6 +950,10 @@ type kickReq struct {
 // kicksLocked collects the consumers that were refused a delivery and may
 // now take one. c.mu held.
 func (c *Channel) kicksLocked() []kickReq {
+	if !c.kickDue {
+		return nil // no consumer was refused (one map walk less per ack)
+	}
+	c.kickDue = false
 	var ks []kickReq
 	for _, cons := range c.consumers {
 		if cons.NeedKick {

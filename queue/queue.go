@@ -1041,13 +1041,19 @@ func (q *Queue) popAny() (Delivery, bool) {
 
 // pop takes the next ready message that has not expired; expired ones met
 // on the way are dead-lettered (RabbitMQ expires messages at the head).
+// now is the time to expire against, or 0 to read the clock only if a
+// message can expire (the clock costs more than the rest of a pop).
 func (q *Queue) pop(now int64) (Delivery, bool) {
 	for {
 		d, ok := q.popAny()
 		if !ok {
 			return d, false
 		}
-		if exp := q.expiry(&d); exp != 0 && exp <= now {
+		exp := q.expiry(&d)
+		if exp != 0 && now == 0 {
+			now = time.Now().UnixNano()
+		}
+		if exp != 0 && exp <= now {
 			q.deadLetter(d, ReasonExpired)
 			continue
 		}
@@ -1131,7 +1137,7 @@ func (q *Queue) unpop(d Delivery) {
 // priority first, round-robin among consumers of equal priority (or only
 // the single active consumer).
 func (q *Queue) dispatch() {
-	now := time.Now().UnixNano()
+	var now int64 // read when a message can expire
 	for q.readyLen() > 0 {
 		c := q.nextConsumer()
 		if c == nil {

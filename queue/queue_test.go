@@ -247,6 +247,32 @@ func BenchmarkPublishDeliver(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishDeliverAck is S5's path through a queue: each publish
+// is delivered inline to a manual-ack consumer, which acks it.
+func BenchmarkPublishDeliverAck(b *testing.B) {
+	s := &lastSink{}
+	q := New(Config{Name: "bench"})
+	defer func() { _, _ = q.Delete(false, false); <-q.Done() }()
+	c := &Consumer{Tag: "c", Sink: s, Out: &outlet{}}
+	_ = q.Consume(c)
+	var fl Flushes
+	ds := make([]Delivery, 1)
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	for b.Loop() {
+		q.PublishConfirm(&Message{Body: make([]byte, 1024)}, nil, &fl)
+		ds[0] = s.last
+		q.Ack(ds, &fl)
+		fl.Flush()
+	}
+}
+
+// lastSink keeps the latest delivery (for use under the queue's exec).
+type lastSink struct{ last Delivery }
+
+func (s *lastSink) Deliver(_ *Consumer, _ *Queue, d Delivery) bool { s.last = d; return true }
+func (s *lastSink) Cancelled(*Consumer)                            {}
+
 type countSink struct{ n atomic.Int64 }
 
 func (s *countSink) Deliver(*Consumer, *Queue, Delivery) bool { s.n.Add(1); return true }
