@@ -151,10 +151,21 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		if cd != 0 && (dl == 0 || cd < dl) {
 			dl = cd
 		}
+		// Keep a heartbeat deadline between two intervals and a slack
+		// from now: it is set a slack later than needed, so the reads
+		// within the slack keep it. Anything else is set every time.
 		slack := int64(c.heartbeat / 4)
-		if !c.rdlSet || cd != 0 || dl == 0 || dl < c.rdl || dl-c.rdl >= slack {
+		rearm := !c.rdlSet || cd != 0
+		if !rearm {
+			if dl == 0 {
+				rearm = c.rdl != 0
+			} else {
+				rearm = c.rdl == 0 || c.rdl < dl || c.rdl > dl+slack
+			}
+		}
+		if rearm {
 			if cd == 0 && dl != 0 {
-				dl += slack // never earlier than two intervals while cached
+				dl += slack
 			}
 			var t time.Time
 			if dl != 0 {
