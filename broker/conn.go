@@ -418,11 +418,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 	c.spare = nil
 	closed := c.outClosed
 	c.inflight = len(buf)
-	var waiters []func()
-	if len(c.waiters) > 0 && c.inflight < maxOutbound {
-		waiters = c.waiters
-		c.waiters = nil
-	}
+	waiters := c.writableLocked()
 	c.outMu.Unlock()
 	for _, fn := range waiters {
 		fn()
@@ -435,12 +431,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 	}
 	c.outMu.Lock()
 	c.inflight = 0
-	waiters = nil
-	if len(c.waiters) > 0 && len(c.out) < maxOutbound {
-		// Registered while a large buffer was going out: it has.
-		waiters = c.waiters
-		c.waiters = nil
-	}
+	waiters = c.writableLocked() // registered while buf went out
 	c.outMu.Unlock()
 	for _, fn := range waiters {
 		fn()
@@ -450,6 +441,17 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 	}
 	c.spare = buf[:0]
 	return wrote, !closed
+}
+
+// writableLocked takes the waiters to call once the outbound bytes are
+// under the cap. c.outMu held.
+func (c *conn) writableLocked() []func() {
+	if len(c.waiters) == 0 || len(c.out)+c.inflight >= maxOutbound {
+		return nil
+	}
+	w := c.waiters
+	c.waiters = nil
+	return w
 }
 
 // writeAll writes p, waiting for the socket up to the write timeout. On

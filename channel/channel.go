@@ -906,11 +906,8 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	}
 	// The cap is checked after the append (one lock, not two, per
 	// delivery): a channel may go one message over it.
-	if qc.Out != nil {
-		c.sinkFull = c.cfg.Sink.AppendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
-	} else {
-		c.sinkFull = c.cfg.Sink.SendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
-	}
+	// The queue has the connection write it (qc.Out is the sink).
+	c.sinkFull = c.cfg.Sink.AppendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
 	return true
 }
 
@@ -1056,7 +1053,8 @@ type batch struct {
 // earlier one; tag 0 with multiple means all).
 func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) error {
 	c.mu.Lock()
-	var bs []batch
+	var one [1]batch // the common case, one queue, without an allocation
+	bs := one[:0]
 	add := func(u *unacked) {
 		for i := range bs {
 			if bs[i].q == u.q {
@@ -1073,21 +1071,12 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 		c.mu.Unlock()
 		return precondition("unknown delivery tag %d", tag)
 	}
-	if !multiple {
-		// One delivery (the common case): no grouping.
-		u := &c.unacked[i]
-		c.release(u)
-		q, ds := u.q, []queue.Delivery{u.d}
-		c.compact()
-		kicks := c.kicksLocked()
-		c.mu.Unlock()
-		c.settleBatch(batch{q: q, ds: ds}, kind, requeue)
-		kick(kicks, c.cfg.Flushes)
-		return nil
-	}
-	first, last := 0, i
-	if tag == 0 {
-		last = len(c.unacked) - 1
+	first, last := i, i
+	if multiple {
+		first = 0
+		if tag == 0 {
+			last = len(c.unacked) - 1
+		}
 	}
 	for j := first; j <= last; j++ {
 		if u := &c.unacked[j]; !u.done {
@@ -1099,21 +1088,17 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
 	for _, b := range bs {
-		c.settleBatch(b, kind, requeue)
+		switch {
+		case kind == ackAck:
+			b.q.Ack(b.ds, c.cfg.Flushes)
+		case requeue:
+			b.q.Requeue(b.ds, c.cfg.Flushes)
+		default:
+			b.q.Discard(b.ds, c.cfg.Flushes)
+		}
 	}
 	kick(kicks, c.cfg.Flushes)
 	return nil
-}
-
-func (c *Channel) settleBatch(b batch, kind ackKind, requeue bool) {
-	switch {
-	case kind == ackAck:
-		b.q.Ack(b.ds, c.cfg.Flushes)
-	case requeue:
-		b.q.Requeue(b.ds, c.cfg.Flushes)
-	default:
-		b.q.Discard(b.ds, c.cfg.Flushes)
-	}
 }
 
 // release marks u settled and frees its prefetch slot. c.mu held.
