@@ -23,10 +23,7 @@ func (e *env) fill(q string, n int) {
 func TestConsumeBasics(t *testing.T) {
 	e := setup(t, broker.Options{})
 	q := e.queue("", nil)
-	ds, err := e.ch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.consume(q, false)
 	e.fill(q, 3)
 	for i := 1; i <= 3; i++ {
 		d := recv(t, ds)
@@ -86,10 +83,7 @@ func TestExclusiveConsumer(t *testing.T) {
 func TestNoAckConsumer(t *testing.T) {
 	e := setup(t, broker.Options{})
 	q := e.queue("", nil)
-	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.consume(q, true)
 	e.fill(q, 50)
 	for i := 1; i <= 50; i++ {
 		if d := recv(t, ds); string(d.Body) != fmt.Sprintf("m%d", i) {
@@ -322,10 +316,7 @@ func TestQosAppliesToLaterConsumers(t *testing.T) {
 	if err := e.ch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := e.ch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.consume(q, false)
 	if err := e.ch.Qos(10, 0, false); err != nil { // does not change the existing consumer
 		t.Fatal(err)
 	}
@@ -568,10 +559,7 @@ func TestStalledConsumerIsolated(t *testing.T) {
 func rawPublisher(t *testing.T, q string) (<-chan rmq.Delivery, *testutil.Raw) {
 	e := setup(t, broker.Options{})
 	e.queue(q, nil)
-	ds, err := e.ch.Consume(q, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.consume(q, true)
 	r := testutil.DialRaw(t, e.b.Addr)
 	r.Handshake(nil, 0, true)
 	return ds, r

@@ -72,14 +72,8 @@ func TestDeadLetterCountIncrements(t *testing.T) {
 	}
 	e.queue("work-c", rmq.Table{"x-dead-letter-exchange": "dlx-retry", "x-dead-letter-routing-key": "retry"})
 	e.queue("retry-c", rmq.Table{"x-dead-letter-exchange": "dlx-retry", "x-dead-letter-routing-key": "work", "x-message-ttl": int32(50)})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(e.ch.QueueBind("retry-c", "retry", "dlx-retry", false, nil))
-	must(e.ch.QueueBind("work-c", "work", "dlx-retry", false, nil))
+	must(t, e.ch.QueueBind("retry-c", "retry", "dlx-retry", false, nil))
+	must(t, e.ch.QueueBind("work-c", "work", "dlx-retry", false, nil))
 	e.publishConfirmed("", "work-c", rmq.Publishing{Body: []byte("job")})
 	var d rmq.Delivery
 	for round := 1; round <= 2; round++ {
@@ -151,10 +145,7 @@ func TestDeliveryLimit(t *testing.T) {
 	dlxSetup(t, e, "dlx-lim", "dlq-lim")
 	q := e.queue("lim-q", rmq.Table{"x-delivery-limit": int32(2), "x-dead-letter-exchange": "dlx-lim"})
 	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("poison")})
-	ds, err := e.ch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.consume(q, false)
 	for i := 0; i < 3; i++ {
 		d := recv(t, ds)
 		cnt, has := d.Headers["x-delivery-count"]

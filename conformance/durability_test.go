@@ -74,29 +74,23 @@ func publishPersistent(t *testing.T, ch *rmq.Channel, ex, key string, bodies ...
 func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(ch.ExchangeDeclare("dur-x", "topic", true, false, false, false, rmq.Table{"alternate-exchange": "dur-ae"}))
-	must(ch.ExchangeDeclare("dur-ae", "fanout", true, false, false, false, nil))
-	must(ch.ExchangeDeclare("tmp-x", "direct", false, false, false, false, nil))
+	must(t, ch.ExchangeDeclare("dur-x", "topic", true, false, false, false, rmq.Table{"alternate-exchange": "dur-ae"}))
+	must(t, ch.ExchangeDeclare("dur-ae", "fanout", true, false, false, false, nil))
+	must(t, ch.ExchangeDeclare("tmp-x", "direct", false, false, false, false, nil))
 	_, err := ch.QueueDeclare("dur-a", true, false, false, false, rmq.Table{"x-max-priority": int32(5)})
-	must(err)
+	must(t, err)
 	_, err = ch.QueueDeclare("dur-b", true, false, false, false, nil)
-	must(err)
+	must(t, err)
 	_, err = ch.QueueDeclare("tmp-q", false, false, false, false, nil)
-	must(err)
-	must(ch.QueueBind("dur-a", "orders.*", "dur-x", false, nil))
-	must(ch.QueueBind("dur-b", "orders.#", "dur-x", false, nil))
-	must(ch.QueueBind("dur-b", "", "dur-ae", false, nil))
-	must(ch.QueueBind("tmp-q", "k", "tmp-x", false, nil))
+	must(t, err)
+	must(t, ch.QueueBind("dur-a", "orders.*", "dur-x", false, nil))
+	must(t, ch.QueueBind("dur-b", "orders.#", "dur-x", false, nil))
+	must(t, ch.QueueBind("dur-b", "", "dur-ae", false, nil))
+	must(t, ch.QueueBind("tmp-q", "k", "tmp-x", false, nil))
 	// Fanned out to both durable queues, in order.
 	publishPersistent(t, ch, "dur-x", "orders.new", "m1", "m2", "m3")
 	// A transient message on a durable queue does not survive.
-	must(ch.Publish("", "dur-a", false, false, rmq.Publishing{Body: []byte("transient")}))
+	must(t, ch.Publish("", "dur-a", false, false, rmq.Publishing{Body: []byte("transient")}))
 	// One delivered, not acked: it comes back redelivered.
 	d, ok, err := ch.Get("dur-b", false)
 	if !ok || err != nil || string(d.Body) != "m1" {
@@ -104,7 +98,7 @@ func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
 	}
 	// One acked: it must not come back.
 	d, _, _ = ch.Get("dur-a", false)
-	must(d.Ack(false))
+	must(t, d.Ack(false))
 	c.Close()
 
 	r.restart()
@@ -370,20 +364,14 @@ func TestBinaryRefusesLockedStore(t *testing.T) {
 func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(ch.ExchangeDeclare("r-dlx", "fanout", true, false, false, false, nil))
+	must(t, ch.ExchangeDeclare("r-dlx", "fanout", true, false, false, false, nil))
 	_, err := ch.QueueDeclare("r-dlq", true, false, false, false, nil)
-	must(err)
-	must(ch.QueueBind("r-dlq", "", "r-dlx", false, nil))
+	must(t, err)
+	must(t, ch.QueueBind("r-dlq", "", "r-dlx", false, nil))
 	_, err = ch.QueueDeclare("r-ttl", true, false, false, false, rmq.Table{"x-message-ttl": int32(300), "x-dead-letter-exchange": "r-dlx"})
-	must(err)
+	must(t, err)
 	_, err = ch.QueueDeclare("r-count", true, false, false, false, rmq.Table{"x-delivery-limit": int32(5)})
-	must(err)
+	must(t, err)
 	publishPersistent(t, ch, "", "r-ttl", "expires")
 	publishPersistent(t, ch, "", "r-count", "counted")
 	for range 2 {
@@ -391,7 +379,7 @@ func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
 		if !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		must(d.Nack(false, true))
+		must(t, d.Nack(false, true))
 	}
 	c.Close()
 	r.restart()

@@ -11,26 +11,20 @@ import (
 
 func TestExchangeRouting(t *testing.T) {
 	e := setup(t, broker.Options{})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, x := range []struct{ name, kind string }{{"t.direct", "direct"}, {"t.fanout", "fanout"}, {"t.topic", "topic"}, {"t.headers", "headers"}} {
-		must(e.ch.ExchangeDeclare(x.name, x.kind, false, true, false, false, nil))
+		must(t, e.ch.ExchangeDeclare(x.name, x.kind, false, true, false, false, nil))
 	}
 	qa, qb, qc := e.queue("route-a", nil), e.queue("route-b", nil), e.queue("route-c", nil)
-	must(e.ch.QueueBind(qa, "red", "t.direct", false, nil))
-	must(e.ch.QueueBind(qb, "green", "t.direct", false, nil))
-	must(e.ch.QueueBind(qa, "", "t.fanout", false, nil))
-	must(e.ch.QueueBind(qb, "", "t.fanout", false, nil))
-	must(e.ch.QueueBind(qc, "", "t.fanout", false, nil))
-	must(e.ch.QueueBind(qa, "*.orange.*", "t.topic", false, nil))
-	must(e.ch.QueueBind(qb, "*.*.rabbit", "t.topic", false, nil))
-	must(e.ch.QueueBind(qb, "lazy.#", "t.topic", false, nil))
-	must(e.ch.QueueBind(qa, "", "t.headers", false, rmq.Table{"x-match": "all", "format": "pdf", "type": "report"}))
-	must(e.ch.QueueBind(qc, "", "t.headers", false, rmq.Table{"x-match": "any", "format": "zip", "type": "log"}))
+	must(t, e.ch.QueueBind(qa, "red", "t.direct", false, nil))
+	must(t, e.ch.QueueBind(qb, "green", "t.direct", false, nil))
+	must(t, e.ch.QueueBind(qa, "", "t.fanout", false, nil))
+	must(t, e.ch.QueueBind(qb, "", "t.fanout", false, nil))
+	must(t, e.ch.QueueBind(qc, "", "t.fanout", false, nil))
+	must(t, e.ch.QueueBind(qa, "*.orange.*", "t.topic", false, nil))
+	must(t, e.ch.QueueBind(qb, "*.*.rabbit", "t.topic", false, nil))
+	must(t, e.ch.QueueBind(qb, "lazy.#", "t.topic", false, nil))
+	must(t, e.ch.QueueBind(qa, "", "t.headers", false, rmq.Table{"x-match": "all", "format": "pdf", "type": "report"}))
+	must(t, e.ch.QueueBind(qc, "", "t.headers", false, rmq.Table{"x-match": "any", "format": "zip", "type": "log"}))
 
 	type pub struct {
 		ex, key string

@@ -133,6 +133,24 @@ func expectErr(t *testing.T, err error, code int, text string) {
 	}
 }
 
+// consume starts a consumer of q on the test's channel.
+func (e *env) consume(q string, noAck bool) <-chan rmq.Delivery {
+	e.t.Helper()
+	ds, err := e.ch.Consume(q, "", noAck, false, false, false, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ds
+}
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // recv waits for one delivery.
 func recv(t *testing.T, ds <-chan rmq.Delivery) rmq.Delivery {
 	t.Helper()

@@ -208,31 +208,25 @@ func TestPurgeAndDelete(t *testing.T) {
 func TestNoWaitVariants(t *testing.T) {
 	e := setup(t, broker.Options{})
 	ch := e.ch
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(ch.ExchangeDeclare("nw-x", "direct", false, true, false, true, nil))
+	must(t, ch.ExchangeDeclare("nw-x", "direct", false, true, false, true, nil))
 	_, err := ch.QueueDeclare("nw-q", false, true, false, true, nil)
-	must(err)
-	must(ch.QueueBind("nw-q", "k", "nw-x", true, nil))
-	must(ch.ExchangeDeclare("nw-x2", "fanout", false, true, false, true, nil))
-	must(ch.ExchangeBind("nw-x2", "k", "nw-x", true, nil))
+	must(t, err)
+	must(t, ch.QueueBind("nw-q", "k", "nw-x", true, nil))
+	must(t, ch.ExchangeDeclare("nw-x2", "fanout", false, true, false, true, nil))
+	must(t, ch.ExchangeBind("nw-x2", "k", "nw-x", true, nil))
 	_, err = ch.QueueDeclarePassive("nw-q", false, true, false, false, nil) // a round trip: the nowait methods are done
-	must(err)
+	must(t, err)
 	e.publishConfirmed("nw-x", "k", rmq.Publishing{Body: []byte("x")})
 	if n := e.count("nw-q"); n != 1 {
 		t.Fatalf("count %d", n)
 	}
 	_, err = ch.QueuePurge("nw-q", true)
-	must(err)
-	must(ch.ExchangeUnbind("nw-x2", "k", "nw-x", true, nil))
+	must(t, err)
+	must(t, ch.ExchangeUnbind("nw-x2", "k", "nw-x", true, nil))
 	_, err = ch.QueueDelete("nw-q", false, false, true)
-	must(err)
-	must(ch.ExchangeDelete("nw-x2", false, true))
-	must(ch.ExchangeDelete("nw-x", false, true))
+	must(t, err)
+	must(t, ch.ExchangeDelete("nw-x2", false, true))
+	must(t, ch.ExchangeDelete("nw-x", false, true))
 	_, err = ch.QueueDeclarePassive("nw-q", false, true, false, false, nil)
 	expectErr(t, err, 404, "NOT_FOUND - no queue 'nw-q' in vhost '/'")
 }
