@@ -25,6 +25,20 @@ import (
 // connection.close-ok after sending connection.close.
 const closeOkTimeout = 3 * time.Second
 
+// How long a connection that is done keeps reading (and discarding) what
+// the client still sends before the socket is closed; see linger.
+const (
+	// closingTimeout bounds the wait for the client to close its end
+	// after we answered its connection.close: RabbitMQ's CLOSING_TIMEOUT
+	// (rabbit_reader), or the negotiated heartbeat when that is shorter.
+	closingTimeout = 30 * time.Second
+	// shortLinger is for the other orderly ends: after the client's
+	// close-ok to our connection.close, and after a refused handshake, a
+	// client that has what it needs closes at once; this only keeps its
+	// last frames from turning our close into a RST.
+	shortLinger = time.Second
+)
+
 // maxOutbound caps a connection's unsent bytes; past it, queues stop
 // delivering to this connection's consumers until the writer catches up.
 const maxOutbound = 4 << 20
@@ -81,6 +95,12 @@ type conn struct {
 	closing       atomic.Bool
 	closeDeadline atomic.Int64 // unix nanos; 0 = none
 	closeReason   atomic.Value // string
+
+	// lingerFor is how long teardown keeps reading before it closes the
+	// socket (reader-owned); lingering is set while it does, for Shutdown.
+	lingerFor time.Duration
+	lingering atomic.Bool
+	released  bool // channels and exclusive queues released (reader-owned)
 
 	// The read deadline the reader last set (unix nanos, 0 = none), if
 	// rdlSet: reader-owned.
@@ -260,6 +280,10 @@ func (c *conn) serve() {
 	defer c.srv.forget(c)
 	go c.writeLoop()
 	err := c.handshake()
+	if err != nil && c.lingerFor == 0 && !isTimeout(err) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		// A refused handshake: let the client read why before we close.
+		c.lingerFor = shortLinger
+	}
 	if err == nil {
 		c.log.Info("connection opened", zap.String("user", c.user), zap.String("vhost", c.vhost))
 		err = c.readLoop()
@@ -268,15 +292,12 @@ func (c *conn) serve() {
 }
 
 // teardown closes every channel (requeueing their unacked deliveries),
-// flushes what is queued for the client and closes the socket.
+// flushes what is queued for the client, lingers (see linger) and closes
+// the socket.
 func (c *conn) teardown(err error) {
 	c.flushes.Flush()
-	c.closeAllChannels()
-	if c.vh != nil {
-		c.vh.ConnectionClosed(c.id)
-	}
+	c.release()
 	c.stopWriter()
-	c.nc.Close()
 	reason := "client closed connection"
 	if r, ok := c.closeReason.Load().(string); ok {
 		reason = r
@@ -289,6 +310,70 @@ func (c *conn) teardown(err error) {
 	} else {
 		c.log.Warn("connection closed during handshake", zap.String("reason", reason))
 	}
+	c.linger(c.lingerFor)
+	c.nc.Close()
+}
+
+// release closes every channel (requeueing their unacked deliveries) and
+// deletes the connection's exclusive queues, once. RabbitMQ does both
+// before it sends close-ok to a client's connection.close.
+func (c *conn) release() {
+	if c.released {
+		return
+	}
+	c.released = true
+	c.closeAllChannels()
+	if c.vh != nil {
+		c.vh.ConnectionClosed(c.id)
+	}
+}
+
+// linger reads and discards whatever the client still sends until it
+// closes its end (EOF), d passes, or the broker shuts down. It never
+// half-closes first. Closing a socket with unread input makes the kernel
+// answer with a RST, and a client that is still writing when it sent its
+// connection.close (frames buffered behind it) would then lose our
+// close-ok; a client told EOF before it closed reports an error. So, as
+// RabbitMQ does in its closed state, the broker waits for the client to
+// close first.
+func (c *conn) linger(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	c.lingering.Store(true)
+	defer c.lingering.Store(false)
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 4<<10)
+	for {
+		if err := c.nc.SetReadDeadline(deadline); err != nil {
+			return
+		}
+		select {
+		case <-c.srv.stop: // after the deadline was set: see endLinger
+			return
+		default:
+		}
+		if _, err := c.io.Read(buf); err != nil {
+			return // EOF, the deadline, or a reset
+		}
+	}
+}
+
+// endLinger cuts a linger short (Shutdown, after closing srv.stop).
+func (c *conn) endLinger() {
+	if c.lingering.Load() {
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// clientClosingTimeout is how long to wait for the client to close its
+// end after answering its connection.close: the negotiated heartbeat
+// when it is shorter than closingTimeout, as RabbitMQ's close_connection.
+func (c *conn) clientClosingTimeout() time.Duration {
+	if c.heartbeat > 0 && c.heartbeat < closingTimeout {
+		return c.heartbeat
+	}
+	return closingTimeout
 }
 
 // errClientClosed is the normal end: the client sent connection.close (or
@@ -374,6 +459,10 @@ func (c *conn) writeLoop() {
 			continue
 		case <-c.wake:
 		case <-tick:
+			// A heartbeat every half interval in which nothing else went
+			// out, as RabbitMQ's heartbeater: clients count two silent
+			// intervals as a dead peer, so a full interval would leave no
+			// margin. The heartbeat itself does not count as traffic.
 			if inline := c.wroteInline.Swap(false); !wrote && !inline {
 				c.outMu.Lock()
 				if !c.outClosed && len(c.out) == 0 {
@@ -381,7 +470,14 @@ func (c *conn) writeLoop() {
 				}
 				c.outMu.Unlock()
 			}
+			c.wmu.Lock()
+			_, ok := c.writeOut(hb)
+			c.wmu.Unlock()
 			wrote = false
+			if !ok {
+				return
+			}
+			continue
 		}
 		c.wmu.Lock()
 		w, ok := c.writeOut(hb)
@@ -673,6 +769,7 @@ func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 		}
 		if _, ok := m.(*amqp.ConnectionClose); ok {
 			c.SendMethod(0, &amqp.ConnectionCloseOk{})
+			c.lingerFor = shortLinger
 			return nil, errClientClosed
 		}
 		return m, nil
@@ -710,7 +807,7 @@ func (c *conn) readLoop() error {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			if c.closing.Load() {
-				return nil // no close-ok in time: just close
+				return nil // no close-ok in time (or EOF): just close
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -730,6 +827,7 @@ func (c *conn) readLoop() error {
 		}
 		if c.closing.Load() {
 			if done := c.whileClosing(f); done {
+				c.lingerFor = shortLinger
 				return nil
 			}
 			continue
@@ -838,6 +936,10 @@ func octets(p []byte) string {
 func (c *conn) handleFrame(f amqp.Frame) error {
 	switch f.Type {
 	case amqp.FrameHeartbeat:
+		if len(f.Payload) != 0 {
+			// RabbitMQ knows only the empty heartbeat frame.
+			return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type 8, all octets = %s: unknown_frame", octets(f.Payload))}
+		}
 		if f.Channel != 0 {
 			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type 8, all octets = %s", octets(f.Payload))}
 		}
@@ -1042,17 +1144,15 @@ func (c *conn) handleChannel0(f amqp.Frame) error {
 	switch m := m.(type) {
 	case *amqp.ConnectionClose:
 		c.closeReason.Store(fmt.Sprintf("client closed connection: %d %s", m.ReplyCode, m.ReplyText))
-		c.closeAllChannels()
+		c.closing.Store(true) // closed: a later closeWith sends nothing
+		c.release()
 		c.SendMethod(0, &amqp.ConnectionCloseOk{})
-		return errClientClosed
-	case *amqp.ConnectionCloseOk:
+		c.lingerFor = c.clientClosingTimeout()
 		return errClientClosed
 	case *amqp.ConnectionUpdateSecret:
-		if !c.srv.users.check(c.user, m.NewSecret, c.nc.RemoteAddr()) {
-			e := amqp.Errorf(amqp.NotAllowed, "New secret was refused by one of the backends")
-			e.ClassID, e.MethodID = m.Index()
-			return e
-		}
+		// The method is for token-based backends; RabbitMQ's internal
+		// user database takes any new secret and keeps the user as it is
+		// (rabbit_auth_backend_internal's update_state).
 		c.log.Info("secret updated", zap.String("user", c.user), zap.String("reason", m.Reason))
 		c.SendMethod(0, &amqp.ConnectionUpdateSecretOk{})
 		return nil
@@ -1109,6 +1209,7 @@ func (c *conn) awaitCloseOk(err error) error {
 			return err
 		}
 		if c.whileClosing(f) {
+			c.lingerFor = shortLinger
 			return err
 		}
 	}

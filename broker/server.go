@@ -26,8 +26,8 @@ type Server struct {
 	log   *zap.Logger
 	users *users
 
-	mu       sync.Mutex // guards ln, conns, shutdown
-	ln       net.Listener
+	mu       sync.Mutex     // guards lns, conns, shutdown
+	lns      []net.Listener // in the order Serve was called
 	conns    map[*conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup // one per connection goroutine
@@ -88,7 +88,8 @@ func (s *Server) ListenAndServe(addr string) error {
 }
 
 // Serve accepts connections on ln until Shutdown; it then returns
-// ErrServerClosed.
+// ErrServerClosed. It may be called for several listeners at once, as
+// RabbitMQ's listeners.tcp.N.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.shutdown {
@@ -96,7 +97,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	s.ln = ln
+	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
 	s.log.Info("listening", zap.String("addr", ln.Addr().String()))
 	var delay time.Duration
@@ -138,14 +139,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// Addr returns the listening address, or nil before Serve.
+// Addr returns the first listener's address, or nil before Serve.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if len(s.lns) == 0 {
 		return nil
 	}
-	return s.ln.Addr()
+	return s.lns[0].Addr()
 }
 
 func (s *Server) forget(c *conn) {
@@ -165,8 +166,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !already {
 		close(s.stop)
 	}
-	if s.ln != nil {
-		s.ln.Close()
+	for _, ln := range s.lns {
+		ln.Close()
 	}
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -177,6 +178,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	forced := &amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}
 	for _, c := range conns {
 		c.closeWith(forced, "broker shutdown")
+		c.endLinger() // a connection already done closes now
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

@@ -504,7 +504,8 @@ func parseExpiration(b []byte) (int64, error) {
 }
 
 // withDeliveryCount returns props with the x-delivery-count header set to
-// n, as RabbitMQ's quorum queues add it to redeliveries.
+// n, as RabbitMQ's quorum queues add it to redeliveries; railmq adds it on
+// queues with a delivery limit only (queue.CountsDeliveries).
 func withDeliveryCount(props []byte, n uint32) []byte {
 	p, err := amqp.DecodeProperties(props)
 	if err != nil {
@@ -817,8 +818,12 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	if err != nil {
 		return err
 	}
+	timeout, err := consumerTimeout(m.Arguments)
+	if err != nil {
+		return err
+	}
 	qc := &queue.Consumer{
-		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio,
+		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Timeout: timeout,
 		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch,
 	}
 	qc.Hold() // consume-ok must reach the client before any delivery
@@ -847,6 +852,24 @@ func consumerPriority(args amqp.Table) (int32, error) {
 		return int32(n), nil
 	}
 	return 0, precondition("invalid arg 'x-priority' for consumer: expected integer")
+}
+
+// consumerTimeout reads basic.consume's x-consumer-timeout (ms), which
+// overrides the queue's and the broker's for this consumer's deliveries,
+// as in RabbitMQ (rabbit_queue_type:consume).
+func consumerTimeout(args amqp.Table) (time.Duration, error) {
+	v, ok := args["x-consumer-timeout"]
+	if !ok {
+		return 0, nil
+	}
+	n, ok := amqp.Int(v)
+	if !ok {
+		return 0, precondition("invalid arg 'x-consumer-timeout' for consumer: expected integer")
+	}
+	if n < 0 {
+		return 0, precondition("invalid arg 'x-consumer-timeout' for consumer: {value_negative,%d}", n)
+	}
+	return time.Duration(n) * time.Millisecond, nil
 }
 
 func (c *Channel) cancel(m *amqp.BasicCancel) error {
@@ -901,7 +924,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	c.deliver = amqp.BasicDeliver{ConsumerTag: qc.Tag, DeliveryTag: c.nextTag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey}
 	props := d.Msg.Props
-	if d.Count > 0 {
+	if d.Count > 0 && q.CountsDeliveries() {
 		props = withDeliveryCount(props, d.Count)
 	}
 	// The cap is checked after the append (one lock, not two, per
@@ -916,6 +939,9 @@ func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery) {
 	timeout := c.cfg.ConsumerTimeout
 	if qt := q.Config().ConsumerTimeout; qt > 0 {
 		timeout = qt
+	}
+	if qc != nil && qc.Timeout > 0 {
+		timeout = qc.Timeout
 	}
 	if timeout < 0 {
 		timeout = 0
@@ -1003,7 +1029,7 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	tag := c.nextTag
 	c.mu.Unlock()
 	props := d.Msg.Props
-	if d.Count > 0 {
+	if d.Count > 0 && q.CountsDeliveries() {
 		props = withDeliveryCount(props, d.Count)
 	}
 	c.cfg.Sink.SendContent(c.cfg.Number, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,

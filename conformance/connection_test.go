@@ -275,15 +275,32 @@ func TestUpdateSecret(t *testing.T) {
 	}
 }
 
-func TestUpdateSecretRefused(t *testing.T) {
-	testutil.InProcess(t) // RabbitMQ's internal backend does not re-check the secret
+// RabbitMQ's internal user database takes any new secret (the method is
+// for token-based backends) and leaves the user as it was: amqplib's own
+// updateSecret tests send a secret that is not the password.
+func TestUpdateSecretAnySecret(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	c := dial(t, b.URL)
 	closed := c.NotifyClose(make(chan *rmq.Error, 1))
-	_ = c.UpdateSecret("wrong", "rotation")
-	e := <-closed
-	if e == nil || e.Code != 530 || e.Reason != "NOT_ALLOWED - New secret was refused by one of the backends" {
-		t.Fatalf("got %v", e)
+	if err := c.UpdateSecret("not-the-password", "token rotation"); err != nil {
+		t.Fatalf("update-secret: %v", err)
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatalf("channel after update-secret: %v", err)
+	}
+	if _, err := ch.QueueDeclare("", false, true, true, false, nil); err != nil {
+		t.Fatalf("declare after update-secret: %v", err)
+	}
+	select {
+	case e := <-closed:
+		t.Fatalf("connection closed: %v", e)
+	default:
+	}
+	// The password is unchanged.
+	c2 := dial(t, b.URL)
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -363,6 +380,9 @@ func TestMalformedInput(t *testing.T) {
 		{"body without method", testutil.Frame(3, 1, []byte("x")), 505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0},
 		{"header without method", testutil.Frame(2, 1, hdr(60)), 505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0},
 		{"heartbeat on a channel", testutil.Frame(8, 1, nil), 505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0},
+		{"heartbeat with a payload", testutil.Frame(8, 0, []byte{1, 2, 3, 4}), 501, "FRAME_ERROR - type 8, all octets = <<1,2,3,4>>: unknown_frame", 0, 0},
+		{"heartbeat with a payload on a channel", testutil.Frame(8, 1, []byte{1, 2, 3, 4}), 501, "FRAME_ERROR - type 8, all octets = <<1,2,3,4>>: unknown_frame", 0, 0},
+		{"unsolicited connection.close-ok", testutil.Frame(1, 0, amqp.AppendMethodPayload(nil, &amqp.ConnectionCloseOk{})), 504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 51},
 		{"header on channel 0", testutil.Frame(2, 0, hdr(60)), 505, "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,1,0,0>>", 0, 0},
 		{"method mid-content", append(testutil.Frame(1, 1, pub), testutil.Frame(1, 1, qos)...), 505, "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead", 60, 40},
 		{"body instead of header", append(testutil.Frame(1, 1, pub), testutil.Frame(3, 1, []byte("x"))...), 505, "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead", 60, 40},
@@ -462,5 +482,58 @@ func TestBinarySIGTERM(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, logs.String())
 		}
+	}
+}
+
+// --listen takes a comma-separated list of addresses, as RabbitMQ's
+// listeners.tcp.N: here both loopbacks on one port, each reachable and
+// logged; an address that cannot be bound stops the broker with exit 1.
+func TestBinaryListensOnSeveralAddresses(t *testing.T) {
+	testutil.InProcess(t)
+	bin := testutil.Binary(t)
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	v4, v6 := "127.0.0.1:"+port, "[::1]:"+port
+	cmd := exec.Command(bin, "--listen", v4+","+v6, "--data-dir", t.TempDir(), "--log-format", "json")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for _, addr := range []string{v4, v6} {
+		testutil.WaitListening(t, addr, 10*time.Second)
+		c, err := rmq.Dial("amqp://guest:guest@" + addr + "/")
+		if err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("close %s: %v", addr, err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, logs.String())
+	}
+	for _, want := range []string{`"msg":"listening","addr":"` + v4 + `"`, `"msg":"listening","addr":"` + v6 + `"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
+
+	// The same port twice: the second cannot be bound.
+	cmd = exec.Command(bin, "--listen", v4+","+v4, "--data-dir", t.TempDir(), "--log-format", "json")
+	logs.Reset()
+	cmd.Stderr = &logs
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(logs.String(), "cannot listen") {
+		t.Fatalf("want exit 1 with 'cannot listen', got %v:\n%s", err, logs.String())
 	}
 }

@@ -509,6 +509,57 @@ func TestConsumerTimeout(t *testing.T) {
 	}
 }
 
+// x-consumer-timeout in basic.consume's arguments overrides the queue's
+// and the broker's for that consumer only (RabbitMQ's
+// rabbit_queue_type:consume): a long job gets a longer lease than short
+// ones on the same queue.
+func TestPerConsumerTimeout(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{TimeoutCheckInterval: 50 * time.Millisecond})
+	q := e.queue("", rmq.Table{"x-consumer-timeout": int32(300)})
+	// The long job: 60 s lease on a queue whose lease is 300 ms.
+	long := e.channel(e.conn)
+	longClosed := long.NotifyClose(make(chan *rmq.Error, 1))
+	ds, err := long.Consume(q, "long", false, false, false, false, rmq.Table{"x-consumer-timeout": int64(60000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fill(q, 1)
+	recv(t, ds) // held
+	// The short job, on a queue with no timeout of its own and the broker's
+	// 30 min default: 200 ms.
+	q2 := e.queue("", nil)
+	short := e.channel(e.conn)
+	shortClosed := short.NotifyClose(make(chan *rmq.Error, 1))
+	ds2, err := short.Consume(q2, "short", false, false, false, false, rmq.Table{"x-consumer-timeout": int32(200)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fill(q2, 1)
+	recv(t, ds2) // held
+	select {
+	case err := <-shortClosed:
+		expectErr(t, err, 406, "")
+		if !strings.Contains(err.Reason, "Timeout value used: 200 ms.") {
+			t.Fatalf("text %q", err.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the 200 ms consumer's channel was not closed")
+	}
+	// Well past the queue's 300 ms, the 60 s consumer still holds its
+	// delivery.
+	time.Sleep(500 * time.Millisecond) // the behaviour under test is time itself
+	select {
+	case err := <-longClosed:
+		t.Fatalf("the 60 s consumer was timed out at the queue's 300 ms: %v", err)
+	default:
+	}
+	// A bad value is refused.
+	bad := e.channel(e.conn)
+	_, err = bad.Consume(q, "", false, false, false, false, rmq.Table{"x-consumer-timeout": "soon"})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for consumer: expected integer")
+}
+
 func TestBrokerConsumerTimeout(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{ConsumerTimeout: 200 * time.Millisecond, TimeoutCheckInterval: 50 * time.Millisecond})

@@ -328,3 +328,54 @@ func TestPriorityQueue(t *testing.T) {
 		}
 	}
 }
+
+// A classic queue without a delivery limit redelivers a message with
+// exactly the headers it was published with, as RabbitMQ 3.10 does:
+// x-delivery-count is a quorum-queue header (railmq adds it only where a
+// delivery limit was asked for), and clients that take every header for a
+// string (Watermill) refuse a message that carries it and loop on it.
+func TestRedeliveryAddsNoHeaders(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("", nil)
+	want := rmq.Table{"_watermill_message_uuid": "e3b0c442", "app": "billing"}
+	e.publishConfirmed("", q, rmq.Publishing{Headers: want, Body: []byte("job")})
+	sameHeaders := func(how string, d rmq.Delivery) {
+		t.Helper()
+		if len(d.Headers) != len(want) {
+			t.Fatalf("%s: headers %#v, want %#v", how, d.Headers, want)
+		}
+		for k, v := range want {
+			if d.Headers[k] != v {
+				t.Fatalf("%s: headers %#v, want %#v", how, d.Headers, want)
+			}
+		}
+	}
+	ch := e.channel(e.conn)
+	ds, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recv(t, ds)
+	sameHeaders("first delivery", d)
+	for i := range 3 { // nack with requeue
+		must(t, d.Nack(false, true))
+		d = recv(t, ds)
+		if !d.Redelivered {
+			t.Fatalf("redelivery %d not flagged redelivered", i+1)
+		}
+		sameHeaders(fmt.Sprintf("redelivery %d after nack", i+1), d)
+	}
+	must(t, d.Reject(true))
+	d = recv(t, ds)
+	sameHeaders("redelivery after reject", d)
+	// Closing the channel requeues the unacked delivery.
+	must(t, ch.Close())
+	g := e.get(e.ch, q, false)
+	if !g.Redelivered {
+		t.Fatal("basic.get after channel close: not redelivered")
+	}
+	sameHeaders("basic.get after channel close", g)
+	must(t, g.Nack(false, true))
+	g = e.get(e.ch, q, true)
+	sameHeaders("basic.get after nack", g)
+}

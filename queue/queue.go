@@ -113,6 +113,10 @@ type Consumer struct {
 	Sink      Sink
 	Out       Outlet // nil: Deliver has its bytes written itself
 
+	// Timeout is basic.consume's x-consumer-timeout, or 0 for the
+	// queue's or the broker's; the channel reads it (fixed at consume).
+	Timeout time.Duration
+
 	// Owned by the consumer's channel, under the channel's lock.
 	Prefetch int  // 0 = unlimited
 	Unacked  int  // deliveries not yet acked
@@ -390,6 +394,13 @@ func (q *Queue) Name() string { return q.cfg.Name }
 
 // Config returns the queue's declared properties.
 func (q *Queue) Config() *Config { return &q.cfg }
+
+// CountsDeliveries reports whether the queue has a delivery limit
+// (x-delivery-limit), the one case where a classic queue's redeliveries
+// carry x-delivery-count: RabbitMQ adds that header on quorum queues only,
+// and clients that take every header for a string (Watermill) refuse it.
+// The policy is fixed when the queue is made, so any goroutine may ask.
+func (q *Queue) CountsDeliveries() bool { return q.pol.DeliveryLimit >= 0 }
 
 // post appends an op to the inbox for the queue's goroutine. It reports
 // false if the queue is gone.

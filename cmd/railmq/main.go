@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	_ "net/http/pprof" // served on --debug-listen only
 	"os"
@@ -32,7 +33,7 @@ func main() {
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("railmq", flag.ContinueOnError)
-	listen := fs.String("listen", ":5672", "address to listen on for AMQP 0-9-1")
+	listen := fs.String("listen", ":5672", "addresses to listen on for AMQP 0-9-1, comma-separated (e.g. 127.0.0.1:5672,[::1]:5672); the default is every interface, IPv4 and IPv6")
 	dataDir := fs.String("data-dir", "./data", "directory of the message store")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "console", "log format: console or json")
@@ -100,8 +101,16 @@ func run(args []string) int {
 		return 1
 	}
 
-	errc := make(chan error, 2)
-	go func() { errc <- srv.ListenAndServe(*listen) }()
+	lns, err := listenAll(splitList(*listen))
+	if err != nil {
+		log.Error("cannot listen", zap.Error(err))
+		shutdown(srv)
+		return 1
+	}
+	errc := make(chan error, len(lns)+2)
+	for _, ln := range lns {
+		go func() { errc <- srv.Serve(ln) }()
+	}
 	if *debugAddr != "" {
 		ds := &http.Server{Addr: *debugAddr, Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- ds.ListenAndServe() }()
@@ -127,6 +136,26 @@ func run(args []string) int {
 	signal.Stop(sigc)
 	shutdown(srv)
 	return 0
+}
+
+// listenAll opens a TCP listener on each address (RabbitMQ's
+// listeners.tcp.N), or none and an error if any of them fails.
+func listenAll(addrs []string) ([]net.Listener, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("--listen: no address")
+	}
+	var lns []net.Listener
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
 
 func shutdown(srv *broker.Server) {
