@@ -141,9 +141,9 @@ func TestCleanCloseNoNotifyError(t *testing.T) {
 // The same while each connection has a consumer and a publisher at work.
 func TestCleanCloseWhileBusyNoNotifyError(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
-	errs := cleanCloses(t, b.URL, 50, 5, true)
+	errs := cleanCloses(t, b.URL, 20, 4, true)
 	if len(errs) > 0 {
-		t.Fatalf("%d errors in 50 busy clean closes; first: %s", len(errs), errs[0])
+		t.Fatalf("%d errors in 20 busy clean closes; first: %s", len(errs), errs[0])
 	}
 }
 
