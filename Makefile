@@ -4,10 +4,10 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test race lint generate check-generate fuzz bench compat crash-test clean
+.PHONY: help run build test race lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib crash-test clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 run: build ## run the broker on :5672 with its data under ./data (guest/guest from localhost)
 	./bin/railmq --listen :5672 --data-dir ./data
@@ -50,8 +50,18 @@ bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on an
 
 .PHONY: bench-compare bench-smoke
 
-compat: ## run amqp091-go's integration tests against a fresh railmq (allowlist: scripts/compat-expected-failures.txt)
+compat: ## compat-amqp091 and compat-amqplib (client libraries' own test suites against a fresh railmq); fails if either has an unexpected failure
+	@rc=0; \
+	$(MAKE) --no-print-directory compat-amqp091 || rc=1; \
+	$(MAKE) --no-print-directory compat-amqplib || rc=1; \
+	if [ $$rc != 0 ]; then echo "make compat: FAILED (see the summaries above)"; fi; \
+	exit $$rc
+
+compat-amqp091: ## amqp091-go's integration tests against a fresh railmq (allowlist: scripts/compat-expected-failures.txt)
 	GO="$(GO)" bash scripts/compat.sh
+
+compat-amqplib: ## Node amqplib's own test files against a fresh railmq on localhost:5672 (allowlist: scripts/compat-amqplib-expected-failures.txt)
+	GO="$(GO)" bash scripts/compat-amqplib.sh
 
 clean: ## remove build output and ./data
 	rm -rf bin data
