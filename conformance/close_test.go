@@ -107,7 +107,7 @@ func cleanCloses(t *testing.T, url string, n, conc int, busy bool) []string {
 						}
 					}()
 					// Close while messages flow both ways.
-					for deadline := time.Now().Add(5 * time.Second); got.Load() < 200 && time.Now().Before(deadline); {
+					for deadline := time.Now().Add(5 * time.Second); got.Load() < 50 && time.Now().Before(deadline); {
 						time.Sleep(time.Millisecond)
 					}
 				}
@@ -141,9 +141,9 @@ func TestCleanCloseNoNotifyError(t *testing.T) {
 // The same while each connection has a consumer and a publisher at work.
 func TestCleanCloseWhileBusyNoNotifyError(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
-	errs := cleanCloses(t, b.URL, 20, 4, true)
+	errs := cleanCloses(t, b.URL, 10, 2, true)
 	if len(errs) > 0 {
-		t.Fatalf("%d errors in 20 busy clean closes; first: %s", len(errs), errs[0])
+		t.Fatalf("%d errors in 10 busy clean closes; first: %s", len(errs), errs[0])
 	}
 }
 

@@ -240,7 +240,8 @@ func (r *Raw) Expect(want amqp.Method) amqp.Method {
 }
 
 // ExpectConnectionClose reads until connection.close, answers close-ok
-// and returns it.
+// and, as a client does once it has answered, closes its write side;
+// it returns the close.
 func (r *Raw) ExpectConnectionClose() *amqp.ConnectionClose {
 	r.t.Helper()
 	for {
@@ -250,6 +251,9 @@ func (r *Raw) ExpectConnectionClose() *amqp.ConnectionClose {
 		}
 		if cc, ok := m.(*amqp.ConnectionClose); ok {
 			r.Send(0, &amqp.ConnectionCloseOk{})
+			if tc, ok := r.NC.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
 			return cc
 		}
 	}
