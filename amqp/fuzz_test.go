@@ -115,3 +115,41 @@ func FuzzContentHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSenderRoutes feeds encoded properties to the CC/BCC scan and the
+// BCC removal: never a panic, and what is left is valid properties whose
+// headers decode to the input's less BCC.
+func FuzzSenderRoutes(f *testing.F) {
+	for _, h := range []Table{
+		{"CC": []any{"a", "b"}, "BCC": []any{"c", int32(1)}, "x": "y"},
+		{"BCC": []any{}},
+		{"CC": "not-an-array"},
+		{"CCX": []any{"a"}, "BCCC": int64(2)},
+	} {
+		p := &Properties{Flags: FlagHeaders | FlagContentType, ContentType: "text/plain", Headers: h}
+		f.Add(p.Append(nil))
+	}
+	f.Fuzz(func(t *testing.T, props []byte) {
+		v, err := ScanProperties(props)
+		if err != nil {
+			return
+		}
+		r, err := ScanSenderRoutes(v.Headers)
+		if err != nil || !r.HasBCC {
+			return
+		}
+		out := WithoutHeaderField(props, v.Headers, r.BCC)
+		v2, err := ScanProperties(out)
+		if err != nil {
+			t.Fatalf("BCC removed: invalid properties: %v", err)
+		}
+		before, _ := DecodeTable(v.Headers)
+		after, err := DecodeTable(v2.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, has := after["BCC"]; has && len(before) == len(after) {
+			t.Fatalf("BCC still there: %v", after)
+		}
+	})
+}

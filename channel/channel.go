@@ -132,6 +132,7 @@ type txOp struct {
 	exchange string
 	key      string
 	mand     bool
+	extra    []string    // CC and BCC routing keys
 	ack      amqp.Method // *BasicAck, *BasicNack or *BasicReject
 }
 
@@ -532,18 +533,32 @@ func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesV
 			return err
 		}
 	}
+	var extra []string
+	if len(v.Headers) > 0 {
+		r, err := amqp.ScanSenderRoutes(v.Headers)
+		if err != nil {
+			return err
+		}
+		extra = r.Keys
+		if r.HasBCC {
+			// BCC is for routing only: no queue, consumer or return
+			// sees it (RabbitMQ's strip_header).
+			msg.Props = amqp.WithoutHeaderField(msg.Props, v.Headers, r.BCC)
+			v, _ = amqp.ScanProperties(msg.Props)
+		}
+	}
 	if c.tx {
-		c.txOps = append(c.txOps, txOp{msg: msg, exchange: msg.Exchange, key: msg.RoutingKey, mand: mandatory})
+		c.txOps = append(c.txOps, txOp{msg: msg, exchange: msg.Exchange, key: msg.RoutingKey, mand: mandatory, extra: extra})
 		return nil
 	}
-	return c.route(msg, mandatory, v.Headers)
+	return c.route(msg, mandatory, v.Headers, extra)
 }
 
 // route delivers msg to the queues its exchange routes it to, returns it
 // when mandatory and unroutable, and confirms it: at once when nothing of
 // it needs to be durable, else once the store has fsynced its record and
 // every durable queue's entry for it.
-func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) error {
+func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extra []string) error {
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToQueue+".") {
 		if !c.cfg.Replies.deliver(msg) && mandatory {
 			c.returnMsg(msg)
@@ -552,6 +567,7 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte) erro
 		return nil
 	}
 	c.scratch.RawHeaders = headers
+	c.scratch.Extra = extra
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	if err != nil {
 		return err
@@ -770,7 +786,7 @@ func (c *Channel) commit() error {
 			continue
 		}
 		v, _ := amqp.ScanProperties(op.msg.Props)
-		if err := c.route(op.msg, op.mand, v.Headers); err != nil {
+		if err := c.route(op.msg, op.mand, v.Headers, op.extra); err != nil {
 			return err
 		}
 	}

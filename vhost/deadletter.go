@@ -26,12 +26,20 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 			finish()
 			return
 		}
-		deaths := addDeath(&props, src.Name(), reason, m.Exchange, m.RoutingKey)
+		// The CC keys the message was published with route its
+		// dead-lettered copy too and are listed in x-death, unless the
+		// queue names a dead-letter routing key: then CC goes
+		// (rabbit_dead_letter:make_msg).
+		cc := ccKeys(props.Headers)
+		deaths := addDeath(&props, src.Name(), reason, m.Exchange, append([]string{m.RoutingKey}, cc...))
 		key := m.RoutingKey
+		var sc Scratch
 		if dlrk != nil {
 			key = *dlrk
+			delete(props.Headers, "CC")
+		} else {
+			sc.Extra = cc
 		}
-		var sc Scratch
 		if props.Headers != nil {
 			sc.RawHeaders = amqp.AppendTable(nil, props.Headers)[4:]
 		}
@@ -109,7 +117,7 @@ func (c *dlConfirm) Done(error) {
 // incremented and moves to the front; otherwise a new entry goes first. A
 // per-message expiration is moved to original-expiration. It returns the
 // new x-death array.
-func addDeath(p *amqp.Properties, queueName, reason, exchange, routingKey string) []any {
+func addDeath(p *amqp.Properties, queueName, reason, exchange string, routingKeys []string) []any {
 	h := amqp.Table{}
 	for k, v := range p.Headers {
 		h[k] = v
@@ -137,7 +145,7 @@ func addDeath(p *amqp.Properties, queueName, reason, exchange, routingKey string
 			"queue":        queueName,
 			"time":         time.Now().UTC().Truncate(time.Second),
 			"exchange":     exchange,
-			"routing-keys": []any{routingKey},
+			"routing-keys": keysArray(routingKeys),
 		}
 		if p.Flags&amqp.FlagExpiration != 0 {
 			entry["original-expiration"] = p.Expiration
@@ -160,6 +168,27 @@ func addDeath(p *amqp.Properties, queueName, reason, exchange, routingKey string
 	p.Headers = h
 	p.Flags |= amqp.FlagHeaders
 	return deaths
+}
+
+// ccKeys are the longstr elements of a CC header (RabbitMQ's
+// header_routes; BCC was removed at publish).
+func ccKeys(h amqp.Table) []string {
+	a, _ := h["CC"].([]any)
+	var keys []string
+	for _, x := range a {
+		if k, ok := x.(string); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func keysArray(keys []string) []any {
+	a := make([]any, len(keys))
+	for i, k := range keys {
+		a[i] = k
+	}
+	return a
 }
 
 func inDeaths(deaths []any, q string) bool {

@@ -541,6 +541,10 @@ type Scratch struct {
 	RawHeaders []byte
 	headers    amqp.Table
 	decoded    bool
+	// Extra are the routing keys of the message's CC and BCC headers,
+	// routed with as well as the publish's own key (sender-selected
+	// distribution).
+	Extra []string
 }
 
 func (s *Scratch) headerTable() amqp.Table {
@@ -566,6 +570,11 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 		if q := v.queues[key]; q != nil {
 			s.Queues = append(s.Queues, q)
 		}
+		for _, k := range s.Extra {
+			if q := v.queues[k]; q != nil {
+				s.addQueue(q)
+			}
+		}
 		return s.Queues, nil
 	}
 	ex := v.exchanges[name]
@@ -585,6 +594,11 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 			hdr = s.headerTable()
 		}
 		s.dests = ex.Route(key, hdr, s.dests[:0])
+		if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout {
+			for _, k := range s.Extra {
+				s.dests = ex.Route(k, hdr, s.dests)
+			}
+		}
 		if len(s.dests) == 0 {
 			if ae, ok := ex.AlternateExchange(); ok {
 				v.follow(ae, s)

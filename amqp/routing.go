@@ -1,0 +1,142 @@
+package amqp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
+
+// Sender-selected distribution (RabbitMQ's "CC" and "BCC" headers): a
+// publish is also routed with each routing key listed in these two
+// headers, and the BCC header is removed before the message is stored or
+// delivered (rabbit_basic:header_routes, strip_header).
+
+// SenderRoutes is what a message's CC and BCC headers ask for.
+type SenderRoutes struct {
+	Keys []string // the CC keys, then the BCC keys
+	// CCKeys counts the leading Keys that came from CC.
+	CCKeys int
+	// BCC is the span of the BCC field within the headers table body, if
+	// the table has one.
+	BCC    [2]int
+	HasBCC bool
+}
+
+// TypeName is RabbitMQ's name for a field value's type tag (the atoms of
+// rabbit_binary_parser), as its error texts spell them.
+func TypeName(tag byte) string {
+	switch tag {
+	case 'S':
+		return "longstr"
+	case 'I':
+		return "signedint"
+	case 'i':
+		return "unsignedint"
+	case 'l':
+		return "long"
+	case 's':
+		return "short"
+	case 'u':
+		return "unsignedshort"
+	case 'b':
+		return "byte"
+	case 'B':
+		return "unsignedbyte"
+	case 't':
+		return "bool"
+	case 'f':
+		return "float"
+	case 'd':
+		return "double"
+	case 'D':
+		return "decimal"
+	case 'T':
+		return "timestamp"
+	case 'F':
+		return "table"
+	case 'A':
+		return "array"
+	case 'V':
+		return "void"
+	case 'x':
+		return "binary"
+	}
+	return "unknown"
+}
+
+// mayHaveSenderRoutes is a cheap test on a headers table body: false
+// means it has neither a CC nor a BCC field.
+func mayHaveSenderRoutes(h []byte) bool {
+	return bytes.Contains(h, []byte("\x02CC")) || bytes.Contains(h, []byte("\x03BCC"))
+}
+
+// ScanSenderRoutes finds the CC and BCC fields of a (validated) headers
+// table body h. Either must be an array; only its longstr elements are
+// routing keys, as in RabbitMQ, which refuses any other type of CC or BCC
+// with "invalid message: {unacceptable_type_in_header,...}" (a 406).
+func ScanSenderRoutes(h []byte) (SenderRoutes, error) {
+	var r SenderRoutes
+	if !mayHaveSenderRoutes(h) {
+		return r, nil
+	}
+	var cc, bcc []string
+	for off := 0; off < len(h); {
+		n := int(h[off])
+		key := h[off+1 : off+1+n]
+		vstart := off + 1 + n
+		rest, err := skipFieldValue(h[vstart:], 0)
+		if err != nil {
+			return r, err
+		}
+		end := len(h) - len(rest)
+		name := string(key)
+		if name == "CC" || name == "BCC" {
+			tag := h[vstart]
+			if tag != 'A' {
+				return r, &Error{Code: PreconditionFailed, Text: fmt.Sprintf(
+					"PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"%s\",%s}", name, TypeName(tag))}
+			}
+			keys := arrayLongstrs(h[vstart+5 : end])
+			if name == "CC" {
+				cc = keys
+			} else {
+				bcc, r.HasBCC, r.BCC = keys, true, [2]int{off, end}
+			}
+		}
+		off = end
+	}
+	r.Keys = append(cc, bcc...)
+	r.CCKeys = len(cc)
+	return r, nil
+}
+
+// arrayLongstrs returns the longstr elements of a validated array body.
+func arrayLongstrs(p []byte) []string {
+	var out []string
+	for len(p) > 0 {
+		rest, _ := skipFieldValue(p, 0)
+		if p[0] == 'S' {
+			n := binary.BigEndian.Uint32(p[1:])
+			out = append(out, string(p[5:5+n]))
+		}
+		p = rest
+	}
+	return out
+}
+
+// WithoutHeaderField returns props (encoded properties, flags first) with
+// the field at span (within headers, the table body as ScanProperties
+// found it in props) removed; the other fields keep their order, and an
+// emptied table stays, as RabbitMQ's strip_header leaves it.
+func WithoutHeaderField(props, headers []byte, span [2]int) []byte {
+	off := cap(props) - cap(headers) // headers aliases props
+	if off < 4 || off+len(headers) > len(props) {
+		return props
+	}
+	out := make([]byte, 0, len(props)-(span[1]-span[0]))
+	out = append(out, props[:off-4]...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(headers)-(span[1]-span[0])))
+	out = append(out, headers[:span[0]]...)
+	out = append(out, headers[span[1]:]...)
+	return append(out, props[off+len(headers):]...)
+}
