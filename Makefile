@@ -4,7 +4,7 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test race lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib crash-test clean
+.PHONY: help run build test race lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -50,15 +50,19 @@ bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on an
 
 .PHONY: bench-compare bench-smoke
 
-compat: ## compat-amqp091 and compat-amqplib (client libraries' own test suites against a fresh railmq); fails if either has an unexpected failure
+compat: ## compat-amqp091, compat-amqplib and compat-clients against a fresh railmq; fails if any has an unexpected failure
 	@rc=0; \
 	$(MAKE) --no-print-directory compat-amqp091 || rc=1; \
 	$(MAKE) --no-print-directory compat-amqplib || rc=1; \
+	$(MAKE) --no-print-directory compat-clients || rc=1; \
 	if [ $$rc != 0 ]; then echo "make compat: FAILED (see the summaries above)"; fi; \
 	exit $$rc
 
 compat-amqp091: ## amqp091-go's integration tests against a fresh railmq (allowlist: scripts/compat-expected-failures.txt)
 	GO="$(GO)" bash scripts/compat.sh
+
+compat-clients: ## our checks with Python pika and Ruby bunny (scripts/clients/) against a fresh railmq (allowlist: scripts/compat-clients-expected-failures.txt)
+	GO="$(GO)" bash scripts/compat-clients.sh
 
 compat-amqplib: ## Node amqplib's own test files against a fresh railmq on localhost:5672 (allowlist: scripts/compat-amqplib-expected-failures.txt)
 	GO="$(GO)" bash scripts/compat-amqplib.sh

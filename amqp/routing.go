@@ -140,3 +140,28 @@ func WithoutHeaderField(props, headers []byte, span [2]int) []byte {
 	out = append(out, headers[span[1]:]...)
 	return append(out, props[off+len(headers):]...)
 }
+
+// RawField is one field of an encoded table, as it is on the wire.
+type RawField struct {
+	Name  string
+	Tag   byte
+	Value []byte // the value's bytes after its tag (a table or array keeps its length prefix)
+}
+
+// RawFields lists the fields of a table body in wire order (tests and
+// tools that compare encodings byte for byte).
+func RawFields(body []byte) ([]RawField, error) {
+	if err := validateTable(body, 0); err != nil {
+		return nil, err
+	}
+	var out []RawField
+	for p := body; len(p) > 0; {
+		n := int(p[0])
+		name := string(p[1 : 1+n])
+		v := p[1+n:]
+		rest, _ := skipFieldValue(v, 0)
+		out = append(out, RawField{Name: name, Tag: v[0], Value: v[1 : len(v)-len(rest)]})
+		p = rest
+	}
+	return out, nil
+}

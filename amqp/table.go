@@ -3,13 +3,15 @@ package amqp
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"time"
 )
 
 // Table is an AMQP field table. Keys are short strings; values are one of
 // the Go types listed on Value. Each Go type maps to exactly one wire tag,
-// so a decoded table encodes back to the same bytes (apart from key order,
-// which Go maps do not keep; see RawTable for byte-exact forwarding).
+// so a decoded table encodes back to the same bytes (apart from key order:
+// AppendTable sorts by name, as RabbitMQ does; messages are forwarded as
+// the client encoded them, never re-encoded without need).
 type Table map[string]any
 
 // Decimal is the AMQP decimal-value ('D'): Value / 10^Scale.
@@ -30,12 +32,44 @@ const maxNesting = 64
 // AppendTable appends t, length-prefixed, to b. Values of a type that has
 // no AMQP tag are encoded as void ('V'): tables built by railmq only hold
 // the types above.
+//
+// Fields go out sorted by name, as RabbitMQ writes the tables it builds or
+// changes (rabbit_misc:sort_field_table): the same table always encodes
+// the same way, never in Go's map order.
 func AppendTable(b []byte, t Table) []byte {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0)
-	for k, v := range t {
+	var arr [16]string
+	keys := arr[:0]
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
 		b = appendShortstr(b, k)
-		b = appendFieldValue(b, v)
+		b = appendFieldValue(b, t[k])
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+// Field is one name and value of an OrderedTable.
+type Field struct {
+	Name  string
+	Value any
+}
+
+// OrderedTable is a field table encoded in the order of its fields, for
+// the tables whose order RabbitMQ fixes (x-death entries). It decodes as
+// a Table.
+type OrderedTable []Field
+
+func appendOrderedTable(b []byte, t OrderedTable) []byte {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0)
+	for _, f := range t {
+		b = appendShortstr(b, f.Name)
+		b = appendFieldValue(b, f.Value)
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
@@ -88,6 +122,8 @@ func appendFieldValue(b []byte, v any) []byte {
 		return binary.BigEndian.AppendUint64(append(b, 'T'), uint64(v.Unix()))
 	case Table:
 		return AppendTable(append(b, 'F'), v)
+	case OrderedTable:
+		return appendOrderedTable(append(b, 'F'), v)
 	case []byte:
 		b = binary.BigEndian.AppendUint32(append(b, 'x'), uint32(len(v)))
 		return append(b, v...)

@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -156,7 +157,14 @@ func addDeath(p *amqp.Properties, queueName, reason, exchange string, routingKey
 		p.Expiration = ""
 	}
 	deaths = append([]any{entry}, rest...)
-	h["x-death"] = deaths
+	ordered := make([]any, len(deaths))
+	for i, x := range deaths {
+		ordered[i] = x
+		if t, ok := x.(amqp.Table); ok {
+			ordered[i] = deathEntry(t)
+		}
+	}
+	h["x-death"] = ordered
 	if _, ok := h["x-first-death-queue"]; !ok {
 		h["x-first-death-queue"] = queueName
 		h["x-first-death-reason"] = reason
@@ -168,6 +176,32 @@ func addDeath(p *amqp.Properties, queueName, reason, exchange string, routingKey
 	p.Headers = h
 	p.Flags |= amqp.FlagHeaders
 	return deaths
+}
+
+// deathFields is the order of an x-death entry's fields as RabbitMQ
+// writes them (rabbit_dead_letter:make_msg).
+var deathFields = []string{"count", "reason", "queue", "time", "exchange", "routing-keys", "original-expiration"}
+
+// deathEntry lays out an x-death entry in RabbitMQ's field order; fields
+// it does not know follow, sorted.
+func deathEntry(t amqp.Table) amqp.OrderedTable {
+	out := make(amqp.OrderedTable, 0, len(t))
+	for _, k := range deathFields {
+		if v, ok := t[k]; ok {
+			out = append(out, amqp.Field{Name: k, Value: v})
+		}
+	}
+	var other []string
+	for k := range t {
+		if !slices.Contains(deathFields, k) {
+			other = append(other, k)
+		}
+	}
+	slices.Sort(other)
+	for _, k := range other {
+		out = append(out, amqp.Field{Name: k, Value: t[k]})
+	}
+	return out
 }
 
 // ccKeys are the longstr elements of a CC header (RabbitMQ's
