@@ -64,23 +64,8 @@ die() { printf 'compat-amqplib: error: %s\n' "$*" >&2; exit 2; }
 case $FILE_TIMEOUT in '' | *[!0-9]*) die "COMPAT_AMQPLIB_FILE_TIMEOUT must be a number of seconds" ;; esac
 mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-compat-amqplib.XXXXXX") || die "mktemp failed"
-BROKER_PID=
-
-stop_broker() {
-	if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-		kill -TERM "$BROKER_PID" 2>/dev/null
-		for _ in $(seq 1 50); do
-			kill -0 "$BROKER_PID" 2>/dev/null || break
-			sleep 0.2
-		done
-		if kill -0 "$BROKER_PID" 2>/dev/null; then
-			say "broker (pid $BROKER_PID) ignored SIGTERM for 10s; sending SIGKILL"
-			kill -KILL "$BROKER_PID" 2>/dev/null
-		fi
-	fi
-	[ -n "$BROKER_PID" ] && wait "$BROKER_PID" 2>/dev/null
-	BROKER_PID=
-}
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 
 cleanup() {
 	local rc=$?
@@ -96,8 +81,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# port_open HOST PORT: something accepts connections on HOST:PORT.
-port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 # has_ipv6_loopback: the loopback interface has ::1.
 has_ipv6_loopback() { grep -qs '^0\{31\}1 .* lo$' /proc/net/if_inet6; }
 

@@ -23,22 +23,17 @@ die() { printf 'compat-clients: error: %s\n' "$*" >&2; exit 2; }
 
 mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-clients.XXXXXX") || die "mktemp failed"
-BROKER_PID=
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 cleanup() {
 	local rc=$?
-	if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-		kill -TERM "$BROKER_PID" 2>/dev/null
-		for _ in $(seq 1 50); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.2; done
-		kill -KILL "$BROKER_PID" 2>/dev/null
-		wait "$BROKER_PID" 2>/dev/null
-	fi
+	stop_broker
 	rm -rf "$TMP"
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # --- the clients (Debian's packages) ----------------------------------------
 PY=/usr/bin/python3
@@ -56,16 +51,16 @@ else
 	cd "$ROOT" || die "cannot cd to $ROOT"
 	"$GO" build -o "$TMP/railmq" ./cmd/railmq || die "go build ./cmd/railmq failed"
 	PORT=
-	for p in $(seq 5700 5720); do port_open "$p" || { PORT=$p; break; }; done
+	for p in $(seq 5700 5720); do port_open 127.0.0.1 "$p" || { PORT=$p; break; }; done
 	[ -n "$PORT" ] || die "no free port in 5700..5720"
 	"$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" >"$BROKER_LOG" 2>&1 &
 	BROKER_PID=$!
 	for _ in $(seq 1 150); do
-		port_open "$PORT" && break
+		port_open 127.0.0.1 "$PORT" && break
 		kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
 		sleep 0.2
 	done
-	port_open "$PORT" || die "broker did not listen on 127.0.0.1:$PORT within 30s"
+	port_open 127.0.0.1 "$PORT" || die "broker did not listen on 127.0.0.1:$PORT within 30s"
 	URL="amqp://guest:guest@127.0.0.1:$PORT/"
 	say "broker pid $BROKER_PID on 127.0.0.1:$PORT (log: $BROKER_LOG)"
 fi

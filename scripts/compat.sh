@@ -38,22 +38,12 @@ die() { printf 'compat: error: %s\n' "$*" >&2; exit 2; }
 
 mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-compat.XXXXXX") || die "mktemp failed"
-BROKER_PID=
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 
 cleanup() {
 	local rc=$?
-	if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-		kill -TERM "$BROKER_PID" 2>/dev/null
-		for _ in $(seq 1 50); do
-			kill -0 "$BROKER_PID" 2>/dev/null || break
-			sleep 0.2
-		done
-		if kill -0 "$BROKER_PID" 2>/dev/null; then
-			say "broker (pid $BROKER_PID) ignored SIGTERM for 10s; sending SIGKILL"
-			kill -KILL "$BROKER_PID" 2>/dev/null
-		fi
-		wait "$BROKER_PID" 2>/dev/null
-	fi
+	stop_broker
 	if [ "${COMPAT_KEEP_TMP:-}" = 1 ]; then
 		say "kept $TMP"
 	else
@@ -65,8 +55,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# port_open PORT: something accepts connections on 127.0.0.1:PORT.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # --- the client module ------------------------------------------------------
 cd "$ROOT" || die "cannot cd to $ROOT"
@@ -83,27 +71,27 @@ say "building railmq"
 
 if [ -n "${COMPAT_PORT:-}" ]; then
 	PORT=$COMPAT_PORT
-	port_open "$PORT" && die "127.0.0.1:$PORT is already in use"
+	port_open 127.0.0.1 "$PORT" && die "127.0.0.1:$PORT is already in use"
 else
 	PORT=
 	for p in $(seq 5679 5699); do
-		if ! port_open "$p"; then PORT=$p; break; fi
+		if ! port_open 127.0.0.1 "$p"; then PORT=$p; break; fi
 	done
 	[ -n "$PORT" ] || die "no free port in 5679..5699 (set COMPAT_PORT)"
 fi
 
 # The suite's recovery tests drop connections through the management API,
 # which it expects on localhost:15672.
-port_open 15672 && die "127.0.0.1:15672 is already in use (the suite needs it for the management API)"
+port_open 127.0.0.1 15672 && die "127.0.0.1:15672 is already in use (the suite needs it for the management API)"
 mkdir -p "$TMP/data"
 "$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" --management-listen 127.0.0.1:15672 >"$BROKER_LOG" 2>&1 &
 BROKER_PID=$!
 for _ in $(seq 1 150); do
-	port_open "$PORT" && break
+	port_open 127.0.0.1 "$PORT" && break
 	kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
 	sleep 0.2
 done
-port_open "$PORT" || die "broker did not accept connections on 127.0.0.1:$PORT within 30s"
+port_open 127.0.0.1 "$PORT" || die "broker did not accept connections on 127.0.0.1:$PORT within 30s"
 say "broker pid $BROKER_PID on 127.0.0.1:$PORT (log: $BROKER_LOG)"
 
 # --- the suite ---------------------------------------------------------------
