@@ -2,11 +2,13 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
 )
@@ -195,6 +197,74 @@ func TestMessageTTLQueueAndPerMessage(t *testing.T) {
 	}
 }
 
+// A TTL of 0, the queue's or the message's, hands the message to a
+// consumer that can take it at once and expires it otherwise, as
+// RabbitMQ's deliver_or_enqueue does: basic.get never sees it, nor does a
+// consumer at its prefetch limit. Delivered, it keeps its expiration.
+func TestMessageTTLZero(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-ttl0", "dlq-ttl0")
+	qttl := e.queue("ttl0-q", rmq.Table{"x-message-ttl": int32(0), "x-dead-letter-exchange": "dlx-ttl0"})
+	pttl := e.queue("pttl0-q", rmq.Table{"x-dead-letter-exchange": "dlx-ttl0"})
+	expired := func(body, q string) {
+		t.Helper()
+		d := e.get(e.ch, "dlq-ttl0", true)
+		if x := deathOf(t, d); string(d.Body) != body || x["reason"] != "expired" || x["queue"] != q {
+			t.Fatalf("dead-lettered %q with x-death %#v, want %q expired from %s", d.Body, x, body, q)
+		}
+	}
+	for _, tc := range []struct{ q, expiration string }{{qttl, ""}, {pttl, "0"}} {
+		// No consumer: it expires at once.
+		e.publishConfirmed("", tc.q, rmq.Publishing{Body: []byte("unwanted"), Expiration: tc.expiration})
+		if _, ok, err := e.ch.Get(tc.q, true); err != nil || ok {
+			t.Fatalf("basic.get from %s: ok %v, err %v", tc.q, ok, err)
+		}
+		expired("unwanted", tc.q)
+
+		c := e.channel(e.conn)
+		must(t, c.Confirm(false))
+		must(t, c.Qos(1, 0, false))
+		ds, err := c.Consume(tc.q, "", false, false, false, false, nil)
+		must(t, err)
+		pub := func(body string) {
+			t.Helper()
+			dc, err := c.PublishWithDeferredConfirm("", tc.q, false, false, rmq.Publishing{Body: []byte(body), Expiration: tc.expiration})
+			must(t, err)
+			if !dc.Wait() {
+				t.Fatal("publish nacked")
+			}
+		}
+		pub("first")
+		first := recv(t, ds)
+		if string(first.Body) != "first" || first.Expiration != tc.expiration {
+			t.Fatalf("from %s got %q with expiration %q", tc.q, first.Body, first.Expiration)
+		}
+		pub("second") // the consumer is at its prefetch limit
+		expired("second", tc.q)
+		must(t, first.Ack(false))
+		pub("third") // after the ack, on the same channel: room again
+		if d := recv(t, ds); string(d.Body) != "third" {
+			t.Fatalf("from %s got %q, want third", tc.q, d.Body)
+		} else {
+			must(t, d.Ack(false))
+		}
+		must(t, c.Close())
+	}
+	// Behind another message it waits, and expires when it reaches the head.
+	e.publishConfirmed("", pttl, rmq.Publishing{Body: []byte("ahead")})
+	e.publishConfirmed("", pttl, rmq.Publishing{Body: []byte("behind"), Expiration: "0"})
+	if d := e.get(e.ch, pttl, true); string(d.Body) != "ahead" {
+		t.Fatalf("got %q, want ahead", d.Body)
+	}
+	if d, ok, err := e.ch.Get(pttl, true); err != nil || ok {
+		t.Fatalf("basic.get after the head: %q, ok %v, err %v", d.Body, ok, err)
+	}
+	expired("behind", pttl)
+	if n := e.count("dlq-ttl0"); n != 0 {
+		t.Fatalf("%d more messages dead-lettered", n)
+	}
+}
+
 func TestInvalidExpiration(t *testing.T) {
 	e := setup(t, broker.Options{})
 	q := e.queue("", nil)
@@ -378,4 +448,68 @@ func TestRedeliveryAddsNoHeaders(t *testing.T) {
 	must(t, g.Nack(false, true))
 	g = e.get(e.ch, q, true)
 	sameHeaders("basic.get after nack", g)
+}
+
+// The dead-lettered copy's headers are laid out as RabbitMQ writes them:
+// the table sorted by name, each x-death entry as count, reason, queue,
+// time, exchange, routing-keys, original-expiration. Read off the wire
+// with a raw client, since client libraries decode tables into maps.
+func TestDeadLetterHeaderOrder(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-order", "dlq-order")
+	q := e.queue("order-src", rmq.Table{"x-dead-letter-exchange": "dlx-order"})
+	e.publishConfirmed("", q, rmq.Publishing{Expiration: "60000", Body: []byte("m"),
+		Headers: rmq.Table{"zz": int32(1), "Mid": "m", "app": "a", "b": true}})
+	must(t, e.get(e.ch, q, false).Reject(false))
+	testutil.WaitFor(t, 5*time.Second, "the dead-lettered copy", func() bool { return e.count("dlq-order") == 1 })
+
+	r := testutil.DialRaw(t, e.b.Addr)
+	r.Handshake(nil, 0, true)
+	r.Send(1, &amqp.BasicGet{Queue: "dlq-order", NoAck: true})
+	r.Expect((*amqp.BasicGetOk)(nil))
+	f, _, err := r.Next()
+	if err != nil || f.Type != amqp.FrameHeader {
+		t.Fatalf("want the content header, got %v %v", f, err)
+	}
+	h, err := amqp.ParseContentHeader(f.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := amqp.ScanProperties(h.Props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, err := amqp.RawFields(v.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var death []byte
+	for _, fl := range fields {
+		names = append(names, fl.Name)
+		if fl.Name == "x-death" {
+			death = fl.Value
+		}
+	}
+	// x-last-death-* are RabbitMQ 3.13's; 3.10 writes the rest.
+	want := []string{"Mid", "app", "b", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason"}
+	if testutil.ExternalURL() == "" {
+		want = append(want, "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason")
+	}
+	want = append(want, "zz")
+	if !slices.Equal(names, want) {
+		t.Fatalf("header order %v\nwant %v", names, want)
+	}
+	// The array's first element: 'F', then the entry table.
+	entry, err := amqp.RawFields(death[4+1+4:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var en []string
+	for _, fl := range entry {
+		en = append(en, fl.Name)
+	}
+	if w := []string{"count", "reason", "queue", "time", "exchange", "routing-keys", "original-expiration"}; !slices.Equal(en, w) {
+		t.Fatalf("x-death entry order %v\nwant %v", en, w)
+	}
 }

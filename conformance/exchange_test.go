@@ -123,6 +123,10 @@ func TestExchangeDeclareErrors(t *testing.T) {
 	ch = e.channel(e.conn)
 	err = ch.ExchangeDeclare("eq-x", "direct", true, true, false, false, nil)
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'eq-x' in vhost '/': received 'true' but current is 'false'")
+	// A non-string alternate exchange, in the channel's words (rabbit_misc:r_arg).
+	ch = e.channel(e.conn)
+	err = ch.ExchangeDeclare("ae-type-x", "direct", false, true, false, false, rmq.Table{"alternate-exchange": int32(5)})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in exchange 'ae-type-x' in vhost '/'")
 
 	// An unknown type is a connection error.
 	c2 := dial(t, e.b.URL)

@@ -72,6 +72,10 @@ func TestQueueInequivalent(t *testing.T) {
 
 func TestQueueArgumentValidation(t *testing.T) {
 	e := setup(t, broker.Options{})
+	t.Cleanup(func() { // in case a declare wrongly succeeded
+		c := e.channel(e.conn)
+		_, _ = c.QueueDelete("args-q", false, false, false)
+	})
 	for _, tc := range []struct {
 		args rmq.Table
 		text string
@@ -83,13 +87,55 @@ func TestQueueArgumentValidation(t *testing.T) {
 		{rmq.Table{"x-max-length": int32(-5)}, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'args-q' in vhost '/': {value_negative,-5}"},
 		{rmq.Table{"x-overflow": "bogus"}, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue 'args-q' in vhost '/': invalid_overflow"},
 		{rmq.Table{"x-dead-letter-routing-key": "rk"}, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for queue 'args-q' in vhost '/': routing_key_but_no_dlx_defined"},
+		// Expiries are at most 10 years in ms (rabbit_misc:check_expiry).
+		{rmq.Table{"x-message-ttl": int64(1099511627776)}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': {value_too_large,1099511627776}"},
+		{rmq.Table{"x-message-ttl": int64(315360000001)}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': {value_too_large,315360000001}"},
+		{rmq.Table{"x-message-ttl": true}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': \"expected integer, got bool\""},
+		{rmq.Table{"x-message-ttl": 1.5}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': \"expected integer, got double\""},
+		{rmq.Table{"x-expires": int32(-5)}, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'args-q' in vhost '/': {value_negative,-5}"},
+		{rmq.Table{"x-expires": int64(315360000001)}, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'args-q' in vhost '/': {value_too_large,315360000001}"},
+		{rmq.Table{"x-expires": "1000"}, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
+		{rmq.Table{"x-max-length": "10"}, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
+		{rmq.Table{"x-max-length-bytes": int64(-1)}, "PRECONDITION_FAILED - invalid arg 'x-max-length-bytes' for queue 'args-q' in vhost '/': {value_negative,-1}"},
+		{rmq.Table{"x-max-priority": int16(-1)}, "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'args-q' in vhost '/': {value_negative,-1}"},
+		{rmq.Table{"x-max-priority": "10"}, "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
+		// The channel checks the dead-letter exchange's type first
+		// (rabbit_channel, rabbit_misc:r_arg), in its own words.
+		{rmq.Table{"x-dead-letter-exchange": int32(5)}, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'args-q' in vhost '/'"},
+		{rmq.Table{"x-dead-letter-exchange": int64(5)}, "PRECONDITION_FAILED - invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'args-q' in vhost '/'"},
+		{rmq.Table{"x-dead-letter-exchange": true}, "PRECONDITION_FAILED - invalid type 'bool' for arg 'x-dead-letter-exchange' in queue 'args-q' in vhost '/'"},
+		{rmq.Table{"x-dead-letter-exchange": []byte("dlx")}, "PRECONDITION_FAILED - invalid type 'binary' for arg 'x-dead-letter-exchange' in queue 'args-q' in vhost '/'"},
+		{rmq.Table{"x-dead-letter-exchange": int32(5), "x-expires": int32(0)}, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'args-q' in vhost '/'"},
+		// The other string and bool arguments name the type they got.
+		{rmq.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": int32(5)}, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for queue 'args-q' in vhost '/': {unacceptable_type,signedint}"},
+		{rmq.Table{"x-overflow": int32(1)}, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue 'args-q' in vhost '/': {unacceptable_type,signedint}"},
+		{rmq.Table{"x-queue-mode": "eager"}, "PRECONDITION_FAILED - invalid arg 'x-queue-mode' for queue 'args-q' in vhost '/': \"unsupported queue mode 'eager'\""},
+		{rmq.Table{"x-queue-mode": int32(1)}, "PRECONDITION_FAILED - invalid arg 'x-queue-mode' for queue 'args-q' in vhost '/': {unacceptable_type,signedint}"},
+		{rmq.Table{"x-single-active-consumer": "yes"}, "PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue 'args-q' in vhost '/': {unacceptable_type,longstr}"},
+		{rmq.Table{"x-single-active-consumer": int32(1)}, "PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue 'args-q' in vhost '/': {unacceptable_type,signedint}"},
+		{rmq.Table{"x-queue-version": int32(3)}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': \"unsupported queue version '3'\""},
+		{rmq.Table{"x-queue-version": "2"}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
+		{rmq.Table{"x-queue-version": int32(-1)}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': {value_negative,-1}"},
+		// Several bad arguments: the first in RabbitMQ's order is reported.
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300), "x-max-length": int32(-1), "x-message-ttl": "1", "x-expires": int32(0)}, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'args-q' in vhost '/': {value_zero,0}"},
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300), "x-max-length": int32(-1), "x-message-ttl": "1"}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300), "x-max-length": int32(-1)}, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'args-q' in vhost '/': {value_negative,-1}"},
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300)}, "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'args-q' in vhost '/': {max_value_exceeded,300}"},
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus"}, "PRECONDITION_FAILED - invalid arg 'x-overflow' for queue 'args-q' in vhost '/': invalid_overflow"},
+		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager"}, "PRECONDITION_FAILED - invalid arg 'x-queue-mode' for queue 'args-q' in vhost '/': \"unsupported queue mode 'eager'\""},
 	} {
-		ch := e.channel(e.conn)
-		_, err := ch.QueueDeclare("args-q", false, false, false, false, tc.args)
-		expectErr(t, err, 406, tc.text)
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			ch := e.channel(e.conn)
+			_, err := ch.QueueDeclare("args-q", false, false, false, false, tc.args)
+			expectErr(t, err, 406, tc.text)
+		})
 	}
-	// Unknown x- arguments are accepted.
+	// Unknown x- arguments are accepted, and so are the largest expiries.
 	if _, err := e.ch.QueueDeclare("", false, true, true, false, rmq.Table{"x-custom": "yes", "x-max-priority": int32(10)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare("", false, true, true, false, rmq.Table{"x-message-ttl": int64(315360000000), "x-expires": int64(315360000000),
+		"x-max-length": int64(1) << 40, "x-max-length-bytes": int64(1) << 50, "x-queue-version": uint8(2)}); err != nil {
 		t.Fatal(err)
 	}
 }

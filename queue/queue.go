@@ -930,6 +930,11 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	if conf != nil {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
 	}
+	if (m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0 {
+		if q.publishNow(Delivery{Msg: m, Seq: seq}) {
+			return
+		}
+	}
 	q.readyBytes += size
 	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window) {
 		// Beyond the window: the message waits in the store.
@@ -955,6 +960,31 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 }
 
+// publishNow takes in a message with a TTL of 0 (the queue's or its own),
+// as RabbitMQ's deliver_or_enqueue does: into an empty queue it goes to a
+// consumer that has room now, or expires at once (it would be the head).
+// Behind other messages it is queued, and expires when it reaches the
+// head. It reports false when the message is to be queued.
+func (q *Queue) publishNow(d Delivery) bool {
+	if q.readyLen() > 0 {
+		q.dispatch() // ops of this batch may have given consumers room
+		if q.readyLen() > 0 {
+			return false
+		}
+	}
+	// Nothing is paged, so a later refill reads after it; Memory was
+	// counted by Publish.
+	q.memTail = d.Seq
+	q.held += int64(len(d.Msg.Body))
+	for c := q.nextConsumer(); c != nil; c = q.nextConsumer() {
+		if q.deliver(c, d) {
+			return true
+		}
+	}
+	q.deadLetter(d, ReasonExpired)
+	return true
+}
+
 // deadLetter removes d from the queue for reason: republished to the
 // dead-letter exchange when there is one, else dropped. A stored entry is
 // deleted only once the copies are durable.
@@ -967,6 +997,12 @@ func (q *Queue) deadLetter(d Delivery, reason string) {
 	if !q.stored(&d) {
 		q.pol.DeadLetter(q, d, reason, nil)
 		return
+	}
+	if q.w.Len() > 0 {
+		// d's entry may be among this round's writes (a TTL of 0, a
+		// length limit): they go to the store first, so that the delete,
+		// which done may submit at once, comes after its put.
+		q.commit()
 	}
 	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline}
 	q.pol.DeadLetter(q, d, reason, func() {
@@ -1158,25 +1194,34 @@ func (q *Queue) dispatch() {
 		if !ok {
 			return
 		}
-		if !c.Sink.Deliver(c, q, d) {
-			c.blocked = true
+		if !q.deliver(c, d) {
 			q.unpop(d)
 			continue
-		}
-		if c.Out != nil {
-			q.touch(c.Out)
-		}
-		if c.NoAck {
-			q.account(-int64(len(d.Msg.Body)))
-			q.deleteEntry(&d)
-		} else {
-			q.unacked++
-			q.noteDelivered(&d)
 		}
 		if q.lanes[0].ready.len() < q.cfg.Window/2 && q.diskCount > 0 {
 			q.refill()
 		}
 	}
+}
+
+// deliver hands d to c; when c has no room it reports false and c waits
+// for a Kick.
+func (q *Queue) deliver(c *Consumer, d Delivery) bool {
+	if !c.Sink.Deliver(c, q, d) {
+		c.blocked = true
+		return false
+	}
+	if c.Out != nil {
+		q.touch(c.Out)
+	}
+	if c.NoAck {
+		q.account(-int64(len(d.Msg.Body)))
+		q.deleteEntry(&d)
+	} else {
+		q.unacked++
+		q.noteDelivered(&d)
+	}
+	return true
 }
 
 func (q *Queue) touch(o Outlet) {

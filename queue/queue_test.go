@@ -230,6 +230,116 @@ func TestMemoryAccounting(t *testing.T) {
 	}
 }
 
+// A message with a TTL of 0 goes to a consumer with room at once, or
+// expires; ops batched in one drain count as applied in order, so a
+// consumer that a kick earlier in the batch unblocked takes it.
+func TestZeroTTL(t *testing.T) {
+	var mu sync.Mutex
+	var dead []string
+	var mem atomic.Int64
+	pol := NoPolicy
+	pol.DeadLetter = func(_ *Queue, d Delivery, reason string, _ func()) {
+		mu.Lock()
+		dead = append(dead, string(d.Msg.Body)+" "+reason)
+		mu.Unlock()
+	}
+	q := newQueue(t, Config{Name: "q", Policy: &pol, Memory: &mem})
+	zero := func(s string) *Message {
+		now := time.Now().UnixNano()
+		return &Message{Body: []byte(s), Enqueued: now, Expires: now}
+	}
+	rec := newRecorder(2)
+	c := &Consumer{Tag: "c", Sink: rec}
+	c.Hold()
+	if err := q.Consume(c); err != nil {
+		t.Fatal(err)
+	}
+	// No consumer ready: expired at once.
+	q.Publish(zero("held"))
+	// One batch: the kick, a message without TTL and one with TTL 0.
+	q.exec.Lock()
+	q.cfg.Memory.Add(2)
+	q.enqueue(op{kind: opKick, consumer: c})
+	q.enqueue(op{kind: opPublish, msg: msg("a")})
+	q.enqueue(op{kind: opPublish, msg: zero("b")})
+	q.drain(nil)
+	q.exec.Unlock()
+	if got := rec.bodies(c); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("delivered %v", got)
+	}
+	// The consumer is at its limit now.
+	q.Publish(zero("full"))
+	if m, _, _ := q.Stats(); m != 0 {
+		t.Fatalf("ready %d", m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dead) != 2 || dead[0] != "held expired" || dead[1] != "full expired" {
+		t.Fatalf("dead-lettered %v", dead)
+	}
+	if n := mem.Load(); n != 2 {
+		t.Fatalf("memory %d with two unacked bytes", n)
+	}
+}
+
+// logStore is a Store that applies commits in order to a set of entries.
+type logStore struct {
+	mu      sync.Mutex
+	id      atomic.Uint64
+	entries map[uint64]bool // by sequence (one queue)
+}
+
+func (s *logStore) NewMessageID() uint64 { return s.id.Add(1) }
+
+func (s *logStore) Commit(w *Writes, done func(error)) {
+	s.mu.Lock()
+	for _, op := range w.Ops {
+		switch op.Kind {
+		case PutEntry:
+			s.entries[op.Seq] = true
+		case DeleteEntry:
+			delete(s.entries, op.Seq)
+		}
+	}
+	s.mu.Unlock()
+	if done != nil {
+		done(nil)
+	}
+}
+
+func (s *logStore) LoadEntries(uint64, uint64, int) ([]StoredEntry, error) { return nil, nil }
+
+func (s *logStore) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// A stored message dead-lettered in the drain that wrote its entry, with
+// no copy to wait for, leaves no entry behind (else it would come back
+// at a restart).
+func TestDeadLetterRightAfterPut(t *testing.T) {
+	ttl0, maxLen0 := NoPolicy, NoPolicy
+	ttl0.MessageTTL = 0
+	maxLen0.MaxLength = 0
+	for name, pol := range map[string]Policy{"ttl 0": ttl0, "max-length 0": maxLen0} {
+		t.Run(name, func(t *testing.T) {
+			st := &logStore{entries: map[uint64]bool{}}
+			var dead atomic.Int32
+			pol.DeadLetter = func(_ *Queue, _ Delivery, _ string, done func()) {
+				dead.Add(1)
+				done() // the copy went to a transient queue: nothing to wait for
+			}
+			q := newQueue(t, Config{Name: "q", ID: 1, Store: st, Policy: &pol})
+			for range 3 {
+				q.Publish(&Message{Body: []byte("x"), Persistent: true, ID: st.NewMessageID(), Inline: true, Enqueued: time.Now().UnixNano()})
+			}
+			waitFor(t, "dead-lettering", func() bool { return dead.Load() == 3 })
+			waitFor(t, "entries deleted", func() bool { return st.len() == 0 })
+		})
+	}
+}
+
 func BenchmarkPublishDeliver(b *testing.B) {
 	rec := &countSink{}
 	q := New(Config{Name: "bench"})

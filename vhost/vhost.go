@@ -135,8 +135,7 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
 		if _, isStr := ae.(string); !isStr {
-			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': %s",
-				d.Name, v.name, typeError("longstr", ae))
+			return nil, invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
 		}
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
@@ -782,6 +781,31 @@ func typeError(want string, v any) string {
 	return fmt.Sprintf("\"expected %s, got %s\"", want, typeName(v))
 }
 
+// unacceptable is RabbitMQ's detail for a string or bool argument of
+// another type.
+func unacceptable(v any) string { return "{unacceptable_type," + typeName(v) + "}" }
+
+// invalidType refuses an exchange name argument (x-dead-letter-exchange,
+// alternate-exchange) that is not a string: the channel checks those
+// first, in its own words (rabbit_channel, rabbit_misc:r_arg).
+func invalidType(arg, kind, name, vh string, v any) error {
+	return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in %s '%s' in vhost '%s'", typeName(v), arg, kind, name, vh)
+}
+
+// maxExpiry is the largest x-message-ttl and x-expires, 10 years in ms
+// (rabbit_misc:check_expiry).
+const maxExpiry = 315_360_000_000
+
+// queueArgOrder is the order RabbitMQ checks a classic queue's arguments
+// in (rabbit_amqqueue:declare_args), so that of several bad ones the same
+// is reported; x-delivery-limit and x-consumer-timeout, which RabbitMQ
+// 3.10 does not take on classic queues, come last.
+var queueArgOrder = []string{
+	"x-expires", "x-message-ttl", "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
+	"x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version", "x-single-active-consumer",
+	"x-delivery-limit", "x-consumer-timeout",
+}
+
 type queueArgs struct {
 	consumerTimeout time.Duration
 	policy          queue.Policy
@@ -796,17 +820,34 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	bad := func(k string, detail string) error {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s': %s", k, q, vh, detail)
 	}
-	for k, v := range args {
+	if v, ok := args["x-dead-letter-exchange"]; ok {
+		if _, ok := v.(string); !ok {
+			return out, invalidType("x-dead-letter-exchange", "queue", q, vh, v)
+		}
+	}
+	if v, ok := args["x-queue-type"]; ok && !isClassic(v) {
+		return out, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'x-queue-type' for queue '%s' in vhost '%s': received %s but current is 'classic'",
+			q, vh, showArg(v))
+	}
+	for _, k := range queueArgOrder {
+		v, ok := args[k]
+		if !ok {
+			continue
+		}
 		switch k {
-		case "x-expires":
+		case "x-expires", "x-message-ttl":
 			n, ok := amqp.Int(v)
-			if !ok {
+			switch {
+			case !ok:
 				return out, bad(k, typeError("integer", v))
+			case n == 0 && k == "x-expires":
+				return out, bad(k, "{value_zero,0}")
+			case n < 0:
+				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
+			case n > maxExpiry:
+				return out, bad(k, fmt.Sprintf("{value_too_large,%d}", n))
 			}
-			if n <= 0 {
-				return out, bad(k, fmt.Sprintf("{value_zero,%d}", n))
-			}
-		case "x-message-ttl", "x-max-length", "x-max-length-bytes", "x-delivery-limit":
+		case "x-max-length", "x-max-length-bytes", "x-delivery-limit":
 			n, ok := amqp.Int(v)
 			if !ok {
 				return out, bad(k, typeError("integer", v))
@@ -834,14 +875,27 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 			if n > 255 {
 				return out, bad(k, fmt.Sprintf("{max_value_exceeded,%d}", n))
 			}
-		case "x-dead-letter-exchange", "x-dead-letter-routing-key":
+		case "x-queue-version":
+			n, ok := amqp.Int(v)
+			switch {
+			case !ok:
+				return out, bad(k, typeError("integer", v))
+			case n < 0:
+				return out, bad(k, fmt.Sprintf("{value_negative,%d}", n))
+			case n != 1 && n != 2:
+				return out, bad(k, fmt.Sprintf("\"unsupported queue version '%d'\"", n))
+			}
+		case "x-dead-letter-routing-key":
 			if _, ok := v.(string); !ok {
-				return out, bad(k, typeError("longstr", v))
+				return out, bad(k, unacceptable(v))
+			}
+			if _, ok := args["x-dead-letter-exchange"]; !ok {
+				return out, bad(k, "routing_key_but_no_dlx_defined")
 			}
 		case "x-overflow":
 			s, ok := v.(string)
 			if !ok {
-				return out, bad(k, typeError("longstr", v))
+				return out, bad(k, unacceptable(v))
 			}
 			if s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx" {
 				return out, bad(k, "invalid_overflow")
@@ -849,25 +903,15 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		case "x-queue-mode":
 			s, ok := v.(string)
 			if !ok {
-				return out, bad(k, typeError("longstr", v))
+				return out, bad(k, unacceptable(v))
 			}
 			if s != "default" && s != "lazy" {
-				return out, bad(k, fmt.Sprintf("{unsupported_value,<<\"%s\">>}", s))
+				return out, bad(k, fmt.Sprintf("\"unsupported queue mode '%s'\"", s))
 			}
 		case "x-single-active-consumer":
 			if _, ok := v.(bool); !ok {
-				return out, bad(k, typeError("bool", v))
+				return out, bad(k, unacceptable(v))
 			}
-		case "x-queue-type":
-			if !isClassic(v) {
-				return out, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'x-queue-type' for queue '%s' in vhost '%s': received %s but current is 'classic'",
-					q, vh, showArg(v))
-			}
-		}
-	}
-	if _, ok := args["x-dead-letter-routing-key"]; ok {
-		if _, ok := args["x-dead-letter-exchange"]; !ok {
-			return out, bad("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
 		}
 	}
 	p := &out.policy
