@@ -501,8 +501,15 @@ func parseExpiration(b []byte) (int64, error) {
 	if neg {
 		return 0, precondition("invalid expiration '%s': {value_negative,-%d}", b, n)
 	}
+	if n > maxTTL {
+		return 0, precondition("invalid expiration '%s': {value_too_large,%d}", b, n)
+	}
 	return n, nil
 }
+
+// maxTTL is the largest TTL RabbitMQ takes, in ms: 10 years
+// (rabbit_misc:check_expiry).
+const maxTTL = 315_360_000_000
 
 // withDeliveryCount returns props with the x-delivery-count header set to
 // n, as RabbitMQ's quorum queues add it to redeliveries; railmq adds it on

@@ -268,9 +268,19 @@ func TestMessageTTLZero(t *testing.T) {
 func TestInvalidExpiration(t *testing.T) {
 	e := setup(t, broker.Options{})
 	q := e.queue("", nil)
-	closed := e.ch.NotifyClose(make(chan *rmq.Error, 1))
-	_ = e.ch.Publish("", q, false, false, rmq.Publishing{Expiration: "abc", Body: []byte("x")})
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - invalid expiration 'abc': no_integer")
+	for _, tc := range []struct{ exp, text string }{
+		{"abc", "PRECONDITION_FAILED - invalid expiration 'abc': no_integer"},
+		{"-5", "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}"},
+		// At most 10 years, as x-message-ttl.
+		{"315360000001", "PRECONDITION_FAILED - invalid expiration '315360000001': {value_too_large,315360000001}"},
+	} {
+		ch := e.channel(e.conn)
+		closed := ch.NotifyClose(make(chan *rmq.Error, 1))
+		_ = ch.Publish("", q, false, false, rmq.Publishing{Expiration: tc.exp, Body: []byte("x")})
+		expectErr(t, <-closed, 406, tc.text)
+	}
+	// The largest allowed is taken.
+	e.publishConfirmed("", q, rmq.Publishing{Expiration: "315360000000", Body: []byte("ok")})
 }
 
 func TestQueueExpires(t *testing.T) {
