@@ -116,6 +116,7 @@ func TestQueueArgumentValidation(t *testing.T) {
 		{rmq.Table{"x-queue-version": int32(3)}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': \"unsupported queue version '3'\""},
 		{rmq.Table{"x-queue-version": "2"}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},
 		{rmq.Table{"x-queue-version": int32(-1)}, "PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue 'args-q' in vhost '/': {value_negative,-1}"},
+		{rmq.Table{"x-queue-type": "foo"}, "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'args-q' in vhost '/': \"unsupported queue type 'foo'\""},
 		// Several bad arguments: the first in RabbitMQ's order is reported.
 		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300), "x-max-length": int32(-1), "x-message-ttl": "1", "x-expires": int32(0)}, "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'args-q' in vhost '/': {value_zero,0}"},
 		{rmq.Table{"x-single-active-consumer": "yes", "x-queue-mode": "eager", "x-overflow": "bogus", "x-max-priority": int32(300), "x-max-length": int32(-1), "x-message-ttl": "1"}, "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'args-q' in vhost '/': \"expected integer, got longstr\""},

@@ -826,6 +826,12 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		}
 	}
 	if v, ok := args["x-queue-type"]; ok && !isClassic(v) {
+		if t, ok := v.(string); ok {
+			// RabbitMQ's answer for a type it does not have. railmq has
+			// classic queues only so far (quorum queues come with the
+			// cluster).
+			return out, amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': \"unsupported queue type '%s'\"", q, vh, t)
+		}
 		return out, amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'x-queue-type' for queue '%s' in vhost '%s': received %s but current is 'classic'",
 			q, vh, showArg(v))
 	}
