@@ -523,3 +523,30 @@ func TestDeadLetterHeaderOrder(t *testing.T) {
 		t.Fatalf("x-death entry order %v\nwant %v", en, w)
 	}
 }
+
+// A queue of max length 0 (drop-head) still hands a message to a consumer
+// that is ready for it, as RabbitMQ's deliver_or_enqueue does; with no
+// consumer the message is dead-lettered (maxlen) at once.
+func TestMaxLengthZero(t *testing.T) {
+	e := setup(t, broker.Options{})
+	dlxSetup(t, e, "dlx-len0", "dlq-len0")
+	q := e.queue("len0-q", rmq.Table{"x-max-length": int32(0), "x-dead-letter-exchange": "dlx-len0"})
+	ch := e.channel(e.conn)
+	ds, err := ch.Consume(q, "len0", false, false, false, false, nil)
+	must(t, err)
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("live")})
+	d := recv(t, ds)
+	if string(d.Body) != "live" {
+		t.Fatalf("got %q", d.Body)
+	}
+	must(t, d.Ack(false))
+	must(t, ch.Cancel("len0", false))
+	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("nobody")})
+	dead := e.get(e.ch, "dlq-len0", true)
+	if string(dead.Body) != "nobody" || deathOf(t, dead)["reason"] != "maxlen" {
+		t.Fatalf("dead-lettered %q %v", dead.Body, dead.Headers)
+	}
+	if n := e.count(q); n != 0 {
+		t.Fatalf("%d in a queue of max length 0", n)
+	}
+}

@@ -931,7 +931,14 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
 	}
 	if (m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0 {
-		if q.publishNow(Delivery{Msg: m, Seq: seq}) {
+		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonExpired) {
+			return
+		}
+	}
+	if q.pol.Overflow == DropHead && (q.pol.MaxLength == 0 || (q.pol.MaxLengthBytes >= 0 && size > q.pol.MaxLengthBytes)) {
+		// It cannot wait in the queue even alone: as RabbitMQ, a
+		// consumer with room gets it first, else it is dropped as the head.
+		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonMaxLen) {
 			return
 		}
 	}
@@ -960,12 +967,13 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 }
 
-// publishNow takes in a message with a TTL of 0 (the queue's or its own),
-// as RabbitMQ's deliver_or_enqueue does: into an empty queue it goes to a
-// consumer that has room now, or expires at once (it would be the head).
-// Behind other messages it is queued, and expires when it reaches the
-// head. It reports false when the message is to be queued.
-func (q *Queue) publishNow(d Delivery) bool {
+// publishNow takes in a message that cannot wait in the queue (a TTL of
+// 0, the queue's or its own; or a length limit it exceeds alone), as
+// RabbitMQ's deliver_or_enqueue does: into an empty queue it goes to a
+// consumer that has room now, or leaves at once for reason (it would be
+// the head). Behind other messages it is queued, and goes when it reaches
+// the head. It reports false when the message is to be queued.
+func (q *Queue) publishNow(d Delivery, reason string) bool {
 	if q.readyLen() > 0 {
 		q.dispatch() // ops of this batch may have given consumers room
 		if q.readyLen() > 0 {
@@ -981,7 +989,7 @@ func (q *Queue) publishNow(d Delivery) bool {
 			return true
 		}
 	}
-	q.deadLetter(d, ReasonExpired)
+	q.deadLetter(d, reason)
 	return true
 }
 
