@@ -57,6 +57,10 @@ module CountHeartbeats
 end
 Bunny::Transport.prepend(CountHeartbeats)
 
+# Register the block as the check NAME. A block that takes |c, ch| runs in a
+# session (a connection and a channel on it, closed after the check; see
+# session). Whatever the check declared with declare_queue /
+# declare_exchange is deleted after it, also when it failed.
 def check(name, &blk)
   CHECKS << [name, blk]
 end
@@ -65,14 +69,22 @@ def run_checks
   CHECKS.each do |name, blk|
     LOG_IO.truncate(0); LOG_IO.rewind
     begin
-      Timeout.timeout(40) { blk.call }
+      begin
+        Timeout.timeout(40) { blk.arity.zero? ? blk.call : session { |c, ch| blk.call(c, ch) } }
+      rescue Exception # rubocop:disable Lint/RescueException
+        delete_declared(quiet: true)
+        raise
+      end
+      delete_declared
       puts "ok #{name}"
     rescue CheckFailed => e
       FAILS << name
       puts "FAIL #{name}: #{e.message}"
     rescue Exception => e # rubocop:disable Lint/RescueException
       FAILS << name
-      where = (e.backtrace || []).find { |l| l.include?("bunny_check.rb") }
+      lines = (e.backtrace || []).select { |l| l.include?("bunny_check.rb") }
+      # the check's own line rather than a helper's
+      where = lines.find { |l| l.include?("in <main>") } || lines.first
       puts "FAIL #{name}: unexpected #{e.class}: #{e.message} (#{where})"
     end
     $stdout.flush
@@ -93,8 +105,77 @@ def connect(opts = {})
   c
 end
 
+# `session { |c, ch| ... }`: a connection (connect's options) and a channel on
+# it, for one check. The connection is closed after the block unless it is
+# closed already (by the check or by the broker). Returns the block's value.
+def session(opts = {})
+  c = connect(opts)
+  begin
+    result = yield c, c.create_channel
+  rescue Exception # rubocop:disable Lint/RescueException
+    begin
+      c.close if c.open?
+    rescue Exception # rubocop:disable Lint/RescueException
+      nil # the check's own error is the one to report
+    end
+    raise
+  end
+  c.close if c.open?
+  result
+end
+
 def name(s)
   "bunny.#{RUN}.#{s}"
+end
+
+# [kind, name] of what the running check declared through the two helpers
+# below; run_checks deletes them after the check, on a connection of its own.
+DECLARED = []
+
+# Declare the queue name(suffix) (Channel#queue's options), to be deleted
+# after the check.
+def declare_queue(ch, suffix, opts = {})
+  DECLARED << [:queue, name(suffix)]
+  ch.queue(name(suffix), opts)
+end
+
+# Declare the exchange name(suffix) of type (:direct, :fanout, :topic,
+# :headers), to be deleted after the check.
+def declare_exchange(ch, type, suffix, opts = {})
+  DECLARED << [:exchange, name(suffix)]
+  ch.public_send(type, name(suffix), opts)
+end
+
+# Delete what the check declared (deleting what is gone already is fine);
+# quiet: the check failed already, so errors here are not reported.
+def delete_declared(quiet: false)
+  todo = DECLARED.dup
+  DECLARED.clear
+  return if todo.empty?
+
+  Timeout.timeout(20) do
+    session do |_c, ch|
+      todo.each { |kind, n| kind == :queue ? ch.queue_delete(n) : ch.exchange_delete(n) }
+    end
+  end
+rescue Exception # rubocop:disable Lint/RescueException
+  raise unless quiet
+end
+
+# A server-named exclusive queue (it goes with its connection).
+def temp_queue(ch, arguments = nil)
+  opts = { exclusive: true }
+  opts[:arguments] = arguments if arguments
+  ch.queue("", opts)
+end
+
+# Publish each body to queue q through the default exchange.
+def publish(ch, q, *bodies, **props)
+  bodies.each { |b| ch.default_exchange.publish(b, { routing_key: q.name }.merge(props)) }
+end
+
+def not_found(kind, n)
+  "NOT_FOUND - no #{kind} '#{n}' in vhost '/'"
 end
 
 def warnings
@@ -138,8 +219,7 @@ end
 # up as the channel's last error.
 def expect_async_close(ch, code, text)
   yield
-  deadline = Time.now + 2
-  sleep 0.05 while ch.open? && Time.now < deadline
+  wait_until { !ch.open? }
   err = ch.instance_variable_get(:@last_channel_error)
   assert(!ch.open?, "channel still open, want #{code} #{text}")
   assert(err, "channel closed without a recorded error")
@@ -178,12 +258,19 @@ def drain(ch, qname)
   end
 end
 
+# The basic.returns of exchange x, as [return-info, properties, body].
+def collect_returns(x)
+  returns = Queue.new
+  x.on_return { |ri, props, body| returns << [ri, props, body] }
+  returns
+end
+
 # ---------------------------------------------------------------- connections
 
 check("connect_close_clean") do
   c = connect
   ch = c.create_channel
-  ch.queue("", exclusive: true)
+  temp_queue(ch)
   ch.close
   t = reader_thread(c)
   c.close
@@ -220,7 +307,7 @@ end
 check("close_with_open_channels") do
   c = connect
   chans = Array.new(5) { c.create_channel }
-  q = chans[0].queue("", exclusive: true)
+  q = temp_queue(chans[0])
   chans[1].basic_consume(q.name, "", true, false, nil) { |*_a| }
   c.close
   sleep 0.2
@@ -284,8 +371,7 @@ check("heartbeat_negotiated_and_idle") do
   eq(c.heartbeat, 2, "negotiated heartbeat")
   sleep 7
   assert(c.open?, "connection dropped while idle (status #{c.status})")
-  ch = c.create_channel
-  ch.queue("", exclusive: true)
+  temp_queue(c.create_channel)
   HB[0] = c.transport.heartbeats_received
   c.close
   no_warnings("heartbeat idle")
@@ -302,27 +388,21 @@ check("heartbeat_disabled") do
   c.close
 end
 
-check("connection_blocked_capability") do
-  c = connect
+check("connection_blocked_capability") do |c, ch|
   eq(c.server_capabilities["connection.blocked"], true, "server capability")
   eq(Bunny::Session::DEFAULT_CLIENT_PROPERTIES[:capabilities][:"connection.blocked"], true, "client capability")
   events = []
   c.on_blocked { |_m| events << :blocked }
   c.on_unblocked { events << :unblocked }
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("x", routing_key: q.name)
+  publish(ch, temp_queue(ch), "x")
   sleep 0.3
   eq(events, [], "blocked events without an alarm")
   eq(c.blocked?, false, "blocked?")
-  c.close
 end
 
 # ---------------------------------------------------------- exchanges, queues
 
-check("exchange_declare_types") do
-  c = connect
-  ch = c.create_channel
+check("exchange_declare_types") do |_c, ch|
   %w[direct fanout topic headers].each do |t|
     [false, true].each do |durable|
       n = name("ex.#{t}.#{durable}")
@@ -336,42 +416,31 @@ check("exchange_declare_types") do
   x.delete
   ch.exchange_declare("amq.direct", "direct", passive: true)
   ch.topic("amq.topic", durable: true)
-  c.close
 end
 
-check("exchange_passive_missing_404") do
-  c = connect
-  ch = c.create_channel
+check("exchange_passive_missing_404") do |c, ch|
   n = name("nope")
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no exchange '#{n}' in vhost '/'") do
+  expect_channel_close(Bunny::NotFound, 404, not_found("exchange", n)) do
     ch.exchange_declare(n, "direct", passive: true)
   end
   assert(c.open?, "connection closed")
   assert(!ch.open?, "channel still open")
-  c.create_channel.queue("", exclusive: true)
-  c.close
+  temp_queue(c.create_channel)
 end
 
-check("exchange_reserved_name_403") do
-  c = connect
-  ch = c.create_channel
-  expect_channel_close(Bunny::AccessRefused, 403,
-                       "ACCESS_REFUSED - exchange name 'amq.bunny#{RUN}' contains reserved prefix 'amq.*'") do
-    ch.direct("amq.bunny#{RUN}")
+check("exchange_reserved_name_403") do |c, ch|
+  [[->(chan) { chan.direct("amq.bunny#{RUN}") },
+    "exchange name 'amq.bunny#{RUN}' contains reserved prefix 'amq.*'"],
+   [->(chan) { chan.exchange_delete("amq.fanout") },
+    "deletion of system exchange 'amq.fanout' in vhost '/' not allowed"]].each do |op, text|
+    expect_channel_close(Bunny::AccessRefused, 403, "ACCESS_REFUSED - #{text}") { op.call(ch) }
+    ch = c.create_channel
   end
-  ch = c.create_channel
-  expect_channel_close(Bunny::AccessRefused, 403,
-                       "ACCESS_REFUSED - deletion of system exchange 'amq.fanout' in vhost '/' not allowed") do
-    ch.exchange_delete("amq.fanout")
-  end
-  c.close
 end
 
-check("exchange_delete_if_unused") do
-  c = connect
-  ch = c.create_channel
-  x = ch.direct(name("ex.inuse"))
-  q = ch.queue("", exclusive: true).bind(x, routing_key: "k")
+check("exchange_delete_if_unused") do |c, ch|
+  x = declare_exchange(ch, :direct, "ex.inuse")
+  temp_queue(ch).bind(x, routing_key: "k")
   expect_channel_close(Bunny::PreconditionFailed, 406,
                        "PRECONDITION_FAILED - exchange '#{x.name}' in vhost '/' in use") do
     ch.exchange_delete(x.name, if_unused: true)
@@ -379,13 +448,9 @@ check("exchange_delete_if_unused") do
   ch = c.create_channel
   ch.exchange_delete(x.name)
   ch.exchange_delete(name("ex.never"))
-  q
-  c.close
 end
 
-check("queue_declare_kinds") do
-  c = connect
-  ch = c.create_channel
+check("queue_declare_kinds") do |c, ch|
   qd = name("q.durable")
   ok = ch.queue_declare(qd, durable: true)
   eq([ok.queue, ok.message_count, ok.consumer_count], [qd, 0, 0], "declare-ok")
@@ -393,23 +458,19 @@ check("queue_declare_kinds") do
   eq(ch.queue_declare(qd, passive: true).queue, qd, "passive")
   eq(ch.queue(name("q.excl"), exclusive: true).name, name("q.excl"), "exclusive")
   qa = ch.queue(name("q.ad"), auto_delete: true)
-  sn = ch.queue("", exclusive: true).name
+  sn = temp_queue(ch).name
   assert(sn =~ /\Aamq\.gen-[A-Za-z0-9_-]{22}\z/, "server-named #{sn.inspect}")
   cons = qa.subscribe { |*_a| }
   cons.cancel
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{qa.name}' in vhost '/'") do
+  expect_channel_close(Bunny::NotFound, 404, not_found("queue", qa.name)) do
     ch.queue_declare(qa.name, passive: true)
   end
-  ch = c.create_channel
-  eq(ch.queue_delete(qd).message_count, 0, "delete-ok count")
-  c.close
+  eq(c.create_channel.queue_delete(qd).message_count, 0, "delete-ok count")
 end
 
-check("queue_declare_ok_counts") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  3.times { |i| ch.default_exchange.publish("m#{i}", routing_key: q.name) }
+check("queue_declare_ok_counts") do |c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "m0", "m1", "m2")
   wait_until { q.message_count == 3 }
   eq([q.message_count, q.consumer_count], [3, 0], "counts before consuming")
   ch2 = c.create_channel
@@ -420,44 +481,35 @@ check("queue_declare_ok_counts") do
   ch2.close
   sleep 0.2
   eq([q.message_count, q.consumer_count], [3, 0], "counts after its channel closed")
-  c.close
 end
 
-check("queue_passive_missing_404") do
-  c = connect
-  ch = c.create_channel
+check("queue_passive_missing_404") do |c, ch|
   n = name("missing")
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{n}' in vhost '/'") do
+  expect_channel_close(Bunny::NotFound, 404, not_found("queue", n)) do
     ch.queue(n, passive: true)
   end
   assert(c.open?, "connection closed")
   assert(!ch.open?, "channel still open")
   begin
-    ch.queue("", exclusive: true)
+    temp_queue(ch)
   rescue Bunny::ChannelAlreadyClosed => e
-    assert(e.message.include?("NOT_FOUND - no queue '#{n}' in vhost '/'"), e.message)
+    assert(e.message.include?(not_found("queue", n)), e.message)
   else
     raise CheckFailed, "closed channel still usable"
   end
-  c.create_channel.queue("", exclusive: true)
-  c.close
+  temp_queue(c.create_channel)
 end
 
-check("queue_reserved_name_403") do
-  c = connect
-  ch = c.create_channel
+check("queue_reserved_name_403") do |_c, ch|
   expect_channel_close(Bunny::AccessRefused, 403,
                        "ACCESS_REFUSED - queue name 'amq.bunny#{RUN}' contains reserved prefix 'amq.*'") do
     ch.queue("amq.bunny#{RUN}")
   end
-  c.close
 end
 
-check("queue_delete_if_unused_if_empty") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue(name("q.del"))
-  ch.default_exchange.publish("x", routing_key: q.name)
+check("queue_delete_if_unused_if_empty") do |c, ch|
+  q = declare_queue(ch, "q.del")
+  publish(ch, q, "x")
   wait_until { q.message_count == 1 }
   expect_channel_close(Bunny::PreconditionFailed, 406,
                        "PRECONDITION_FAILED - queue '#{q.name}' in vhost '/' not empty") do
@@ -474,108 +526,79 @@ check("queue_delete_if_unused_if_empty") do
   ch = c.create_channel
   ch.queue_delete(q.name)
   ch.queue_delete(q.name)
-  c.close
 end
 
-check("queue_purge_and_delete_counts") do
-  c = connect
-  ch = c.create_channel
+check("queue_purge_and_delete_counts") do |_c, ch|
   ch.confirm_select
-  q = ch.queue(name("q.purge"))
-  5.times { ch.default_exchange.publish("x", routing_key: q.name) }
+  q = declare_queue(ch, "q.purge")
+  publish(ch, q, *["x"] * 5)
   ch.wait_for_confirms
   eq(ch.queue_purge(q.name).message_count, 5, "purge-ok")
-  4.times { ch.default_exchange.publish("x", routing_key: q.name) }
+  publish(ch, q, *["x"] * 4)
   ch.wait_for_confirms
   eq(ch.queue_delete(q.name).message_count, 4, "delete-ok")
-  c.close
 end
 
-check("queue_invalid_arg_406") do
-  c = connect
-  ch = c.create_channel
+check("queue_invalid_arg_406") do |_c, ch|
   q = name("q.badarg")
   expect_channel_close(Bunny::PreconditionFailed, 406,
                        "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue '#{q}' in vhost '/': " \
                        "\"expected integer, got longstr\"") do
     ch.queue(q, arguments: { "x-max-length" => "ten" })
   end
-  c.close
 end
 
-check("inequivalent_queue_durable_406") do
-  c = connect
-  ch = c.create_channel
-  q = name("q.ineq")
-  ch.queue(q, durable: true)
+def inequivalent(arg, kind, n, detail)
+  "PRECONDITION_FAILED - inequivalent arg '#{arg}' for #{kind} '#{n}' in vhost '/': #{detail}"
+end
+
+check("inequivalent_queue_durable_406") do |c, ch|
+  q = declare_queue(ch, "q.ineq", durable: true).name
   expect_channel_close(Bunny::PreconditionFailed, 406,
-                       "PRECONDITION_FAILED - inequivalent arg 'durable' for queue '#{q}' in vhost '/': " \
-                       "received 'false' but current is 'true'") do
+                       inequivalent("durable", "queue", q, "received 'false' but current is 'true'")) do
     ch.queue_declare(q, durable: false)
   end
   assert(c.open?, "connection closed")
   assert(!ch.open?, "channel still open")
-  ch = c.create_channel
-  ch.queue_delete(q)
-  c.close
 end
 
-check("inequivalent_queue_args_406") do
-  c = connect
-  ch = c.create_channel
+check("inequivalent_queue_args_406") do |_c, ch|
   q = name("q.ineqargs")
   ch.queue(q, exclusive: true, arguments: { "x-max-length" => 10 })
   expect_channel_close(Bunny::PreconditionFailed, 406,
-                       "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '#{q}' in vhost '/': " \
-                       "received '20' but current is '10'") do
+                       inequivalent("x-max-length", "queue", q, "received '20' but current is '10'")) do
     ch.queue_declare(q, exclusive: true, arguments: { "x-max-length" => 20 })
   end
-  c.close
 end
 
-check("inequivalent_exchange_type_406") do
-  c = connect
-  ch = c.create_channel
-  x = name("ex.ineq")
-  ch.direct(x)
-  expect_channel_close(Bunny::PreconditionFailed, 406,
-                       "PRECONDITION_FAILED - inequivalent arg 'type' for exchange '#{x}' in vhost '/': " \
-                       "received 'topic' but current is 'direct'") do
-    ch.exchange_declare(x, "topic")
+check("inequivalent_exchange_type_406") do |c, ch|
+  x = declare_exchange(ch, :direct, "ex.ineq").name
+  [[->(chan) { chan.exchange_declare(x, "topic") }, "type", "received 'topic' but current is 'direct'"],
+   [->(chan) { chan.exchange_declare(x, "direct", auto_delete: true) },
+    "auto_delete", "received 'true' but current is 'false'"]].each do |op, arg, detail|
+    expect_channel_close(Bunny::PreconditionFailed, 406, inequivalent(arg, "exchange", x, detail)) { op.call(ch) }
+    ch = c.create_channel
   end
-  ch = c.create_channel
-  expect_channel_close(Bunny::PreconditionFailed, 406,
-                       "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for exchange '#{x}' in vhost '/': " \
-                       "received 'true' but current is 'false'") do
-    ch.exchange_declare(x, "direct", auto_delete: true)
-  end
-  c.create_channel.exchange_delete(x)
-  c.close
 end
 
-check("redeclare_server_named_queue_403") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("redeclare_server_named_queue_403") do |_c, ch|
+  q = temp_queue(ch)
   expect_channel_close(Bunny::AccessRefused, 403,
                        "ACCESS_REFUSED - queue name '#{q.name}' contains reserved prefix 'amq.*'") do
     ch.queue_declare(q.name, exclusive: true)
   end
-  c.close
 end
 
 # ------------------------------------------------------------------ bindings
 
-check("bindings_routing") do
-  c = connect
-  ch = c.create_channel
+check("bindings_routing") do |_c, ch|
   ch.confirm_select
-  d = ch.direct(name("b.direct"))
-  f = ch.fanout(name("b.fanout"))
-  t = ch.topic(name("b.topic"))
-  h = ch.headers(name("b.headers"))
-  e2e = ch.fanout(name("b.e2e"))
-  qs = Array.new(5) { ch.queue("", exclusive: true) }
+  d = declare_exchange(ch, :direct, "b.direct")
+  f = declare_exchange(ch, :fanout, "b.fanout")
+  t = declare_exchange(ch, :topic, "b.topic")
+  h = declare_exchange(ch, :headers, "b.headers")
+  e2e = declare_exchange(ch, :fanout, "b.e2e")
+  qs = Array.new(5) { temp_queue(ch) }
   qs[0].bind(d, routing_key: "red")
   qs[1].bind(f)
   qs[2].bind(t, routing_key: "*.a.#")
@@ -602,78 +625,59 @@ check("bindings_routing") do
   ch.wait_for_confirms
   eq(drain(ch, qs[0].name), [], "after unbind")
   eq(drain(ch, qs[1].name), [], "after exchange unbind")
-  [d, f, t, h, e2e].each(&:delete)
-  c.close
 end
 
-check("bind_missing_404") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("bind_missing_404") do |c, ch|
+  q = temp_queue(ch)
   x = name("nox")
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no exchange '#{x}' in vhost '/'") do
-    ch.queue_bind(q.name, x, routing_key: "k")
-  end
-  ch = c.create_channel
   nq = name("noq")
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{nq}' in vhost '/'") do
-    ch.queue_bind(nq, "amq.direct", routing_key: "k")
+  [[->(chan) { chan.queue_bind(q.name, x, routing_key: "k") }, not_found("exchange", x)],
+   [->(chan) { chan.queue_bind(nq, "amq.direct", routing_key: "k") }, not_found("queue", nq)]].each do |op, text|
+    expect_channel_close(Bunny::NotFound, 404, text) { op.call(ch) }
+    ch = c.create_channel
   end
-  c.close
 end
 
-check("publish_missing_exchange_404") do
-  c = connect
-  ch = c.create_channel
+check("publish_missing_exchange_404") do |c, ch|
   x = name("nox")
-  expect_async_close(ch, 404, "NOT_FOUND - no exchange '#{x}' in vhost '/'") do
+  expect_async_close(ch, 404, not_found("exchange", x)) do
     ch.basic_publish("x", x, "k")
   end
   assert(c.open?, "connection closed")
-  c.create_channel.queue("", exclusive: true)
-  c.close
+  temp_queue(c.create_channel)
 end
 
 # ---------------------------------------------------------------- publishing
 
 check("publish_confirms") do
-  c = connect
-  ch = c.create_channel
-  ch.confirm_select
-  q = ch.queue(name("q.confirm"), durable: true)
-  50.times { |i| ch.default_exchange.publish("p#{i}", routing_key: q.name, persistent: true) }
-  ch.direct("amq.direct").publish("lost", routing_key: "nobody-#{RUN}")
-  eq(ch.wait_for_confirms, true, "wait_for_confirms")
-  eq(ch.nacked_set.to_a, [], "nacked")
-  eq(ch.unconfirmed_set.to_a, [], "unconfirmed")
-  eq(q.message_count, 50, "messages in queue")
-  q.delete
-  c.close
+  session do |_c, ch|
+    ch.confirm_select
+    q = declare_queue(ch, "q.confirm", durable: true)
+    publish(ch, q, *Array.new(50) { |i| "p#{i}" }, persistent: true)
+    ch.direct("amq.direct").publish("lost", routing_key: "nobody-#{RUN}")
+    eq(ch.wait_for_confirms, true, "wait_for_confirms")
+    eq(ch.nacked_set.to_a, [], "nacked")
+    eq(ch.unconfirmed_set.to_a, [], "unconfirmed")
+    eq(q.message_count, 50, "messages in queue")
+  end
   no_warnings("confirms")
 end
 
-check("publish_confirms_mandatory_unroutable") do
-  c = connect
-  ch = c.create_channel
+check("publish_confirms_mandatory_unroutable") do |_c, ch|
   ch.confirm_select
-  returns = Queue.new
   x = ch.direct("amq.direct")
-  x.on_return { |ri, props, body| returns << [ri, props, body] }
+  returns = collect_returns(x)
   x.publish("lost", routing_key: "nobody-#{RUN}", mandatory: true)
   eq(ch.wait_for_confirms, true, "confirmed")
   assert(wait_until { returns.size == 1 }, "no basic.return")
   ri, _p, body = returns.pop
   eq([ri.reply_code, ri.reply_text, ri.exchange, ri.routing_key, body],
      [312, "NO_ROUTE", "amq.direct", "nobody-#{RUN}", "lost"], "basic.return")
-  c.close
 end
 
-check("mandatory_return_no_confirms") do
-  c = connect
-  ch = c.create_channel
-  returns = Queue.new
+check("mandatory_return_no_confirms") do |_c, ch|
   x = ch.default_exchange
-  x.on_return { |ri, props, body| returns << [ri, props, body] }
+  returns = collect_returns(x)
   x.publish("r1", routing_key: "nobody-#{RUN}", mandatory: true, headers: { "a" => 1 }, content_type: "text/plain")
   assert(wait_until { returns.size == 1 }, "no basic.return")
   ri, props, body = returns.pop
@@ -681,20 +685,17 @@ check("mandatory_return_no_confirms") do
      [312, "NO_ROUTE", "", "nobody-#{RUN}", "r1"], "basic.return")
   eq([props.content_type, props.headers], ["text/plain", { "a" => 1 }], "returned properties")
   no_warnings("return")
-  c.close
 end
 
-check("properties_roundtrip") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("properties_roundtrip") do |_c, ch|
+  q = temp_queue(ch)
   ts = Time.at(1_600_000_000)
   headers = { "s" => "str", "i" => 42, "neg" => -7, "big" => 2**40, "b" => true, "f" => false,
               "l" => [1, "two", [3]], "t" => { "n" => { "x" => 1 } }, "fl" => 1.5, "ts" => ts, "none" => nil }
-  ch.default_exchange.publish("body", routing_key: q.name, content_type: "application/json",
-                              content_encoding: "gzip", headers: headers, persistent: true, priority: 5,
-                              correlation_id: "corr", reply_to: "rt", expiration: "60000", message_id: "mid",
-                              timestamp: ts.to_i, type: "typ", user_id: "guest", app_id: "app", cluster_id: "cl")
+  publish(ch, q, "body", content_type: "application/json", content_encoding: "gzip", headers: headers,
+                         persistent: true, priority: 5, correlation_id: "corr", reply_to: "rt",
+                         expiration: "60000", message_id: "mid", timestamp: ts.to_i, type: "typ",
+                         user_id: "guest", app_id: "app", cluster_id: "cl")
   _di, p, body = pop_wait(q)
   eq(body, "body", "body")
   got = [p.content_type, p.content_encoding, p.delivery_mode, p.priority, p.correlation_id, p.reply_to,
@@ -703,90 +704,68 @@ check("properties_roundtrip") do
      "properties")
   eq(p.headers, headers, "headers")
   eq(p.headers.keys, headers.keys, "header order")
-  c.close
 end
 
-check("publish_user_id_mismatch_406") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("publish_user_id_mismatch_406") do |_c, ch|
+  q = temp_queue(ch)
   expect_async_close(ch, 406, "PRECONDITION_FAILED - user_id property set to 'someoneelse' but " \
                               "authenticated user was 'guest'") do
-    ch.default_exchange.publish("x", routing_key: q.name, user_id: "someoneelse")
+    publish(ch, q, "x", user_id: "someoneelse")
   end
-  c.close
 end
 
-check("large_and_empty_bodies") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("large_and_empty_bodies") do |_c, ch|
+  q = temp_queue(ch)
   big = ((0..255).map(&:chr).join * 4096 + "tail").b
-  ch.default_exchange.publish(big, routing_key: q.name)
-  ch.default_exchange.publish("", routing_key: q.name)
+  publish(ch, q, big, "")
   _d, _p, b = pop_wait(q)
   eq([b.bytesize, b.b == big], [big.bytesize, true], "large body")
   _d, _p, b = pop_wait(q)
   eq(b, "", "empty body")
-  c.close
 end
 
-check("priority_queue") do
-  c = connect
-  ch = c.create_channel
+check("priority_queue") do |_c, ch|
   ch.confirm_select
-  q = ch.queue("", exclusive: true, arguments: { "x-max-priority" => 5 })
-  [1, 9, 0, 3, 5, nil].each { |pr| ch.default_exchange.publish(pr.inspect, routing_key: q.name, priority: pr) }
+  q = temp_queue(ch, { "x-max-priority" => 5 })
+  [1, 9, 0, 3, 5, nil].each { |pr| publish(ch, q, pr.inspect, priority: pr) }
   ch.wait_for_confirms
   eq(drain(ch, q.name), %w[9 5 3 1 0 nil], "priority order")
-  c.close
 end
 
-check("direct_reply_to") do
-  c = connect
-  ch = c.create_channel
+check("direct_reply_to") do |c, ch|
   srv = c.create_channel
-  q = srv.queue("", exclusive: true)
+  q = temp_queue(srv)
   replies = Queue.new
   ch.basic_consume("amq.rabbitmq.reply-to", "", true, false, nil) { |_d, _p, b| replies << b }
-  ch.default_exchange.publish("ping", routing_key: q.name, reply_to: "amq.rabbitmq.reply-to")
+  publish(ch, q, "ping", reply_to: "amq.rabbitmq.reply-to")
   _d, p, _b = pop_wait(q)
   assert(p && p.reply_to.start_with?("amq.rabbitmq.reply-to."), "reply_to #{p && p.reply_to.inspect}")
   srv.default_exchange.publish("pong", routing_key: p.reply_to)
   assert(wait_until { replies.size == 1 }, "no reply")
   eq(replies.pop, "pong", "reply")
-  c.close
 end
 
-check("alternate_exchange") do
-  c = connect
-  ch = c.create_channel
+check("alternate_exchange") do |_c, ch|
   ch.confirm_select
-  ae = ch.fanout(name("ex.ae"))
-  x = ch.direct(name("ex.withae"), arguments: { "alternate-exchange" => ae.name })
-  q = ch.queue("", exclusive: true).bind(ae)
+  ae = declare_exchange(ch, :fanout, "ex.ae")
+  x = declare_exchange(ch, :direct, "ex.withae", arguments: { "alternate-exchange" => ae.name })
+  q = temp_queue(ch).bind(ae)
   returns = []
   x.on_return { |*a| returns << a }
   x.publish("to-ae", routing_key: "unbound", mandatory: true)
   ch.wait_for_confirms
   di, _p, b = pop_wait(q)
-  eq([b, di && di.exchange, di && di.routing_key, returns], ["to-ae", x.name, "unbound", []], "via alternate exchange")
-  x.delete
-  ae.delete
-  c.close
+  eq([b, di && di.exchange, di && di.routing_key, returns], ["to-ae", x.name, "unbound", []],
+     "via alternate exchange")
 end
 
-check("overflow_reject_publish_nack") do
-  c = connect
-  ch = c.create_channel
+check("overflow_reject_publish_nack") do |_c, ch|
   ch.confirm_select
-  q = ch.queue("", exclusive: true, arguments: { "x-max-length" => 1, "x-overflow" => "reject-publish" })
-  ch.default_exchange.publish("1", routing_key: q.name)
-  ch.default_exchange.publish("2", routing_key: q.name)
+  q = temp_queue(ch, { "x-max-length" => 1, "x-overflow" => "reject-publish" })
+  publish(ch, q, "1", "2")
   eq(ch.wait_for_confirms, false, "wait_for_confirms")
   eq(ch.nacked_set.to_a, [2], "nacked")
   eq(q.message_count, 1, "queue length")
-  c.close
 end
 
 # ------------------------------------------------------------------ consuming
@@ -810,11 +789,17 @@ def take(queue, n, timeout = 2)
   out
 end
 
-check("consume_manual_ack") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  3.times { |i| ch.default_exchange.publish("c#{i}", routing_key: q.name) }
+# Close ch (what it left unacked goes back to q), then get the next message
+# of q on a fresh channel of c: [body, redelivered?].
+def next_after_close(c, ch, q)
+  ch.close
+  di, _p, b = pop_wait(existing(c.create_channel, q.name))
+  [b, di && di.redelivered?]
+end
+
+check("consume_manual_ack") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "c0", "c1", "c2")
   cons, got = subscribe_collect(q, consumer_tag: "ctag-#{RUN}")
   eq(cons.consumer_tag, "ctag-#{RUN}", "consumer tag")
   msgs = take(got, 3)
@@ -823,25 +808,18 @@ check("consume_manual_ack") do
   msgs.each { |di, _p, _b| ch.ack(di.delivery_tag) }
   cons.cancel
   eq(q.message_count, 0, "left after ack")
-  c.close
 end
 
-check("consume_generated_tag") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  cons = q.subscribe { |*_a| }
+check("consume_generated_tag") do |_c, ch|
+  cons = temp_queue(ch).subscribe { |*_a| }
   # bunny names its own consumers
   assert(cons.consumer_tag =~ /\Abunny-\d+-\d+\z/, "consumer tag #{cons.consumer_tag.inspect}")
-  c.close
 end
 
-check("nack_requeue_redelivered_headers") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("n1", routing_key: q.name, headers: { "app" => "h" })
-  ch.default_exchange.publish("n2", routing_key: q.name)
+check("nack_requeue_redelivered_headers") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "n1", headers: { "app" => "h" })
+  publish(ch, q, "n2")
   ch.prefetch(1)
   cons, got = subscribe_collect(q)
   3.times do |round|
@@ -855,43 +833,34 @@ check("nack_requeue_redelivered_headers") do
   end
   di, p, b = pop_wait(q)
   eq([b, di.redelivered?, p.headers], ["n1", true, { "app" => "h" }], "get after nacks")
-  c.close
 end
 
-check("reject_requeue_no_headers_added") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("r1", routing_key: q.name)
+check("reject_requeue_no_headers_added") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "r1")
   di, p, _b = pop_wait(q, manual_ack: true)
   eq(p.headers, nil, "first delivery headers")
   ch.reject(di.delivery_tag, true)
   di, p, _b = pop_wait(q, manual_ack: true)
   eq([di.redelivered?, p.headers], [true, nil], "redelivered, headers after reject")
   ch.ack(di.delivery_tag)
-  c.close
 end
 
-check("nack_multiple") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  4.times { |i| ch.default_exchange.publish(i.to_s, routing_key: q.name) }
+check("nack_multiple") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "0", "1", "2", "3")
   tags = Array.new(4) { pop_wait(q, manual_ack: true)[0].delivery_tag.to_i }
   eq(tags, [1, 2, 3, 4], "tags")
   ch.nack(3, true, true)
   out = Array.new(3) { di, _p, b = q.pop(manual_ack: true); [b, di.redelivered?] }
   eq(out, [["0", true], ["1", true], ["2", true]], "requeued in original order")
   eq(q.pop(manual_ack: true)[0], nil, "no more ready")
-  c.close
 end
 
-check("basic_get") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("basic_get") do |_c, ch|
+  q = temp_queue(ch)
   eq(q.pop, [nil, nil, nil], "get-empty")
-  3.times { |i| ch.default_exchange.publish("g#{i}", routing_key: q.name, content_type: "text/plain") }
+  publish(ch, q, "g0", "g1", "g2", content_type: "text/plain")
   di, p, b = pop_wait(q, manual_ack: true)
   eq([di.delivery_tag.to_i, di.redelivered?, di.exchange, di.routing_key, di.instance_variable_get(:@get_ok).message_count, b, p.content_type],
      [1, false, "", q.name, 2, "g0", "text/plain"], "get-ok")
@@ -899,17 +868,14 @@ check("basic_get") do
   di, _p, _b = q.pop
   eq([di.delivery_tag.to_i, di.instance_variable_get(:@get_ok).message_count], [2, 1], "get-ok no-ack")
   nq = name("noq")
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{nq}' in vhost '/'") do
+  expect_channel_close(Bunny::NotFound, 404, not_found("queue", nq)) do
     ch.basic_get(nq)
   end
-  c.close
 end
 
-check("qos_prefetch") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  6.times { |i| ch.default_exchange.publish(i.to_s, routing_key: q.name) }
+check("qos_prefetch") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "0", "1", "2", "3", "4", "5")
   ch.prefetch(2)
   _cons, got = subscribe_collect(q)
   sleep 0.5
@@ -918,17 +884,14 @@ check("qos_prefetch") do
   ch.ack(msgs.last[0].delivery_tag, true)
   sleep 0.5
   eq(got.size, 2, "after acking both")
-  c.close
 end
 
-check("qos_global_per_channel") do
-  c = connect
-  ch = c.create_channel
-  q1 = ch.queue("", exclusive: true)
-  q2 = ch.queue("", exclusive: true)
+check("qos_global_per_channel") do |_c, ch|
+  q1 = temp_queue(ch)
+  q2 = temp_queue(ch)
   5.times do
-    ch.default_exchange.publish("a", routing_key: q1.name)
-    ch.default_exchange.publish("b", routing_key: q2.name)
+    publish(ch, q1, "a")
+    publish(ch, q2, "b")
   end
   ch.basic_qos(3, true)
   got = Queue.new
@@ -936,12 +899,9 @@ check("qos_global_per_channel") do
   q2.subscribe(manual_ack: true) { |*a| got << a }
   sleep 0.5
   eq(got.size, 3, "in flight with global prefetch 3 over two consumers")
-  c.close
 end
 
-check("consumer_cancel_notify_on_queue_delete") do
-  c = connect
-  ch = c.create_channel
+check("consumer_cancel_notify_on_queue_delete") do |c, ch|
   q = ch.queue(name("q.cancel"))
   cancels = Queue.new
   cons = Bunny::Consumer.new(ch, q, ch.generate_consumer_tag, false)
@@ -953,32 +913,24 @@ check("consumer_cancel_notify_on_queue_delete") do
   m = cancels.pop
   eq([m.consumer_tag, m.nowait], [cons.consumer_tag, true], "basic.cancel")
   assert(ch.open?, "channel closed")
-  ch.queue("", exclusive: true)
+  temp_queue(ch)
   no_warnings("cancel notification")
-  c.close
 end
 
-check("basic_cancel_requeues_on_close") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue(name("q.cancel2"))
-  ch.default_exchange.publish("x", routing_key: q.name)
+check("basic_cancel_requeues_on_close") do |c, ch|
+  q = declare_queue(ch, "q.cancel2")
+  publish(ch, q, "x")
   cons, got = subscribe_collect(q)
   eq(take(got, 1).size, 1, "delivered")
   cons.cancel
-  ch.close
-  ch = c.create_channel
-  di, _p, b = pop_wait(existing(ch, q.name))
-  eq([b, di && di.redelivered?], ["x", true], "requeued after channel close")
-  ch.queue_delete(q.name)
-  c.close
+  eq(next_after_close(c, ch, q), ["x", true], "requeued after channel close")
 end
 
 check("duplicate_consumer_tag_530") do
   sink = ErrorSink.new
   c = connect(automatically_recover: false, recover_from_connection_close: false, session_error_handler: sink)
   ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+  q = temp_queue(ch)
   ch.basic_consume(q.name, "dup", true, false, nil) { |*_a| }
   begin
     ch.basic_consume(q.name, "dup", true, false, nil) { |*_a| }
@@ -991,56 +943,50 @@ check("duplicate_consumer_tag_530") do
      [Bunny::NotAllowedError, 530, "NOT_ALLOWED - attempt to reuse consumer tag 'dup'"], "connection.close")
 end
 
-check("exclusive_consumer_403") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("exclusive_consumer_403") do |c, ch|
+  q = temp_queue(ch)
   q.subscribe(exclusive: true) { |*_a| }
   ch2 = c.create_channel
   expect_channel_close(Bunny::AccessRefused, 403, "ACCESS_REFUSED - queue '#{q.name}' in vhost '/' in exclusive use") do
     ch2.basic_consume(q.name, "", true, false, nil) { |*_a| }
   end
-  c.close
 end
 
 check("exclusive_queue_other_connection_405") do
-  c1 = connect
-  ch1 = c1.create_channel
   q = name("q.locked")
-  ch1.queue(q, exclusive: true)
-  c2 = connect
   text = "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '#{q}' in vhost '/'. " \
          "It could be originally declared on another connection or the exclusive property value " \
          "does not match that of the original declaration."
-  [
-    ->(ch) { ch.queue_declare(q, exclusive: true) },
-    ->(ch) { ch.queue_declare(q) },
-    ->(ch) { ch.queue_declare(q, passive: true) },
-    ->(ch) { ch.basic_consume(q, "", true, false, nil) { |*_a| } },
-    ->(ch) { ch.basic_get(q) },
-    ->(ch) { ch.queue_delete(q) },
-    ->(ch) { ch.queue_purge(q) },
-    ->(ch) { ch.queue_bind(q, "amq.fanout") }
-  ].each do |op|
-    ch2 = c2.create_channel
-    expect_channel_close(Bunny::ResourceLocked, 405, text) { op.call(ch2) }
+  session do |_c1, ch1|
+    ch1.queue(q, exclusive: true)
+    session do |c2, _ch2|
+      [
+        ->(ch) { ch.queue_declare(q, exclusive: true) },
+        ->(ch) { ch.queue_declare(q) },
+        ->(ch) { ch.queue_declare(q, passive: true) },
+        ->(ch) { ch.basic_consume(q, "", true, false, nil) { |*_a| } },
+        ->(ch) { ch.basic_get(q) },
+        ->(ch) { ch.queue_delete(q) },
+        ->(ch) { ch.queue_purge(q) },
+        ->(ch) { ch.queue_bind(q, "amq.fanout") }
+      ].each do |op|
+        ch2 = c2.create_channel
+        expect_channel_close(Bunny::ResourceLocked, 405, text) { op.call(ch2) }
+      end
+      ch2 = c2.create_channel
+      ch2.default_exchange.publish("publishing is allowed", routing_key: q)
+      temp_queue(ch2)
+      eq(ch1.queue_declare(q, passive: true).message_count, 1, "published by the other connection")
+    end
   end
-  ch2 = c2.create_channel
-  ch2.default_exchange.publish("publishing is allowed", routing_key: q)
-  ch2.queue("", exclusive: true)
-  eq(ch1.queue_declare(q, passive: true).message_count, 1, "published by the other connection")
-  c2.close
-  c1.close
-  c3 = connect
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{q}' in vhost '/'") do
-    c3.create_channel.queue_declare(q, passive: true)
+  session do |_c3, ch3|
+    expect_channel_close(Bunny::NotFound, 404, not_found("queue", q)) do
+      ch3.queue_declare(q, passive: true)
+    end
   end
-  c3.close
 end
 
-check("unknown_delivery_tag_406") do
-  c = connect
-  ch = c.create_channel
+check("unknown_delivery_tag_406") do |c, ch|
   errors = Queue.new
   ch.on_error { |_ch, close| errors << close }
   ch.basic_ack(42, false)
@@ -1048,60 +994,59 @@ check("unknown_delivery_tag_406") do
   m = errors.pop
   eq([m.reply_code, m.reply_text], [406, "PRECONDITION_FAILED - unknown delivery tag 42"], "channel.close")
   assert(c.open?, "connection closed")
-  c.create_channel.queue("", exclusive: true)
-  c.close
+  temp_queue(c.create_channel)
 end
 
-check("single_active_consumer") do
-  c = connect
-  ch = c.create_channel
+check("single_active_consumer") do |c, ch|
   ch2 = c.create_channel
-  q = ch.queue("", exclusive: true, arguments: { "x-single-active-consumer" => true })
+  q = temp_queue(ch, { "x-single-active-consumer" => true })
   got = Queue.new
   c1 = q.subscribe(manual_ack: true) { |di, _p, b| got << ["c1", b]; ch.ack(di.delivery_tag) }
   existing(ch2, q.name).subscribe(manual_ack: true) { |di, _p, b| got << ["c2", b]; ch2.ack(di.delivery_tag) }
-  3.times { |i| ch.default_exchange.publish(i.to_s, routing_key: q.name) }
+  publish(ch, q, "0", "1", "2")
   first = take(got, 3)
   c1.cancel
-  ch.default_exchange.publish("3", routing_key: q.name)
+  publish(ch, q, "3")
   eq(first + take(got, 1), [%w[c1 0], %w[c1 1], %w[c1 2], %w[c2 3]], "deliveries")
-  c.close
 end
 
-check("consumer_priority") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
+check("consumer_priority") do |_c, ch|
+  q = temp_queue(ch)
   got = Queue.new
   q.subscribe(arguments: { "x-priority" => 1 }) { |*_a| got << "low" }
   q.subscribe(arguments: { "x-priority" => 10 }) { |*_a| got << "high" }
-  4.times { ch.default_exchange.publish("x", routing_key: q.name) }
+  publish(ch, q, *["x"] * 4)
   eq(take(got, 4), ["high"] * 4, "deliveries")
-  c.close
 end
 
 check("unacked_requeued_on_connection_close") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue(name("q.requeue"))
-  3.times { |i| ch.default_exchange.publish(i.to_s, routing_key: q.name) }
-  c2 = connect
-  ch2 = c2.create_channel
-  2.times { pop_wait(existing(ch2, q.name), manual_ack: true) }
-  c2.close
-  out = Array.new(3) { di, _p, b = pop_wait(q); [b, di && di.redelivered?] }
-  q.delete
-  c.close
+  out = session do |_c, ch|
+    q = declare_queue(ch, "q.requeue")
+    publish(ch, q, "0", "1", "2")
+    session do |_c2, ch2|
+      2.times { pop_wait(existing(ch2, q.name), manual_ack: true) }
+    end
+    Array.new(3) { di, _p, b = pop_wait(q); [b, di && di.redelivered?] }
+  end
   eq(out, [["0", true], ["1", true], ["2", false]], "order and redelivered after requeue")
 end
 
 # ----------------------------------------------------- dead-lettering and TTL
 
+# src.SUFFIX dead-letters to the fanout dlx.SUFFIX, bound to dlq.SUFFIX; all
+# three are deleted after the check.
 def death_setup(ch, suffix, qargs)
-  dlx = ch.fanout(name("dlx.#{suffix}"))
-  dlq = ch.queue(name("dlq.#{suffix}")).bind(dlx)
-  src = ch.queue(name("src.#{suffix}"), arguments: { "x-dead-letter-exchange" => dlx.name }.merge(qargs))
+  dlx = declare_exchange(ch, :fanout, "dlx.#{suffix}")
+  dlq = declare_queue(ch, "dlq.#{suffix}").bind(dlx)
+  src = declare_queue(ch, "src.#{suffix}", arguments: { "x-dead-letter-exchange" => dlx.name }.merge(qargs))
   [dlx, dlq, src]
+end
+
+# Get one message from q and reject it (no requeue).
+def reject_one(ch, q)
+  di, _p, _b = pop_wait(q, manual_ack: true)
+  assert(di, "nothing in #{q.name}")
+  ch.reject(di.delivery_tag, false)
 end
 
 def norm_deaths(h)
@@ -1118,41 +1063,36 @@ def norm_deaths(h)
   h
 end
 
-check("dlx_reject_headers_exact") do
-  c = connect
-  ch = c.create_channel
+# One x-death table as norm_deaths leaves it.
+def death(count, reason, queue, exchange, routing_keys)
+  { "count" => count, "reason" => reason, "queue" => queue, "time" => :a_time, "exchange" => exchange,
+    "routing-keys" => routing_keys }
+end
+
+# The headers (as norm_deaths leaves them) of a message dead-lettered once,
+# from queue, as RabbitMQ 3.10 writes them; death_extra: more x-death fields.
+def death_headers(reason, queue, exchange, routing_keys, death_extra = {})
+  { "x-death" => [death(1, reason, queue, exchange, routing_keys).merge(death_extra)],
+    "x-first-death-exchange" => exchange, "x-first-death-queue" => queue, "x-first-death-reason" => reason }
+end
+
+check("dlx_reject_headers_exact") do |_c, ch|
   dlx, dlq, src = death_setup(ch, "rej", {})
-  ch.default_exchange.publish("dead", routing_key: src.name, headers: { "app" => "v" }, content_type: "text/plain")
-  di, _p, _b = pop_wait(src, manual_ack: true)
-  ch.reject(di.delivery_tag, false)
+  publish(ch, src, "dead", headers: { "app" => "v" }, content_type: "text/plain")
+  reject_one(ch, src)
   di, p, _b = pop_wait(dlq)
   assert(di, "nothing dead-lettered")
   eq([di.exchange, di.routing_key, di.redelivered?, p.content_type], [dlx.name, src.name, false, "text/plain"],
      "dead-lettered get-ok")
-  want = {
-    "app" => "v",
-    "x-death" => [{ "count" => 1, "reason" => "rejected", "queue" => src.name, "time" => :a_time,
-                    "exchange" => "", "routing-keys" => [src.name] }],
-    "x-first-death-exchange" => "", "x-first-death-queue" => src.name, "x-first-death-reason" => "rejected"
-  }
-  got = norm_deaths(p.headers)
-  [src, dlq].each(&:delete)
-  dlx.delete
-  c.close
-  eq(got, want, "dead-lettered headers")
+  eq(norm_deaths(p.headers), { "app" => "v" }.merge(death_headers("rejected", src.name, "", [src.name])),
+     "dead-lettered headers")
 end
 
-check("dlx_x_last_death_headers") do
-  c = connect
-  ch = c.create_channel
-  dlx, dlq, src = death_setup(ch, "last", {})
-  ch.default_exchange.publish("dead", routing_key: src.name)
-  di, _p, _b = pop_wait(src, manual_ack: true)
-  ch.reject(di.delivery_tag, false)
+check("dlx_x_last_death_headers") do |_c, ch|
+  _dlx, dlq, src = death_setup(ch, "last", {})
+  publish(ch, src, "dead")
+  reject_one(ch, src)
   _di, p, _b = pop_wait(dlq)
-  [src, dlq].each(&:delete)
-  dlx.delete
-  c.close
   extra = p.headers.select { |k, _| k.start_with?("x-last-death-") }
   # RabbitMQ 3.10 writes none; 3.13 and later (and railmq) write these.
   unless extra.empty?
@@ -1162,229 +1102,163 @@ check("dlx_x_last_death_headers") do
 end
 
 check("dlx_header_table_order") do
-  c = connect
-  ch = c.create_channel
-  dlx, dlq, src = death_setup(ch, "ord", {})
-  5.times { ch.default_exchange.publish("o", routing_key: src.name, headers: { "zz" => 1, "app" => "v", "Mid" => 2 }) }
   bad = []
-  5.times do
-    di, _p, _b = pop_wait(src, manual_ack: true)
-    ch.reject(di.delivery_tag, false)
-    _di, p, _b = pop_wait(dlq)
-    keys = p.headers.keys.reject { |k| k.start_with?("x-last-death-") }
-    want = %w[Mid app x-death x-first-death-exchange x-first-death-queue x-first-death-reason zz]
-    bad << "headers #{keys}" if keys != want
-    fields = p.headers["x-death"][0].keys
-    bad << "x-death #{fields}" if fields != %w[count reason queue time exchange routing-keys]
+  session do |_c, ch|
+    _dlx, dlq, src = death_setup(ch, "ord", {})
+    publish(ch, src, *["o"] * 5, headers: { "zz" => 1, "app" => "v", "Mid" => 2 })
+    5.times do
+      reject_one(ch, src)
+      _di, p, _b = pop_wait(dlq)
+      keys = p.headers.keys.reject { |k| k.start_with?("x-last-death-") }
+      want = %w[Mid app x-death x-first-death-exchange x-first-death-queue x-first-death-reason zz]
+      bad << "headers #{keys}" if keys != want
+      fields = p.headers["x-death"][0].keys
+      bad << "x-death #{fields}" if fields != %w[count reason queue time exchange routing-keys]
+    end
   end
-  [src, dlq].each(&:delete)
-  dlx.delete
-  c.close
   assert(bad.empty?, "#{bad.size} of 10 tables in another order, e.g. #{bad.first(2)}")
 end
 
 def cc_bcc_publish(ch)
-  x = ch.direct(name("x.cc"))
-  qs = %w[orig cc1 bcc1].map { |rk| ch.queue("", exclusive: true).bind(x, routing_key: rk) }
+  x = declare_exchange(ch, :direct, "x.cc")
+  qs = %w[orig cc1 bcc1].map { |rk| temp_queue(ch).bind(x, routing_key: rk) }
   x.publish("d", routing_key: "orig", headers: { "a" => 1, "CC" => ["cc1"], "BCC" => ["bcc1"] })
-  got = qs.map { |q| pop_wait(q) }
-  x.delete
-  got
+  qs.map { |q| pop_wait(q) }
 end
 
 check("cc_bcc_routing") do
-  c = connect
-  got = cc_bcc_publish(c.create_channel)
-  c.close
+  got = session { |_c, ch| cc_bcc_publish(ch) }
   eq(got.map { |di, _p, _b| di && di.routing_key }, %w[orig orig orig],
      "routing key seen by the queues bound to orig, cc1, bcc1 (nil: not routed)")
 end
 
 check("bcc_header_removed") do
-  c = connect
-  _di, p, _b = cc_bcc_publish(c.create_channel)[0]
-  c.close
+  _di, p, _b = session { |_c, ch| cc_bcc_publish(ch)[0] }
   eq(p.headers, { "a" => 1, "CC" => ["cc1"] }, "delivered headers (BCC removed)")
 end
 
-check("dlx_cc_routing_keys") do
-  c = connect
-  ch = c.create_channel
-  x = ch.direct(name("x.dlcc"))
-  dlx = ch.direct(name("dlx.cc"))
-  only_cc = ch.queue("", exclusive: true).bind(dlx, routing_key: "cc1")
-  src = ch.queue("", exclusive: true, arguments: { "x-dead-letter-exchange" => dlx.name }).bind(x, routing_key: "orig")
-  x.publish("d", routing_key: "orig", headers: { "CC" => ["cc1"] })
-  di, _p, _b = pop_wait(src, manual_ack: true)
-  ch.nack(di.delivery_tag, false, false)
-  di, p, _b = pop_wait(only_cc)
-  x.delete
-  dlx.delete
-  c.close
-  assert(di, "dead-lettered copy not routed by its CC key")
-  eq(norm_deaths(p.headers),
-     { "CC" => ["cc1"],
-       "x-death" => [{ "count" => 1, "reason" => "rejected", "queue" => src.name, "time" => :a_time,
-                       "exchange" => x.name, "routing-keys" => %w[orig cc1] }],
-       "x-first-death-exchange" => x.name, "x-first-death-queue" => src.name, "x-first-death-reason" => "rejected" },
-     "dead-lettered headers")
-end
-
-check("dlx_routing_key_drops_cc") do
-  c = connect
-  ch = c.create_channel
-  x = ch.direct(name("x.dlrk"))
-  dlx = ch.direct(name("dlx.rk"))
-  dlq = ch.queue("", exclusive: true).bind(dlx, routing_key: "dead-rk")
-  src = ch.queue("", exclusive: true, arguments: { "x-dead-letter-exchange" => dlx.name,
-                                                   "x-dead-letter-routing-key" => "dead-rk" })
-  src.bind(x, routing_key: "orig")
+# x.dlSUFFIX -> src (bound with "orig", dead-letters to the direct dlx.SUFFIX,
+# with the arguments dl_args) -> a queue bound to dlx.SUFFIX with dlq_key. A
+# message published with a CC header is nacked from src; returns the
+# exchange, src and the dead-lettered copy [delivery info, properties] (nil
+# when none arrived).
+def cc_dead_letter(ch, suffix, dlq_key, dl_args = {})
+  x = declare_exchange(ch, :direct, "x.dl#{suffix}")
+  dlx = declare_exchange(ch, :direct, "dlx.#{suffix}")
+  dlq = temp_queue(ch).bind(dlx, routing_key: dlq_key)
+  src = temp_queue(ch, { "x-dead-letter-exchange" => dlx.name }.merge(dl_args)).bind(x, routing_key: "orig")
   x.publish("d", routing_key: "orig", headers: { "CC" => ["cc1"] })
   di, _p, _b = pop_wait(src, manual_ack: true)
   ch.nack(di.delivery_tag, false, false)
   di, p, _b = pop_wait(dlq)
-  x.delete
-  dlx.delete
-  c.close
+  [x, src, di, p]
+end
+
+check("dlx_cc_routing_keys") do |_c, ch|
+  x, src, di, p = cc_dead_letter(ch, "cc", "cc1")
+  assert(di, "dead-lettered copy not routed by its CC key")
+  eq(norm_deaths(p.headers), { "CC" => ["cc1"] }.merge(death_headers("rejected", src.name, x.name, %w[orig cc1])),
+     "dead-lettered headers")
+end
+
+check("dlx_routing_key_drops_cc") do |_c, ch|
+  x, src, di, p = cc_dead_letter(ch, "rk", "dead-rk", "x-dead-letter-routing-key" => "dead-rk")
   assert(di, "nothing dead-lettered")
   eq(di.routing_key, "dead-rk", "routing key")
-  eq(norm_deaths(p.headers),
-     { "x-death" => [{ "count" => 1, "reason" => "rejected", "queue" => src.name, "time" => :a_time,
-                       "exchange" => x.name, "routing-keys" => %w[orig cc1] }],
-       "x-first-death-exchange" => x.name, "x-first-death-queue" => src.name, "x-first-death-reason" => "rejected" },
+  eq(norm_deaths(p.headers), death_headers("rejected", src.name, x.name, %w[orig cc1]),
      "dead-lettered headers (CC removed)")
 end
 
-check("dlx_cycle_count_increments") do
-  c = connect
-  ch = c.create_channel
-  dlx = ch.fanout(name("dlx.cyc"))
+check("dlx_cycle_count_increments") do |_c, ch|
+  dlx = declare_exchange(ch, :fanout, "dlx.cyc")
   src_name = name("src.cyc")
-  dlq = ch.queue(name("dlq.cyc"), arguments: { "x-dead-letter-exchange" => "", "x-dead-letter-routing-key" => src_name })
+  dlq = declare_queue(ch, "dlq.cyc", arguments: { "x-dead-letter-exchange" => "",
+                                                  "x-dead-letter-routing-key" => src_name })
   dlq.bind(dlx)
-  src = ch.queue(src_name, arguments: { "x-dead-letter-exchange" => dlx.name })
-  ch.default_exchange.publish("cyc", routing_key: src.name)
-  [src, dlq, src].each do |q|
-    di, _p, _b = pop_wait(q, manual_ack: true)
-    assert(di, "nothing in #{q.name}")
-    ch.reject(di.delivery_tag, false)
-  end
+  src = declare_queue(ch, "src.cyc", arguments: { "x-dead-letter-exchange" => dlx.name })
+  publish(ch, src, "cyc")
+  [src, dlq, src].each { |q| reject_one(ch, q) }
   _di, p, _b = pop_wait(dlq)
-  [src, dlq].each(&:delete)
-  dlx.delete
-  c.close
   h = norm_deaths(p.headers)
-  eq(h["x-death"],
-     [{ "count" => 2, "reason" => "rejected", "queue" => src_name, "time" => :a_time, "exchange" => "",
-        "routing-keys" => [src_name] },
-      { "count" => 1, "reason" => "rejected", "queue" => dlq.name, "time" => :a_time, "exchange" => dlx.name,
-        "routing-keys" => [src_name] }], "x-death")
+  eq(h["x-death"], [death(2, "rejected", src_name, "", [src_name]), death(1, "rejected", dlq.name, dlx.name, [src_name])],
+     "x-death")
   eq(h.reject { |k, _| k == "x-death" },
      { "x-first-death-exchange" => "", "x-first-death-queue" => src_name, "x-first-death-reason" => "rejected" },
      "x-first-death-* (the first death, not the last)")
 end
 
-check("ttl_queue") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true, arguments: { "x-message-ttl" => 200 })
-  ch.default_exchange.publish("t", routing_key: q.name)
+check("ttl_queue") do |_c, ch|
+  q = temp_queue(ch, { "x-message-ttl" => 200 })
+  publish(ch, q, "t")
   sleep 0.5
   eq(q.pop[0], nil, "expired message still there")
   eq(q.message_count, 0, "count")
-  c.close
 end
 
-check("ttl_message_expiration") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("short", routing_key: q.name, expiration: "150")
-  ch.default_exchange.publish("long", routing_key: q.name, expiration: "60000")
+check("ttl_message_expiration") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "short", expiration: "150")
+  publish(ch, q, "long", expiration: "60000")
   sleep 0.5
   _d, p, b = q.pop
   eq([b, p && p.expiration], ["long", "60000"], "survivor")
   eq(q.pop[0], nil, "queue empty")
   expect_async_close(ch, 406, "PRECONDITION_FAILED - invalid expiration 'soon': no_integer") do
-    ch.default_exchange.publish("x", routing_key: q.name, expiration: "soon")
+    publish(ch, q, "x", expiration: "soon")
   end
-  c.close
 end
 
-check("ttl_expired_dead_letter_headers") do
-  c = connect
-  ch = c.create_channel
-  dlx, dlq, src = death_setup(ch, "exp", { "x-message-ttl" => 100 })
-  ch.default_exchange.publish("q-ttl", routing_key: src.name)
-  ch.default_exchange.publish("m-ttl", routing_key: src.name, expiration: "50")
+check("ttl_expired_dead_letter_headers") do |_c, ch|
+  _dlx, dlq, src = death_setup(ch, "exp", { "x-message-ttl" => 100 })
+  publish(ch, src, "q-ttl")
+  publish(ch, src, "m-ttl", expiration: "50")
   _d1, p1, b1 = pop_wait(dlq)
   _d2, p2, b2 = pop_wait(dlq)
-  [src, dlq].each(&:delete)
-  dlx.delete
-  c.close
   eq([b1, b2], %w[q-ttl m-ttl], "dead-lettered bodies")
-  base = { "count" => 1, "reason" => "expired", "queue" => src.name, "time" => :a_time, "exchange" => "",
-           "routing-keys" => [src.name] }
-  first = { "x-first-death-exchange" => "", "x-first-death-queue" => src.name, "x-first-death-reason" => "expired" }
-  eq(norm_deaths(p1.headers), { "x-death" => [base] }.merge(first), "queue-ttl dead-letter headers")
-  eq(norm_deaths(p2.headers), { "x-death" => [base.merge("original-expiration" => "50")] }.merge(first),
+  eq(norm_deaths(p1.headers), death_headers("expired", src.name, "", [src.name]), "queue-ttl dead-letter headers")
+  eq(norm_deaths(p2.headers), death_headers("expired", src.name, "", [src.name], "original-expiration" => "50"),
      "message-ttl dead-letter headers")
   eq(p2.expiration, nil, "expiration removed")
 end
 
-check("queue_expires") do
-  c = connect
-  ch = c.create_channel
+check("queue_expires") do |_c, ch|
   q = name("q.expires")
   ch.queue(q, arguments: { "x-expires" => 300 })
   sleep 1
-  expect_channel_close(Bunny::NotFound, 404, "NOT_FOUND - no queue '#{q}' in vhost '/'") do
+  expect_channel_close(Bunny::NotFound, 404, not_found("queue", q)) do
     ch.queue_declare(q, passive: true)
   end
-  c.close
 end
 
-check("queue_type_classic") do
-  c = connect
-  ch = c.create_channel
-  q = name("q.classic")
-  ch.queue(q, arguments: { "x-queue-type" => "classic" })
-  ch.queue_declare(q)
-  ch.queue_delete(q)
-  c.close
+check("queue_type_classic") do |_c, ch|
+  q = declare_queue(ch, "q.classic", arguments: { "x-queue-type" => "classic" })
+  ch.queue_declare(q.name)
 end
 
-check("queue_type_quorum") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue(name("q.quorum"), durable: true, arguments: { "x-queue-type" => "quorum" })
-  ch.default_exchange.publish("qq", routing_key: q.name)
+check("queue_type_quorum") do |_c, ch|
+  q = declare_queue(ch, "q.quorum", durable: true, arguments: { "x-queue-type" => "quorum" })
+  publish(ch, q, "qq")
   di, _p, b = pop_wait(q, manual_ack: true)
   eq(b, "qq", "body")
   ch.nack(di.delivery_tag, false, true)
   di, p, _b = pop_wait(q)
   eq([di.redelivered?, (p.headers || {})["x-delivery-count"]], [true, 1], "quorum redelivery")
-  q.delete
-  c.close
 end
 
-check("ttl_zero_delivers_to_waiting_consumer") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true, arguments: { "x-message-ttl" => 0 })
-  ch.default_exchange.publish("gone", routing_key: q.name)
+check("ttl_zero_delivers_to_waiting_consumer") do |_c, ch|
+  q = temp_queue(ch, { "x-message-ttl" => 0 })
+  publish(ch, q, "gone")
   sleep 0.2
   eq(q.pop[0], nil, "ttl 0 with no consumer")
   got = Queue.new
   q.subscribe { |_d, _p, b| got << b }
-  3.times { |i| ch.default_exchange.publish("live#{i}", routing_key: q.name) }
+  publish(ch, q, "live0", "live1", "live2")
   eq(take(got, 3), %w[live0 live1 live2], "ttl 0 with a waiting consumer")
-  q2 = ch.queue("", exclusive: true)
+  q2 = temp_queue(ch)
   got2 = Queue.new
   q2.subscribe { |_d, p, b| got2 << [b, p.expiration] }
-  ch.default_exchange.publish("m", routing_key: q2.name, expiration: "0")
+  publish(ch, q2, "m", expiration: "0")
   eq(take(got2, 1), [["m", "0"]], "expiration 0 with a waiting consumer")
-  c.close
 end
 
 # bunny encodes Ruby integers as signed 64-bit ('l'), RabbitMQ's "long"
@@ -1426,16 +1300,14 @@ end
 
 # ------------------------------------------------------- transactions, recover
 
-check("tx_commit_rollback") do
-  c = connect
-  ch = c.create_channel
+check("tx_commit_rollback") do |c, ch|
   other = c.create_channel
-  q = ch.queue("", exclusive: true)
+  q = temp_queue(ch)
   count = -> { other.queue_declare(q.name, passive: true).message_count }
   ch.tx_select
-  ch.default_exchange.publish("rolled back", routing_key: q.name)
+  publish(ch, q, "rolled back")
   ch.tx_rollback
-  ch.default_exchange.publish("committed", routing_key: q.name)
+  publish(ch, q, "committed")
   eq(count.call, 0, "visible before commit")
   ch.tx_commit
   eq(count.call, 1, "visible after commit")
@@ -1447,78 +1319,54 @@ check("tx_commit_rollback") do
   ch.tx_commit
   ch.close
   eq(count.call, 0, "committed ack")
-  c.close
 end
 
-check("tx_rollback_ack_keeps_message") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("m", routing_key: q.name)
+check("tx_rollback_ack_keeps_message") do |c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "m")
   ch.tx_select
   di, _p, _b = pop_wait(q, manual_ack: true)
   ch.ack(di.delivery_tag)
   ch.tx_rollback
-  ch.close
-  ch = c.create_channel
-  di, _p, b = pop_wait(existing(ch, q.name))
-  eq([b, di && di.redelivered?], ["m", true], "after rolled-back ack and channel close")
-  c.close
+  eq(next_after_close(c, ch, q), ["m", true], "after rolled-back ack and channel close")
 end
 
 check("tx_errors_406") do
   c = connect
-  expect_channel_close(Bunny::PreconditionFailed, 406, "PRECONDITION_FAILED - channel is not transactional") do
-    c.create_channel.tx_commit
-  end
-  expect_channel_close(Bunny::PreconditionFailed, 406, "PRECONDITION_FAILED - channel is not transactional") do
-    c.create_channel.tx_rollback
-  end
-  ch = c.create_channel
-  ch.tx_select
-  expect_channel_close(Bunny::PreconditionFailed, 406, "PRECONDITION_FAILED - cannot switch from tx to confirm mode") do
-    ch.confirm_select
-  end
-  ch = c.create_channel
-  ch.confirm_select
-  expect_channel_close(Bunny::PreconditionFailed, 406, "PRECONDITION_FAILED - cannot switch from confirm to tx mode") do
-    ch.tx_select
+  [[nil, :tx_commit, "channel is not transactional"],
+   [nil, :tx_rollback, "channel is not transactional"],
+   [:tx_select, :confirm_select, "cannot switch from tx to confirm mode"],
+   [:confirm_select, :tx_select, "cannot switch from confirm to tx mode"]].each do |first, method, text|
+    ch = c.create_channel
+    ch.public_send(first) if first
+    expect_channel_close(Bunny::PreconditionFailed, 406, "PRECONDITION_FAILED - #{text}") { ch.public_send(method) }
   end
   c.close
 end
 
-check("basic_recover_requeue") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("rec", routing_key: q.name)
+check("basic_recover_requeue") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "rec")
   pop_wait(q, manual_ack: true)
   ch.basic_recover(true)
   di, _p, b = q.pop(manual_ack: true)
   eq([b, di && di.redelivered?, di && di.delivery_tag.to_i], ["rec", true, 2], "after recover")
   ch.ack(di.delivery_tag)
-  c.close
 end
 
-check("basic_recover_consumer_requeue") do
-  c = connect
-  ch = c.create_channel
-  q = ch.queue("", exclusive: true)
-  ch.default_exchange.publish("rec", routing_key: q.name)
+check("basic_recover_consumer_requeue") do |_c, ch|
+  q = temp_queue(ch)
+  publish(ch, q, "rec")
   _cons, got = subscribe_collect(q)
   first = take(got, 1)
   ch.recover
   second = take(got, 1)
   eq((first + second).map { |di, _p, b| [di.delivery_tag.to_i, di.redelivered?, b] },
      [[1, false, "rec"], [2, true, "rec"]], "deliveries around recover")
-  c.close
 end
 
-check("channel_flow_active") do
-  c = connect
-  ch = c.create_channel
+check("channel_flow_active") do |_c, ch|
   eq(ch.channel_flow(true).active, true, "flow-ok")
-  c.close
 end
 
 # ---------------------------------------------------------------------------
