@@ -133,6 +133,7 @@ func cleanCloses(t *testing.T, url string, n, conc int, busy bool) []string {
 func TestCleanCloseNoNotifyError(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	errs := cleanCloses(t, b.URL, 1000, 20, false)
+	t.Logf("1000 clean closes: %d reported an error", len(errs))
 	if len(errs) > 0 {
 		t.Fatalf("%d of 1000 clean closes reported an error; first: %s", len(errs), errs[0])
 	}

@@ -58,28 +58,9 @@ TEST_LOG=$LOG_DIR/railmq-compat-amqplib-test.log
 LIST_LOG=$LOG_DIR/railmq-compat-amqplib-list.log
 BROKER_LOG=$LOG_DIR/railmq-compat-amqplib-broker.log
 
-say() { printf 'compat-amqplib: %s\n' "$*"; }
-die() { printf 'compat-amqplib: error: %s\n' "$*" >&2; exit 2; }
-
-case $FILE_TIMEOUT in '' | *[!0-9]*) die "COMPAT_AMQPLIB_FILE_TIMEOUT must be a number of seconds" ;; esac
-mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-compat-amqplib.XXXXXX") || die "mktemp failed"
 # shellcheck source=lib.sh
-. "$ROOT/scripts/lib.sh"
-
-cleanup() {
-	local rc=$?
-	stop_broker
-	if [ "${COMPAT_KEEP_TMP:-}" = 1 ]; then
-		say "kept $TMP"
-	else
-		rm -rf "$TMP"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$ROOT/scripts/lib.sh" compat-amqplib railmq-compat-amqplib
+case $FILE_TIMEOUT in '' | *[!0-9]*) die "COMPAT_AMQPLIB_FILE_TIMEOUT must be a number of seconds" ;; esac
 
 # has_ipv6_loopback: the loopback interface has ::1.
 has_ipv6_loopback() { grep -qs '^0\{31\}1 .* lo$' /proc/net/if_inet6; }

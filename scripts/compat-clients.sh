@@ -18,22 +18,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LOG_DIR=${COMPAT_LOG_DIR:-${TMPDIR:-/tmp}}
 ALLOWLIST=$ROOT/scripts/compat-clients-expected-failures.txt
 BROKER_LOG=$LOG_DIR/railmq-compat-clients-broker.log
-say() { printf 'compat-clients: %s\n' "$*"; }
-die() { printf 'compat-clients: error: %s\n' "$*" >&2; exit 2; }
-
-mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-clients.XXXXXX") || die "mktemp failed"
 # shellcheck source=lib.sh
-. "$ROOT/scripts/lib.sh"
-cleanup() {
-	local rc=$?
-	stop_broker
-	rm -rf "$TMP"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$ROOT/scripts/lib.sh" compat-clients railmq-clients
 
 # --- the clients (Debian's packages) ----------------------------------------
 PY=/usr/bin/python3

@@ -33,27 +33,8 @@ ALLOWLIST=$ROOT/scripts/compat-expected-failures.txt
 TEST_LOG=$LOG_DIR/railmq-compat-test.log
 BROKER_LOG=$LOG_DIR/railmq-compat-broker.log
 
-say() { printf 'compat: %s\n' "$*"; }
-die() { printf 'compat: error: %s\n' "$*" >&2; exit 2; }
-
-mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/railmq-compat.XXXXXX") || die "mktemp failed"
 # shellcheck source=lib.sh
-. "$ROOT/scripts/lib.sh"
-
-cleanup() {
-	local rc=$?
-	stop_broker
-	if [ "${COMPAT_KEEP_TMP:-}" = 1 ]; then
-		say "kept $TMP"
-	else
-		rm -rf "$TMP"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$ROOT/scripts/lib.sh" compat railmq-compat
 
 
 # --- the client module ------------------------------------------------------

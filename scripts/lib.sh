@@ -1,8 +1,32 @@
-# lib.sh: what the compat scripts share. Source it after defining say().
+# lib.sh: what the compat scripts share.
 #
-#   BROKER_PID   the broker a script started (stop_broker stops it)
+#   . scripts/lib.sh NAME TMP-PREFIX
+#
+# defines say and die (lines prefixed "NAME: "), makes $LOG_DIR and a temp
+# dir $TMP, and on exit stops the broker started as $BROKER_PID and
+# removes $TMP (kept with COMPAT_KEEP_TMP=1).
+
+LIB_NAME=$1
+say() { printf '%s: %s\n' "$LIB_NAME" "$*"; }
+die() { printf '%s: error: %s\n' "$LIB_NAME" "$*" >&2; exit 2; }
 
 BROKER_PID=
+mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX") || die "mktemp failed"
+
+cleanup() {
+	local rc=$?
+	stop_broker
+	if [ "${COMPAT_KEEP_TMP:-}" = 1 ]; then
+		say "kept $TMP"
+	else
+		rm -rf "$TMP"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # stop_broker stops the broker started as $BROKER_PID: SIGTERM, then
 # SIGKILL after 10 s.
