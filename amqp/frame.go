@@ -311,6 +311,11 @@ func skipFieldValue(p []byte, depth int) ([]byte, error) {
 				return nil, err
 			}
 		case 'A':
+			// Bounded as decoding bounds it (decodeArrayBody): deeper
+			// arrays are refused here, at the door, not later.
+			if depth+1 > maxNesting {
+				return nil, errSyntax("field array nested too deeply")
+			}
 			for q := body; len(q) > 0; {
 				var err error
 				if q, err = skipFieldValue(q, depth+1); err != nil {

@@ -80,6 +80,21 @@ func FuzzDecodeMethod(f *testing.F) {
 func FuzzDecodeTable(f *testing.F) {
 	f.Add(AppendTable(nil, Table{"a": int32(1), "b": []any{"x", Table{"c": nil}}})[4:])
 	f.Add([]byte{1, 'a', 'S', 0, 0, 0, 1, 'x'})
+	// Around the nesting bound, in arrays, tables and both.
+	for _, levels := range []int{maxNesting, maxNesting + 1} {
+		arr, tab, mixed := any("x"), any("x"), any("x")
+		for i := range levels {
+			arr, tab = []any{arr}, Table{"t": tab}
+			if i%2 == 0 {
+				mixed = []any{mixed}
+			} else {
+				mixed = Table{"m": mixed}
+			}
+		}
+		for _, v := range []any{arr, tab, mixed} {
+			f.Add(AppendTable(nil, Table{"deep": v})[4:])
+		}
+	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		tab, err := DecodeTable(p)
 		verr := validateTable(p, 0)

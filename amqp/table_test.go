@@ -80,6 +80,23 @@ func TestTableMalformed(t *testing.T) {
 	if _, err := DecodeTable(deep); !errors.Is(err, ErrMalformed) {
 		t.Errorf("deep: %v", err)
 	}
+	// Arrays: validating (at the door) and decoding (dead-lettering,
+	// headers bindings) draw the same line, at maxNesting.
+	for _, tc := range []struct {
+		levels int
+		ok     bool
+	}{{maxNesting, true}, {maxNesting + 1, false}, {200, false}} {
+		v := any("x")
+		for range tc.levels {
+			v = []any{v}
+		}
+		body := AppendTable(nil, Table{"a": v})[4:]
+		_, derr := DecodeTable(body)
+		verr := validateTable(body, 0)
+		if (derr == nil) != tc.ok || (verr == nil) != tc.ok {
+			t.Errorf("%d nested arrays: decode %v, validate %v, want ok=%v", tc.levels, derr, verr, tc.ok)
+		}
+	}
 }
 
 func putLen(b []byte, n int) { b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n) }

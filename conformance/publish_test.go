@@ -363,3 +363,39 @@ func TestMemoryAlarmBlocksPublisher(t *testing.T) {
 		}
 	}
 }
+
+// Header values nested deeper than 64 tables or arrays are refused at the
+// door with 501, one bound for both: before, arrays were let in unbounded,
+// and such a message was then lost when dead-lettered (its headers could
+// not be decoded) and never matched a headers binding. RabbitMQ 3.10.8
+// takes either nesting (checked: 70 levels), so this is railmq's own
+// bound.
+func TestDeepHeadersRefused(t *testing.T) {
+	testutil.InProcess(t)
+	for _, kind := range []string{"table", "array"} {
+		for _, levels := range []int{64, 65} {
+			e := setup(t, broker.Options{})
+			q := e.queue("", nil)
+			var v any = "x"
+			for range levels {
+				if kind == "table" {
+					v = rmq.Table{"n": v}
+				} else {
+					v = []any{v}
+				}
+			}
+			closed := e.conn.NotifyClose(make(chan *rmq.Error, 1))
+			_ = e.ch.Publish("", q, false, false, rmq.Publishing{Headers: rmq.Table{"deep": v}, Body: []byte("x")})
+			if levels == 64 {
+				testutil.WaitFor(t, 5*time.Second, "the message", func() bool { return e.count(q) == 1 })
+				continue
+			}
+			select {
+			case err := <-closed:
+				expectErr(t, err, 501, "FRAME_ERROR - type 2, all octets = <<>>: malformed content header")
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%d nested %ss: accepted", levels, kind)
+			}
+		}
+	}
+}
