@@ -336,6 +336,11 @@ type Queue struct {
 	timer    *time.Timer
 	timerAt  int64
 	lastUsed int64
+	// x-expires: one timer, armed for lastUsed+Expires while no consumer
+	// is attached (a consumer is use, so nothing can fire then).
+	expTimer *time.Timer
+	expAt    int64        // what expTimer is armed for; 0 = not armed
+	ticks    atomic.Int64 // timer ticks applied (tests)
 
 	// Published for metrics without a round trip.
 	readyN    atomic.Int64
@@ -382,10 +387,8 @@ func New(cfg Config) *Queue {
 		q.armTimer() // messages may expire with no one touching the queue
 		q.publishCounts()
 	}
+	q.armExpires() // before run: then only whoever holds exec arms it
 	go q.run()
-	if pol.Expires > 0 {
-		q.armExpires()
-	}
 	return q
 }
 
@@ -642,6 +645,9 @@ func (q *Queue) shutdown() {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
+	if q.expTimer != nil {
+		q.expTimer.Stop()
+	}
 	q.mu.Lock()
 	q.closed = true
 	rest := q.inbox
@@ -822,6 +828,7 @@ func (q *Queue) apply(o *op) bool {
 	case opTouch:
 		q.lastUsed = time.Now().UnixNano()
 	case opTick:
+		q.ticks.Add(1)
 		now := time.Now().UnixNano()
 		q.timerAt = 0
 		q.expireHeads(now)
@@ -833,18 +840,21 @@ func (q *Queue) apply(o *op) bool {
 			q.drop()
 			return true
 		}
-		if q.pol.Expires > 0 {
-			q.armExpires()
+		if q.expAt != 0 && q.expAt <= now {
+			q.expAt = 0 // this was the x-expires timer (used since): arm anew
 		}
+		q.armExpires()
 	case opConsume:
 		err := q.addConsumer(o.consumer)
 		if err == nil {
 			q.lastUsed = time.Now().UnixNano()
+			q.armExpires() // stops it: a consumer is attached
 		}
 		o.reply <- result{err: err}
 	case opCancel:
 		removed := q.removeConsumer(o.consumer)
 		q.lastUsed = time.Now().UnixNano()
+		q.armExpires() // the last consumer gone: unused from now
 		if removed && len(q.consumers) == 0 && q.cfg.AutoDelete && q.cfg.OnEmptyOfConsumers != nil {
 			// Deleted synchronously, before cancel-ok (RabbitMQ does too).
 			q.cfg.OnEmptyOfConsumers(q)
@@ -1171,10 +1181,33 @@ func (q *Queue) armTimer() {
 	q.timer = time.AfterFunc(max(wait, 0), func() { q.post(op{kind: opTick}) })
 }
 
-// armExpires checks x-expires again when the queue may have expired.
+// armExpires keeps the queue's one x-expires timer armed for when it will
+// have been unused for Expires, and disarmed while a consumer is attached
+// (opCancel arms it when the last one leaves). Use in between (a get, a
+// declare) only moves lastUsed: the tick finds the queue still in use and
+// arms it again, once per period at most.
 func (q *Queue) armExpires() {
-	wait := time.Duration(q.lastUsed+int64(q.pol.Expires)-time.Now().UnixNano()) + time.Millisecond
-	time.AfterFunc(max(wait, time.Millisecond), func() { q.post(op{kind: opTick}) })
+	if q.pol.Expires <= 0 {
+		return
+	}
+	if len(q.consumers) > 0 {
+		if q.expTimer != nil {
+			q.expTimer.Stop()
+		}
+		q.expAt = 0
+		return
+	}
+	at := q.lastUsed + int64(q.pol.Expires)
+	if q.expAt != 0 && q.expAt <= at {
+		return // armed, and fires no later than needed
+	}
+	q.expAt = at
+	wait := max(time.Duration(at-time.Now().UnixNano())+time.Millisecond, time.Millisecond)
+	if q.expTimer == nil {
+		q.expTimer = time.AfterFunc(wait, func() { q.post(op{kind: opTick}) })
+		return
+	}
+	q.expTimer.Reset(wait)
 }
 
 // unpop puts back a message that could not be delivered.

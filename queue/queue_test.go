@@ -517,3 +517,38 @@ func TestInlineDrainConcurrent(t *testing.T) {
 	}
 	waitFor(t, "counts published", func() bool { return q.Ready() == 0 && q.Unacked() == 0 })
 }
+
+// x-expires with a consumer attached arms no timer: the queue is in use,
+// so nothing can fire. It used to re-arm itself every millisecond once
+// lastUsed+Expires had passed (416 ticks in 500 ms measured), and every
+// message-TTL tick started one more such chain. Once the consumer leaves,
+// the queue expires one period later.
+func TestExpiresTimerQuietWithConsumer(t *testing.T) {
+	expired := make(chan struct{})
+	q := New(Config{Name: "exp", Policy: &Policy{MessageTTL: 20 * time.Millisecond, MaxLength: -1, MaxLengthBytes: -1, DeliveryLimit: -1,
+		Expires: 50 * time.Millisecond, OnExpire: func(*Queue) { close(expired) }}})
+	t.Cleanup(func() { _, _ = q.Delete(false, false); <-q.Done() })
+	// The consumer takes one message: the others expire (TTL ticks too).
+	c := &Consumer{Tag: "c", Sink: newRecorder(1)}
+	if err := q.Consume(c); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		q.Publish(msg(fmt.Sprint(i)))
+	}
+	before := q.ticks.Load()
+	time.Sleep(300 * time.Millisecond) // the behaviour under test is time itself: 6 periods
+	if n := q.ticks.Load() - before; n > 10 {
+		t.Fatalf("%d timer ticks in 300 ms with a consumer attached", n)
+	}
+	start := time.Now()
+	q.Cancel(c)
+	select {
+	case <-expired:
+		if el := time.Since(start); el < 40*time.Millisecond {
+			t.Fatalf("expired %v after the last consumer left (x-expires 50 ms)", el)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not expired after the last consumer left")
+	}
+}
