@@ -409,3 +409,52 @@ func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
 		t.Fatalf("the expired original came back: %+v", st)
 	}
 }
+
+// Messages whose TTL ran out while the broker was down are dead-lettered
+// at the restart, every one: recovery rebuilds exchanges, queues and
+// bindings first and starts the queues (and their expiry) only then.
+// Before, a queue's expiry could fire while later queues and the bindings
+// were still being recovered, and its messages went to a dead-letter
+// exchange with no bindings yet, lost; and its dead-lettering commits
+// raced the recovery of the shared messages' reference counts (the race
+// detector caught it). The TTL queues sort first and many queues follow,
+// to give the race room; the messages are shared by two queues.
+func TestRestartDeadLettersWhatExpiredWhileDown(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	c, ch := r.dial()
+	must(t, ch.ExchangeDeclare("zz-dlx", "fanout", true, false, false, false, nil))
+	_, err := ch.QueueDeclare("zz-dlq", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.QueueBind("zz-dlq", "", "zz-dlx", false, nil))
+	must(t, ch.ExchangeDeclare("aa-in", "fanout", true, false, false, false, nil))
+	for _, q := range []string{"aa-ttl-1", "aa-ttl-2"} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, rmq.Table{"x-message-ttl": int32(200), "x-dead-letter-exchange": "zz-dlx"})
+		must(t, err)
+		must(t, ch.QueueBind(q, "", "aa-in", false, nil))
+	}
+	for i := range 300 {
+		_, err := ch.QueueDeclare(fmt.Sprintf("mm-%03d", i), true, false, false, false, nil)
+		must(t, err)
+	}
+	const n = 50
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = fmt.Sprint(i)
+	}
+	publishPersistent(t, ch, "aa-in", "", bodies...)
+	c.Close()
+	r.stop()
+	time.Sleep(400 * time.Millisecond) // the TTL runs out while the broker is down
+	r.start()
+	c, ch = r.dial()
+	defer c.Close()
+	testutil.WaitFor(t, 10*time.Second, "every expired message in the dead-letter queue", func() bool {
+		q, err := ch.QueueDeclarePassive("zz-dlq", true, false, false, false, nil)
+		return err == nil && q.Messages == 2*n
+	})
+	for _, q := range []string{"aa-ttl-1", "aa-ttl-2"} {
+		if qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil || qi.Messages != 0 {
+			t.Fatalf("%s: %d left, %v", q, qi.Messages, err)
+		}
+	}
+}

@@ -220,6 +220,16 @@ func (v *VHost) Recover(defaults queue.Config) error {
 	if err != nil {
 		return err
 	}
+	// Queues are rebuilt here but started only once the whole registry is
+	// back (bindings too): a queue starts expiring and dead-lettering at
+	// once, and its messages must find every exchange, queue and binding
+	// they route to; and no commit may reach the store while the queues'
+	// entries (and the shared messages' reference counts) are recovered.
+	type pendingQueue struct {
+		name string
+		cfg  queue.Config
+	}
+	var pending []pendingQueue
 	keep := map[uint64]bool{}
 	nq, nm := 0, 0
 	var maxID uint64
@@ -245,7 +255,7 @@ func (v *VHost) Recover(defaults queue.Config) error {
 		cfg := v.queueConfig(defaults, QueueDecl{Name: parts[1], Durable: true, AutoDelete: t["auto_delete"] == true, Args: args}, qa)
 		cfg.ID = uint64(id)
 		cfg.Recovered = &queue.Recovered{Count: sum.Count, MaxSeq: sum.MaxSeq, Delivered: sum.Delivered}
-		v.queues[parts[1]] = queue.New(cfg)
+		pending = append(pending, pendingQueue{parts[1], cfg})
 		keep[uint64(id)] = true
 		maxID = max(maxID, uint64(id))
 		nq++
@@ -287,6 +297,13 @@ func (v *VHost) Recover(defaults queue.Config) error {
 	if err != nil {
 		return err
 	}
+	// Now the queues start. Their first expiries and dead-letterings wait
+	// for the registry's lock, so they see every queue.
+	v.mu.Lock()
+	for _, p := range pending {
+		v.queues[p.name] = queue.New(p.cfg)
+	}
+	v.mu.Unlock()
 	v.log.Info("definitions and messages recovered", zap.Int("exchanges", nx), zap.Int("queues", nq), zap.Int("bindings", nb),
 		zap.Int("messages", nm), zap.Int("orphaned_queues_dropped", orphans), zap.Duration("took", time.Since(start)))
 	return nil
