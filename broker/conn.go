@@ -310,6 +310,7 @@ func (c *conn) teardown(err error) {
 	} else {
 		c.log.Warn("connection closed during handshake", zap.String("reason", reason))
 	}
+	c.br, c.fr = nil, nil // what the client still sends is discarded unread
 	c.linger(c.lingerFor)
 	c.nc.Close()
 }
@@ -448,6 +449,7 @@ func (c *conn) writeLoop() {
 	var hb time.Duration // c.heartbeat, once tuned
 	wrote := false
 	for {
+		counts := true // whether this round's write counts as traffic
 		select {
 		case <-tuned:
 			tuned = nil
@@ -470,19 +472,12 @@ func (c *conn) writeLoop() {
 				}
 				c.outMu.Unlock()
 			}
-			c.wmu.Lock()
-			_, ok := c.writeOut(hb)
-			c.wmu.Unlock()
-			wrote = false
-			if !ok {
-				return
-			}
-			continue
+			wrote, counts = false, false
 		}
 		c.wmu.Lock()
 		w, ok := c.writeOut(hb)
 		c.wmu.Unlock()
-		wrote = wrote || w
+		wrote = wrote || (w && counts)
 		if !ok {
 			return
 		}

@@ -78,15 +78,6 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// ListenAndServe listens on addr and serves until Shutdown.
-func (s *Server) ListenAndServe(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return s.Serve(ln)
-}
-
 // Serve accepts connections on ln until Shutdown; it then returns
 // ErrServerClosed. It may be called for several listeners at once, as
 // RabbitMQ's listeners.tcp.N.
