@@ -14,54 +14,10 @@ import (
 // SenderRoutes is what a message's CC and BCC headers ask for.
 type SenderRoutes struct {
 	Keys []string // the CC keys, then the BCC keys
-	// CCKeys counts the leading Keys that came from CC.
-	CCKeys int
 	// BCC is the span of the BCC field within the headers table body, if
 	// the table has one.
 	BCC    [2]int
 	HasBCC bool
-}
-
-// TypeName is RabbitMQ's name for a field value's type tag (the atoms of
-// rabbit_binary_parser), as its error texts spell them.
-func TypeName(tag byte) string {
-	switch tag {
-	case 'S':
-		return "longstr"
-	case 'I':
-		return "signedint"
-	case 'i':
-		return "unsignedint"
-	case 'l':
-		return "long"
-	case 's':
-		return "short"
-	case 'u':
-		return "unsignedshort"
-	case 'b':
-		return "byte"
-	case 'B':
-		return "unsignedbyte"
-	case 't':
-		return "bool"
-	case 'f':
-		return "float"
-	case 'd':
-		return "double"
-	case 'D':
-		return "decimal"
-	case 'T':
-		return "timestamp"
-	case 'F':
-		return "table"
-	case 'A':
-		return "array"
-	case 'V':
-		return "void"
-	case 'x':
-		return "binary"
-	}
-	return "unknown"
 }
 
 // mayHaveSenderRoutes is a cheap test on a headers table body: false
@@ -91,10 +47,10 @@ func ScanSenderRoutes(h []byte) (SenderRoutes, error) {
 		end := len(h) - len(rest)
 		name := string(key)
 		if name == "CC" || name == "BCC" {
-			tag := h[vstart]
-			if tag != 'A' {
+			if h[vstart] != 'A' {
+				v, _, _ := decodeFieldValue(h[vstart:], 0) // validated
 				return r, &Error{Code: PreconditionFailed, Text: fmt.Sprintf(
-					"PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"%s\",%s}", name, TypeName(tag))}
+					"PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"%s\",%s}", name, TypeName(v))}
 			}
 			keys := arrayLongstrs(h[vstart+5 : end])
 			if name == "CC" {
@@ -106,7 +62,6 @@ func ScanSenderRoutes(h []byte) (SenderRoutes, error) {
 		off = end
 	}
 	r.Keys = append(cc, bcc...)
-	r.CCKeys = len(cc)
 	return r, nil
 }
 

@@ -295,6 +295,48 @@ func decodeFieldValue(p []byte, depth int) (v any, rest []byte, err error) {
 	}
 }
 
+// TypeName is RabbitMQ's name for a field value's type (the atoms of
+// rabbit_binary_parser), as its error texts spell them.
+func TypeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "longstr"
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64, int:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case Decimal:
+		return "decimal"
+	case time.Time:
+		return "timestamp"
+	case Table:
+		return "table"
+	case []any:
+		return "array"
+	case []byte:
+		return "binary"
+	case nil:
+		return "void"
+	}
+	return "unknown"
+}
+
 // Int returns an integer field value of any width as int64 (RabbitMQ
 // compares integer arguments by value, whatever their wire type).
 func Int(v any) (int64, bool) {

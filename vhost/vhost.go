@@ -726,7 +726,7 @@ func showArg(v any) string {
 	case none:
 		return "none"
 	case typedValue:
-		return fmt.Sprintf("the value '%v' of type '%s'", v.v, typeName(v.v))
+		return fmt.Sprintf("the value '%v' of type '%s'", v.v, amqp.TypeName(v.v))
 	case string:
 		return "'" + v + "'"
 	case bool:
@@ -736,60 +736,20 @@ func showArg(v any) string {
 	}
 }
 
-// typeName is RabbitMQ's name for a field value's type.
-func typeName(v any) string {
-	switch v.(type) {
-	case string:
-		return "longstr"
-	case bool:
-		return "bool"
-	case int8:
-		return "byte"
-	case uint8:
-		return "unsignedbyte"
-	case int16:
-		return "short"
-	case uint16:
-		return "unsignedshort"
-	case int32:
-		return "signedint"
-	case uint32:
-		return "unsignedint"
-	case int64, int:
-		return "long"
-	case float32:
-		return "float"
-	case float64:
-		return "double"
-	case amqp.Decimal:
-		return "decimal"
-	case time.Time:
-		return "timestamp"
-	case amqp.Table:
-		return "table"
-	case []any:
-		return "array"
-	case []byte:
-		return "binary"
-	case nil:
-		return "void"
-	}
-	return "unknown"
-}
-
+// typeError is the detail for an argument of the wrong type.
 func typeError(want string, v any) string {
-	return fmt.Sprintf("\"expected %s, got %s\"", want, typeName(v))
+	return fmt.Sprintf("\"expected %s, got %s\"", want, amqp.TypeName(v))
 }
 
 // unacceptable is RabbitMQ's detail for a string or bool argument of
 // another type.
-func unacceptable(v any) string { return "{unacceptable_type," + typeName(v) + "}" }
+func unacceptable(v any) string { return "{unacceptable_type," + amqp.TypeName(v) + "}" }
 
 // invalidType refuses an exchange name argument (x-dead-letter-exchange,
 // alternate-exchange) that is not a string: the channel checks those
 // first, in its own words (rabbit_channel, rabbit_misc:r_arg).
 func invalidType(arg, kind, name, vh string, v any) error {
-	return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in %s '%s' in vhost '%s'", typeName(v), arg, kind, name, vh)
+	return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in %s '%s' in vhost '%s'", amqp.TypeName(v), arg, kind, name, vh)
 }
 
 // maxExpiry is the largest x-message-ttl and x-expires, 10 years in ms
