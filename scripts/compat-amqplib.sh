@@ -464,9 +464,4 @@ if ! grep -qE '^ *(not )?ok [0-9]+' "$TEST_LOG"; then
 	tail -n 30 "$TEST_LOG"
 	exit 1
 fi
-if [ "$UNEXPECTED" != 0 ]; then
-	say "FAIL: $UNEXPECTED unexpected failure(s)"
-	exit 1
-fi
-say "OK: no unexpected failures"
-exit 0
+finish "$UNEXPECTED"

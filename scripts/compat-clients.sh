@@ -36,17 +36,11 @@ if [ -n "${COMPAT_CLIENTS_URL:-}" ]; then
 else
 	cd "$ROOT" || die "cannot cd to $ROOT"
 	"$GO" build -o "$TMP/railmq" ./cmd/railmq || die "go build ./cmd/railmq failed"
-	PORT=
-	for p in $(seq 5700 5720); do port_open 127.0.0.1 "$p" || { PORT=$p; break; }; done
+	PORT=$(free_port 5700 5720)
 	[ -n "$PORT" ] || die "no free port in 5700..5720"
 	"$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" >"$BROKER_LOG" 2>&1 &
 	BROKER_PID=$!
-	for _ in $(seq 1 150); do
-		port_open 127.0.0.1 "$PORT" && break
-		kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
-		sleep 0.2
-	done
-	port_open 127.0.0.1 "$PORT" || die "broker did not listen on 127.0.0.1:$PORT within 30s"
+	wait_listening "$PORT"
 	URL="amqp://guest:guest@127.0.0.1:$PORT/"
 	say "broker pid $BROKER_PID on 127.0.0.1:$PORT (log: $BROKER_LOG)"
 fi
@@ -81,9 +75,4 @@ done
 echo
 echo "==== pika/bunny compat summary: $pass passed, $fail failed"
 say "logs: $LOG_DIR/railmq-compat-pika.log, $LOG_DIR/railmq-compat-bunny.log"
-if [ "$unexp" != 0 ]; then
-	say "FAIL: $unexp unexpected failure(s)"
-	exit 1
-fi
-say "OK: no unexpected failures"
-exit 0
+finish "$unexp"

@@ -54,10 +54,7 @@ if [ -n "${COMPAT_PORT:-}" ]; then
 	PORT=$COMPAT_PORT
 	port_open 127.0.0.1 "$PORT" && die "127.0.0.1:$PORT is already in use"
 else
-	PORT=
-	for p in $(seq 5679 5699); do
-		if ! port_open 127.0.0.1 "$p"; then PORT=$p; break; fi
-	done
+	PORT=$(free_port 5679 5699)
 	[ -n "$PORT" ] || die "no free port in 5679..5699 (set COMPAT_PORT)"
 fi
 
@@ -67,12 +64,7 @@ port_open 127.0.0.1 15672 && die "127.0.0.1:15672 is already in use (the suite n
 mkdir -p "$TMP/data"
 "$TMP/railmq" --listen "127.0.0.1:$PORT" --data-dir "$TMP/data" --management-listen 127.0.0.1:15672 >"$BROKER_LOG" 2>&1 &
 BROKER_PID=$!
-for _ in $(seq 1 150); do
-	port_open 127.0.0.1 "$PORT" && break
-	kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
-	sleep 0.2
-done
-port_open 127.0.0.1 "$PORT" || die "broker did not accept connections on 127.0.0.1:$PORT within 30s"
+wait_listening "$PORT"
 say "broker pid $BROKER_PID on 127.0.0.1:$PORT (log: $BROKER_LOG)"
 
 # --- the suite ---------------------------------------------------------------
@@ -157,9 +149,4 @@ if ! grep -qE -- '--- (PASS|FAIL|SKIP): ' "$TEST_LOG"; then
 	tail -n 30 "$TEST_LOG"
 	exit 1
 fi
-if [ "$UNEXPECTED" != 0 ]; then
-	say "FAIL: $UNEXPECTED unexpected failure(s)"
-	exit 1
-fi
-say "OK: no unexpected failures"
-exit 0
+finish "$UNEXPECTED"

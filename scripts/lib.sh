@@ -48,3 +48,34 @@ stop_broker() {
 
 # port_open HOST PORT: something accepts connections on HOST:PORT.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# free_port FROM TO: prints the first port in FROM..TO that nothing
+# listens on at 127.0.0.1, or nothing.
+free_port() {
+	local p
+	for p in $(seq "$1" "$2"); do
+		port_open 127.0.0.1 "$p" || { echo "$p"; return; }
+	done
+}
+
+# wait_listening PORT: waits up to 30 s for the broker ($BROKER_PID, log
+# $BROKER_LOG) to accept connections on 127.0.0.1:PORT; dies if it exits
+# or never does.
+wait_listening() {
+	for _ in $(seq 1 150); do
+		port_open 127.0.0.1 "$1" && return
+		kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
+		sleep 0.2
+	done
+	die "broker did not accept connections on 127.0.0.1:$1 within 30s"
+}
+
+# finish N: exits 1 if N unexpected failures were counted, else 0.
+finish() {
+	if [ "$1" != 0 ]; then
+		say "FAIL: $1 unexpected failure(s)"
+		exit 1
+	fi
+	say "OK: no unexpected failures"
+	exit 0
+}
