@@ -299,11 +299,15 @@ func (s *Store) Commit(b *Batch, done func(error)) {
 		return
 	}
 	s.pending = append(s.pending, b)
-	s.mu.Unlock()
+	// The wake-up goes under mu (it never blocks): Close closes wake once
+	// it has set closed under mu, so it cannot come in between and make
+	// this a send on a closed channel. Done callbacks commit from the
+	// committer itself, also while Close runs.
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	s.mu.Unlock()
 }
 
 // CommitSync commits b and waits until it is durable.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -209,5 +210,43 @@ func TestInlineEntries(t *testing.T) {
 	es, err := s.LoadEntries(4, 0, 10)
 	if err != nil || len(es) != 1 || string(es[0].Data) != "three" || !es[0].Inline || !es[0].Redelivered || es[0].Count != 2 {
 		t.Fatalf("%+v %v", es, err)
+	}
+}
+
+// Commits racing Close, including commits made from done callbacks on
+// the committer itself (as dead-lettering does), are either written or
+// refused with ErrClosed: never a send on the closed wake channel (a
+// panic, and a race the detector reported at broker shutdown).
+func TestCommitRacingClose(t *testing.T) {
+	for range 10 {
+		s := open(t, t.TempDir())
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 2000 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					b := &Batch{}
+					b.PutMessage(uint64(g<<20|i+1), []byte("x"))
+					s.Commit(b, func(error) {
+						// A follow-up from the committer, as a dead-letter
+						// delete is.
+						s.Commit(&Batch{}, nil)
+					})
+				}
+			}()
+		}
+		time.Sleep(5 * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
 	}
 }
