@@ -149,8 +149,8 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 }
 
 // deadlineReader sets the socket's read deadline before reads from the
-// kernel (not per frame): the handshake timeout, then two heartbeat
-// intervals, and never past the close deadline. A heartbeat deadline is
+// kernel (not per frame): the handshake timeout, then silentLimit, and
+// never past the close deadline. A heartbeat deadline is
 // re-armed only once it has moved by a slack, which spares a timer update
 // per read.
 type deadlineReader struct{ c *conn }
@@ -165,13 +165,13 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		now := time.Now().UnixNano()
 		var dl int64 // unix nanos; 0 = none
 		if c.heartbeat > 0 {
-			dl = now + int64(2*c.heartbeat)
+			dl = now + int64(silentLimit(c.heartbeat))
 		}
 		cd := c.closeDeadline.Load()
 		if cd != 0 && (dl == 0 || cd < dl) {
 			dl = cd
 		}
-		// Keep a heartbeat deadline between two intervals and a slack
+		// Keep a heartbeat deadline between silentLimit and a slack
 		// from now: it is set a slack later than needed, so the reads
 		// within the slack keep it. Anything else is set every time.
 		slack := int64(c.heartbeat / 4)
@@ -273,7 +273,15 @@ func (c *conn) checkTimeouts(now time.Time) {
 	}
 }
 
-// errHeartbeat is a peer that stayed silent for two heartbeat intervals.
+// silentLimit is how long a client may stay silent before it is dropped
+// for missed heartbeats, less the deadline's slack (a quarter interval),
+// so that the drop comes 2¾ to 3 intervals after the last byte read.
+// RabbitMQ checks every interval and drops at the second check in a row
+// that saw nothing, 2 to 3 intervals after the last byte: a client it
+// keeps (a pika application blocked for 2½ intervals) railmq keeps too.
+func silentLimit(hb time.Duration) time.Duration { return 11 * hb / 4 }
+
+// errHeartbeat is a peer that stayed silent past silentLimit.
 var errHeartbeat = errors.New("missed heartbeats from client, timeout")
 
 func (c *conn) serve() {

@@ -314,11 +314,42 @@ func TestHeartbeatTimeout(t *testing.T) {
 	if err != nil || f.Type != amqp.FrameHeartbeat {
 		t.Fatalf("want a heartbeat, got %v %v", f, err)
 	}
-	// ...and drops us after two silent intervals.
+	// ...and drops us after 2 to 3 silent intervals.
 	start := time.Now()
 	r.ExpectEOF(6 * time.Second)
 	if el := time.Since(start); el > 4*time.Second {
 		t.Fatalf("dropped after %v", el)
+	}
+}
+
+// A client silent for 2½ intervals is kept, as RabbitMQ (which drops at
+// its second check in a row that saw nothing, 2 to 3 intervals after the
+// last byte) keeps it at least sometimes: pika's BlockingConnection sends
+// no heartbeats while the application blocks, so a stricter broker drops
+// applications RabbitMQ keeps. Past 3 intervals it is dropped.
+func TestHeartbeatSilenceLimit(t *testing.T) {
+	testutil.InProcess(t) // RabbitMQ's limit depends on where its checks fall
+	b := testutil.Start(t, broker.Options{})
+	r := testutil.DialRaw(t, b.Addr)
+	r.Handshake(nil, 1, false)
+	last := time.Now() // our last byte
+	_ = r.NC.SetReadDeadline(last.Add(2500 * time.Millisecond))
+	for {
+		f, err := r.FR.ReadFrame()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			break // 2½ intervals of our silence, and still open
+		}
+		if err != nil {
+			t.Fatalf("dropped %v after our last byte (heartbeat 1 s)", time.Since(last).Round(time.Millisecond))
+		}
+		if f.Type != amqp.FrameHeartbeat {
+			t.Fatalf("unexpected frame type %d", f.Type)
+		}
+	}
+	r.ExpectEOF(time.Second) // by 3½ intervals
+	if el := time.Since(last); el > 3250*time.Millisecond {
+		t.Fatalf("dropped %v after our last byte, want by 3 intervals", el)
 	}
 }
 
