@@ -108,10 +108,9 @@ type conn struct {
 	rdlSet bool
 
 	vh        *vhost.VHost
-	busy      int                // read batches so far (for the read buffer size)
-	dirty     []*channel.Channel // channels with confirms to flush
-	flushes   queue.Flushes      // outlets this reader delivered to
-	published bool               // has published: blocked by the memory alarm
+	busy      int           // read batches so far (for the read buffer size)
+	flushes   queue.Flushes // outlets this reader delivered to
+	published bool          // has published: blocked by the memory alarm
 
 	// Requests from other goroutines for the reader (consumer timeouts):
 	// queued under reqMu, flagged in reqFlag, and the reader is woken by a
@@ -224,6 +223,13 @@ func (c *conn) post(fn func()) {
 	c.reqMu.Lock()
 	c.reqs = append(c.reqs, fn)
 	c.reqMu.Unlock()
+	c.wakeReader()
+}
+
+// wakeReader has the reader run its requests and re-arm its read
+// deadline: the flag first, then a deadline in the past, so that a reader
+// which checked the flag before it was set is woken by the deadline.
+func (c *conn) wakeReader() {
 	c.reqFlag.Store(true)
 	_ = c.nc.SetReadDeadline(time.Now())
 }
@@ -792,7 +798,6 @@ func (c *conn) handshakeUnexpected(m amqp.Method) error {
 func (c *conn) readLoop() error {
 	for {
 		if c.br.Buffered() == 0 {
-			c.flushConfirms()
 			if c.busy++; c.busy == 64 && c.br.Size() < 64<<10 {
 				// 64 batches in: a busy connection reads in large chunks.
 				c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
@@ -802,7 +807,6 @@ func (c *conn) readLoop() error {
 			}
 		}
 		if c.published && c.srv.memoryAlarm() {
-			c.flushConfirms()
 			if err := c.blockWhileAlarm(); err != nil {
 				return err
 			}
@@ -842,15 +846,6 @@ func (c *conn) readLoop() error {
 			return c.fail(err)
 		}
 	}
-}
-
-// flushConfirms sends the publisher confirms of this read batch.
-func (c *conn) flushConfirms() {
-	for _, ch := range c.dirty {
-		ch.Flush()
-	}
-	clear(c.dirty)
-	c.dirty = c.dirty[:0]
 }
 
 // blockWhileAlarm stops reading from a publishing connection while queues
@@ -964,9 +959,6 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		}
 		err := ch.HandleContent(f)
 		c.published = true
-		if ch.NeedsFlush() {
-			c.markDirty(ch)
-		}
 		return c.channelResult(f.Channel, err)
 	}
 	m, err := c.dec.Decode(f.Payload)
@@ -1000,16 +992,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		return nil
 	}
 	err = ch.HandleMethod(m)
-	if ch.NeedsFlush() {
-		c.markDirty(ch)
-	}
 	return c.channelResult(f.Channel, err)
-}
-
-func (c *conn) markDirty(ch *channel.Channel) {
-	if n := len(c.dirty); n == 0 || c.dirty[n-1] != ch {
-		c.dirty = append(c.dirty, ch)
-	}
 }
 
 // removeChannel closes a channel and forgets it.
@@ -1022,13 +1005,6 @@ func (c *conn) removeChannel(n uint16) {
 	c.snapMu.Lock()
 	delete(c.snap, n)
 	c.snapMu.Unlock()
-	for i, d := range c.dirty {
-		if d == ch {
-			c.dirty[i] = c.dirty[len(c.dirty)-1]
-			c.dirty = c.dirty[:len(c.dirty)-1]
-			break
-		}
-	}
 	ch.Close()
 }
 
@@ -1196,8 +1172,12 @@ func (c *conn) closeWith(e *amqp.Error, reason string) {
 	c.closeReason.Store(reason)
 	c.closeDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
 	c.SendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
-	// Wake a reader blocked without deadline so it sees the new one.
-	_ = c.nc.SetReadDeadline(time.Unix(0, c.closeDeadline.Load()))
+	// Wake the reader so that it re-arms its read deadline with the close
+	// deadline. Setting the close deadline here instead could be undone
+	// by a reader that loaded closeDeadline before the store above and
+	// sets its (heartbeat, or no) deadline after us: the request flag is
+	// checked after the reader sets a deadline and before it blocks.
+	c.wakeReader()
 }
 
 // awaitCloseOk reads until the client's close-ok (or close) or the close

@@ -91,6 +91,7 @@ type Channel struct {
 	cbase     uint64
 	readyUpTo uint64
 	ackedUpTo uint64
+	cclosed   bool // the channel is closed: nothing more is sent
 	cdirty    atomic.Bool
 
 	// mu guards everything below; lock order: mu, then the sink's lock.
@@ -702,16 +703,25 @@ func (c *Channel) confirmNow() {
 	c.published++
 	c.cmu.Lock()
 	if len(c.cstate) == 0 {
-		// Nothing outstanding: the ack can go with the read batch's flush.
+		// Nothing outstanding: due at once.
 		c.cbase = c.published + 1
 		c.readyUpTo = c.published
-		c.cmu.Unlock()
-		c.cdirty.Store(true)
-		return
+	} else {
+		c.cstate = append(c.cstate, confAck)
 	}
-	c.cstate = append(c.cstate, confAck)
 	c.cmu.Unlock()
-	c.cdirty.Store(true)
+	c.confirmsDue()
+}
+
+// confirmsDue has Flush run on the connection's writer before its next
+// write, once for all the confirms that become due until it runs. This is
+// the one way confirms go out, whether they became due on the reader
+// (nothing to store) or on the store's committer (durable): the writer
+// coalesces what is due when it gets to it into one basic.ack.
+func (c *Channel) confirmsDue() {
+	if !c.cdirty.Swap(true) {
+		c.cfg.Sink.Schedule(c.Flush)
+	}
 }
 
 // settleConfirm records the outcome of an asynchronous confirm and has it
@@ -726,21 +736,23 @@ func (c *Channel) settleConfirm(tag uint64, ok bool) {
 		}
 	}
 	c.cmu.Unlock()
-	if !c.cdirty.Swap(true) {
-		c.cfg.Sink.Schedule(c.Flush)
-	}
+	c.confirmsDue()
 }
 
 // Flush sends the confirms that are due, in tag order: a run of acks as
 // one basic.ack (multiple when it covers several), a failed publish as
-// basic.nack. Safe from any goroutine; the connection calls it after each
-// read batch, the writer after store commits.
+// basic.nack. Safe from any goroutine: the writer runs it (confirmsDue),
+// and the reader before it closes the channel, so that the confirms
+// already earned go out before the close.
 func (c *Channel) Flush() {
 	if !c.cdirty.Swap(false) {
 		return
 	}
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
+	if c.cclosed {
+		return // a hook that ran after Close: the number may be reused
+	}
 	upTo := c.readyUpTo
 	i := 0
 	for ; i < len(c.cstate) && c.cstate[i] != confPending; i++ {
@@ -769,9 +781,6 @@ func (c *Channel) sendAcks(tag uint64) {
 	c.send(&amqp.BasicAck{DeliveryTag: tag, Multiple: tag-c.ackedUpTo > 1})
 	c.ackedUpTo = tag
 }
-
-// NeedsFlush reports whether Flush has confirms to send.
-func (c *Channel) NeedsFlush() bool { return c.cdirty.Load() }
 
 func (c *Channel) commit() error {
 	ops := c.txOps
@@ -1251,6 +1260,9 @@ func (c *Channel) Close() {
 		return
 	}
 	c.closed = true
+	c.cmu.Lock()
+	c.cclosed = true
+	c.cmu.Unlock()
 	cons := make([]*consumer, 0, len(c.consumers))
 	for _, x := range c.consumers {
 		cons = append(cons, x)

@@ -317,15 +317,6 @@ func (s *Store) CommitSync(b *Batch) error {
 	return <-ch
 }
 
-// read runs fn in a read transaction ordered after every batch submitted
-// before it (its writes are visible, though perhaps not yet synced).
-func (s *Store) read(fn func(*badger.Txn) error) error {
-	ch := make(chan error, 1)
-	b := &Batch{load: fn}
-	s.Commit(b, func(err error) { ch <- err })
-	return <-ch
-}
-
 func (s *Store) commitLoop() {
 	defer close(s.stopped)
 	for range s.wake {
@@ -510,10 +501,28 @@ type Entry struct {
 }
 
 // LoadEntries reads up to max entries of queue with seq > after, in order,
-// with their message records. It sees every batch committed before it.
+// with their message records. It sees every batch committed before it,
+// and waits for its turn on the committer (see ReadEntries).
 func (s *Store) LoadEntries(queue, after uint64, max int) ([]Entry, error) {
+	type res struct {
+		es  []Entry
+		err error
+	}
+	ch := make(chan res, 1)
+	s.ReadEntries(queue, after, max, func(es []Entry, err error) { ch <- res{es, err} })
+	r := <-ch
+	return r.es, r.err
+}
+
+// ReadEntries is LoadEntries without waiting: the read is queued on the
+// committer behind every batch submitted before it (so it sees them,
+// synced or not), and done runs there with what it found. done must not
+// block: it runs on the committer, between one round's writes and its
+// fsync. A queue pages its backlog in this way, so that no one holding
+// the queue waits behind an fsync.
+func (s *Store) ReadEntries(queue, after uint64, max int, done func([]Entry, error)) {
 	var out []Entry
-	err := s.read(func(txn *badger.Txn) error {
+	b := &Batch{load: func(txn *badger.Txn) error {
 		var err error
 		out, err = loadEntries(txn, queue, after, max)
 		for i := range out {
@@ -521,8 +530,8 @@ func (s *Store) LoadEntries(queue, after uint64, max int) ([]Entry, error) {
 		}
 		s.maybePageOut()
 		return err
-	})
-	return out, err
+	}}
+	s.Commit(b, func(err error) { done(out, err) })
 }
 
 // pageOutEvery is how many bytes may pass through Badger's mappings

@@ -299,8 +299,9 @@ type Queue struct {
 	cfg Config
 	pol Policy
 
-	mu      sync.Mutex // guards inbox and closed
+	mu      sync.Mutex // guards inbox, landed and closed
 	inbox   []op
+	landed  []landing // store reads done, for whoever holds exec next
 	closed  bool
 	wake    chan struct{}
 	stopped chan struct{}
@@ -330,6 +331,12 @@ type Queue struct {
 	recDlv    uint64 // entries up to this were delivered before a restart
 	w         Writes
 	confs     []Confirmer
+	// Reads from the store (paging.go): at most one under way.
+	loading   bool
+	loadGen   uint64 // bumped when the paged part is dropped: reads begun before are void
+	stalled   bool   // ops wait in the inbox until the read under way lands
+	trimDue   bool   // a length limit is exceeded by messages still in the store
+	loadRetry int64  // after a failed read: no new one before this (unix nanos)
 
 	// Expiry: one timer for the earliest head expiry (no timer per
 	// message), and x-expires.
@@ -383,8 +390,7 @@ func New(cfg Config) *Queue {
 		q.nextSeq = r.MaxSeq + 1
 		q.recDlv = r.Delivered
 		q.delivered, q.savedDlv = r.Delivered, r.Delivered
-		q.refill()
-		q.armTimer() // messages may expire with no one touching the queue
+		q.refill() // lands on the queue's goroutine, which then arms the expiry timer
 		q.publishCounts()
 	}
 	q.armExpires() // before run: then only whoever holds exec arms it
@@ -428,7 +434,7 @@ func (q *Queue) postInline(o op, fl *Flushes) bool {
 		return true
 	}
 	if !q.dead {
-		q.drain(fl)
+		q.drain(fl, true)
 	}
 	q.exec.Unlock()
 	return true
@@ -585,7 +591,7 @@ func (q *Queue) run() {
 	for range q.wake {
 		q.exec.Lock()
 		if !q.dead {
-			q.drain(nil)
+			q.drain(nil, false)
 		}
 		dead := q.dead
 		q.exec.Unlock()
@@ -595,26 +601,57 @@ func (q *Queue) run() {
 	}
 }
 
-// drain applies the ops in the inbox, then delivers and commits what
-// they changed. exec held.
-func (q *Queue) drain(fl *Flushes) {
+// drain applies what the store read and the ops in the inbox, then
+// delivers and commits what they changed. exec held; inline says the
+// caller is a poster, not the queue's goroutine (see the top of the file).
+func (q *Queue) drain(fl *Flushes, inline bool) {
 	q.mu.Lock()
-	ops := q.inbox
-	q.inbox = q.spare[:0]
+	landed := q.landed
+	q.landed = nil
 	q.mu.Unlock()
-	if len(ops) == 0 {
-		q.spare = ops
+	for i := range landed {
+		q.land(&landed[i])
+	}
+	if q.stalled && !q.loading {
+		q.refill() // the read failed: try again (not before loadRetry)
+	}
+	var ops []op
+	if !q.stalled {
+		q.mu.Lock()
+		ops = q.inbox
+		q.inbox = q.spare[:0]
+		q.mu.Unlock()
+	}
+	if len(ops) == 0 && len(landed) == 0 {
+		q.spare = ops[:0]
 		return
 	}
 	stop := false
+apply:
 	for i := range ops {
-		if !stop {
-			stop = q.apply(&ops[i])
-		} else if ops[i].reply != nil {
-			ops[i].reply <- result{err: ErrDeleted}
+		o := &ops[i]
+		switch {
+		case stop:
+			q.refuse(o)
+			continue
+		case inline && o.goroutineOnly():
+			q.giveBack(ops[i:]) // in order, ahead of what came since
+			q.signal()
+			break apply
 		}
-		ops[i] = op{}
+		switch q.apply(o) {
+		case stopped:
+			stop = true
+		case retry:
+			q.giveBack(ops[i:]) // o too: applied again once the read lands
+			break apply
+		}
+		if q.stalled && !stop {
+			q.giveBack(ops[i+1:])
+			break
+		}
 	}
+	clear(ops)
 	q.spare = ops[:0]
 	if stop {
 		q.commit()
@@ -640,6 +677,34 @@ func (q *Queue) drain(fl *Flushes) {
 	q.publishCounts()
 }
 
+// giveBack returns ops not applied to the front of the inbox (copied:
+// the caller reuses its slice).
+func (q *Queue) giveBack(ops []op) {
+	if len(ops) == 0 {
+		return
+	}
+	q.mu.Lock()
+	in := make([]op, 0, len(ops)+len(q.inbox))
+	in = append(append(in, ops...), q.inbox...)
+	q.inbox = in
+	q.mu.Unlock()
+}
+
+// refuse answers an op that arrives after the queue stopped: a call gets
+// ErrDeleted, a publisher its confirm (the message was routed; RabbitMQ
+// confirms it too), and the memory its publish counted is given back.
+func (q *Queue) refuse(o *op) {
+	if o.reply != nil {
+		o.reply <- result{err: ErrDeleted}
+	}
+	if o.kind == opPublish {
+		q.cfg.Memory.Add(-int64(len(o.msg.Body)))
+		if o.conf != nil {
+			o.conf.Done(nil)
+		}
+	}
+}
+
 // shutdown refuses what arrives after a delete.
 func (q *Queue) shutdown() {
 	if q.timer != nil {
@@ -653,13 +718,8 @@ func (q *Queue) shutdown() {
 	rest := q.inbox
 	q.inbox = nil
 	q.mu.Unlock()
-	for _, o := range rest {
-		if o.reply != nil {
-			o.reply <- result{err: ErrDeleted}
-		}
-		if o.conf != nil {
-			o.conf.Done(nil)
-		}
+	for i := range rest {
+		q.refuse(&rest[i])
 	}
 }
 
@@ -750,25 +810,62 @@ func (q *Queue) laneOf(m *Message) *lane {
 	return &q.lanes[p]
 }
 
-// refill reads the next messages from the store when the in-memory part
-// of a durable queue runs low.
+// refill begins reading the next messages from the store when the
+// in-memory part of a durable queue runs low. The read is queued on the
+// store's goroutine behind its writes; exec is not held while it runs
+// (see land).
 func (q *Queue) refill() {
 	l := &q.lanes[0]
-	if q.diskCount == 0 || l.ready.len() >= q.cfg.Window/2 {
+	if q.diskCount == 0 || q.loading || l.ready.len() >= q.cfg.Window/2 {
 		return
 	}
-	q.commit() // our own page-outs first (the read is ordered after them anyway)
-	ents, err := q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, q.cfg.Window-l.ready.len())
-	if err != nil {
-		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(err))
+	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
 		return
 	}
-	if len(ents) == 0 {
-		q.cfg.Logger.Warn("store holds fewer messages than counted", zap.String("queue", q.cfg.Name), zap.Int("missing", q.diskCount))
-		q.diskCount = 0
+	q.commit() // our own page-outs first: the read sees every earlier commit
+	q.loading = true
+	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: q.cfg.Window - l.ready.len()}
+	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, func(ents []StoredEntry, err error) {
+		ld.ents, ld.err = ents, err
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return
+		}
+		q.landed = append(q.landed, ld)
+		q.mu.Unlock()
+		q.signal()
+	})
+}
+
+// landing is a read from the store, done: what refill asked and found.
+type landing struct {
+	gen   uint64
+	seen  int // paged entries the read could see (submitted before it)
+	asked int
+	ents  []StoredEntry
+	err   error
+}
+
+// land takes in what a read found, behind what memory holds. exec held.
+func (q *Queue) land(ld *landing) {
+	if ld.gen != q.loadGen {
+		return // the paged part was dropped (purge) since the read began
+	}
+	q.loading, q.stalled = false, false
+	if ld.err != nil {
+		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
+		q.loadRetry = time.Now().Add(time.Second).UnixNano()
+		time.AfterFunc(time.Second, q.signal)
 		return
 	}
-	for _, e := range ents {
+	q.loadRetry = 0
+	n := 0
+	for _, e := range ld.ents {
+		if e.Seq <= q.memTail {
+			continue // defensive: memTail only moves while nothing is paged
+		}
+		n++
 		m, err := DecodeMessage(e.Record)
 		if err != nil {
 			q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", e.Seq))
@@ -785,13 +882,45 @@ func (q *Queue) refill() {
 		q.memTail = e.Seq
 		q.diskCount--
 	}
+	if want := min(ld.seen, ld.asked); n < want {
+		// The store holds fewer of the entries the read could see than
+		// were counted; those paged after it are still to come.
+		missing := ld.seen - n
+		q.cfg.Logger.Warn("store holds fewer messages than counted", zap.String("queue", q.cfg.Name), zap.Int("missing", missing))
+		q.diskCount -= missing
+	}
 	if q.diskCount < 0 {
 		q.diskCount = 0
 	}
+	if q.trimDue {
+		q.trimDue = false
+		q.trim()
+	}
 }
 
-// apply runs one op; it reports true when the queue must stop.
-func (q *Queue) apply(o *op) bool {
+// voidReads forgets the read under way: the paged part it reads is gone.
+func (q *Queue) voidReads() {
+	q.loadGen++
+	q.loading, q.stalled, q.trimDue = false, false, false
+}
+
+// outcome is what applying an op leads to.
+type outcome uint8
+
+const (
+	applied outcome = iota
+	stopped         // the queue is gone: the ops after it are refused
+	retry           // the op needs messages still in the store: applied again once they are read
+)
+
+// goroutineOnly reports whether only the queue's goroutine may apply o:
+// calls (a caller waits for the reply, often under the registry's locks,
+// and auto-delete calls back into the registry) and timer ticks (x-expires
+// deletes the queue from the registry).
+func (o *op) goroutineOnly() bool { return o.reply != nil || o.kind == opTick }
+
+// apply runs one op.
+func (q *Queue) apply(o *op) outcome {
 	switch o.kind {
 	case opPublish:
 		q.publish(o.msg, o.conf)
@@ -838,7 +967,7 @@ func (q *Queue) apply(o *op) bool {
 				q.pol.OnExpire(q)
 			}
 			q.drop()
-			return true
+			return stopped
 		}
 		if q.expAt != 0 && q.expAt <= now {
 			q.expAt = 0 // this was the x-expires timer (used since): arm anew
@@ -860,13 +989,16 @@ func (q *Queue) apply(o *op) bool {
 			q.cfg.OnEmptyOfConsumers(q)
 			n := q.drop()
 			o.reply <- result{n: n}
-			return true
+			return stopped
 		}
 		o.reply <- result{}
 	case opGet:
 		q.lastUsed = time.Now().UnixNano()
-		q.refill()
-		d, ok := q.pop(time.Now().UnixNano())
+		d, ok := q.pop(q.lastUsed)
+		if !ok && q.diskCount > 0 {
+			q.stalled = true // pop began the read (refill)
+			return retry
+		}
 		if ok && o.flags&flagNoAck == 0 {
 			q.unacked++
 			q.noteDelivered(&d)
@@ -888,6 +1020,7 @@ func (q *Queue) apply(o *op) bool {
 		if q.diskCount > 0 {
 			q.w.add(StoreWrite{Kind: DropRange, Queue: q.cfg.ID, Seq: q.memTail + 1})
 			q.diskCount = 0
+			q.voidReads()
 		}
 		q.readyBytes = 0
 		o.reply <- result{n: n}
@@ -896,11 +1029,11 @@ func (q *Queue) apply(o *op) bool {
 	case opDelete:
 		if o.flags&flagIfUnused != 0 && len(q.consumers) > 0 {
 			o.reply <- result{err: ErrInUse}
-			return false
+			return applied
 		}
 		if o.flags&flagIfEmpty != 0 && q.readyLen() > 0 {
 			o.reply <- result{err: ErrNotEmpty}
-			return false
+			return applied
 		}
 		for _, c := range q.consumers {
 			c.Sink.Cancelled(c)
@@ -908,9 +1041,9 @@ func (q *Queue) apply(o *op) bool {
 		q.consumers, q.order = nil, nil
 		n := q.drop()
 		o.reply <- result{n: n}
-		return true
+		return stopped
 	}
-	return false
+	return applied
 }
 
 // publish takes a message in: refused when full with reject-publish,
@@ -966,12 +1099,21 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 		q.memTail = seq
 		q.held += size // Memory was counted by Publish
 	}
-	// Over the limit with drop-head: the oldest go (dead-lettered).
+	q.trim()
+}
+
+// trim dead-letters the oldest messages while the queue is over its
+// length limit (drop-head). When the oldest are still in the store, the
+// queue stalls until they are read: no op sees it over its limit.
+func (q *Queue) trim() {
 	for (q.pol.MaxLength >= 0 && int64(q.readyLen()) > q.pol.MaxLength) ||
 		(q.pol.MaxLengthBytes >= 0 && q.readyBytes > q.pol.MaxLengthBytes && q.readyLen() > 0) {
 		d, ok := q.popAny()
 		if !ok {
-			break
+			if q.diskCount > 0 { // popAny began the read
+				q.trimDue, q.stalled = true, true
+			}
+			return
 		}
 		q.deadLetter(d, ReasonMaxLen)
 	}
@@ -1032,6 +1174,7 @@ func (q *Queue) deadLetter(d Delivery, reason string) {
 func (q *Queue) drop() int {
 	n := q.readyLen()
 	q.diskCount = 0
+	q.voidReads()
 	q.account(-q.held) // unacked ones too: their acks will find the queue gone
 	for i := range q.lanes {
 		q.lanes[i] = lane{}

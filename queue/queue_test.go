@@ -262,7 +262,7 @@ func TestZeroTTL(t *testing.T) {
 	q.enqueue(op{kind: opKick, consumer: c})
 	q.enqueue(op{kind: opPublish, msg: msg("a")})
 	q.enqueue(op{kind: opPublish, msg: zero("b")})
-	q.drain(nil)
+	q.drain(nil, true)
 	q.exec.Unlock()
 	if got := rec.bodies(c); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("delivered %v", got)
@@ -307,7 +307,7 @@ func (s *logStore) Commit(w *Writes, done func(error)) {
 	}
 }
 
-func (s *logStore) LoadEntries(uint64, uint64, int) ([]StoredEntry, error) { return nil, nil }
+func (s *logStore) LoadEntries(_, _ uint64, _ int, done func([]StoredEntry, error)) { done(nil, nil) }
 
 func (s *logStore) len() int {
 	s.mu.Lock()

@@ -52,17 +52,19 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 	a.s.Commit(b, done)
 }
 
-func (a storeAdapter) LoadEntries(q, after uint64, n int) ([]queue.StoredEntry, error) {
-	es, err := a.s.LoadEntries(q, after, n)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]queue.StoredEntry, len(es))
-	for i, e := range es {
-		out[i] = queue.StoredEntry{Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Transient: e.Transient,
-			Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Record: e.Data}
-	}
-	return out, nil
+func (a storeAdapter) LoadEntries(q, after uint64, n int, done func([]queue.StoredEntry, error)) {
+	a.s.ReadEntries(q, after, n, func(es []persist.Entry, err error) {
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		out := make([]queue.StoredEntry, len(es))
+		for i, e := range es {
+			out[i] = queue.StoredEntry{Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Transient: e.Transient,
+				Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Record: e.Data}
+		}
+		done(out, nil)
+	})
 }
 
 // Store returns the queues' view of the store (nil without one).
