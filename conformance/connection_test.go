@@ -173,7 +173,7 @@ func TestChannelFlow(t *testing.T) {
 	}
 	closed := c.NotifyClose(make(chan *rmq.Error, 1))
 	_ = ch.Flow(false)
-	e := <-closed
+	e := closeErr(t, closed, "connection after channel.flow(false)")
 	if e == nil || e.Code != 540 || e.Reason != "NOT_IMPLEMENTED - active=false" {
 		t.Fatalf("flow(false): %v", e)
 	}
@@ -469,14 +469,19 @@ func TestShutdownClosesClients(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	c := dial(t, b.URL)
 	closed := c.NotifyClose(make(chan *rmq.Error, 1))
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() { done <- b.Server.Shutdown(t.Context()) }()
-	e := <-closed
+	e := closeErr(t, closed, "connection at Shutdown")
 	if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'" {
 		t.Fatalf("got %v", e)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("shutdown: %v", err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return within 10s of closing its only client")
 	}
 }
 
@@ -502,11 +507,11 @@ func TestBinarySIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	e := <-closed
+	e := closeErr(t, closed, "connection at SIGTERM")
 	if e == nil || e.Code != 320 {
 		t.Fatalf("got %v", e)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := waitExit(t, cmd, 10*time.Second); err != nil {
 		t.Fatalf("exit: %v\n%s", err, logs.String())
 	}
 	for _, want := range []string{`"msg":"connection opened"`, `"msg":"connection closed"`, `"user":"guest"`, `"vhost":"/"`} {

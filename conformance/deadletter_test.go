@@ -110,11 +110,19 @@ func TestDeadLetterCycleDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := e.queue("cycle-q", rmq.Table{"x-dead-letter-exchange": "dlx-cycle", "x-message-ttl": int32(20)})
-	if err := e.ch.QueueBind(q, "", "dlx-cycle", false, nil); err != nil {
-		t.Fatal(err)
+	// A witness bound to the same exchange gets the dead-lettered copy
+	// the cycle drops for cycle-q (the drop is per queue, as RabbitMQ's
+	// detect_cycles): it shows when the expiry has happened.
+	w := e.queue("cycle-witness", nil)
+	for _, b := range []string{q, w} {
+		if err := e.ch.QueueBind(b, "", "dlx-cycle", false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("loop")})
-	time.Sleep(200 * time.Millisecond) // expiry is the behaviour under test
+	if x := deathOf(t, e.get(e.ch, w, true)); x["reason"] != "expired" || x["queue"] != q {
+		t.Fatalf("x-death %#v", x)
+	}
 	if n := e.count(q); n != 0 {
 		t.Fatalf("%d messages left: the expired message cycled", n)
 	}
@@ -176,7 +184,7 @@ func TestMessageTTLQueueAndPerMessage(t *testing.T) {
 	p := e.queue("pttl-q", rmq.Table{"x-dead-letter-exchange": "dlx-ttl"})
 	e.publishConfirmed("", p, rmq.Publishing{Body: []byte("msg-ttl"), Expiration: "100"})
 	e.publishConfirmed("", p, rmq.Publishing{Body: []byte("lives")})
-	time.Sleep(300 * time.Millisecond) // expiry is the behaviour under test
+	e.waitCount("dlq-ttl", 2) // both expired
 	// Never delivered once expired, also not through basic.get.
 	if _, ok, _ := e.ch.Get(q, true); ok {
 		t.Fatal("an expired message was delivered")
@@ -277,7 +285,7 @@ func TestInvalidExpiration(t *testing.T) {
 		ch := e.channel(e.conn)
 		closed := ch.NotifyClose(make(chan *rmq.Error, 1))
 		_ = ch.Publish("", q, false, false, rmq.Publishing{Expiration: tc.exp, Body: []byte("x")})
-		expectErr(t, <-closed, 406, tc.text)
+		expectErr(t, closeErr(t, closed, "channel after expiration "+tc.exp), 406, tc.text)
 	}
 	// The largest allowed is taken.
 	e.publishConfirmed("", q, rmq.Publishing{Expiration: "315360000000", Body: []byte("ok")})
@@ -288,7 +296,16 @@ func TestQueueExpires(t *testing.T) {
 	if _, err := e.ch.QueueDeclare("expiring-q", false, false, false, false, rmq.Table{"x-expires": int32(200)}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // x-expires is the behaviour under test
+	// Polled with queue.bind, which is not a use: a (passive) declare
+	// would renew the queue's lease, in RabbitMQ as in railmq.
+	probe := e.channel(e.conn)
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		err := probe.QueueBind("expiring-q", "probe", "amq.direct", false, nil)
+		if err != nil {
+			expectErr(t, err, 404, "NOT_FOUND - no queue 'expiring-q' in vhost '/'")
+		}
+		return err != nil
+	}, "queue of x-expires 200 ms deleted")
 	_, err := e.ch.QueueDeclarePassive("expiring-q", false, false, false, false, nil)
 	expectErr(t, err, 404, "NOT_FOUND - no queue 'expiring-q' in vhost '/'")
 }
@@ -471,7 +488,7 @@ func TestDeadLetterHeaderOrder(t *testing.T) {
 	e.publishConfirmed("", q, rmq.Publishing{Expiration: "60000", Body: []byte("m"),
 		Headers: rmq.Table{"zz": int32(1), "Mid": "m", "app": "a", "b": true}})
 	must(t, e.get(e.ch, q, false).Reject(false))
-	testutil.WaitFor(t, 5*time.Second, "the dead-lettered copy", func() bool { return e.count("dlq-order") == 1 })
+	testutil.Eventually(t, 5*time.Second, func() bool { return e.count("dlq-order") == 1 }, "the dead-lettered copy")
 
 	r := testutil.DialRaw(t, e.b.Addr)
 	r.Handshake(nil, 0, true)

@@ -390,10 +390,10 @@ func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
 		t.Fatalf("after restart: %v %v count=%#v redelivered=%v", ok, err, d.Headers["x-delivery-count"], d.Redelivered)
 	}
 	// The TTL runs from the original publish, across the restart.
-	testutil.WaitFor(t, 5*time.Second, "expired message dead-lettered", func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		st, err := ch.QueueDeclarePassive("r-dlq", true, false, false, false, nil)
 		return err == nil && st.Messages == 1
-	})
+	}, "expired message dead-lettered")
 	if _, ok, _ := ch.Get("r-ttl", true); ok {
 		t.Fatal("an expired message was delivered")
 	}
@@ -448,10 +448,10 @@ func TestRestartDeadLettersWhatExpiredWhileDown(t *testing.T) {
 	r.start()
 	c, ch = r.dial()
 	defer c.Close()
-	testutil.WaitFor(t, 10*time.Second, "every expired message in the dead-letter queue", func() bool {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		q, err := ch.QueueDeclarePassive("zz-dlq", true, false, false, false, nil)
 		return err == nil && q.Messages == 2*n
-	})
+	}, "every expired message in the dead-letter queue")
 	for _, q := range []string{"aa-ttl-1", "aa-ttl-2"} {
 		if qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil || qi.Messages != 0 {
 			t.Fatalf("%s: %d left, %v", q, qi.Messages, err)

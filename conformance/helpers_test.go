@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ func (e *env) publishConfirmed(ex, key string, p rmq.Publishing) {
 func (e *env) get(ch *rmq.Channel, q string, autoAck bool) rmq.Delivery {
 	e.t.Helper()
 	var d rmq.Delivery
-	testutil.WaitFor(e.t, 5*time.Second, "a message on "+q, func() bool {
+	testutil.Eventually(e.t, 5*time.Second, func() bool {
 		var ok bool
 		var err error
 		d, ok, err = ch.Get(q, autoAck)
@@ -98,7 +99,7 @@ func (e *env) get(ch *rmq.Channel, q string, autoAck bool) rmq.Delivery {
 			e.t.Fatalf("basic.get %s: %v", q, err)
 		}
 		return ok
-	})
+	}, "a message on %s", q)
 	return d
 }
 
@@ -117,7 +118,7 @@ func (e *env) count(q string) int {
 // waitCount polls until queue q holds n ready messages.
 func (e *env) waitCount(q string, n int) {
 	e.t.Helper()
-	testutil.WaitFor(e.t, 5*time.Second, "queue count", func() bool { return e.count(q) == n })
+	testutil.Eventually(e.t, 5*time.Second, func() bool { return e.count(q) == n }, "%d messages in %s", n, q)
 }
 
 // expectClose fails unless err (or the channel's close notification) is
@@ -125,7 +126,7 @@ func (e *env) waitCount(q string, n int) {
 func expectErr(t *testing.T, err error, code int, text string) {
 	t.Helper()
 	var ae *rmq.Error
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) || ae == nil { // nil: NotifyClose's clean close
 		t.Fatalf("got %v, want %d %q", err, code, text)
 	}
 	if ae.Code != code || (text != "" && ae.Reason != text) {
@@ -164,6 +165,38 @@ func recv(t *testing.T, ds <-chan rmq.Delivery) rmq.Delivery {
 		t.Fatal("no delivery within 5s")
 	}
 	return rmq.Delivery{}
+}
+
+// closeErr waits for the close notification on closed (from NotifyClose),
+// failing the test if none comes within 5 s. A channel closed without an
+// error (a clean close) gives nil.
+func closeErr(t *testing.T, closed <-chan *rmq.Error, what string) *rmq.Error {
+	t.Helper()
+	select {
+	case e := <-closed:
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not closed within 5s", what)
+	}
+	return nil
+}
+
+// waitExit waits for a process that was told to stop and returns what
+// cmd.Wait returns; one still running after within is killed, and the
+// test fails.
+func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		_ = cmd.Process.Kill()
+		<-done // SIGKILL: it exits now
+		t.Fatalf("%s still running %v after it was told to stop", cmd.Path, within)
+	}
+	return nil
 }
 
 // none fails if a delivery arrives within d.

@@ -80,10 +80,10 @@ func TestManagementAPI(t *testing.T) {
 		Unacked int     `json:"messages_unacknowledged"`
 		Age     float64 `json:"head_message_timestamp_age_seconds"`
 	}
-	testutil.WaitFor(t, 5*time.Second, "queue counts", func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		call("GET", "/api/queues", "guest", &qs)
 		return len(qs) == 1 && qs[0].Ready == 1 && qs[0].Unacked == 1
-	})
+	}, "queue counts")
 	if qs[0].Name != "mgmt-q" || qs[0].Age <= 0 {
 		t.Fatalf("queues %+v", qs)
 	}

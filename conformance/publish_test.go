@@ -387,7 +387,7 @@ func TestDeepHeadersRefused(t *testing.T) {
 			closed := e.conn.NotifyClose(make(chan *rmq.Error, 1))
 			_ = e.ch.Publish("", q, false, false, rmq.Publishing{Headers: rmq.Table{"deep": v}, Body: []byte("x")})
 			if levels == 64 {
-				testutil.WaitFor(t, 5*time.Second, "the message", func() bool { return e.count(q) == 1 })
+				testutil.Eventually(t, 5*time.Second, func() bool { return e.count(q) == 1 }, "the message")
 				continue
 			}
 			select {

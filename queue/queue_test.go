@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/railmq/railmq/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -58,17 +60,6 @@ func newQueue(t *testing.T, cfg Config) *Queue {
 	return q
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestFIFOAndRequeueOrder(t *testing.T) {
 	q := newQueue(t, Config{Name: "q"})
 	for i := 1; i <= 5; i++ {
@@ -108,7 +99,7 @@ func TestRoundRobinAndPriority(t *testing.T) {
 	for i := range 6 {
 		q.Publish(msg(fmt.Sprint(i)))
 	}
-	waitFor(t, "6 deliveries", func() bool { return len(rec.bodies(a))+len(rec.bodies(b)) == 6 })
+	poll.Eventually(t, 5*time.Second, func() bool { return len(rec.bodies(a))+len(rec.bodies(b)) == 6 }, "6 deliveries")
 	if len(rec.bodies(a)) != 3 {
 		t.Fatalf("a %v b %v", rec.bodies(a), rec.bodies(b))
 	}
@@ -120,7 +111,7 @@ func TestRoundRobinAndPriority(t *testing.T) {
 	for i := range 4 {
 		q.Publish(msg(fmt.Sprint("p", i)))
 	}
-	waitFor(t, "hi deliveries", func() bool { return len(rec.bodies(hi)) == 4 })
+	poll.Eventually(t, 5*time.Second, func() bool { return len(rec.bodies(hi)) == 4 }, "hi deliveries")
 	if len(rec.bodies(a))+len(rec.bodies(b)) != 6 {
 		t.Fatal("low priority consumers got messages while hi had room")
 	}
@@ -140,7 +131,7 @@ func TestBlockedConsumerWaitsForKick(t *testing.T) {
 		t.Fatalf("held consumer got deliveries: ready %d", m)
 	}
 	q.Kick(c, nil)
-	waitFor(t, "first delivery", func() bool { return len(rec.bodies(c)) == 1 })
+	poll.Eventually(t, 5*time.Second, func() bool { return len(rec.bodies(c)) == 1 }, "first delivery")
 	if m, _, _ := q.Stats(); m != 1 {
 		t.Fatalf("ready %d", m)
 	}
@@ -148,7 +139,7 @@ func TestBlockedConsumerWaitsForKick(t *testing.T) {
 	rec.limit = 2
 	rec.mu.Unlock()
 	q.Kick(c, nil)
-	waitFor(t, "second delivery", func() bool { return len(rec.bodies(c)) == 2 })
+	poll.Eventually(t, 5*time.Second, func() bool { return len(rec.bodies(c)) == 2 }, "second delivery")
 }
 
 func TestExclusiveConsumer(t *testing.T) {
@@ -220,7 +211,7 @@ func TestMemoryAccounting(t *testing.T) {
 	if _, err := q.Purge(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "memory released", func() bool { return mem.Load() == 0 })
+	poll.Eventually(t, 5*time.Second, func() bool { return mem.Load() == 0 }, "memory released")
 	q.Publish(&Message{Body: make([]byte, 100)})
 	_, _, _, _ = q.Get(false)
 	_, _ = q.Delete(false, false)
@@ -334,8 +325,8 @@ func TestDeadLetterRightAfterPut(t *testing.T) {
 			for range 3 {
 				q.Publish(&Message{Body: []byte("x"), Persistent: true, ID: st.NewMessageID(), Inline: true, Enqueued: time.Now().UnixNano()})
 			}
-			waitFor(t, "dead-lettering", func() bool { return dead.Load() == 3 })
-			waitFor(t, "entries deleted", func() bool { return st.len() == 0 })
+			poll.Eventually(t, 5*time.Second, func() bool { return dead.Load() == 3 }, "dead-lettering")
+			poll.Eventually(t, 5*time.Second, func() bool { return st.len() == 0 }, "entries deleted")
 		})
 	}
 }
@@ -492,7 +483,7 @@ func TestInlineDrainConcurrent(t *testing.T) {
 		}()
 	}
 	pub.Wait()
-	waitFor(t, "every message acked", func() bool { return acked.Load() == publishers*perPublisher })
+	poll.Eventually(t, 5*time.Second, func() bool { return acked.Load() == publishers*perPublisher }, "every message acked")
 	close(stop)
 	wg.Wait()
 
@@ -515,7 +506,7 @@ func TestInlineDrainConcurrent(t *testing.T) {
 			t.Fatalf("consumer %s: %d deliveries never written out", c.Tag, n)
 		}
 	}
-	waitFor(t, "counts published", func() bool { return q.Ready() == 0 && q.Unacked() == 0 })
+	poll.Eventually(t, 5*time.Second, func() bool { return q.Ready() == 0 && q.Unacked() == 0 }, "counts published")
 }
 
 // x-expires with a consumer attached arms no timer: the queue is in use,

@@ -127,28 +127,16 @@ func FreePort(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// WaitFor polls cond every 10 ms until it holds or timeout passes.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // WaitListening polls until addr accepts TCP connections.
 func WaitListening(t testing.TB, addr string, timeout time.Duration) {
 	t.Helper()
-	WaitFor(t, timeout, "broker listening on "+addr, func() bool {
+	Eventually(t, timeout, func() bool {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
-	})
+	}, "broker listening on %s", addr)
 }
 
 // Raw is a raw-socket AMQP client for tests of malformed input.
