@@ -1,0 +1,256 @@
+package queue
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// apply runs one op.
+func (q *Queue) apply(o *op) outcome {
+	switch o.kind {
+	case opPublish:
+		q.publish(o.msg, o.conf)
+	case opAck:
+		q.unacked -= len(o.ds)
+		var n int64
+		for i := range o.ds {
+			n += int64(len(o.ds[i].Msg.Body))
+			q.deleteEntry(&o.ds[i])
+		}
+		q.account(-n)
+	case opDiscard:
+		q.unacked -= len(o.ds)
+		for _, d := range o.ds {
+			q.deadLetter(d, ReasonRejected)
+		}
+	case opRequeue:
+		q.unacked -= len(o.ds)
+		for _, d := range o.ds {
+			d.Redelivered = true
+			d.Count++
+			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
+				q.deadLetter(d, ReasonDeliveryLimit)
+				continue
+			}
+			if q.stored(&d) {
+				q.putEntry(UpdateEntry, &d)
+			}
+			q.laneOf(d.Msg).returned.push(d)
+			q.readyBytes += int64(len(d.Msg.Body))
+		}
+	case opKick:
+		o.consumer.blocked = false
+	case opTouch:
+		q.lastUsed = time.Now().UnixNano()
+	case opTick:
+		q.ticks.Add(1)
+		now := time.Now().UnixNano()
+		q.timerAt = 0
+		q.expireHeads(now)
+		if e := q.pol.Expires; e > 0 && len(q.consumers) == 0 && now-q.lastUsed >= int64(e) {
+			q.cfg.Logger.Info("queue expired (x-expires)", zap.String("queue", q.cfg.Name))
+			if q.pol.OnExpire != nil {
+				q.pol.OnExpire(q)
+			}
+			q.drop()
+			return stopped
+		}
+		if q.expAt != 0 && q.expAt <= now {
+			q.expAt = 0 // this was the x-expires timer (used since): arm anew
+		}
+		q.armExpires()
+	case opConsume:
+		err := q.addConsumer(o.consumer)
+		if err == nil {
+			q.lastUsed = time.Now().UnixNano()
+			q.armExpires() // stops it: a consumer is attached
+		}
+		o.reply <- result{err: err}
+	case opCancel:
+		removed := q.removeConsumer(o.consumer)
+		q.lastUsed = time.Now().UnixNano()
+		q.armExpires() // the last consumer gone: unused from now
+		if removed && len(q.consumers) == 0 && q.cfg.AutoDelete && q.cfg.OnEmptyOfConsumers != nil {
+			// Deleted synchronously, before cancel-ok (RabbitMQ does too).
+			q.cfg.OnEmptyOfConsumers(q)
+			n := q.drop()
+			o.reply <- result{n: n}
+			return stopped
+		}
+		o.reply <- result{}
+	case opGet:
+		q.lastUsed = time.Now().UnixNano()
+		d, ok := q.pop(q.lastUsed)
+		if !ok && q.diskCount > 0 {
+			q.stalled = true // pop began the read (refill)
+			return retry
+		}
+		if ok && o.flags&flagNoAck == 0 {
+			q.unacked++
+			q.noteDelivered(&d)
+		} else if ok {
+			q.account(-int64(len(d.Msg.Body)))
+			q.deleteEntry(&d)
+		}
+		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
+	case opPurge:
+		n := q.readyLen()
+		for i := range q.lanes {
+			l := &q.lanes[i]
+			for l.len() > 0 {
+				d := l.pop()
+				q.account(-int64(len(d.Msg.Body)))
+				q.deleteEntry(&d)
+			}
+		}
+		if q.diskCount > 0 {
+			q.w.add(StoreWrite{Kind: DropRange, Queue: q.cfg.ID, Seq: q.memTail + 1})
+			q.diskCount = 0
+			q.voidReads()
+		}
+		q.readyBytes = 0
+		o.reply <- result{n: n}
+	case opStats:
+		o.reply <- result{messages: q.readyLen(), n: len(q.consumers)}
+	case opDelete:
+		if o.flags&flagIfUnused != 0 && len(q.consumers) > 0 {
+			o.reply <- result{err: ErrInUse}
+			return applied
+		}
+		if o.flags&flagIfEmpty != 0 && q.readyLen() > 0 {
+			o.reply <- result{err: ErrNotEmpty}
+			return applied
+		}
+		for _, c := range q.consumers {
+			c.Sink.Cancelled(c)
+		}
+		q.consumers, q.order = nil, nil
+		n := q.drop()
+		o.reply <- result{n: n}
+		return stopped
+	}
+	return applied
+}
+
+// publish takes a message in: refused when full with reject-publish,
+// paged to the store beyond a durable queue's window, else ready.
+func (q *Queue) publish(m *Message, conf Confirmer) {
+	size := int64(len(m.Body))
+	if q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0 {
+		full := (q.pol.MaxLength >= 0 && int64(q.readyLen()) >= q.pol.MaxLength) ||
+			(q.pol.MaxLengthBytes >= 0 && q.readyBytes+size > q.pol.MaxLengthBytes)
+		if full && q.pol.Overflow != DropHead {
+			q.cfg.Memory.Add(-size) // counted by Publish, not kept
+			if q.pol.Overflow == RejectPublishDLX && q.pol.DeadLetter != nil {
+				q.pol.DeadLetter(q, Delivery{Msg: m}, ReasonMaxLen, nil)
+			}
+			if conf != nil {
+				conf.Done(ErrRejected)
+			}
+			return
+		}
+	}
+	seq := q.nextSeq
+	q.nextSeq++
+	durable := q.cfg.Store != nil && m.ID != 0
+	if durable {
+		q.putEntry(PutEntry, &Delivery{Msg: m, Seq: seq})
+	}
+	if conf != nil {
+		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
+	}
+	if (m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0 {
+		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonExpired) {
+			return
+		}
+	}
+	if q.pol.Overflow == DropHead && (q.pol.MaxLength == 0 || (q.pol.MaxLengthBytes >= 0 && size > q.pol.MaxLengthBytes)) {
+		// It cannot wait in the queue even alone: as RabbitMQ, a
+		// consumer with room gets it first, else it is dropped as the head.
+		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonMaxLen) {
+			return
+		}
+	}
+	q.readyBytes += size
+	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window) {
+		// Beyond the window: the message waits in the store.
+		if !durable {
+			id := q.cfg.Store.NewMessageID()
+			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})
+		}
+		q.diskCount++
+		q.cfg.Memory.Add(-size) // counted by Publish, not held
+	} else {
+		q.laneOf(m).ready.pushBack(Delivery{Msg: m, Seq: seq})
+		q.memTail = seq
+		q.held += size // Memory was counted by Publish
+	}
+	q.trim()
+}
+
+// trim dead-letters the oldest messages while the queue is over its
+// length limit (drop-head). When the oldest are still in the store, the
+// queue stalls until they are read: no op sees it over its limit.
+func (q *Queue) trim() {
+	for (q.pol.MaxLength >= 0 && int64(q.readyLen()) > q.pol.MaxLength) ||
+		(q.pol.MaxLengthBytes >= 0 && q.readyBytes > q.pol.MaxLengthBytes && q.readyLen() > 0) {
+		d, ok := q.popAny()
+		if !ok {
+			if q.diskCount > 0 { // popAny began the read
+				q.trimDue, q.stalled = true, true
+			}
+			return
+		}
+		q.deadLetter(d, ReasonMaxLen)
+	}
+}
+
+// publishNow takes in a message that cannot wait in the queue (a TTL of
+// 0, the queue's or its own; or a length limit it exceeds alone), as
+// RabbitMQ's deliver_or_enqueue does: into an empty queue it goes to a
+// consumer that has room now, or leaves at once for reason (it would be
+// the head). Behind other messages it is queued, and goes when it reaches
+// the head. It reports false when the message is to be queued.
+func (q *Queue) publishNow(d Delivery, reason string) bool {
+	if q.readyLen() > 0 {
+		q.dispatch() // ops of this batch may have given consumers room
+		if q.readyLen() > 0 {
+			return false
+		}
+	}
+	// Nothing is paged, so a later refill reads after it; Memory was
+	// counted by Publish.
+	q.memTail = d.Seq
+	q.held += int64(len(d.Msg.Body))
+	for c := q.nextConsumer(); c != nil; c = q.nextConsumer() {
+		if q.deliver(c, d) {
+			return true
+		}
+	}
+	q.deadLetter(d, reason)
+	return true
+}
+
+// drop releases every message the queue holds; it returns the ready count.
+func (q *Queue) drop() int {
+	n := q.readyLen()
+	q.diskCount = 0
+	q.voidReads()
+	q.account(-q.held) // unacked ones too: their acks will find the queue gone
+	for i := range q.lanes {
+		q.lanes[i] = lane{}
+	}
+	q.readyBytes = 0
+	q.readyN.Store(0)
+	q.consumerN.Store(0)
+	q.headAt.Store(0)
+	return n
+}
+
+func (q *Queue) account(n int64) {
+	if n != 0 {
+		q.held += n
+		q.cfg.Memory.Add(n)
+	}
+}

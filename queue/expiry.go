@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"time"
+)
+
+// expiry is when d expires (unix nanos), or 0: the earlier of its own
+// expiration and the queue's message TTL.
+func (q *Queue) expiry(d *Delivery) int64 {
+	e := d.Msg.Expires
+	if ttl := q.pol.MessageTTL; ttl >= 0 {
+		if qe := d.Msg.Enqueued + int64(ttl); e == 0 || qe < e {
+			e = qe
+		}
+	}
+	return e
+}
+
+// expireHeads dead-letters expired messages at the head of each lane.
+func (q *Queue) expireHeads(now int64) {
+	for i := range q.lanes {
+		l := &q.lanes[i]
+		for {
+			if i == 0 && l.len() == 0 && q.diskCount > 0 {
+				q.refill()
+			}
+			d := l.head()
+			if d == nil {
+				break
+			}
+			if exp := q.expiry(d); exp == 0 || exp > now {
+				break
+			}
+			x := l.pop()
+			q.readyBytes -= int64(len(x.Msg.Body))
+			q.deadLetter(x, ReasonExpired)
+		}
+	}
+}
+
+// armTimer sets the queue's one expiry timer for the earliest head.
+func (q *Queue) armTimer() {
+	var next int64
+	for i := range q.lanes {
+		if d := q.lanes[i].head(); d != nil {
+			if e := q.expiry(d); e != 0 && (next == 0 || e < next) {
+				next = e
+			}
+		}
+	}
+	if next == 0 || (q.timerAt != 0 && q.timerAt <= next) {
+		return
+	}
+	q.timerAt = next
+	wait := time.Duration(next - time.Now().UnixNano())
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timer = time.AfterFunc(max(wait, 0), func() { q.post(op{kind: opTick}) })
+}
+
+// armExpires keeps the queue's one x-expires timer armed for when it will
+// have been unused for Expires, and disarmed while a consumer is attached
+// (opCancel arms it when the last one leaves). Use in between (a get, a
+// declare) only moves lastUsed: the tick finds the queue still in use and
+// arms it again, once per period at most.
+func (q *Queue) armExpires() {
+	if q.pol.Expires <= 0 {
+		return
+	}
+	if len(q.consumers) > 0 {
+		if q.expTimer != nil {
+			q.expTimer.Stop()
+		}
+		q.expAt = 0
+		return
+	}
+	at := q.lastUsed + int64(q.pol.Expires)
+	if q.expAt != 0 && q.expAt <= at {
+		return // armed, and fires no later than needed
+	}
+	q.expAt = at
+	wait := max(time.Duration(at-time.Now().UnixNano())+time.Millisecond, time.Millisecond)
+	if q.expTimer == nil {
+		q.expTimer = time.AfterFunc(wait, func() { q.post(op{kind: opTick}) })
+		return
+	}
+	q.expTimer.Reset(wait)
+}

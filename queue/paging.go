@@ -1,0 +1,157 @@
+package queue
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// commit hands this round's store changes to the group commit; the
+// publishers' confirmers learn when they are durable.
+func (q *Queue) commit() {
+	if q.cfg.Store != nil && q.delivered > q.savedDlv {
+		q.w.add(StoreWrite{Kind: PutDelivered, Queue: q.cfg.ID, Seq: q.delivered})
+		q.savedDlv = q.delivered
+	}
+	if q.w.Len() == 0 {
+		for _, c := range q.confs {
+			c.Done(nil)
+		}
+		q.confs = q.confs[:0]
+		return
+	}
+	w := q.w
+	q.w = Writes{Ops: make([]StoreWrite, 0, len(w.Ops))}
+	var done func(error)
+	if len(q.confs) > 0 {
+		confs := q.confs
+		q.confs = nil
+		done = func(err error) {
+			for _, c := range confs {
+				c.Done(err)
+			}
+		}
+	}
+	q.cfg.Store.Commit(&w, done)
+}
+
+// stored reports whether d has an entry in this queue's store.
+func (q *Queue) stored(d *Delivery) bool { return q.cfg.Store != nil && d.Msg.ID != 0 }
+
+func (q *Queue) deleteEntry(d *Delivery) {
+	if q.stored(d) {
+		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline})
+	}
+}
+
+// putEntry writes d's entry (with the record, when inline).
+func (q *Queue) putEntry(kind WriteKind, d *Delivery) {
+	w := StoreWrite{Kind: kind, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
+		Transient: d.Transient, Redelivered: d.Redelivered, Count: d.Count, Inline: d.Msg.Inline}
+	if w.Inline {
+		w.Record = EncodeMessage(d.Msg)
+	}
+	q.w.add(w)
+}
+
+// noteDelivered records the highest sequence delivered, so that a restart
+// flags it and everything before it redelivered.
+func (q *Queue) noteDelivered(d *Delivery) {
+	if q.stored(d) && d.Seq > q.delivered {
+		q.delivered = d.Seq
+	}
+}
+
+// refill begins reading the next messages from the store when the
+// in-memory part of a durable queue runs low. The read is queued on the
+// store's goroutine behind its writes; exec is not held while it runs
+// (see land).
+func (q *Queue) refill() {
+	l := &q.lanes[0]
+	if q.diskCount == 0 || q.loading || l.ready.len() >= q.cfg.Window/2 {
+		return
+	}
+	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
+		return
+	}
+	q.commit() // our own page-outs first: the read sees every earlier commit
+	q.loading = true
+	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: q.cfg.Window - l.ready.len()}
+	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, func(ents []StoredEntry, err error) {
+		ld.ents, ld.err = ents, err
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return
+		}
+		q.landed = append(q.landed, ld)
+		q.mu.Unlock()
+		q.signal()
+	})
+}
+
+// landing is a read from the store, done: what refill asked and found.
+type landing struct {
+	gen   uint64
+	seen  int // paged entries the read could see (submitted before it)
+	asked int
+	ents  []StoredEntry
+	err   error
+}
+
+// land takes in what a read found, behind what memory holds. exec held.
+func (q *Queue) land(ld *landing) {
+	if ld.gen != q.loadGen {
+		return // the paged part was dropped (purge) since the read began
+	}
+	q.loading, q.stalled = false, false
+	if ld.err != nil {
+		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
+		q.loadRetry = time.Now().Add(time.Second).UnixNano()
+		time.AfterFunc(time.Second, q.signal)
+		return
+	}
+	q.loadRetry = 0
+	n := 0
+	for _, e := range ld.ents {
+		if e.Seq <= q.memTail {
+			continue // defensive: memTail only moves while nothing is paged
+		}
+		n++
+		m, err := DecodeMessage(e.Record)
+		if err != nil {
+			q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", e.Seq))
+			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Inline: e.Inline})
+		} else {
+			m.ID, m.Shared, m.Inline = e.Msg, e.Shared, e.Inline
+			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient}
+			q.laneOf(m).ready.pushBack(d)
+			q.account(int64(len(m.Body)))
+			if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
+				q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
+			}
+		}
+		q.memTail = e.Seq
+		q.diskCount--
+	}
+	if want := min(ld.seen, ld.asked); n < want {
+		// The store holds fewer of the entries the read could see than
+		// were counted; those paged after it are still to come.
+		missing := ld.seen - n
+		q.cfg.Logger.Warn("store holds fewer messages than counted", zap.String("queue", q.cfg.Name), zap.Int("missing", missing))
+		q.diskCount -= missing
+	}
+	if q.diskCount < 0 {
+		q.diskCount = 0
+	}
+	if q.trimDue {
+		q.trimDue = false
+		q.trim()
+	}
+}
+
+// voidReads forgets the read under way: the paged part it reads is gone.
+func (q *Queue) voidReads() {
+	q.loadGen++
+	q.loading, q.stalled, q.trimDue = false, false, false
+}
