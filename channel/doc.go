@@ -1,0 +1,17 @@
+// Package channel is the per-channel state machine: content assembly,
+// publishing (routing, returns, confirms, transactions), consumers,
+// prefetch, acknowledgements and requeueing. It imports vhost, queue,
+// exchange and amqp, and writes through the FrameSink its connection
+// provides.
+//
+// The connection's reader goroutine owns a channel: it calls HandleMethod,
+// HandleContent and Close. Queues call Deliver with their exec held, on
+// whichever goroutine holds it (queue/exec.go), and Cancelled on their own
+// goroutine; both take c.mu. Confirms are tracked under c.cmu and sent by
+// the connection's writer (confirms.go). LOCKS.md orders the locks.
+//
+// Files: channel.go (the state and method dispatch), publish.go (content
+// assembly, routing, returns, transactions), confirms.go, consume.go
+// (consumers, deliveries, basic.get, consumer timeouts), acks.go
+// (acknowledgements, requeues), reply.go (direct reply-to).
+package channel
