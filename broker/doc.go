@@ -4,4 +4,16 @@
 // alarm, the consumer-timeout sweeper, the management API subset, and
 // graceful Shutdown. It wires the store, the vhost registry and channels
 // together; nothing but cmd/ and tests imports it.
+//
+// A connection (conn.go) has two goroutines. The reader owns the protocol
+// state and the channels: it runs the handshake (handshake.go), reads and
+// dispatches frames (read.go), handles channel 0 and every way a
+// connection ends (closing.go), and serves requests other goroutines post
+// to it, woken by a read deadline in the past (deadline.go, which also
+// keeps the heartbeat and close deadlines). The writer owns the socket's
+// write side and the heartbeats it sends (writer.go); the two share the
+// outbound buffer under outMu. A reader that delivered to another
+// connection's consumers may write that connection's socket itself when
+// its writer is idle (Flush, TryLock on wmu). alarm.go stops reading from
+// publishers while the memory alarm is on. LOCKS.md orders the locks.
 package broker

@@ -1,0 +1,155 @@
+package broker
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/channel"
+)
+
+// deadlineReader sets the socket's read deadline before reads from the
+// kernel (not per frame): the handshake timeout, then silentLimit, and
+// never past the close deadline. A heartbeat deadline is
+// re-armed only once it has moved by a slack, which spares a timer update
+// per read.
+type deadlineReader struct{ c *conn }
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	c := d.c
+	c.flushes.Flush() // before waiting for input, write what we delivered
+	for {
+		if c.runRequests() {
+			c.rdlSet = false // post moved the deadline
+		}
+		now := time.Now().UnixNano()
+		var dl int64 // unix nanos; 0 = none
+		if c.heartbeat > 0 {
+			dl = now + int64(silentLimit(c.heartbeat))
+		}
+		cd := c.closeDeadline.Load()
+		if cd != 0 && (dl == 0 || cd < dl) {
+			dl = cd
+		}
+		// Keep a heartbeat deadline between silentLimit and a slack
+		// from now: it is set a slack later than needed, so the reads
+		// within the slack keep it. Anything else is set every time.
+		slack := int64(c.heartbeat / 4)
+		rearm := !c.rdlSet || cd != 0
+		if !rearm {
+			if dl == 0 {
+				rearm = c.rdl != 0
+			} else {
+				rearm = c.rdl == 0 || c.rdl < dl || c.rdl > dl+slack
+			}
+		}
+		if rearm {
+			if cd == 0 && dl != 0 {
+				dl += slack
+			}
+			var t time.Time
+			if dl != 0 {
+				t = time.Unix(0, dl)
+			}
+			if err := c.nc.SetReadDeadline(t); err != nil {
+				return 0, err
+			}
+			c.rdl, c.rdlSet = dl, true
+		}
+		if c.reqFlag.Load() {
+			continue // posted after runRequests: serve it before blocking
+		}
+		n, err := c.io.Read(p)
+		if n == 0 && err != nil && isTimeout(err) {
+			if c.reqFlag.Load() {
+				continue // woken to serve a request, not a real timeout
+			}
+			if c.rdl != 0 && time.Now().UnixNano() < c.rdl {
+				// A post's wake-up that lost the race with our deadline.
+				c.rdlSet = false
+				continue
+			}
+		}
+		return n, err
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// post queues fn to run on the reader goroutine and wakes the reader.
+func (c *conn) post(fn func()) {
+	c.reqMu.Lock()
+	c.reqs = append(c.reqs, fn)
+	c.reqMu.Unlock()
+	c.wakeReader()
+}
+
+// wakeReader has the reader run its requests and re-arm its read
+// deadline: the flag first, then a deadline in the past, so that a reader
+// which checked the flag before it was set is woken by the deadline.
+func (c *conn) wakeReader() {
+	c.reqFlag.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// runRequests runs what post queued; it reports whether there was any.
+func (c *conn) runRequests() bool {
+	if !c.reqFlag.Load() {
+		return false
+	}
+	c.reqMu.Lock()
+	reqs := c.reqs
+	c.reqs = nil
+	c.reqFlag.Store(false)
+	c.reqMu.Unlock()
+	for _, fn := range reqs {
+		fn()
+	}
+	return true
+}
+
+// checkTimeouts closes (through the reader) each channel holding a
+// delivery past its consumer timeout. Called by the server's sweeper.
+func (c *conn) checkTimeouts(now time.Time) {
+	c.snapMu.Lock()
+	type hit struct {
+		n  uint16
+		ch *channel.Channel
+		t  time.Duration
+	}
+	var hits []hit
+	for n, ch := range c.snap {
+		if t, ok := ch.TimedOut(now); ok {
+			hits = append(hits, hit{n, ch, t})
+		}
+	}
+	c.snapMu.Unlock()
+	for _, h := range hits {
+		c.post(func() {
+			if c.channels[h.n] != h.ch || c.closing.Load() {
+				return
+			}
+			c.log.Warn("consumer timeout: closing channel", zap.Uint16("channel", h.n), zap.Duration("timeout", h.t))
+			c.closeChannel(h.n, amqp.Errorf(amqp.PreconditionFailed,
+				"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
+					"This timeout value can be configured, see consumers doc guide to learn more", h.n, h.t.Milliseconds()))
+		})
+	}
+}
+
+// silentLimit is how long a client may stay silent before it is dropped
+// for missed heartbeats, less the deadline's slack (a quarter interval),
+// so that the drop comes 2¾ to 3 intervals after the last byte read.
+// RabbitMQ checks every interval and drops at the second check in a row
+// that saw nothing, 2 to 3 intervals after the last byte: a client it
+// keeps (a pika application blocked for 2½ intervals) railmq keeps too.
+func silentLimit(hb time.Duration) time.Duration { return 11 * hb / 4 }
+
+// errHeartbeat is a peer that stayed silent past silentLimit.
+var errHeartbeat = errors.New("missed heartbeats from client, timeout")

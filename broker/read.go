@@ -1,0 +1,280 @@
+package broker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/channel"
+)
+
+// readLoop reads and dispatches frames until the connection ends.
+func (c *conn) readLoop() error {
+	for {
+		if c.br.Buffered() == 0 {
+			if c.busy++; c.busy == 64 && c.br.Size() < 64<<10 {
+				// 64 batches in: a busy connection reads in large chunks.
+				c.br = bufio.NewReaderSize(deadlineReader{c}, 64<<10)
+				max := c.fr.Max
+				c.fr = amqp.NewFrameReader(c.br)
+				c.fr.Max = max
+			}
+		}
+		if c.published && c.srv.memoryAlarm() {
+			if err := c.blockWhileAlarm(); err != nil {
+				return err
+			}
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			if c.closing.Load() {
+				return nil // no close-ok in time (or EOF): just close
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.log.Warn("missed heartbeats from client, closing", zap.Duration("heartbeat", c.heartbeat))
+				return errHeartbeat
+			}
+			if errors.Is(err, amqp.ErrFrame) {
+				return c.fail(frameError(err, f))
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+				if c.closeReason.Load() == nil {
+					c.closeReason.Store("client unexpectedly closed TCP connection")
+				}
+				return nil
+			}
+			return err
+		}
+		if c.closing.Load() {
+			if done := c.whileClosing(f); done {
+				c.lingerFor = shortLinger
+				return nil
+			}
+			continue
+		}
+		if err := c.handleFrame(f); err != nil {
+			if errors.Is(err, errClientClosed) {
+				return nil
+			}
+			return c.fail(err)
+		}
+	}
+}
+
+func frameError(err error, f amqp.Frame) *amqp.Error {
+	var tl *amqp.FrameTooLargeError
+	var be *amqp.BadFrameEndError
+	switch {
+	case errors.As(err, &tl):
+		return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + tl.Error()}
+	case errors.As(err, &be):
+		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: {invalid_frame_end_marker,%d}", be.Type, octets(f.Payload), be.End)}
+	}
+	return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + err.Error()}
+}
+
+// octets renders bytes as Erlang does (<<1,2,3>>), as RabbitMQ's frame
+// error texts show them; long payloads are cut.
+func octets(p []byte) string {
+	const max = 64
+	var b strings.Builder
+	b.WriteString("<<")
+	for i, x := range p {
+		if i == max {
+			b.WriteString(",...")
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", x)
+	}
+	b.WriteString(">>")
+	return b.String()
+}
+
+// handleFrame dispatches one frame of the running connection.
+func (c *conn) handleFrame(f amqp.Frame) error {
+	switch f.Type {
+	case amqp.FrameHeartbeat:
+		if len(f.Payload) != 0 {
+			// RabbitMQ knows only the empty heartbeat frame.
+			return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type 8, all octets = %s: unknown_frame", octets(f.Payload))}
+		}
+		if f.Channel != 0 {
+			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type 8, all octets = %s", octets(f.Payload))}
+		}
+		return nil
+	case amqp.FrameMethod, amqp.FrameHeader, amqp.FrameBody:
+	default:
+		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: unknown_frame", f.Type, octets(f.Payload))}
+	}
+	if f.Channel == 0 {
+		return c.handleChannel0(f)
+	}
+	if _, ok := c.closingChans[f.Channel]; ok {
+		return c.whileChannelClosing(f)
+	}
+	ch := c.channels[f.Channel]
+	if f.Type != amqp.FrameMethod {
+		if ch == nil {
+			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: "UNEXPECTED_FRAME - expected method frame, got non method frame instead"}
+		}
+		err := ch.HandleContent(f)
+		c.published = true
+		return c.channelResult(f.Channel, err)
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return decodeError(err, f.Payload)
+	}
+	if !m.ServerHandles() {
+		return unimplemented(m)
+	}
+	if ch == nil {
+		if _, ok := m.(*amqp.ChannelOpen); ok {
+			return c.openChannel(f.Channel)
+		}
+		e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'"}
+		e.ClassID, e.MethodID = m.Index()
+		return e
+	}
+	switch m := m.(type) {
+	case *amqp.ChannelOpen:
+		e := &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - second 'channel.open' seen"}
+		e.ClassID, e.MethodID = m.Index()
+		return e
+	case *amqp.ChannelClose:
+		ch.Flush()
+		c.removeChannel(f.Channel)
+		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
+		return nil
+	case *amqp.ChannelCloseOk:
+		// A close-ok for a close we never sent: ignore, as RabbitMQ does
+		// for a channel in the open state.
+		return nil
+	}
+	err = ch.HandleMethod(m)
+	return c.channelResult(f.Channel, err)
+}
+
+// removeChannel closes a channel and forgets it.
+func (c *conn) removeChannel(n uint16) {
+	ch := c.channels[n]
+	if ch == nil {
+		return
+	}
+	delete(c.channels, n)
+	c.snapMu.Lock()
+	delete(c.snap, n)
+	c.snapMu.Unlock()
+	ch.Close()
+}
+
+// channelResult turns a channel's soft error into channel.close; hard
+// errors go up to close the connection.
+func (c *conn) channelResult(n uint16, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *amqp.Error
+	if errors.As(err, &e) && !e.Hard() {
+		c.closeChannel(n, e)
+		return nil
+	}
+	return err
+}
+
+// closeChannel closes channel n with a soft error: its deliveries are
+// requeued now; the number is free again once the client's close-ok comes.
+func (c *conn) closeChannel(n uint16, e *amqp.Error) {
+	if ch := c.channels[n]; ch != nil {
+		ch.Flush() // confirms already earned go out before the close
+	}
+	c.removeChannel(n)
+	c.closingChans[n] = struct{}{}
+	c.log.Debug("closing channel", zap.Uint16("channel", n), zap.Uint16("code", e.Code), zap.String("text", e.Text))
+	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
+}
+
+// whileChannelClosing handles a frame on a channel we sent channel.close
+// on: all but close-ok and close are dropped.
+func (c *conn) whileChannelClosing(f amqp.Frame) error {
+	if f.Type != amqp.FrameMethod {
+		return nil
+	}
+	m, err := c.dec.Decode(f.Payload)
+	if err != nil {
+		return decodeError(err, f.Payload)
+	}
+	switch m.(type) {
+	case *amqp.ChannelCloseOk:
+		delete(c.closingChans, f.Channel)
+	case *amqp.ChannelClose:
+		// Both sides closed at once: answer, and still expect the
+		// close-ok for ours (§4.2.4.1).
+		c.SendMethod(f.Channel, &amqp.ChannelCloseOk{})
+	case *amqp.ChannelOpen:
+		// A client that took our close for done (no close-ok) reopens.
+		delete(c.closingChans, f.Channel)
+		return c.openChannel(f.Channel)
+	}
+	return nil
+}
+
+func (c *conn) openChannel(n uint16) error {
+	if n > c.channelMax {
+		return amqp.Errorf(amqp.NotAllowed, "channel number %d is higher than the negotiated channel_max (%d)", n, c.channelMax)
+	}
+	if len(c.channels) >= int(c.channelMax) {
+		return amqp.Errorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
+	}
+	ch := channel.New(channel.Config{
+		Number:          n,
+		Sink:            c,
+		VHost:           c.vh,
+		ConnID:          c.id,
+		User:            c.user,
+		MaxMessageSize:  c.srv.opts.MaxMessageSize,
+		ConsumerTimeout: c.srv.opts.ConsumerTimeout,
+		CancelNotify:    c.clientCapability("consumer_cancel_notify"),
+		Replies:         &c.srv.replies,
+		Logger:          c.log.base,
+		Flushes:         &c.flushes,
+	})
+	c.channels[n] = ch
+	c.snapMu.Lock()
+	c.snap[n] = ch
+	c.snapMu.Unlock()
+	c.SendMethod(n, &amqp.ChannelOpenOk{})
+	return nil
+}
+
+// unimplemented answers a method only a server may send, as RabbitMQ does.
+func unimplemented(m amqp.Method) error {
+	e := &amqp.Error{Code: amqp.CommandInvalid, Text: "COMMAND_INVALID - unimplemented method"}
+	e.ClassID, e.MethodID = m.Index()
+	return e
+}
+
+// decodeError maps a method decoding failure to RabbitMQ's close.
+func decodeError(err error, payload []byte) error {
+	var um *amqp.UnknownMethodError
+	if errors.As(err, &um) {
+		return &amqp.Error{Code: amqp.CommandInvalid, Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d/%d", um.ClassID, um.MethodID),
+			ClassID: um.ClassID, MethodID: um.MethodID}
+	}
+	e := &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - cannot decode " + octets(payload[min(4, len(payload)):])}
+	if len(payload) >= 4 {
+		e.ClassID = uint16(payload[0])<<8 | uint16(payload[1])
+		e.MethodID = uint16(payload[2])<<8 | uint16(payload[3])
+	}
+	return e
+}

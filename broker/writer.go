@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+)
+
+// maxOutbound caps a connection's unsent bytes; past it, queues stop
+// delivering to this connection's consumers until the writer catches up.
+const maxOutbound = 4 << 20
+
+// SendMethod queues a method frame (channel.FrameSink).
+func (c *conn) SendMethod(ch uint16, m amqp.Method) {
+	c.outMu.Lock()
+	if !c.outClosed {
+		c.out = amqp.AppendMethodFrame(c.out, ch, m)
+	}
+	c.outMu.Unlock()
+	c.signal()
+}
+
+// SendContent queues a method with its content header and body frames,
+// so they go out in one flush, and reports whether the bytes queued and
+// being written are now over the cap (channel.FrameSink).
+func (c *conn) SendContent(ch uint16, m amqp.Method, props, body []byte) (full bool) {
+	full = c.AppendContent(ch, m, props, body)
+	c.signal()
+	return full
+}
+
+// AppendContent is SendContent without waking the writer: a queue has
+// the bytes written after its batch (channel.FrameSink, queue.Outlet).
+func (c *conn) AppendContent(ch uint16, m amqp.Method, props, body []byte) (full bool) {
+	c.outMu.Lock()
+	if !c.outClosed {
+		c.out = amqp.AppendMethodFrame(c.out, ch, m)
+		c.out = amqp.AppendContent(c.out, ch, amqp.ClassBasic, props, body, c.frameMax)
+		full = len(c.out)+c.inflight >= maxOutbound
+	}
+	c.outMu.Unlock()
+	return full
+}
+
+// Schedule calls fn from the writer before its next write
+// (channel.FrameSink).
+func (c *conn) Schedule(fn func()) {
+	c.outMu.Lock()
+	c.hooks = append(c.hooks, fn)
+	c.outMu.Unlock()
+	c.signal()
+}
+
+// NotifyWritable calls fn once the outbound bytes fall under the cap
+// (channel.FrameSink). It runs on the writer goroutine.
+func (c *conn) NotifyWritable(fn func()) {
+	c.outMu.Lock()
+	c.waiters = append(c.waiters, fn)
+	c.outMu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes whatever is queued, one write per batch, and a
+// heartbeat whenever a half interval passed with nothing written.
+func (c *conn) writeLoop() {
+	defer close(c.writerEnd)
+	var tick <-chan time.Time
+	tuned := c.tuned
+	var hb time.Duration // c.heartbeat, once tuned
+	wrote := false
+	for {
+		counts := true // whether this round's write counts as traffic
+		select {
+		case <-tuned:
+			tuned = nil
+			if hb = c.heartbeat; hb > 0 {
+				ticker := time.NewTicker(hb / 2)
+				defer ticker.Stop()
+				tick = ticker.C
+			}
+			continue
+		case <-c.wake:
+		case <-tick:
+			// A heartbeat every half interval in which nothing else went
+			// out, as RabbitMQ's heartbeater: clients count two silent
+			// intervals as a dead peer, so a full interval would leave no
+			// margin. The heartbeat itself does not count as traffic.
+			if inline := c.wroteInline.Swap(false); !wrote && !inline {
+				c.outMu.Lock()
+				if !c.outClosed && len(c.out) == 0 {
+					c.out = amqp.AppendHeartbeat(c.out)
+				}
+				c.outMu.Unlock()
+			}
+			wrote, counts = false, false
+		}
+		c.wmu.Lock()
+		w, ok := c.writeOut(hb)
+		c.wmu.Unlock()
+		wrote = wrote || (w && counts)
+		if !ok {
+			return
+		}
+	}
+}
+
+// writeOut is one round of the writer: the scheduled hooks, then what is
+// left of an inline flush, then everything queued. It reports whether it
+// wrote, and false in ok once the writer must exit. c.wmu held.
+func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
+	c.outMu.Lock()
+	hooks := c.hooks
+	c.hooks = nil
+	c.outMu.Unlock()
+	for _, fn := range hooks {
+		fn() // appends to c.out
+	}
+	if len(c.rest) > 0 {
+		wrote = true
+		if !c.writeAll(c.rest, hb) {
+			return wrote, false
+		}
+		c.spare = c.restBuf[:0]
+		c.rest, c.restBuf = nil, nil
+	}
+	c.outMu.Lock()
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	closed := c.outClosed
+	c.inflight = len(buf)
+	waiters := c.writableLocked()
+	c.outMu.Unlock()
+	for _, fn := range waiters {
+		fn()
+	}
+	if len(buf) > 0 {
+		wrote = true
+		if !c.writeAll(buf, hb) {
+			return wrote, false
+		}
+	}
+	c.outMu.Lock()
+	c.inflight = 0
+	waiters = c.writableLocked() // registered while buf went out
+	c.outMu.Unlock()
+	for _, fn := range waiters {
+		fn()
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil // do not keep a burst's buffer forever
+	}
+	c.spare = buf[:0]
+	return wrote, !closed
+}
+
+// writableLocked takes the waiters to call once the outbound bytes are
+// under the cap. c.outMu held.
+func (c *conn) writableLocked() []func() {
+	if len(c.waiters) == 0 || len(c.out)+c.inflight >= maxOutbound {
+		return nil
+	}
+	w := c.waiters
+	c.waiters = nil
+	return w
+}
+
+// writeAll writes p, waiting for the socket up to the write timeout. On
+// failure the connection is closed (which also stops the reader).
+func (c *conn) writeAll(p []byte, hb time.Duration) bool {
+	if err := c.nc.SetWriteDeadline(time.Now().Add(writeTimeout(hb))); err != nil {
+		return false
+	}
+	if _, err := c.io.Write(p); err != nil {
+		c.log.Debug("write failed", zap.Error(err))
+		c.outMu.Lock()
+		c.outClosed = true
+		c.out = nil
+		c.outMu.Unlock()
+		c.nc.Close() // unblocks the reader
+		return false
+	}
+	return true
+}
+
+// Wake has the writer write what deliveries appended (queue.Outlet).
+func (c *conn) Wake() { c.signal() }
+
+// Flush writes what deliveries appended on the calling goroutine when the
+// socket takes it at once, else leaves it to the writer (queue.Outlet).
+// Readers call it for the connections their read batch delivered to.
+func (c *conn) Flush() {
+	if !c.wmu.TryLock() {
+		c.signal() // the writer is at it, and will look again
+		return
+	}
+	c.outMu.Lock()
+	if c.outClosed || len(c.rest) > 0 || len(c.hooks) > 0 || len(c.waiters) > 0 || len(c.out) == 0 {
+		// Nothing to write, or work that is the writer's.
+		wake := c.outClosed || len(c.rest) > 0 || len(c.hooks) > 0 || len(c.waiters) > 0
+		c.outMu.Unlock()
+		c.wmu.Unlock()
+		if wake {
+			c.signal()
+		}
+		return
+	}
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	c.inflight = len(buf)
+	c.outMu.Unlock()
+	n := c.io.TryWrite(buf)
+	if n < len(buf) {
+		// The socket is full (or failed): the writer waits for it.
+		c.rest, c.restBuf = buf[n:], buf
+		c.outMu.Lock()
+		c.inflight = len(c.rest)
+		c.outMu.Unlock()
+		c.wmu.Unlock()
+		c.signal()
+		return
+	}
+	c.outMu.Lock()
+	c.inflight = 0
+	c.outMu.Unlock()
+	if cap(buf) > 1<<20 {
+		buf = nil
+	}
+	c.spare = buf[:0]
+	c.wroteInline.Store(true)
+	c.wmu.Unlock()
+}
+
+// writeTimeout bounds a blocked write: a client that stops reading for
+// this long is dropped.
+func writeTimeout(hb time.Duration) time.Duration {
+	if hb > 0 {
+		return 2 * hb
+	}
+	return 5 * time.Minute
+}
+
+// stopWriter flushes what is queued and waits for the writer to exit.
+func (c *conn) stopWriter() {
+	c.outMu.Lock()
+	c.outClosed = true
+	c.outMu.Unlock()
+	c.signal()
+	select {
+	case <-c.writerEnd:
+	case <-time.After(closeOkTimeout):
+		c.nc.Close()
+		<-c.writerEnd
+	}
+}
