@@ -1,0 +1,126 @@
+package persist
+
+import (
+	"github.com/dgraph-io/badger/v4"
+)
+
+type opKind uint8
+
+const (
+	opSet opKind = iota
+	opDelete
+	opPutEntry
+	opDeleteEntry
+	opDropQueue
+	opDropRange
+)
+
+type op struct {
+	kind   opKind
+	key    []byte
+	val    []byte
+	queue  uint64
+	msg    uint64
+	shared bool
+}
+
+// Batch is a group of changes committed together.
+type Batch struct {
+	ops  []op
+	load func(*badger.Txn) error // a read ordered after earlier writes
+	done func(error)
+}
+
+// PutMessage stores a message record.
+func (b *Batch) PutMessage(id uint64, rec []byte) {
+	b.ops = append(b.ops, op{kind: opSet, key: messageKey(id), val: rec})
+}
+
+// PutEntry stores (or rewrites) queue's entry seq for message msg. shared
+// marks a message that entries of other queues reference too; transient a
+// paged-out message that recovery drops.
+func (b *Batch) PutEntry(queue, seq, msg uint64, shared, transient, redelivered bool, count uint32) {
+	var f byte
+	if shared {
+		f |= entryShared
+	}
+	if transient {
+		f |= entryTransient
+	}
+	if redelivered {
+		f |= entryRedelivered
+	}
+	b.ops = append(b.ops, op{kind: opPutEntry, key: entryKey(queue, seq), val: entryValue(msg, f, count), msg: msg, shared: shared})
+}
+
+// PutEntryInline stores queue's entry seq with the message record inside
+// it: one key written and one deleted per message, for a message no other
+// queue references.
+func (b *Batch) PutEntryInline(queue, seq, msg uint64, transient, redelivered bool, count uint32, rec []byte) {
+	f := byte(entryInline)
+	if transient {
+		f |= entryTransient
+	}
+	if redelivered {
+		f |= entryRedelivered
+	}
+	v := append(entryValue(msg, f, count), rec...)
+	b.ops = append(b.ops, op{kind: opSet, key: entryKey(queue, seq), val: v})
+}
+
+// DeleteEntryInline removes an entry stored with its record.
+func (b *Batch) DeleteEntryInline(queue, seq uint64) {
+	b.ops = append(b.ops, op{kind: opDelete, key: entryKey(queue, seq)})
+}
+
+// UpdateEntry rewrites an existing entry (redelivered flag, delivery
+// count) without counting a new reference.
+func (b *Batch) UpdateEntry(queue, seq, msg uint64, shared, transient, redelivered bool, count uint32) {
+	b.PutEntry(queue, seq, msg, shared, transient, redelivered, count)
+	b.ops[len(b.ops)-1].kind = opSet
+}
+
+// DeleteEntry removes queue's entry seq, and the message record once no
+// entry references it.
+func (b *Batch) DeleteEntry(queue, seq, msg uint64, shared bool) {
+	b.ops = append(b.ops, op{kind: opDeleteEntry, key: entryKey(queue, seq), msg: msg, shared: shared})
+}
+
+// DropQueue removes every entry of a queue (and unreferenced messages).
+func (b *Batch) DropQueue(queue uint64) {
+	b.ops = append(b.ops, op{kind: opDropQueue, queue: queue})
+}
+
+// DropRange removes queue's entries with seq >= from (a purge of the
+// part of a queue that is on disk only).
+func (b *Batch) DropRange(queue, from uint64) {
+	b.ops = append(b.ops, op{kind: opDropRange, queue: queue, msg: from})
+}
+
+// PutDelivered records the highest sequence of queue handed to a consumer:
+// recovery flags the entries up to it redelivered.
+func (b *Batch) PutDelivered(queue, seq uint64) {
+	var v [8]byte
+	putUint64(v[:], seq)
+	b.ops = append(b.ops, op{kind: opSet, key: deliveredKey(queue), val: v[:]})
+}
+
+// PutDef stores a definition; name is the registry's key for it.
+func (b *Batch) PutDef(kind byte, name, val []byte) {
+	b.ops = append(b.ops, op{kind: opSet, key: defKey(kind, name), val: val})
+}
+
+// DeleteDef removes a definition.
+func (b *Batch) DeleteDef(kind byte, name []byte) {
+	b.ops = append(b.ops, op{kind: opDelete, key: defKey(kind, name)})
+}
+
+// Len is the number of changes in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+func putUint64(b []byte, v uint64) {
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+}

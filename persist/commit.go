@@ -1,0 +1,209 @@
+package persist
+
+import (
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+)
+
+// Commit submits the batch; done (may be nil) runs on the committer once
+// the batch is durable, or with the error that kept it from being so.
+// Writes that arrive while a sync is under way go into the next one.
+func (s *Store) Commit(b *Batch, done func(error)) {
+	b.done = done
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		if done != nil {
+			done(ErrClosed)
+		}
+		return
+	}
+	s.pending = append(s.pending, b)
+	// The wake-up goes under mu (it never blocks): Close closes wake once
+	// it has set closed under mu, so it cannot come in between and make
+	// this a send on a closed channel. Done callbacks commit from the
+	// committer itself, also while Close runs.
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.Unlock()
+}
+
+// CommitSync commits b and waits until it is durable.
+func (s *Store) CommitSync(b *Batch) error {
+	ch := make(chan error, 1)
+	s.Commit(b, func(err error) { ch <- err })
+	return <-ch
+}
+
+func (s *Store) commitLoop() {
+	defer close(s.stopped)
+	for range s.wake {
+		s.commitPending()
+	}
+	s.commitPending()
+}
+
+func (s *Store) commitPending() {
+	s.mu.Lock()
+	batch := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	wb := s.db.NewWriteBatch()
+	var dones []func(error)
+	var writeErr error
+	wrote := false
+	flush := func() {
+		if !wrote {
+			wb.Cancel()
+			wb = s.db.NewWriteBatch()
+			return
+		}
+		if err := wb.Flush(); err != nil && writeErr == nil {
+			writeErr = err
+		}
+		wb = s.db.NewWriteBatch()
+		wrote = false
+	}
+	for _, b := range batch {
+		if b.load != nil {
+			flush()
+			err := s.db.View(b.load)
+			b.done(err)
+			continue
+		}
+		for i := range b.ops {
+			if err := s.apply(&wb, &b.ops[i], flush); err != nil && writeErr == nil {
+				writeErr = err
+			}
+			s.touched.Add(int64(len(b.ops[i].val)))
+			wrote = true
+		}
+		if b.done != nil {
+			dones = append(dones, b.done)
+		}
+	}
+	if s.opt.Fault != nil && writeErr == nil {
+		if err := s.opt.Fault(); err != nil {
+			// Nothing of this round may be reported durable: drop it.
+			wb.Cancel()
+			wb = s.db.NewWriteBatch()
+			wrote = false
+			writeErr = err
+		}
+	}
+	flush()
+	wb.Cancel() // the fresh batch flush left: an open batch pins old versions
+	if writeErr == nil {
+		if err := s.db.Sync(); err != nil {
+			writeErr = fmt.Errorf("fsync: %w", err)
+		}
+	}
+	s.syncs.Add(1)
+	s.maybePageOut()
+	if writeErr != nil {
+		s.log.Error("store commit failed", zap.Error(writeErr), zap.Int("batches", len(batch)))
+	}
+	if s.opt.AfterSync != nil {
+		s.opt.AfterSync()
+	}
+	for _, d := range dones {
+		d(writeErr)
+	}
+}
+
+// apply adds one change to *wbp; flush may replace *wbp (a drop reads the
+// store, so what was batched before it is written first).
+func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
+	wb := *wbp
+	switch o.kind {
+	case opSet:
+		return wb.Set(o.key, o.val)
+	case opDelete:
+		return wb.Delete(o.key)
+	case opPutEntry:
+		if o.shared {
+			s.refs[o.msg]++
+		}
+		return wb.Set(o.key, o.val)
+	case opDeleteEntry:
+		if err := wb.Delete(o.key); err != nil {
+			return err
+		}
+		return s.release(wb, o.msg, o.shared)
+	case opDropQueue:
+		flush()
+		if err := s.dropRange(*wbp, o.queue, 0); err != nil {
+			return err
+		}
+		return (*wbp).Delete(deliveredKey(o.queue))
+	case opDropRange:
+		flush()
+		return s.dropRange(*wbp, o.queue, o.msg)
+	}
+	return nil
+}
+
+// release drops one reference to msg and deletes it when none is left.
+func (s *Store) release(wb *badger.WriteBatch, msg uint64, shared bool) error {
+	if shared {
+		n := s.refs[msg] - 1
+		if n > 0 {
+			s.refs[msg] = n
+			return nil
+		}
+		delete(s.refs, msg)
+	}
+	s.freed.Add(1)
+	return wb.Delete(messageKey(msg))
+}
+
+func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
+	type ent struct {
+		key    []byte
+		msg    uint64
+		shared bool
+		inline bool
+	}
+	var ents []ent
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		p := entryPrefix(queue)
+		for it.Seek(entryKey(queue, from)); it.ValidForPrefix(p); it.Next() {
+			item := it.Item()
+			err := item.Value(func(v []byte) error {
+				msg, flags, _, ok := parseEntry(v)
+				if ok {
+					ents = append(ents, ent{item.KeyCopy(nil), msg, flags&entryShared != 0, flags&entryInline != 0})
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := wb.Delete(e.key); err != nil {
+			return err
+		}
+		if e.inline {
+			continue
+		}
+		if err := s.release(wb, e.msg, e.shared); err != nil {
+			return err
+		}
+	}
+	return nil
+}

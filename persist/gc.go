@@ -1,0 +1,62 @@
+package persist
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+func (s *Store) gcLoop() {
+	defer close(s.gcDone)
+	dir := s.dir
+	gcEvery := s.opt.GCInterval
+	if gcEvery < 0 {
+		gcEvery = time.Duration(1<<63 - 1)
+	}
+	lastGC := time.Now()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.gcStop:
+			return
+		case <-t.C:
+			pageOut(dir)
+			if time.Since(lastGC) < gcEvery {
+				continue
+			}
+			lastGC = time.Now()
+			if s.freed.Swap(0) > 0 {
+				// Deleted messages free value-log space only once a
+				// compaction has dropped their keys and counted it: flush
+				// the memtable (dropping an unused prefix does that) and
+				// compact.
+				if err := s.db.DropPrefix([]byte{prefixUnused}); err != nil {
+					s.log.Warn("store flush failed", zap.Error(err))
+				}
+				if err := s.db.Flatten(1); err != nil {
+					s.log.Warn("store compaction failed", zap.Error(err))
+				}
+			}
+			n := 0
+			for n < 16 && s.db.RunValueLogGC(0.5) == nil {
+				n++
+			}
+			if n > 0 {
+				s.log.Info("value log garbage collected", zap.Int("files", n))
+			}
+		}
+	}
+}
+
+// badgerLogger adapts zap to Badger's Logger; Badger's info chatter is
+// logged at debug.
+type badgerLogger struct{ s *zap.SugaredLogger }
+
+func (l badgerLogger) Errorf(f string, a ...any) { l.s.Errorf(f, a...) }
+
+func (l badgerLogger) Warningf(f string, a ...any) { l.s.Warnf(f, a...) }
+
+func (l badgerLogger) Infof(f string, a ...any) { l.s.Debugf(f, a...) }
+
+func (l badgerLogger) Debugf(f string, a ...any) { l.s.Debugf(f, a...) }
