@@ -11,5 +11,5 @@
 // writes before them), recover.go (start-up summaries and orphan
 // clean-up), gc.go (value-log GC), keys.go (the key and value layout).
 // The committer goroutine owns the Badger write batch and the reference
-// counts; recovery reads them before it takes its first batch.
+// counts; recovery (RecoverQueue) fills the counts before the first Commit.
 package persist
