@@ -4,7 +4,7 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test race lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test clean
+.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -18,19 +18,18 @@ build: ## build bin/railmq
 test: ## run every test (unit, fuzz seeds, conformance over real TCP) under the race detector
 	$(GO) test -count=1 -race $(PKGS)
 
-race: ## run every test under the race detector
-	$(GO) test -count=1 -race $(PKGS)
-
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
-generate: ## regenerate amqp/spec_gen.go from ../shared/spec
+generate: ## regenerate amqp/spec_gen.go from spec/amqp0-9-1.stripped.extended.xml of the amqp091-go module go.mod requires (module cache)
 	cd amqp && $(GO) generate
 
 check-generate: ## fail if regenerating the codecs changes them
-	cd amqp && $(GO) run gen.go -out /tmp/railmq_spec_gen.go && diff -u spec_gen.go /tmp/railmq_spec_gen.go
+	@out=$$(mktemp /tmp/railmq_spec_gen.XXXXXX.go) && \
+	(cd amqp && $(GO) run gen.go -out "$$out" && diff -u spec_gen.go "$$out"); \
+	rc=$$?; rm -f "$$out"; exit $$rc
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for f in $$(grep -ho '^func Fuzz[A-Za-z]*' amqp/*_test.go | sed 's/func //'); do \
@@ -42,7 +41,7 @@ crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 20
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S8 (ROUNDS, DURATION, S6_MESSAGES: see bench/compare.sh); writes bench/RESULTS.md
+bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S8 (ROUNDS, DURATION, S6_MESSAGES...: see bench/compare.sh); writes bench/RESULTS.md; AGAINST=REV: vs railmq at git revision REV instead, into bench/RESULTS-against.md
 	GO="$(GO)" bash bench/compare.sh
 
 bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on any lost or duplicated message

@@ -4,17 +4,26 @@
 // spec_gen.go: constants, reply-code classes, one struct per method with
 // its encoder and decoder, and the basic content properties.
 //
-//	go run gen.go -spec ../../shared/spec/amqp0-9-1.stripped.extended.xml -out spec_gen.go
+//	go run gen.go -out spec_gen.go
+//
+// By default the spec is the one amqp091-go ships, at the version go.mod
+// requires: spec/amqp0-9-1.stripped.extended.xml under the "Dir" that
+// `go mod download -json github.com/rabbitmq/amqp091-go` reports (it
+// downloads the module into the module cache if needed). -spec FILE reads
+// another copy.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"flag"
 	"fmt"
 	"go/format"
 	"log"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -81,10 +90,42 @@ var goType = map[string]string{
 	"shortstr": "string", "longstr": "string", "timestamp": "time.Time", "table": "Table",
 }
 
+// specModule ships the spec file, at specFile inside the module.
+const (
+	specModule = "github.com/rabbitmq/amqp091-go"
+	specFile   = "spec/amqp0-9-1.stripped.extended.xml"
+)
+
+// moduleSpec returns the path of specFile in specModule's directory in the
+// module cache, at the version go.mod requires.
+func moduleSpec() (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", specModule)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download -json %s: %w", specModule, err)
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil {
+		return "", fmt.Errorf("go mod download -json %s: %w", specModule, err)
+	}
+	if m.Error != "" || m.Dir == "" {
+		return "", fmt.Errorf("go mod download -json %s: no directory (%s)", specModule, m.Error)
+	}
+	return filepath.Join(m.Dir, filepath.FromSlash(specFile)), nil
+}
+
 func main() {
-	specPath := flag.String("spec", "../../shared/spec/amqp0-9-1.stripped.extended.xml", "spec file")
+	specPath := flag.String("spec", "", "spec file (default: "+specFile+" in the "+specModule+" module go.mod requires)")
 	out := flag.String("out", "spec_gen.go", "output file")
 	flag.Parse()
+	if *specPath == "" {
+		p, err := moduleSpec()
+		if err != nil {
+			log.Fatal(err)
+		}
+		*specPath = p
+	}
 	raw, err := os.ReadFile(*specPath)
 	if err != nil {
 		log.Fatal(err)

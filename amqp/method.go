@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-//go:generate go run gen.go -spec ../../shared/spec/amqp0-9-1.stripped.extended.xml -out spec_gen.go
+//go:generate go run gen.go -out spec_gen.go
 
 // Method is one AMQP method's arguments. Append encodes the arguments
 // (without the class and method ids); DecodeMethod decodes them.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# railmq against RabbitMQ on the same machine, scenario by scenario.
+# railmq against RabbitMQ (or against railmq at another revision) on the same
+# machine, scenario by scenario.
 #
-#   bash bench/compare.sh            (make bench-compare)
-#   bash bench/compare.sh --smoke    (make bench-smoke)
+#   bash bench/compare.sh                 (make bench-compare)
+#   AGAINST=REV bash bench/compare.sh     (make bench-compare AGAINST=REV)
+#   bash bench/compare.sh --smoke         (make bench-smoke)
 #
 # Compare mode runs scenarios S1..S8 (below) with cmd/railmq-perf against a
 # release build of railmq and against Debian's rabbitmq-server (installed with
@@ -11,14 +13,29 @@
 # the two brokers run one after the other, and the one that goes first
 # alternates from round to round (A B, B A, A B, ...). railmq-perf samples the
 # broker's CPU time and RSS from /proc (--broker-pid: railmq's pid, or
-# RabbitMQ's beam.smp pid from RABBITMQ_PID_FILE).
+# RabbitMQ's beam.smp pid from RABBITMQ_PID_FILE). In S6, railmq is killed
+# with SIGKILL once the backlog is published and restarted on the same data
+# directory: the time until it accepts connections again is the "restart after
+# kill -9" figure (railmq only), and the drain runs against the restarted
+# broker.
 #
-# The report (median per figure and broker across rounds, the railmq/RabbitMQ
-# ratio, the goal and PASS/FAIL) is printed as a Markdown table and written to
-# bench/RESULTS.md; the raw railmq-perf JSON lines, one record per run, go to
-# bench/results-raw-DATE.jsonl.
+# AGAINST=REV (a git revision: a commit, tag, branch, HEAD~1) builds railmq at
+# REV from `git archive REV` in the temp dir (the repository is only read) and
+# runs it in RabbitMQ's place: same scenarios, alternation and figures, with
+# the columns "railmq (HEAD)" (the work tree, uncommitted changes included)
+# and "railmq (REV)" and no goals. railmq-perf is HEAD's for both.
+#
+# The report (median per figure and broker across rounds, the ratio, and in
+# the RabbitMQ comparison the goal and PASS/FAIL) is printed as a Markdown
+# table and written to RESULTS; the raw railmq-perf JSON lines, one record per
+# run, to RAW (both overwritten by each run). In RESULTS only the lines
+# between the markers <!-- BEGIN GENERATED --> and <!-- END GENERATED --> are
+# rewritten; what comes before and after them is hand-written and kept. A
+# RESULTS file without the two markers stops the script before it runs
+# anything; a missing one is created.
 #
 # Settings (environment):
+#   AGAINST=          git revision to compare HEAD with instead of RabbitMQ
 #   ROUNDS=3          rounds of S1-S5, S7, S8
 #   S6_ROUNDS=1       rounds of S6 (long)
 #   DURATION=10s      publishing time of S1-S4 (and of S5 and S7 when set)
@@ -29,13 +46,19 @@
 #   S8_QUEUES=5000    durable queues of S8
 #   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8"   which scenarios to run
 #   SETTLE=2          seconds to wait after a broker accepts connections
-#   RAILMQ_PORT=5691 RABBIT_PORT=5692 EPMD_PORT=4392   (next free one is used)
-#   RESULTS=bench/RESULTS.md  RAW=bench/results-raw-DATE.jsonl
+#   RUN_TIMEOUT=7200  seconds one railmq-perf run may take
+#   RAILMQ_PORT=5691 RABBIT_PORT=5692 EPMD_PORT=4392   (next free one is used;
+#                     in AGAINST mode railmq at REV takes RABBIT_PORT)
+#   RESULTS=bench/RESULTS.md  RAW=bench/results-raw.jsonl
+#                     (AGAINST mode: bench/RESULTS-against.md and
+#                     bench/results-raw-against.jsonl)
 #
 # Smoke mode builds railmq, starts it on a free port, runs railmq-perf for 5s
 # (1 KiB, prefetch 300, multi-ack every 50), stops it, and exits with
 # railmq-perf's status: 3 when a message was lost or duplicated, 1 on a
 # connection error. It never asserts a speed.
+#
+# Progress goes to stderr; compare mode prints the report on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -46,51 +69,42 @@ case "${1:-}" in
 *) echo "usage: bash bench/compare.sh [--smoke]" >&2; exit 2 ;;
 esac
 
-TMP=$(mktemp -d /tmp/railmq-compare.XXXXXX)
+# say, die, $TMP, cleanup on exit, stop_broker, port_open, free_port,
+# wait_listening.
+# shellcheck source=SCRIPTDIR/../scripts/lib.sh
+. scripts/lib.sh compare railmq-compare
+exec 3>&1 1>&2 # stdout is for the report (fd 3)
 chmod 755 "$TMP" # RabbitMQ runs as user rabbitmq, its directories are in here
-say() { printf 'compare: %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
+# shellcheck disable=SC2034 # read by stop_broker (scripts/lib.sh)
+STOP_GRACE=60    # both brokers shut down cleanly on SIGTERM; SIGKILL after that
 
-# The broker running now (railmq or rabbitmq), its pid, and our epmd.
-CUR_KIND="" CUR_PID="" EPMD_PID=""
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	if [ -n "$CUR_PID" ]; then stop_broker; fi
+# The kind of broker running now (railmq or rabbitmq; its pid is
+# $BROKER_PID), and our epmd.
+BROKER_KIND="" EPMD_PID=""
+at_exit() {
 	if [ -n "$EPMD_PID" ]; then kill "$EPMD_PID" 2>/dev/null || true; wait "$EPMD_PID" 2>/dev/null || true; fi
-	rm -rf "$TMP"
-	exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# pick_port BASE [AVOID...]: the first port from BASE nothing listens on.
+# pick_port BASE [AVOID...]: the first port from BASE (within 100) nothing
+# listens on.
 pick_port() {
-	local p=$1
+	local base=$1 p
 	shift
-	while port_busy "$p" || [[ " $* " == *" $p "* ]]; do p=$((p + 1)); done
+	p=$(free_port "$base" $((base + 100)) "$@")
+	[ -n "$p" ] || die "no free port in $base..$((base + 100))"
 	echo "$p"
-}
-wait_port() { # port pid seconds
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		port_busy "$1" && return 0
-		[ -e "/proc/$2" ] || return 1
-		sleep 0.1
-	done
-	return 1
 }
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}'; }
 
 # --- railmq -------------------------------------------------------------------
-start_railmq() { # dir port
-	mkdir -p "$1"
-	"$TMP/railmq" --listen "127.0.0.1:$2" --data-dir "$1/data" --log-level warn >>"$TMP/railmq.log" 2>&1 &
-	CUR_KIND=railmq CUR_PID=$!
-	wait_port "$2" "$CUR_PID" 60 || { tail -20 "$TMP/railmq.log" >&2; die "railmq did not start on port $2"; }
+start_railmq() { # binary dir port [seconds]
+	mkdir -p "$2"
+	BROKER_LOG="$1.log"
+	"$1" --listen "127.0.0.1:$3" --data-dir "$2/data" --log-level warn >>"$BROKER_LOG" 2>&1 &
+	BROKER_KIND=railmq BROKER_PID=$!
+	wait_listening "$3" "${4:-60}"
 }
 
 # --- RabbitMQ -----------------------------------------------------------------
@@ -110,38 +124,26 @@ start_rabbitmq() { # dir port
 		>>"$TMP/rabbitmq.log" 2>&1
 	local i
 	for ((i = 0; i < 1200; i++)); do
-		[ -s "$d/pid" ] && port_busy "$port" && break
+		[ -s "$d/pid" ] && port_open 127.0.0.1 "$port" && break
 		sleep 0.1
 	done
 	[ -s "$d/pid" ] || { tail -20 "$TMP/rabbitmq.log" "$d"/log/*.log >&2 2>/dev/null || true; die "RabbitMQ wrote no pid file"; }
-	CUR_KIND=rabbitmq CUR_PID=$(cat "$d/pid")
-	port_busy "$port" || { tail -20 "$d"/log/*.log >&2 2>/dev/null || true; die "RabbitMQ did not open port $port"; }
-	RABBIT_NOFILE=$(awk '/^Max open files/{print $4}' "/proc/$CUR_PID/limits")
-}
-
-# stop_broker stops the running broker by its pid: SIGTERM (both shut down
-# cleanly on it), SIGKILL after 60s.
-stop_broker() {
-	local pid=$CUR_PID i
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < 600; i++)); do
-		[ -e "/proc/$pid" ] || break
-		# A child that exited stays a zombie until it is waited for.
-		[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
-		sleep 0.1
-	done
-	if [ -e "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
-		say "$CUR_KIND pid $pid still running after 60s: SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	if [ "$CUR_KIND" = railmq ]; then wait "$pid" 2>/dev/null || true; fi
-	CUR_KIND="" CUR_PID=""
+	BROKER_KIND=rabbitmq BROKER_PID=$(cat "$d/pid")
+	port_open 127.0.0.1 "$port" || { tail -20 "$d"/log/*.log >&2 2>/dev/null || true; die "RabbitMQ did not open port $port"; }
+	RABBIT_NOFILE=$(awk '/^Max open files/{print $4}' "/proc/$BROKER_PID/limits")
 }
 
 build() {
 	say "building railmq (release) and railmq-perf"
 	"$GO" build -trimpath -ldflags=-s -o "$TMP/railmq" ./cmd/railmq
 	"$GO" build -trimpath -o "$TMP/perf" ./cmd/railmq-perf
+	if [ -n "$AGAINST" ]; then
+		say "building railmq (release) at $AGAINST ($AGAINST_SHA) from git archive"
+		mkdir -p "$TMP/base-src"
+		git archive "$AGAINST_SHA" | tar -x -C "$TMP/base-src"
+		(cd "$TMP/base-src" && "$GO" build -trimpath -ldflags=-s -o "$TMP/railmq-base" ./cmd/railmq)
+		rm -rf "$TMP/base-src"
+	fi
 }
 
 # --- smoke ----------------------------------------------------------------------
@@ -150,10 +152,10 @@ if [ "$MODE" = smoke ]; then
 	"$GO" build -o "$TMP/railmq" ./cmd/railmq
 	"$GO" build -o "$TMP/perf" ./cmd/railmq-perf
 	port=$(pick_port "${SMOKE_PORT:-5695}")
-	start_railmq "$TMP/smoke" "$port"
-	say "smoke: railmq pid $CUR_PID on port $port; 5s of 1 KiB messages"
+	start_railmq "$TMP/railmq" "$TMP/smoke" "$port"
+	say "smoke: railmq pid $BROKER_PID on port $port; 5s of 1 KiB messages"
 	rc=0
-	"$TMP/perf" --uri "amqp://guest:guest@127.0.0.1:$port/" --broker-pid "$CUR_PID" \
+	"$TMP/perf" --uri "amqp://guest:guest@127.0.0.1:$port/" --broker-pid "$BROKER_PID" \
 		--duration 5s --size 1024 --prefetch 300 --multi-ack-every 50 || rc=$?
 	stop_broker
 	case $rc in
@@ -165,6 +167,7 @@ if [ "$MODE" = smoke ]; then
 fi
 
 # --- compare: setup ---------------------------------------------------------------
+AGAINST=${AGAINST:-}
 ROUNDS=${ROUNDS:-3}
 S6_ROUNDS=${S6_ROUNDS:-1}
 D=${DURATION:-10s}
@@ -176,9 +179,33 @@ S8_QUEUES=${S8_QUEUES:-5000}
 SCENARIOS=${SCENARIOS:-S1 S2 S3 S4 S5 S6 S7 S8}
 SETTLE=${SETTLE:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-7200}
-STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=${RESULTS:-bench/RESULTS.md}
-RAW=${RAW:-bench/results-raw-$STAMP.jsonl}
+RAILMQ_VERSION=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- . ':(exclude)bench' 2>/dev/null || RAILMQ_VERSION="$RAILMQ_VERSION + uncommitted changes"
+if [ -n "$AGAINST" ]; then
+	AGAINST_SHA=$(git rev-parse --verify --quiet --short "$AGAINST^{commit}") || die "AGAINST=$AGAINST: not a commit"
+	OTHER=railmq-$AGAINST_SHA # the broker name in RAW
+	LABEL_A="railmq (HEAD)" LABEL_B="railmq ($AGAINST)" RATIO_HEAD="HEAD / $AGAINST"
+	TITLE_LINE="railmq HEAD vs railmq $AGAINST"
+	RESULTS=${RESULTS:-bench/RESULTS-against.md}
+	RAW=${RAW:-bench/results-raw-against.jsonl}
+else
+	OTHER=rabbitmq
+	LABEL_A="railmq" LABEL_B="RabbitMQ" RATIO_HEAD="railmq / RabbitMQ"
+	TITLE_LINE="railmq vs RabbitMQ"
+	RESULTS=${RESULTS:-bench/RESULTS.md}
+	RAW=${RAW:-bench/results-raw.jsonl}
+fi
+
+# RESULTS keeps what is outside these markers (see the header).
+BEGIN_MARK='<!-- BEGIN GENERATED -->'
+END_MARK='<!-- END GENERATED -->'
+markers_ok() { # file: both markers, once each, BEGIN first
+	awk -v B="$BEGIN_MARK" -v E="$END_MARK" '$0 == B {b++; bl = NR} $0 == E {e++; el = NR}
+		END {exit !(b == 1 && e == 1 && bl < el)}' "$1"
+}
+if [ -e "$RESULTS" ] && ! markers_ok "$RESULTS"; then
+	die "$RESULTS has not exactly one '$BEGIN_MARK' line followed by one '$END_MARK' line: add them around the generated part (or remove the file)"
+fi
 
 apt_install() { # packages...: install with apt-get, never starting a service
 	local policy=""
@@ -190,31 +217,33 @@ apt_install() { # packages...: install with apt-get, never starting a service
 	if [ -n "$policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 }
 need=()
-[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+[ -n "$AGAINST" ] || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
 command -v jq >/dev/null || need+=(jq)
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
-EPMD_BIN=$(command -v epmd || ls /usr/lib/erlang/erts-*/bin/epmd | head -1)
 
 build
 RAILMQ_PORT=$(pick_port "${RAILMQ_PORT:-5691}")
 RABBIT_PORT=$(pick_port "${RABBIT_PORT:-5692}" "$RAILMQ_PORT")
-DIST_PORT=$(pick_port $((RABBIT_PORT + 20000)))
-EPMD_PORT=$(pick_port "${EPMD_PORT:-4392}")
-# A port mapper of our own, so the nodes started here touch no other node's.
-"$EPMD_BIN" -port "$EPMD_PORT" >/dev/null 2>&1 &
-EPMD_PID=$!
+if [ -z "$AGAINST" ]; then
+	EPMD_BIN=$(command -v epmd || ls /usr/lib/erlang/erts-*/bin/epmd | head -1)
+	DIST_PORT=$(pick_port $((RABBIT_PORT + 20000)))
+	EPMD_PORT=$(pick_port "${EPMD_PORT:-4392}")
+	# A port mapper of our own, so the nodes started here touch no other node's.
+	"$EPMD_BIN" -port "$EPMD_PORT" >/dev/null 2>&1 &
+	EPMD_PID=$!
+	RABBIT_VERSION=$(dpkg-query -W -f='${Version}' rabbitmq-server)
+	ERLANG_VERSION=$(dpkg-query -W -f='${Version}' erlang-base 2>/dev/null || echo "?")
+fi
 
-RAILMQ_VERSION=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- . ':(exclude)bench' 2>/dev/null || RAILMQ_VERSION="$RAILMQ_VERSION + uncommitted changes"
-RABBIT_VERSION=$(dpkg-query -W -f='${Version}' rabbitmq-server)
-ERLANG_VERSION=$(dpkg-query -W -f='${Version}' erlang-base 2>/dev/null || echo "?")
 MACHINE="$(nproc) CPUs ($(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)), $(free -g | awk '/^Mem:/{print $2}') GiB RAM (free -g), $(uname -sr)"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 GO_VERSION=$("$GO" env GOVERSION)
 : >"$RAW"
 
 # --- scenarios ------------------------------------------------------------------
-# Flags common to every run: --uri, --json and --broker-pid.
+# Flags common to every run: --uri, --json and --broker-pid. A scenario with
+# DRAIN_FLAGS has a second run on the same broker (S6), before which railmq
+# is killed with SIGKILL and restarted.
 declare -A FLAGS DRAIN_FLAGS TITLE
 TITLE[S1]="transient, 16 B, 1 -> 1, autoack"
 FLAGS[S1]="--size 16 --autoack --duration $D"
@@ -226,7 +255,7 @@ TITLE[S4]="fanout to 10 queues, 10 consumers, 1 KiB, prefetch 300, multi-ack eve
 FLAGS[S4]="--size 1024 --exchange-type fanout --fanout-queues 10 --consumers 10 --prefetch 300 --multi-ack-every 50 --duration $D"
 TITLE[S5]="latency at 5,000 msg/s, 1 -> 1, 1 KiB, manual ack"
 FLAGS[S5]="--size 1024 --rate 5000 --prefetch 300 --duration $D5"
-TITLE[S6]="backlog: $S6_MESSAGES x 1 KiB persistent with confirms, no consumer; then drained by 4 consumers"
+TITLE[S6]="backlog: $S6_MESSAGES x 1 KiB persistent with confirms, no consumer; railmq killed with SIGKILL and restarted; then drained by 4 consumers"
 FLAGS[S6]="--producers 1 --consumers 0 --pmessages $S6_MESSAGES --size 1024 --persistent --confirm 256 --queue-prefix backlog"
 DRAIN_FLAGS[S6]="--producers 0 --consumers 4 --predeclared --drain --prefetch 300 --multi-ack-every 50 --queue-prefix backlog"
 TITLE[S7]="$S7_CONNECTIONS idle connections, one channel each, heartbeat 10s"
@@ -237,13 +266,12 @@ FLAGS[S8]="--exchange-type fanout --fanout-queues $S8_QUEUES --persistent --conf
 # run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC
 # and PERF_WALL (seconds).
 run_perf() {
-	local uri=$1 pid=$2 out="$TMP/perf.out" t0 t1
+	local uri=$1 pid=$2 out="$TMP/perf.out" t0
 	shift 2
 	PERF_RC=0
 	t0=$(now)
 	timeout -k 30 -s INT "$RUN_TIMEOUT" "$TMP/perf" --uri "$uri" --json --broker-pid "$pid" "$@" >"$out" 2>>"$TMP/perf.log" || PERF_RC=$?
-	t1=$(now)
-	PERF_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
+	PERF_WALL=$(since "$t0")
 	if [ "$PERF_RC" -ne 0 ]; then
 		say "  railmq-perf exit $PERF_RC; its last messages:"
 		tail -5 "$TMP/perf.log" | sed 's/^/    /' >&2
@@ -252,61 +280,83 @@ run_perf() {
 	if [ -z "$PERF_JSON" ] || ! jq -e . >/dev/null 2>&1 <<<"$PERF_JSON"; then PERF_JSON=null; fi
 }
 
+disk_bytes() { du -sb "$1" 2>/dev/null | cut -f1 || echo null; }
+
 # one SCENARIO BROKER ROUND: a fresh broker, one run (two for S6), stop.
 RUN_NO=0
 one() {
-	local s=$1 b=$2 r=$3 port dir uri
+	local s=$1 b=$2 r=$3 port dir uri bin="" data
 	RUN_NO=$((RUN_NO + 1))
 	dir="$TMP/run$RUN_NO-$b"
 	if [ "$b" = railmq ]; then
-		port=$RAILMQ_PORT
-		start_railmq "$dir" "$port"
+		port=$RAILMQ_PORT bin=$TMP/railmq data=$dir/data
+	elif [ -n "$AGAINST" ]; then
+		port=$RABBIT_PORT bin=$TMP/railmq-base data=$dir/data
 	else
-		port=$RABBIT_PORT
-		start_rabbitmq "$dir" "$port"
+		port=$RABBIT_PORT data=$dir/mnesia
 	fi
+	if [ -n "$bin" ]; then start_railmq "$bin" "$dir" "$port"; else start_rabbitmq "$dir" "$port"; fi
 	uri="amqp://guest:guest@127.0.0.1:$port/"
 	sleep "$SETTLE"
-	local rss0 j jd="null" rc wall rcd=0 walld=0 nofile=null
-	if [ "$b" = rabbitmq ]; then nofile=${RABBIT_NOFILE:-null}; fi
-	rss0=$(rss_kib "$CUR_PID")
-	say "$s round $r: $b (pid $CUR_PID, port $port, rss $((rss0 / 1024)) MiB)"
+	local rss0 j jd="null" rc wall rcd=0 walld=0 nofile=null disk=null diska=null recover=null t0
+	if [ "$BROKER_KIND" = rabbitmq ]; then nofile=${RABBIT_NOFILE:-null}; fi
+	rss0=$(rss_kib "$BROKER_PID")
+	say "$s round $r: $b (pid $BROKER_PID, port $port, rss $((rss0 / 1024)) MiB)"
 	# shellcheck disable=SC2086 # the flags are words
-	run_perf "$uri" "$CUR_PID" ${FLAGS[$s]}
+	run_perf "$uri" "$BROKER_PID" ${FLAGS[$s]}
 	j=$PERF_JSON rc=$PERF_RC wall=$PERF_WALL
 	if [ -n "${DRAIN_FLAGS[$s]:-}" ]; then
+		disk=$(disk_bytes "$data")
+		if [ "$BROKER_KIND" = railmq ]; then
+			kill -KILL "$BROKER_PID" 2>/dev/null || true
+			wait "$BROKER_PID" 2>/dev/null || true
+			BROKER_PID=
+			t0=$(now)
+			start_railmq "$bin" "$dir" "$port" 600
+			recover=$(since "$t0")
+			say "  $b: killed with SIGKILL with the backlog in place; accepting connections again after ${recover}s (pid $BROKER_PID)"
+		fi
 		# shellcheck disable=SC2086
-		run_perf "$uri" "$CUR_PID" ${DRAIN_FLAGS[$s]}
+		run_perf "$uri" "$BROKER_PID" ${DRAIN_FLAGS[$s]}
 		jd=$PERF_JSON rcd=$PERF_RC walld=$PERF_WALL
+		diska=$(disk_bytes "$data")
 	fi
 	stop_broker
 	rm -rf "$dir"
 	jq -nc --arg s "$s" --arg b "$b" --argjson r "$r" --argjson rss0 "${rss0:-0}" \
 		--argjson rc "$rc" --argjson wall "$wall" --argjson rcd "$rcd" --argjson walld "$walld" \
 		--argjson nofile "$nofile" --argjson perf "$j" --argjson drain "$jd" \
+		--argjson disk "$disk" --argjson diska "$diska" --argjson recover "$recover" \
 		'{scenario:$s, broker:$b, round:$r, rss_before_kib:$rss0, exit:$rc, wall_s:$wall, perf:$perf}
 		+ (if $b == "rabbitmq" then {open_files_limit:$nofile} else {} end)
-		+ (if $drain != null or $rcd != 0 then {drain:$drain, drain_exit:$rcd, drain_wall_s:$walld} else {} end)' >>"$RAW"
+		+ (if $drain != null or $rcd != 0 then {drain:$drain, drain_exit:$rcd, drain_wall_s:$walld} else {} end)
+		+ (if $disk != null then {disk_bytes:$disk, disk_after_drain_bytes:$diska} else {} end)
+		+ (if $recover != null then {recover_s:$recover} else {} end)' >>"$RAW"
 	jq -r '"  \(.broker): exit \(.exit)"
 		+ (if .perf then ", publish \(.perf.publish_rate)/s, consume \(.perf.consume_rate)/s, p99 \(.perf.latency_us.p99) us, cpu \(.perf.broker.cpu_us_per_msg) us/msg, rss peak \(.perf.broker.rss_peak_kib) KiB, lost \(.perf.lost), dup \(.perf.duplicated)" else "" end)
 		+ (if .drain then "; drain \(.drain.drain_rate)/s, exit \(.drain_exit)" else "" end)' <<<"$(tail -1 "$RAW")" >&2
 }
 
 T_START=$(now)
-say "railmq $RAILMQ_VERSION on $RAILMQ_PORT, RabbitMQ $RABBIT_VERSION on $RABBIT_PORT (epmd $EPMD_PORT); raw lines to $RAW"
+if [ -n "$AGAINST" ]; then
+	say "railmq $RAILMQ_VERSION on $RAILMQ_PORT, railmq $AGAINST ($AGAINST_SHA) on $RABBIT_PORT; raw lines to $RAW"
+else
+	say "railmq $RAILMQ_VERSION on $RAILMQ_PORT, RabbitMQ $RABBIT_VERSION on $RABBIT_PORT (epmd $EPMD_PORT); raw lines to $RAW"
+fi
 for s in $SCENARIOS; do
 	[ -n "${FLAGS[$s]:-}" ] || die "unknown scenario $s"
 	n=$ROUNDS
 	[ "$s" = S6 ] && n=$S6_ROUNDS
 	for ((r = 1; r <= n; r++)); do
-		if ((r % 2)); then order="railmq rabbitmq"; else order="rabbitmq railmq"; fi
+		if ((r % 2)); then order="railmq $OTHER"; else order="$OTHER railmq"; fi
 		for b in $order; do one "$s" "$b" "$r"; done
 	done
 done
 ELAPSED=$(awk -v a="$T_START" -v b="$(now)" 'BEGIN{printf "%.0f", b-a}')
 
 # --- report ---------------------------------------------------------------------
-# Each figure is computed per run, then the median is taken per broker.
+# Each figure is computed per run, then the median is taken per broker. In
+# AGAINST mode ($goals false) the Goal and Result columns are left out.
 read -r -d '' REPORT <<'JQ' || true
 def med: map(select(. != null)) | sort | if length == 0 then null
 	elif length % 2 == 1 then .[length / 2 | floor]
@@ -324,6 +374,8 @@ def fig($k): try (
 	elif $k == "rss_peak" then .perf.broker.rss_peak_kib / 1024
 	elif $k == "s6_drain" then .drain.drain_rate
 	elif $k == "s6_peak" then ([.perf.broker.vm_hwm_kib, .drain.broker.vm_hwm_kib] | map(select(. != null)) | max) / 1024
+	elif $k == "s6_disk" then .disk_bytes / 1000000
+	elif $k == "s6_recover" then .recover_s
 	elif $k == "per_conn" then (.perf.broker.rss_end_kib - .rss_before_kib) / .perf.config.idle_connections
 	elif $k == "declare_rate" then .perf.config.fanout_queues / (.wall_s - .perf.duration_s)
 	elif $k == "per_queue" then (.perf.broker.rss_end_kib - .rss_before_kib) / .perf.config.fanout_queues
@@ -348,65 +400,83 @@ def fig($k): try (
  {s:"S6", f:"publish rate, msg/s", k:"publish_rate", goal:"≥ 2×", op:"ge", t:2},
  {s:"S6", f:"drain rate, msg/s", k:"s6_drain", goal:"≥ 2×", op:"ge", t:2},
  {s:"S6", f:"peak RSS (VmHWM), MiB", k:"s6_peak", goal:"railmq < 256 MiB", op:"abs_lt", t:256},
+ {s:"S6", f:"data directory with the backlog, MB", k:"s6_disk"},
+ {s:"S6", f:"restart after kill -9 with the backlog, s until accepting connections", k:"s6_recover"},
  {s:"S7", f:"memory per connection, KiB", k:"per_conn", goal:"≤ 0.2×", op:"le", t:0.2},
  {s:"S8", f:"declare rate, queues/s", k:"declare_rate", goal:"≥ 3×", op:"ge", t:3},
  {s:"S8", f:"memory per queue, KiB", k:"per_queue", goal:"≤ 0.3×", op:"le", t:0.3}
 ] as $rows
 | . as $runs
-| "| Scenario | Figure | railmq | RabbitMQ | railmq / RabbitMQ | Goal | Result |",
-  "|---|---|--:|--:|--:|---|---|",
+| if $goals then
+    "| Scenario | Figure | \($la) | \($lb) | \($rh) | Goal | Result |",
+    "|---|---|--:|--:|--:|---|---|"
+  else
+    "| Scenario | Figure | \($la) | \($lb) | \($rh) |",
+    "|---|---|--:|--:|--:|"
+  end,
   ($rows[] | . as $row
    | [$runs[] | select(.scenario == $row.s)] as $rs
    | select($rs | length > 0)
    | ([$rs[] | select(.broker == "railmq") | fig($row.k)] | med) as $a
-   | ([$rs[] | select(.broker == "rabbitmq") | fig($row.k)] | med) as $q
+   | ([$rs[] | select(.broker == $other) | fig($row.k)] | med) as $q
    | (if $a != null and $q != null and $q != 0 then $a / $q else null end) as $ratio
    | (if $row.op == "abs_lt" then (if $a == null then "n/a" elif $a < $row.t then "PASS" else "FAIL" end)
       elif $row.op == null then ""
       elif $ratio == null then "n/a"
       elif $row.op == "ge" then (if $ratio >= $row.t then "PASS" else "FAIL" end)
       else (if $ratio <= $row.t then "PASS" else "FAIL" end) end) as $res
-   | "| \($row.s) | \($row.f) | \($a | num) | \($q | num) | \(if $ratio == null then "–" else ($ratio * 100 | round / 100 | tostring) + "×" end) | \($row.goal // "") | \($res) |")
+   | "| \($row.s) | \($row.f) | \($a | num) | \($q | num) | \(if $ratio == null then "–" else ($ratio * 100 | round / 100 | tostring) + "×" end) |"
+     + (if $goals then " \($row.goal // "") | \($res) |" else "" end))
 JQ
 read -r -d '' VERIFY <<'JQ' || true
 "| Scenario | Broker | runs | exit ≠ 0 | lost | duplicated | unreceived | errors |",
 "|---|---|--:|--:|--:|--:|--:|--:|",
 (group_by([.scenario, .broker])[] | . as $g
- | "| \($g[0].scenario) | \($g[0].broker) | \($g | length) | \([$g[] | select(.exit != 0 or ((.drain_exit // 0) != 0))] | length) | \([$g[].perf.lost // 0] | add) | \([$g[].perf.duplicated // 0] | add) | \([$g[].perf.unreceived // 0] | add) | \([$g[] | (.perf.errors // 0) + (.drain.errors // 0)] | add) |")
+ | "| \($g[0].scenario) | \($g[0].broker) | \($g | length) | \([$g[] | select(.exit != 0 or ((.drain_exit // 0) != 0))] | length) | \([$g[] | (.perf.lost // 0) + (if .drain then ([(.perf.confirmed // 0) - (.drain.consumed // 0), 0] | max) else 0 end)] | add) | \([$g[].perf.duplicated // 0] | add) | \([$g[].perf.unreceived // 0] | add) | \([$g[] | (.perf.errors // 0) + (.drain.errors // 0)] | add) |")
 JQ
-TABLE=$(jq -rs "$REPORT" "$RAW")
+GOALS=true
+[ -z "$AGAINST" ] || GOALS=false
+TABLE=$(jq -rs --arg other "$OTHER" --arg la "$LABEL_A" --arg lb "$LABEL_B" --arg rh "$RATIO_HEAD" --argjson goals "$GOALS" "$REPORT" "$RAW")
 VTABLE=$(jq -rs "$VERIFY" "$RAW")
-NOFILES=$(jq -rs '[.[] | .open_files_limit // empty] | unique | map(tostring) | join(", ")' "$RAW")
-[ -n "$NOFILES" ] || NOFILES="(no RabbitMQ run)"
-NOFILE_NOTE="RabbitMQ's open-file limit (soft, from /proc/PID/limits): $NOFILES"
-[[ "$NOFILES" == "65536" ]] || NOFILE_NOTE="$NOFILE_NOTE; \`ulimit -n 65536\` was refused in this sandbox, so the node ran with its hard limit"
+if [ -z "$AGAINST" ]; then
+	NOFILES=$(jq -rs '[.[] | .open_files_limit // empty] | unique | map(tostring) | join(", ")' "$RAW")
+	[ -n "$NOFILES" ] || NOFILES="(no RabbitMQ run)"
+	NOFILE_NOTE="RabbitMQ's open-file limit (soft, from /proc/PID/limits): $NOFILES"
+	[[ "$NOFILES" == "65536" ]] || NOFILE_NOTE="$NOFILE_NOTE; \`ulimit -n 65536\` was refused in this sandbox, so the node ran with its hard limit"
+fi
 
+# The generated part of RESULTS (between the markers).
+GEN=$TMP/generated.md
 {
-	echo "# railmq vs RabbitMQ"
+	echo "## $TITLE_LINE: the last run"
 	echo
-	echo "Written by \`bench/compare.sh\` (\`make bench-compare\`) on $(date -u '+%Y-%m-%d %H:%M UTC'); the run took ${ELAPSED}s."
+	echo "Written by \`bench/compare.sh\` (\`make bench-compare${AGAINST:+ AGAINST=$AGAINST}\`) on $(date -u '+%Y-%m-%d %H:%M UTC'); the run took ${ELAPSED}s."
 	echo
 	echo "- Machine: $MACHINE; load average at the start: $LOAD_START (the machine may be shared)"
-	echo "- railmq: $RAILMQ_VERSION (\`go build -trimpath -ldflags=-s\`, $GO_VERSION), \`--listen 127.0.0.1:PORT --data-dir DIR --log-level warn\`"
-	echo "- RabbitMQ: $RABBIT_VERSION (Debian), Erlang $ERLANG_VERSION, default configuration, no plugins, \`rabbitmq-server -detached\` as user rabbitmq"
-	echo "- $NOFILE_NOTE"
-	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS), DURATION=$D, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES"
+	if [ -n "$AGAINST" ]; then
+		echo "- railmq (HEAD): $RAILMQ_VERSION; railmq ($AGAINST): $AGAINST_SHA, from \`git archive\`; both \`go build -trimpath -ldflags=-s\` with $GO_VERSION, \`--listen 127.0.0.1:PORT --data-dir DIR --log-level warn\`; railmq-perf is HEAD's for both"
+	else
+		echo "- railmq: $RAILMQ_VERSION (\`go build -trimpath -ldflags=-s\`, $GO_VERSION), \`--listen 127.0.0.1:PORT --data-dir DIR --log-level warn\`"
+		echo "- RabbitMQ: $RABBIT_VERSION (Debian), Erlang $ERLANG_VERSION, default configuration, no plugins, \`rabbitmq-server -detached\` as user rabbitmq"
+		echo "- $NOFILE_NOTE"
+	fi
+	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS), DURATION=$D, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, SCENARIOS=\"$SCENARIOS\""
 	echo "- Raw railmq-perf JSON, one line per run: \`$RAW\`"
 	echo
 	echo "Every run starts its broker afresh (new data directory), waits ${SETTLE}s, runs railmq-perf, and stops the broker by its pid (SIGTERM)."
 	echo "The two brokers run one after the other; the one that goes first alternates each round. Figures are medians across rounds."
 	echo
-	echo "## Results"
+	echo "### Results"
 	echo
 	echo "$TABLE"
 	echo
-	echo "## Verification (sums over all runs)"
+	echo "### Verification (sums over all runs)"
 	echo
 	echo "$VTABLE"
 	echo
-	echo "## Scenarios"
+	echo "### Scenarios"
 	echo
-	echo "Every railmq-perf run adds \`--uri amqp://guest:guest@127.0.0.1:PORT/ --json --broker-pid PID\` (RabbitMQ: the beam.smp pid from RABBITMQ_PID_FILE)."
+	echo "Every railmq-perf run adds \`--uri amqp://guest:guest@127.0.0.1:PORT/ --json --broker-pid PID\`$([ -n "$AGAINST" ] || echo " (RabbitMQ: the beam.smp pid from RABBITMQ_PID_FILE)")."
 	echo
 	for s in $SCENARIOS; do
 		echo "- **$s** ${TITLE[$s]}: \`railmq-perf ${FLAGS[$s]}\`"
@@ -416,12 +486,35 @@ NOFILE_NOTE="RabbitMQ's open-file limit (soft, from /proc/PID/limits): $NOFILES"
 	echo "How figures are derived from the JSON:"
 	echo
 	echo "- throughput and deliveries/s: \`consume_rate\` (deliveries from the start to the last delivery); broker CPU: \`broker.cpu_us_per_msg\` (utime+stime of the broker process per delivery)."
-	echo "- S6: publish rate is \`publish_rate\` of the first run, drain rate \`drain_rate\` of the second; peak RSS is the broker's VmHWM at the end of the second run (its lifetime peak, both runs)."
+	echo "- S6: publish rate is \`publish_rate\` of the first run, drain rate \`drain_rate\` of the second; peak RSS is the larger VmHWM (lifetime peak) at the end of the two runs (railmq: of the process killed after publishing and of the restarted one); the data directory is \`du -sb\` of it after publishing (railmq's \`--data-dir\`, RabbitMQ's mnesia base); the restart time is from starting railmq again on the killed broker's data directory to its accepting connections (recovery included), railmq only, and railmq's drain runs against the restarted broker."
+	echo "- Verification: in S6, \"lost\" also counts confirmed messages the drain did not receive (after railmq's restart, too)."
 	echo "- S7: (\`broker.rss_end_kib\` with the connections open − VmRSS read by the script just before railmq-perf started) / connections. railmq-perf's own \`rss_start_kib\` is sampled after its connections are open, so it is not used."
 	echo "- S8: declare rate = queues / (wall time of the railmq-perf run − its \`duration_s\`), i.e. connecting plus one queue.declare and one queue.bind per queue; memory per queue = (\`broker.rss_end_kib\` − VmRSS before the run) / queues. The one message goes through the fanout exchange, so each queue holds one."
-} >"$RESULTS"
+} >"$GEN"
 
-echo "$TABLE"
-echo
-echo "$VTABLE"
+# RESULTS: what was before BEGIN, the generated part, what was after END; a
+# new file gets a title and the rule.
+if [ -e "$RESULTS" ] && ! markers_ok "$RESULTS"; then
+	cp "$GEN" "$RESULTS.generated"
+	die "$RESULTS lost its markers during the run; the generated part is in $RESULTS.generated"
+fi
+{
+	if [ -e "$RESULTS" ]; then
+		awk -v B="$BEGIN_MARK" '$0 == B {exit} {print}' "$RESULTS"
+	else
+		echo "# $TITLE_LINE"
+		echo
+		echo "\`bench/compare.sh\` rewrites only the lines between the BEGIN GENERATED and END GENERATED markers; everything before and after them is hand-written and kept."
+		echo
+	fi
+	echo "$BEGIN_MARK"
+	cat "$GEN"
+	echo "$END_MARK"
+	if [ -e "$RESULTS" ]; then awk -v E="$END_MARK" 'f {print} $0 == E {f = 1}' "$RESULTS"; fi
+} >"$TMP/results.md"
+cat "$TMP/results.md" >"$RESULTS"
+
+echo "$TABLE" >&3
+echo >&3
+echo "$VTABLE" >&3
 say "wrote $RESULTS and $RAW (${ELAPSED}s)"

@@ -1,21 +1,26 @@
-# lib.sh: what the compat scripts share.
+# shellcheck shell=bash
+# lib.sh: what the compat scripts and bench/compare.sh share: messages, a
+# temp dir, starting checks and stopping of the broker they run.
 #
 #   . scripts/lib.sh NAME TMP-PREFIX
 #
-# defines say and die (lines prefixed "NAME: "), makes $LOG_DIR and a temp
-# dir $TMP, and on exit stops the broker started as $BROKER_PID and
-# removes $TMP (kept with COMPAT_KEEP_TMP=1).
+# defines say and die (lines prefixed "NAME: "), makes $LOG_DIR (when set)
+# and a temp dir $TMP, and on exit runs the caller's at_exit function (when
+# it defines one), stops the broker started as $BROKER_PID and removes $TMP
+# (kept with COMPAT_KEEP_TMP=1). The functions work under set -e too.
 
 LIB_NAME=$1
 say() { printf '%s: %s\n' "$LIB_NAME" "$*"; }
 die() { printf '%s: error: %s\n' "$LIB_NAME" "$*" >&2; exit 2; }
 
 BROKER_PID=
-mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
+if [ -n "${LOG_DIR:-}" ]; then mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"; fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX") || die "mktemp failed"
 
 cleanup() {
 	local rc=$?
+	trap - EXIT
+	if declare -F at_exit >/dev/null; then at_exit || true; fi
 	stop_broker
 	if [ "${COMPAT_KEEP_TMP:-}" = 1 ]; then
 		say "kept $TMP"
@@ -28,46 +33,56 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# stop_broker stops the broker started as $BROKER_PID: SIGTERM, then
-# SIGKILL after 10 s.
+# alive PID: the process runs (a zombie, which a broker that daemonized
+# itself can leave behind when nothing reaps it, does not count).
+alive() {
+	kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# stop_broker stops the broker started as $BROKER_PID (our child or not):
+# SIGTERM, then SIGKILL after $STOP_GRACE seconds (default 10).
 stop_broker() {
-	if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-		kill -TERM "$BROKER_PID" 2>/dev/null
-		for _ in $(seq 1 50); do
-			kill -0 "$BROKER_PID" 2>/dev/null || break
-			sleep 0.2
+	local i
+	if [ -n "$BROKER_PID" ] && alive "$BROKER_PID"; then
+		kill -TERM "$BROKER_PID" 2>/dev/null || true
+		for ((i = 0; i < ${STOP_GRACE:-10} * 10; i++)); do
+			alive "$BROKER_PID" || break
+			sleep 0.1
 		done
-		if kill -0 "$BROKER_PID" 2>/dev/null; then
-			say "broker (pid $BROKER_PID) ignored SIGTERM for 10s; sending SIGKILL"
-			kill -KILL "$BROKER_PID" 2>/dev/null
+		if alive "$BROKER_PID"; then
+			say "broker (pid $BROKER_PID) ignored SIGTERM for ${STOP_GRACE:-10}s; sending SIGKILL"
+			kill -KILL "$BROKER_PID" 2>/dev/null || true
 		fi
 	fi
-	[ -n "$BROKER_PID" ] && wait "$BROKER_PID" 2>/dev/null
+	if [ -n "$BROKER_PID" ]; then wait "$BROKER_PID" 2>/dev/null || true; fi
 	BROKER_PID=
 }
 
 # port_open HOST PORT: something accepts connections on HOST:PORT.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
-# free_port FROM TO: prints the first port in FROM..TO that nothing
-# listens on at 127.0.0.1, or nothing.
+# free_port FROM TO [AVOID...]: prints the first port in FROM..TO that
+# nothing listens on at 127.0.0.1 and that is not one of AVOID, or nothing.
 free_port() {
-	local p
-	for p in $(seq "$1" "$2"); do
-		port_open 127.0.0.1 "$p" || { echo "$p"; return; }
+	local p from=$1 to=$2
+	shift 2
+	for p in $(seq "$from" "$to"); do
+		[[ " $* " == *" $p "* ]] && continue
+		port_open 127.0.0.1 "$p" || { echo "$p"; return 0; }
 	done
 }
 
-# wait_listening PORT: waits up to 30 s for the broker ($BROKER_PID, log
-# $BROKER_LOG) to accept connections on 127.0.0.1:PORT; dies if it exits
-# or never does.
+# wait_listening PORT [SECONDS]: waits up to SECONDS (default 30) for the
+# broker ($BROKER_PID, log $BROKER_LOG) to accept connections on
+# 127.0.0.1:PORT; dies if it exits or never does.
 wait_listening() {
-	for _ in $(seq 1 150); do
-		port_open 127.0.0.1 "$1" && return
+	local i
+	for ((i = 0; i < ${2:-30} * 10; i++)); do
+		port_open 127.0.0.1 "$1" && return 0
 		kill -0 "$BROKER_PID" 2>/dev/null || { tail -n 20 "$BROKER_LOG" >&2; die "broker exited during start-up"; }
-		sleep 0.2
+		sleep 0.1
 	done
-	die "broker did not accept connections on 127.0.0.1:$1 within 30s"
+	die "broker did not accept connections on 127.0.0.1:$1 within ${2:-30}s"
 }
 
 # finish N: exits 1 if N unexpected failures were counted, else 0.
