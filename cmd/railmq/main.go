@@ -1,7 +1,3 @@
-// Command railmq runs the broker.
-//
-// Every flag has an environment variable: --data-dir is RAILMQ_DATA_DIR,
-// and so on. A flag given on the command line wins over the variable.
 package main
 
 import (
