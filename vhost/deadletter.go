@@ -64,44 +64,20 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 		}
 		nm := &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
 			Persistent: m.Persistent, Priority: m.Priority, Enqueued: time.Now().UnixNano()}
-		durable := 0
-		for _, q := range targets {
-			if nm.Persistent && q.Durable() {
-				durable++
-			}
-		}
-		if durable == 0 || v.store == nil {
-			for _, q := range targets {
-				q.Publish(nm)
-			}
-			finish()
-			return
-		}
 		// The copies are durable before the source lets its entry go.
-		cf := &dlConfirm{done: finish}
-		nm.ID = v.store.NewMessageID()
-		if durable == 1 {
-			nm.Inline = true // the record goes inside the one entry
-			cf.pending.Store(1)
-		} else {
-			nm.Shared = true
-			cf.pending.Store(int32(durable + 1))
-			w := &queue.Writes{}
-			w.PutMessage(nm.ID, queue.EncodeMessage(nm))
-			storeAdapter{v.store}.Commit(w, cf.Done)
-		}
-		for _, q := range targets {
-			if nm.Persistent && q.Durable() {
-				if !q.PublishConfirm(nm, cf, nil) {
-					cf.Done(nil)
-				}
-			} else {
-				q.Publish(nm)
-			}
+		_, waited := FanOut(v.Store(), nm, targets, false /* rejects */, func(n int) queue.Confirmer {
+			cf := &dlConfirm{done: finish}
+			cf.pending.Store(int32(n))
+			return cf
+		}, nil)
+		if !waited {
+			finish()
 		}
 	}
 }
 
+// dlConfirm calls done once every durable copy of a dead-lettered message
+// (and its shared record) is in the store.
 type dlConfirm struct {
 	pending atomic.Int32
 	done    func()

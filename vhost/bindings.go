@@ -1,0 +1,75 @@
+package vhost
+
+import (
+	"strings"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
+)
+
+// Bind binds a queue (or, with toExchange, an exchange) to source.
+func (v *VHost) Bind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table) error {
+	return v.bind(owner, dest, toExchange, source, key, args, true)
+}
+
+// Unbind removes a binding; a binding that does not exist is fine.
+func (v *VHost) Unbind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table) error {
+	return v.bind(owner, dest, toExchange, source, key, args, false)
+}
+
+func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+	if source == "" || (toExchange && dest == "") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
+	v.mu.Lock()
+	err := v.bindLocked(owner, dest, toExchange, source, key, args, add, dc)
+	v.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+}
+
+func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {
+	if toExchange {
+		if v.exchanges[dest] == nil {
+			return v.noExchange(dest)
+		}
+	} else {
+		q := v.queues[dest]
+		if q == nil {
+			return v.noQueue(dest)
+		}
+		if c := q.Config(); c.Exclusive && c.Owner != owner {
+			return v.locked(dest)
+		}
+	}
+	src := v.exchanges[source]
+	if src == nil {
+		return v.noExchange(source)
+	}
+	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
+	}
+	b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
+	if add {
+		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
+			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
+		}
+		if src.Bind(b) && v.durableBinding(src, b.Dest) {
+			v.putBindingDef(dc, source, b)
+		}
+		return nil
+	}
+	if src.Unbind(b) {
+		if src.Durable {
+			dc.DeleteDef(persist.DefBinding, bindingName(v.name, source, b))
+		}
+		v.autoDeleteLocked(src, dc)
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+// Package vhost is the registry of one virtual host: its exchanges, queues
+// and bindings, and the rules for declaring, binding and deleting them
+// (with RabbitMQ's reply codes and texts). It imports amqp, exchange,
+// queue and persist (and zap); channels call it, never the reverse.
+//
+// What it owns:
+//   - the registry (vhost.go): which exchanges and queues exist, lookups,
+//     and the shutdown of every queue;
+//   - declare and delete of exchanges (exchanges.go), queues (queues.go)
+//     and bindings (bindings.go), with the queue arguments' validation in
+//     RabbitMQ's order and words (args.go) and the equivalence a redeclare
+//     must show (equivalence.go);
+//   - routing a publish through exchanges, exchange-to-exchange bindings
+//     and alternate exchanges to a set of queues (route.go), and handing a
+//     message to that set with its record stored once (fanout.go);
+//   - dead-lettering: the x-death header and the republish to a queue's
+//     dead-letter exchange (deadletter.go);
+//   - durable definitions: their encoding in the store, the queues' view of
+//     the store (store.go), and recovery at start-up (recover.go).
+//
+// Locks: VHost.defMu, then VHost.mu, both in LOCKS.md with their order
+// against the exchange, queue, channel and store locks. defMu serializes
+// definition changes so the store receives them in the registry's order;
+// mu guards the exchanges and queues maps and is read-held while routing.
+// Neither is held while waiting on a queue goroutine: queues call back into
+// the registry (auto-delete, expiry, dead-lettering) from their own
+// goroutines. Functions named *Locked expect v.mu held.
+//
+// Who calls it: broker creates the vhost, recovers it from the store and
+// closes it; channel declares, binds, deletes, looks up queues and routes
+// publishes; queues call back through the functions the registry gives
+// them in their queue.Config (OnEmptyOfConsumers, and the policy's
+// OnExpire and DeadLetter). It must not import channel or broker.
+package vhost

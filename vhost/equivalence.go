@@ -1,0 +1,121 @@
+package vhost
+
+import (
+	"fmt"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
+)
+
+func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d ExchangeDecl) error {
+	ineq := func(arg string, got, cur any) error {
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for exchange '%s' in vhost '%s': received %s but current is %s",
+			arg, d.Name, v.name, showArg(got), showArg(cur))
+	}
+	switch {
+	case ex.Kind != kind:
+		return ineq("type", kind.String(), ex.Kind.String())
+	case ex.Durable != d.Durable:
+		return ineq("durable", d.Durable, ex.Durable)
+	case ex.AutoDelete != d.AutoDelete:
+		return ineq("auto_delete", d.AutoDelete, ex.AutoDelete)
+	case ex.Internal != d.Internal:
+		return ineq("internal", d.Internal, ex.Internal)
+	}
+	if err := argsEquivalent(d.Args, ex.Args, []string{"alternate-exchange"}, func(k string, got, cur any) error {
+		return ineq(k, got, cur)
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
+	c := q.Config()
+	ineq := func(arg string, got, cur any) error {
+		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received %s but current is %s",
+			arg, d.Name, v.name, showArg(got), showArg(cur))
+	}
+	durable := d.Durable && !d.Exclusive
+	switch {
+	case c.Durable != durable:
+		return ineq("durable", durable, c.Durable)
+	case c.AutoDelete != d.AutoDelete:
+		return ineq("auto_delete", d.AutoDelete, c.AutoDelete)
+	case c.Exclusive != d.Exclusive:
+		return v.locked(d.Name)
+	}
+	if t, ok := d.Args["x-queue-type"]; ok && !isClassic(t) {
+		return ineq("x-queue-type", t, "classic")
+	}
+	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
+}
+
+func isClassic(t any) bool {
+	s, ok := t.(string)
+	return ok && s == "classic"
+}
+
+// equivalenceArgs are the queue arguments a redeclare must match
+// (RabbitMQ's rabbit_amqqueue equivalence list).
+var equivalenceArgs = []string{
+	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
+}
+
+func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {
+	for _, k := range keys {
+		g, gok := got[k]
+		c, cok := cur[k]
+		if !gok && !cok {
+			continue
+		}
+		if gok != cok || !sameValue(g, c) {
+			// RabbitMQ spells out the type when one side is missing.
+			var gv, cv any = none{}, none{}
+			if gok {
+				gv = typedValue{g}
+			}
+			if cok {
+				cv = typedValue{c}
+			}
+			if gok && cok {
+				gv, cv = g, c
+			}
+			return ineq(k, gv, cv)
+		}
+	}
+	return nil
+}
+
+type none struct{}
+
+// typedValue renders as "the value 'V' of type 'T'".
+type typedValue struct{ v any }
+
+func sameValue(a, b any) bool {
+	ai, aok := amqp.Int(a)
+	bi, bok := amqp.Int(b)
+	if aok && bok {
+		return ai == bi
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b) && fmt.Sprintf("%T", a) == fmt.Sprintf("%T", b)
+}
+
+// showArg renders a value in RabbitMQ's inequivalent-arg texts.
+func showArg(v any) string {
+	switch v := v.(type) {
+	case none:
+		return "none"
+	case typedValue:
+		return fmt.Sprintf("the value '%v' of type '%s'", v.v, amqp.TypeName(v.v))
+	case string:
+		return "'" + v + "'"
+	case bool:
+		return fmt.Sprintf("'%v'", v)
+	default:
+		return fmt.Sprintf("'%v'", v)
+	}
+}

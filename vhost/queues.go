@@ -1,0 +1,171 @@
+package vhost
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+)
+
+// QueueDecl is a queue.declare.
+type QueueDecl struct {
+	Name                                    string
+	Passive, Durable, Exclusive, AutoDelete bool
+	Args                                    amqp.Table
+	Owner                                   uint64 // declaring connection
+}
+
+// DeclareQueue declares (or checks, when passive) a queue and returns it
+// with its ready message and consumer counts.
+func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue, messages, consumers int, err error) {
+	if strings.HasPrefix(d.Name, "amq.") && !d.Passive {
+		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	if d.Name == "" && !d.Passive {
+		d.Name = GenerateName("amq.gen-")
+	}
+	q, err = v.declareQueue(d, defaults)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	messages, consumers, err = q.Stats()
+	if err != nil { // deleted under us (auto-delete): as if it never was
+		return nil, 0, 0, v.noQueue(d.Name)
+	}
+	return q, messages, consumers, nil
+}
+
+func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, error) {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	v.mu.Lock()
+	q, created, err := v.declareQueueLocked(d, defaults)
+	v.mu.Unlock()
+	if err != nil || !created || !q.Durable() {
+		return q, err
+	}
+	return q, v.commitDefs(func(b *persist.Batch) { v.putQueueDef(b, q.Config()) })
+}
+
+func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Queue, bool, error) {
+	q := v.queues[d.Name]
+	if q != nil {
+		// Exclusivity is checked before equivalence (errata §8).
+		if c := q.Config(); c.Exclusive && c.Owner != d.Owner {
+			return nil, false, v.locked(d.Name)
+		}
+		q.Touch() // a redeclare counts as use (x-expires)
+		if d.Passive {
+			return q, false, nil
+		}
+		return q, false, v.queueEquivalent(q, d)
+	}
+	if d.Passive {
+		return nil, false, v.noQueue(d.Name)
+	}
+	args, err := validateQueueArgs(d.Name, v.name, d.Args)
+	if err != nil {
+		return nil, false, err
+	}
+	cfg := v.queueConfig(defaults, d, args)
+	if cfg.Durable && v.store != nil {
+		cfg.ID = v.nextQueueID.Add(1)
+		cfg.Store = storeAdapter{v.store}
+	}
+	q = queue.New(cfg)
+	v.queues[d.Name] = q
+	return q, true, nil
+}
+
+// queueConfig builds a queue's configuration from its declaration.
+func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) queue.Config {
+	cfg := defaults
+	cfg.Name, cfg.VHost = d.Name, v.name
+	cfg.Durable = d.Durable && !d.Exclusive // durable+exclusive is transient (errata §30)
+	cfg.Exclusive, cfg.AutoDelete, cfg.Owner = d.Exclusive, d.AutoDelete, d.Owner
+	cfg.Args = d.Args
+	cfg.ConsumerTimeout = args.consumerTimeout
+	cfg.Memory = v.memory
+	cfg.Logger = v.log
+	cfg.OnEmptyOfConsumers = v.forgetQueue
+	cfg.Window = v.window
+	if cfg.Durable && v.store != nil {
+		cfg.Store = storeAdapter{v.store}
+	}
+	pol := args.policy
+	if args.dlx != nil {
+		pol.DeadLetter = v.deadLetterFunc(*args.dlx, args.dlrk)
+	}
+	pol.OnExpire = v.forgetQueue
+	cfg.Policy = &pol
+	return cfg
+}
+
+// forgetQueue removes an auto-deleted queue (called on its goroutine).
+func (v *VHost) forgetQueue(q *queue.Queue) { v.removeQueue(q) }
+
+// removeQueue takes a deleted queue out of the registry and the store.
+func (v *VHost) removeQueue(q *queue.Queue) {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
+	v.mu.Lock()
+	v.removeQueueLocked(q, dc)
+	v.mu.Unlock()
+	_ = v.commitDefs(func(b *persist.Batch) { *b = *dc })
+}
+
+func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
+	if v.queues[q.Name()] != q {
+		return
+	}
+	delete(v.queues, q.Name())
+	if q.Durable() {
+		dc.DeleteDef(persist.DefQueue, defName(v.name, q.Name()))
+		dc.DropQueue(q.Config().ID)
+	}
+	v.removeBindingsTo(exchange.Dest{Name: q.Name()}, dc)
+}
+
+// DeleteQueue deletes a queue and returns how many messages it held. A
+// missing queue is fine (idempotent).
+func (v *VHost) DeleteQueue(owner uint64, name string, ifUnused, ifEmpty bool) (int, error) {
+	q, err := v.Queue(owner, name)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n, err := q.Delete(ifUnused, ifEmpty)
+	switch {
+	case errors.Is(err, queue.ErrInUse):
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", name, v.name)
+	case errors.Is(err, queue.ErrNotEmpty):
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", name, v.name)
+	case errors.Is(err, queue.ErrDeleted):
+		return 0, nil
+	}
+	v.removeQueue(q)
+	return n, nil
+}
+
+// ConnectionClosed deletes the exclusive queues the connection owned.
+func (v *VHost) ConnectionClosed(owner uint64) {
+	v.mu.RLock()
+	var mine []*queue.Queue
+	for _, q := range v.queues {
+		if c := q.Config(); c.Exclusive && c.Owner == owner {
+			mine = append(mine, q)
+		}
+	}
+	v.mu.RUnlock()
+	for _, q := range mine {
+		_, _ = q.Delete(false, false)
+		v.removeQueue(q)
+	}
+}

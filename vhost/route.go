@@ -1,0 +1,143 @@
+package vhost
+
+import (
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
+)
+
+// Scratch is per-channel routing state, reused across publishes so that
+// routing allocates nothing.
+type Scratch struct {
+	Queues  []*queue.Queue
+	dests   []exchange.Dest
+	pending []*exchange.Exchange
+	visited []string
+	seen    map[*queue.Queue]struct{}
+	// RawHeaders is the message's headers table (body only), decoded on
+	// demand for headers exchanges.
+	RawHeaders []byte
+	headers    amqp.Table
+	decoded    bool
+	// Extra are the routing keys of the message's CC and BCC headers,
+	// routed with as well as the publish's own key (sender-selected
+	// distribution).
+	Extra []string
+}
+
+func (s *Scratch) headerTable() amqp.Table {
+	if !s.decoded {
+		s.decoded = true
+		s.headers = nil
+		if len(s.RawHeaders) > 0 {
+			s.headers, _ = amqp.DecodeTable(s.RawHeaders) // validated when the header frame was read
+		}
+	}
+	return s.headers
+}
+
+// Route finds the queues a message published to exchange name with key
+// reaches, following exchange-to-exchange bindings and alternate
+// exchanges, each queue once. The result is s.Queues.
+func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
+	s.Queues = s.Queues[:0]
+	s.decoded = false
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if name == "" {
+		if q := v.queues[key]; q != nil {
+			s.Queues = append(s.Queues, q)
+		}
+		for _, k := range s.Extra {
+			if q := v.queues[k]; q != nil {
+				s.addQueue(q)
+			}
+		}
+		return s.Queues, nil
+	}
+	ex := v.exchanges[name]
+	if ex == nil {
+		return nil, v.noExchange(name)
+	}
+	if ex.Internal {
+		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", name, v.name)
+	}
+	s.visited = append(s.visited[:0], name)
+	s.pending = append(s.pending[:0], ex)
+	for len(s.pending) > 0 {
+		ex := s.pending[len(s.pending)-1]
+		s.pending = s.pending[:len(s.pending)-1]
+		var hdr amqp.Table
+		if ex.Kind == exchange.Headers {
+			hdr = s.headerTable()
+		}
+		s.dests = ex.Route(key, hdr, s.dests[:0])
+		if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout {
+			for _, k := range s.Extra {
+				s.dests = ex.Route(k, hdr, s.dests)
+			}
+		}
+		if len(s.dests) == 0 {
+			if ae, ok := ex.AlternateExchange(); ok {
+				v.follow(ae, s)
+			}
+			continue
+		}
+		for _, d := range s.dests {
+			if d.Exchange {
+				v.follow(d.Name, s)
+				continue
+			}
+			if q := v.queues[d.Name]; q != nil {
+				s.addQueue(q)
+			}
+		}
+	}
+	return s.Queues, nil
+}
+
+// follow queues exchange name for routing unless already visited (loops
+// in exchange-to-exchange bindings end here). v.mu read-held.
+func (v *VHost) follow(name string, s *Scratch) {
+	for _, n := range s.visited {
+		if n == name {
+			return
+		}
+	}
+	if ex := v.exchanges[name]; ex != nil {
+		s.visited = append(s.visited, name)
+		s.pending = append(s.pending, ex)
+	}
+}
+
+func (s *Scratch) addQueue(q *queue.Queue) {
+	if len(s.Queues) < 16 {
+		for _, x := range s.Queues {
+			if x == q {
+				return
+			}
+		}
+		s.Queues = append(s.Queues, q)
+		return
+	}
+	if s.seen == nil {
+		s.seen = make(map[*queue.Queue]struct{})
+	}
+	if len(s.seen) == 0 {
+		for _, x := range s.Queues {
+			s.seen[x] = struct{}{}
+		}
+	}
+	if _, ok := s.seen[q]; ok {
+		return
+	}
+	s.seen[q] = struct{}{}
+	s.Queues = append(s.Queues, q)
+}
+
+// ResetSeen must be called after a Route that used the large-fanout set.
+func (s *Scratch) ResetSeen() {
+	if len(s.seen) > 0 {
+		clear(s.seen)
+	}
+}
