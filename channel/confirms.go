@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/queue"
 )
 
 // pubConfirm waits for the store writes of one publish: its record and
@@ -30,6 +31,20 @@ const (
 	confAck
 	confNack
 )
+
+// newConfirm numbers the publish being routed and tracks its confirm,
+// due once n store writes or queue takes are done (vhost.FanOut); nil
+// outside confirm mode.
+func (c *Channel) newConfirm(n int) queue.Confirmer {
+	if !c.confirm {
+		return nil
+	}
+	c.published++
+	conf := &pubConfirm{c: c, tag: c.published}
+	conf.pending.Store(int32(n))
+	c.trackConfirm(conf.tag)
+	return conf
+}
 
 // trackConfirm registers publish tag as awaiting its confirm.
 func (c *Channel) trackConfirm(tag uint64) {

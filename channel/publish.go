@@ -6,6 +6,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
 )
 
 // txOp is a publish or acknowledgement deferred to tx.commit.
@@ -202,73 +203,13 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	}
 	// A queue's confirm is awaited when it writes the message to the store
 	// or may refuse it (x-overflow reject-publish).
-	durable, waits := 0, 0
-	for _, q := range qs {
-		d := msg.Persistent && c.store != nil && q.Durable()
-		if d {
-			durable++
-		}
-		if d || (c.confirm && q.MayReject()) {
-			waits++
-		}
-	}
-	routed := false
-	if waits == 0 {
-		for _, q := range qs {
-			if q.PublishConfirm(msg, nil, c.cfg.Flushes) {
-				routed = true
-			}
-		}
-		c.scratch.ResetSeen()
-		if !routed && mandatory {
-			c.returnMsg(msg)
-		}
-		c.confirmNow()
-		return nil
-	}
-	var conf *pubConfirm
-	if c.confirm {
-		c.published++
-		conf = &pubConfirm{c: c, tag: c.published}
-		n := waits
-		if durable > 1 {
-			n++ // the shared record
-		}
-		conf.pending.Store(int32(n))
-		c.trackConfirm(conf.tag)
-	}
-	if durable == 1 {
-		// One durable queue: the record goes inside its entry, written by
-		// the queue (one key per message instead of two).
-		msg.ID = c.store.NewMessageID()
-		msg.Inline = true
-	}
-	if durable > 1 {
-		msg.ID = c.store.NewMessageID()
-		msg.Shared = true
-		w := &queue.Writes{}
-		w.PutMessage(msg.ID, queue.EncodeMessage(msg))
-		if conf != nil {
-			c.store.Commit(w, conf.Done) // the record first: entries follow it
-		} else {
-			c.store.Commit(w, nil)
-		}
-	}
-	for _, q := range qs {
-		wait := (msg.Persistent && c.store != nil && q.Durable()) || (c.confirm && q.MayReject())
-		if !wait || conf == nil {
-			routed = q.PublishConfirm(msg, nil, c.cfg.Flushes) || routed
-			continue
-		}
-		if q.PublishConfirm(msg, conf, c.cfg.Flushes) {
-			routed = true
-		} else {
-			conf.Done(nil) // deleted meanwhile: as if not routed there
-		}
-	}
+	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, c.newConfirm, c.cfg.Flushes)
 	c.scratch.ResetSeen()
 	if !routed && mandatory {
 		c.returnMsg(msg)
+	}
+	if !waited {
+		c.confirmNow() // nothing of it needed the store
 	}
 	return nil
 }
