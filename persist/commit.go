@@ -21,10 +21,6 @@ func (s *Store) Commit(b *Batch, done func(error)) {
 		return
 	}
 	s.pending = append(s.pending, b)
-	// The wake-up goes under mu (it never blocks): Close closes wake once
-	// it has set closed under mu, so it cannot come in between and make
-	// this a send on a closed channel. Done callbacks commit from the
-	// committer itself, also while Close runs.
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -39,12 +35,23 @@ func (s *Store) CommitSync(b *Batch) error {
 	return <-ch
 }
 
+// commitLoop commits what is pending each time it is woken. Once Close
+// was called it goes on until a round leaves nothing pending: done
+// callbacks may commit more (the committer runs them), and those writes
+// must not be refused. Then it marks the store closed, under mu, so that
+// no Commit after that is accepted and left behind.
 func (s *Store) commitLoop() {
 	defer close(s.stopped)
 	for range s.wake {
 		s.commitPending()
+		s.mu.Lock()
+		if s.closing && len(s.pending) == 0 {
+			s.closed = true
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
 	}
-	s.commitPending()
 }
 
 func (s *Store) commitPending() {

@@ -34,7 +34,8 @@ type Store struct {
 	log *zap.Logger
 	opt Options
 
-	mu      sync.Mutex // guards pending and closed
+	mu      sync.Mutex // guards pending, closing and closed
+	closing bool       // Close was called: the committer exits once nothing is pending
 	pending []*Batch
 	closed  bool
 	wake    chan struct{}
@@ -107,17 +108,22 @@ func Open(opt Options) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the committer after it has written what was submitted, and
-// closes Badger.
+// Close stops the committer after it has written what was submitted,
+// including what the callbacks of those writes submit in turn (a
+// dead-lettered copy made durable deletes its original), and closes
+// Badger. Call it once nothing else submits work (the queues stopped).
 func (s *Store) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closing {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closing = true
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 	s.mu.Unlock()
-	close(s.wake)
 	<-s.stopped
 	close(s.gcStop)
 	<-s.gcDone

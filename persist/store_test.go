@@ -288,3 +288,56 @@ func TestCommitRacingClose(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// Close writes what the done callbacks of the last writes submit in turn:
+// a dead-lettered copy made durable deletes its original from its done
+// callback, and at shutdown that delete must not be refused, or the
+// original comes back after the restart next to its copy.
+func TestCloseCommitsWhatCallbacksSubmit(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	orig := &Batch{}
+	orig.PutEntryInline(3, 1, s.NewMessageID(), false, false, 0, []byte("original"))
+	if err := s.CommitSync(orig); err != nil {
+		t.Fatal(err)
+	}
+	var delErr error
+	deleted := make(chan struct{})
+	copyB := &Batch{}
+	copyB.PutEntryInline(4, 1, s.NewMessageID(), false, false, 0, []byte("copy"))
+	s.Commit(copyB, func(err error) {
+		if err != nil {
+			t.Errorf("copy: %v", err)
+		}
+		del := &Batch{}
+		del.DeleteEntryInline(3, 1)
+		s.Commit(del, func(err error) { delErr = err; close(deleted) })
+	})
+	if err := s.Close(); err != nil { // at once: the copy is in the last round
+		t.Fatal(err)
+	}
+	select {
+	case <-deleted:
+	default:
+		t.Fatal("Close returned before the delete submitted by a callback was done")
+	}
+	if delErr != nil {
+		t.Fatalf("the delete submitted by a callback during Close: %v", delErr)
+	}
+	s = open(t, dir)
+	defer s.Close()
+	if es, _ := s.LoadEntries(3, 0, 10); len(es) != 0 {
+		t.Fatalf("the original is still stored: %d entries", len(es))
+	}
+	if es, _ := s.LoadEntries(4, 0, 10); len(es) != 1 {
+		t.Fatalf("the copy: %d entries", len(es))
+	}
+	// After Close, commits are refused, never left behind.
+	s2 := open(t, t.TempDir())
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.CommitSync(&Batch{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("commit after Close: %v, want ErrClosed", err)
+	}
+}
