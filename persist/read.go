@@ -109,19 +109,25 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int) ([]Entry, error)
 	return out, nil
 }
 
-// Definitions calls fn for every stored definition of kind, in key order.
-func (s *Store) Definitions(kind byte, fn func(name, val []byte) error) error {
+// Definitions calls fn for every stored definition, in key order (so by
+// kind, then name), in one scan: recovery reads them all before it
+// rebuilds anything.
+func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
-		p := []byte{prefixDef, kind}
+		p := []byte{prefixDef}
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
+			k := item.Key()
+			if len(k) < 2 {
+				continue
+			}
 			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			if err := fn(bytes.Clone(item.Key()[2:]), v); err != nil {
+			if err := fn(k[1], bytes.Clone(k[2:]), v); err != nil {
 				return err
 			}
 		}

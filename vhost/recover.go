@@ -128,21 +128,16 @@ type bindingDef struct {
 	binding exchange.Binding
 }
 
-// definitionKinds are read in this order: a binding names exchanges and
-// queues, which must all be known when it is rebuilt.
-var definitionKinds = []byte{persist.DefExchange, persist.DefQueue, persist.DefBinding}
-
 // readDefinitions reads the vhost's stored definitions, every kind in one
-// pass, before anything is rebuilt from them.
+// scan of the store, before anything is rebuilt from them (a binding names
+// exchanges and queues, which must all be known when it is rebuilt).
 func (v *VHost) readDefinitions() (definitions, error) {
 	var defs definitions
-	for _, kind := range definitionKinds {
-		err := v.store.Definitions(kind, func(name, val []byte) error {
-			return defs.add(v.name, kind, name, val)
-		})
-		if err != nil {
-			return definitions{}, err
-		}
+	err := v.store.Definitions(func(kind byte, name, val []byte) error {
+		return defs.add(v.name, kind, name, val)
+	})
+	if err != nil {
+		return definitions{}, err
 	}
 	return defs, nil
 }
