@@ -25,31 +25,8 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		if c.runRequests() {
 			c.rdlSet = false // post moved the deadline
 		}
-		now := time.Now().UnixNano()
-		var dl int64 // unix nanos; 0 = none
-		if c.heartbeat > 0 {
-			dl = now + int64(silentLimit(c.heartbeat))
-		}
-		cd := c.closeDeadline.Load()
-		if cd != 0 && (dl == 0 || cd < dl) {
-			dl = cd
-		}
-		// Keep a heartbeat deadline between silentLimit and a slack
-		// from now: it is set a slack later than needed, so the reads
-		// within the slack keep it. Anything else is set every time.
-		slack := int64(c.heartbeat / 4)
-		rearm := !c.rdlSet || cd != 0
-		if !rearm {
-			if dl == 0 {
-				rearm = c.rdl != 0
-			} else {
-				rearm = c.rdl == 0 || c.rdl < dl || c.rdl > dl+slack
-			}
-		}
+		dl, rearm := readDeadline(time.Now().UnixNano(), c.heartbeat, c.closeDeadline.Load(), c.rdl, c.rdlSet)
 		if rearm {
-			if cd == 0 && dl != 0 {
-				dl += slack
-			}
 			var t time.Time
 			if dl != 0 {
 				t = time.Unix(0, dl)
@@ -75,6 +52,43 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
+}
+
+// readDeadline decides the read deadline (unix nanos; 0 = none) for a
+// read from the kernel at now: with heartbeats on, silentLimit from now
+// or up to a slack (a quarter interval) later; never past closeDeadline
+// (0 = none). current is the deadline set last, and set says it is still
+// in force (false once a post moved it). It returns the deadline to be in
+// force and whether the socket's must be set to it (rearm); without
+// rearm, dl is current.
+//
+// A heartbeat deadline is set a slack later than needed, so the reads
+// within the slack keep it. Anything else (a close deadline, no deadline
+// after one, a deadline a post moved) is set every time.
+func readDeadline(now int64, heartbeat time.Duration, closeDeadline, current int64, set bool) (dl int64, rearm bool) {
+	if heartbeat > 0 {
+		dl = now + int64(silentLimit(heartbeat))
+	}
+	cd := closeDeadline
+	if cd != 0 && (dl == 0 || cd < dl) {
+		dl = cd
+	}
+	slack := int64(heartbeat / 4)
+	rearm = !set || cd != 0
+	if !rearm {
+		if dl == 0 {
+			rearm = current != 0
+		} else {
+			rearm = current == 0 || current < dl || current > dl+slack
+		}
+	}
+	if !rearm {
+		return current, false
+	}
+	if cd == 0 && dl != 0 {
+		dl += slack
+	}
+	return dl, true
 }
 
 func isTimeout(err error) bool {

@@ -189,8 +189,13 @@ func TestCancelAndServerCancel(t *testing.T) {
 	if err := e.ch.Cancel("mine", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := <-ds; ok {
-		t.Fatal("deliveries after cancel")
+	select {
+	case _, ok := <-ds:
+		if ok {
+			t.Fatal("deliveries after cancel")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("delivery channel still open 5s after cancel")
 	}
 	// Deleting the queue cancels its consumers; amqp091-go advertises
 	// consumer_cancel_notify, so it is told.
@@ -335,15 +340,15 @@ func TestAckErrors(t *testing.T) {
 	}
 	closed := e.ch.NotifyClose(make(chan *rmq.Error, 1))
 	_ = e.ch.Ack(d.DeliveryTag, false) // twice
-	expectErr(t, <-closed, 406, fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", d.DeliveryTag))
+	expectErr(t, closeErr(t, closed, "channel after a double ack"), 406, fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", d.DeliveryTag))
 	ch := e.channel(e.conn)
 	closed = ch.NotifyClose(make(chan *rmq.Error, 1))
 	_ = ch.Ack(42, false)
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - unknown delivery tag 42")
+	expectErr(t, closeErr(t, closed, "channel after an ack of an unknown tag"), 406, "PRECONDITION_FAILED - unknown delivery tag 42")
 	ch = e.channel(e.conn)
 	closed = ch.NotifyClose(make(chan *rmq.Error, 1))
 	_ = ch.Reject(7, true)
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - unknown delivery tag 7")
+	expectErr(t, closeErr(t, closed, "channel after a reject of an unknown tag"), 406, "PRECONDITION_FAILED - unknown delivery tag 7")
 }
 
 func TestAckMultipleAndNackMultiple(t *testing.T) {

@@ -60,10 +60,26 @@ func TestDeadLetterRejected(t *testing.T) {
 	if got.Headers["x-first-death-queue"] != q || got.Headers["x-first-death-reason"] != "rejected" || got.Headers["x-first-death-exchange"] != "" {
 		t.Fatalf("x-first-death-* %v", got.Headers)
 	}
-	// Nacked without requeue: the same entry's count goes up.
-	e.publishConfirmed("", "dlq-rej", rmq.Publishing{Body: got.Body, Headers: got.Headers}) // keep its x-death
-	again := e.get(e.ch, "dlq-rej", false)
-	_ = again
+	// Back in the same queue and nacked without requeue, it dies there for
+	// the same reason again: RabbitMQ counts that death in the entry it
+	// already has for {queue, reason} (count 2), which stays the only one,
+	// and keeps the x-first-death-* headers.
+	e.publishConfirmed("", q, rmq.Publishing{Body: got.Body, Headers: got.Headers}) // keep its x-death
+	d = e.get(e.ch, q, false)
+	if err := d.Nack(false, false); err != nil {
+		t.Fatal(err)
+	}
+	again := e.get(e.ch, "dlq-rej", true)
+	xd, _ := again.Headers["x-death"].([]interface{})
+	if len(xd) != 1 {
+		t.Fatalf("x-death has %d entries, want the one for %s: %#v", len(xd), q, again.Headers["x-death"])
+	}
+	if x := xd[0].(rmq.Table); x["count"] != int64(2) || x["reason"] != "rejected" || x["queue"] != q || x["exchange"] != "" {
+		t.Fatalf("x-death %#v", x)
+	}
+	if again.Headers["x-first-death-queue"] != q || again.Headers["x-first-death-reason"] != "rejected" || again.Headers["x-first-death-exchange"] != "" {
+		t.Fatalf("x-first-death-* %v", again.Headers)
+	}
 }
 
 func TestDeadLetterCountIncrements(t *testing.T) {

@@ -193,7 +193,7 @@ func TestConfirmAfterFsync(t *testing.T) {
 		}
 	}
 	for i := range n {
-		cf := <-confirms
+		cf := confirmation(t, confirms)
 		// At least one fsync finished after the publish began, and the
 		// confirm was not sent while the fsync was still running.
 		if synced.Load() == before {

@@ -238,6 +238,5 @@ func TestInternalExchange(t *testing.T) {
 	}
 	closed := e.ch.NotifyClose(make(chan *rmq.Error, 1))
 	e.publish("int-x", "", "x")
-	err := <-closed
-	expectErr(t, err, 403, "ACCESS_REFUSED - cannot publish to internal exchange 'int-x' in vhost '/'")
+	expectErr(t, closeErr(t, closed, "channel after publishing to an internal exchange"), 403, "ACCESS_REFUSED - cannot publish to internal exchange 'int-x' in vhost '/'")
 }

@@ -88,6 +88,22 @@ func TestPropertiesByteForByte(t *testing.T) {
 	}
 }
 
+// confirmation waits for the next publisher confirm, failing the test if
+// none comes within 5 s.
+func confirmation(t *testing.T, confirms <-chan rmq.Confirmation) rmq.Confirmation {
+	t.Helper()
+	select {
+	case c, ok := <-confirms:
+		if !ok {
+			t.Fatal("confirmation channel closed")
+		}
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("no confirm within 5s")
+	}
+	return rmq.Confirmation{}
+}
+
 func TestMandatoryReturn(t *testing.T) {
 	e := setup(t, broker.Options{})
 	returns := e.ch.NotifyReturn(make(chan rmq.Return, 1))
@@ -108,14 +124,14 @@ func TestMandatoryReturn(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no basic.return")
 	}
-	if c := <-confirms; !c.Ack || c.DeliveryTag != 1 {
+	if c := confirmation(t, confirms); !c.Ack || c.DeliveryTag != 1 {
 		t.Fatalf("confirm %+v", c)
 	}
 	// Without mandatory, an unroutable message is dropped and still acked.
 	if err := e.ch.Publish("amq.direct", "nobody", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	if c := <-confirms; !c.Ack || c.DeliveryTag != 2 {
+	if c := confirmation(t, confirms); !c.Ack || c.DeliveryTag != 2 {
 		t.Fatalf("confirm %+v", c)
 	}
 }
@@ -153,7 +169,7 @@ func TestPublishToMissingExchange(t *testing.T) {
 	e := setup(t, broker.Options{})
 	closed := e.ch.NotifyClose(make(chan *rmq.Error, 1))
 	e.publish("no-such-x", "k", "x")
-	expectErr(t, <-closed, 404, "NOT_FOUND - no exchange 'no-such-x' in vhost '/'")
+	expectErr(t, closeErr(t, closed, "channel after publishing to a missing exchange"), 404, "NOT_FOUND - no exchange 'no-such-x' in vhost '/'")
 	if e.conn.IsClosed() {
 		t.Fatal("the connection must stay open")
 	}
@@ -192,7 +208,7 @@ func TestUserIDMismatch(t *testing.T) {
 	if err := e.ch.Publish("", q, false, false, rmq.Publishing{UserId: "bob", Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'")
+	expectErr(t, closeErr(t, closed, "channel after a foreign user_id"), 406, "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user was 'guest'")
 }
 
 func TestMessageTooLarge(t *testing.T) {
@@ -203,7 +219,7 @@ func TestMessageTooLarge(t *testing.T) {
 	if err := e.ch.Publish("", q, false, false, rmq.Publishing{Body: make([]byte, 1001)}); err != nil {
 		t.Fatal(err)
 	}
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - message size 1001 is larger than configured max size 1000")
+	expectErr(t, closeErr(t, closed, "channel after an oversize message"), 406, "PRECONDITION_FAILED - message size 1001 is larger than configured max size 1000")
 	e.ch = e.channel(e.conn)
 	if n := e.count(q); n != 0 {
 		t.Fatalf("%d stored", n)
@@ -247,7 +263,7 @@ func TestDirectReplyTo(t *testing.T) {
 	c3 := e.channel(e.conn)
 	closed := c3.NotifyClose(make(chan *rmq.Error, 1))
 	_ = c3.Publish("", rq, false, false, rmq.Publishing{ReplyTo: "amq.rabbitmq.reply-to", Body: []byte("x")})
-	expectErr(t, <-closed, 406, "PRECONDITION_FAILED - fast reply consumer does not exist")
+	expectErr(t, closeErr(t, closed, "channel after a reply-to without a reply consumer"), 406, "PRECONDITION_FAILED - fast reply consumer does not exist")
 }
 
 func TestTransactions(t *testing.T) {
@@ -351,8 +367,13 @@ func TestMemoryAlarmBlocksPublisher(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publisher still blocked after its queue was drained")
 	}
 	for !sawUnblock {
 		select {
