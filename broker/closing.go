@@ -102,15 +102,15 @@ func (c *conn) whileClosing(f amqp.Frame) (done bool) {
 
 func (c *conn) handleChannel0(f amqp.Frame) error {
 	if f.Type != amqp.FrameMethod {
-		return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type %d, all octets = %s", f.Type, octets(f.Payload))}
+		return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type %d, %s", f.Type, snippet(f.Payload))}
 	}
 	m, err := c.dec.Decode(f.Payload)
 	if err != nil {
 		return decodeError(err, f.Payload)
 	}
-	if !m.ServerHandles() {
-		return unimplemented(m)
-	}
+	// Every other method, a server's too, is unexpected here: on channel 0
+	// RabbitMQ's reader refuses it by the connection's state
+	// (rabbit_reader:handle_method0), not as unimplemented.
 	switch m := m.(type) {
 	case *amqp.ConnectionClose:
 		c.closeReason.Store(fmt.Sprintf("client closed connection: %d %s", m.ReplyCode, m.ReplyText))
@@ -162,7 +162,7 @@ func (c *conn) closeWith(e *amqp.Error, reason string) {
 	}
 	c.closeReason.Store(reason)
 	c.closeDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
-	c.SendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
+	c.SendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: amqp.CutReplyText(e.Text), ClassID: e.ClassID, MethodID: e.MethodID})
 	// Wake the reader so that it re-arms its read deadline with the close
 	// deadline. Setting the close deadline here instead could be undone
 	// by a reader that loaded closeDeadline before the store above and

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -75,29 +75,36 @@ func frameError(err error, f amqp.Frame) *amqp.Error {
 	case errors.As(err, &tl):
 		return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + tl.Error()}
 	case errors.As(err, &be):
-		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: {invalid_frame_end_marker,%d}", be.Type, octets(f.Payload), be.End)}
+		expl := fmt.Sprintf("type %d, %s: ", be.Type, snippet(f.Payload))
+		return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + expl + amqp.ErlPair(len(expl), "invalid_frame_end_marker", strconv.Itoa(int(be.End)))}
 	}
 	return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - " + err.Error()}
 }
 
-// octets renders bytes as Erlang does (<<1,2,3>>), as RabbitMQ's frame
-// error texts show them; long payloads are cut.
-func octets(p []byte) string {
-	const max = 64
-	var b strings.Builder
-	b.WriteString("<<")
-	for i, x := range p {
-		if i == max {
-			b.WriteString(",...")
-			break
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%d", x)
+// snippet is a frame's payload as RabbitMQ's frame error texts show it
+// (rabbit_reader:payload_snippet, printed with ~p): all of it up to 16
+// octets, else the first 16.
+func snippet(p []byte) string {
+	if len(p) <= 16 {
+		return "all octets = " + amqp.ErlBinary(p)
 	}
-	b.WriteString(">>")
-	return b.String()
+	return "first 16 octets = " + amqp.ErlBinary(p[:16])
+}
+
+// unknownFrame is RabbitMQ's close for a frame it cannot take as any
+// frame (rabbit_reader: unknown_frame).
+func unknownFrame(f amqp.Frame) error {
+	return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, %s: unknown_frame", f.Type, snippet(f.Payload))}
+}
+
+// clientMethod reports whether a client may send m: the spec's server
+// chassis, less basic.cancel-ok (RabbitMQ sends basic.cancel with nowait
+// and refuses a cancel-ok as it refuses the methods only servers send).
+func clientMethod(m amqp.Method) bool {
+	if _, ok := m.(*amqp.BasicCancelOk); ok {
+		return false
+	}
+	return m.ServerHandles()
 }
 
 // handleFrame dispatches one frame of the running connection.
@@ -106,15 +113,15 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 	case amqp.FrameHeartbeat:
 		if len(f.Payload) != 0 {
 			// RabbitMQ knows only the empty heartbeat frame.
-			return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type 8, all octets = %s: unknown_frame", octets(f.Payload))}
+			return unknownFrame(f)
 		}
 		if f.Channel != 0 {
-			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type 8, all octets = %s", octets(f.Payload))}
+			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: fmt.Sprintf("UNEXPECTED_FRAME - type 8, %s", snippet(f.Payload))}
 		}
 		return nil
 	case amqp.FrameMethod, amqp.FrameHeader, amqp.FrameBody:
 	default:
-		return &amqp.Error{Code: amqp.FrameError, Text: fmt.Sprintf("FRAME_ERROR - type %d, all octets = %s: unknown_frame", f.Type, octets(f.Payload))}
+		return unknownFrame(f)
 	}
 	if f.Channel == 0 {
 		return c.handleChannel0(f)
@@ -135,7 +142,7 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 	if err != nil {
 		return decodeError(err, f.Payload)
 	}
-	if !m.ServerHandles() {
+	if !clientMethod(m) {
 		return unimplemented(m)
 	}
 	if ch == nil {
@@ -201,7 +208,7 @@ func (c *conn) closeChannel(n uint16, e *amqp.Error) {
 	c.removeChannel(n)
 	c.closingChans[n] = struct{}{}
 	c.log.Debug("closing channel", zap.Uint16("channel", n), zap.Uint16("code", e.Code), zap.String("text", e.Text))
-	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, ClassID: e.ClassID, MethodID: e.MethodID})
+	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: amqp.CutReplyText(e.Text), ClassID: e.ClassID, MethodID: e.MethodID})
 }
 
 // whileChannelClosing handles a frame on a channel we sent channel.close
@@ -264,17 +271,20 @@ func unimplemented(m amqp.Method) error {
 	return e
 }
 
-// decodeError maps a method decoding failure to RabbitMQ's close.
+// decodeError maps a method decoding failure to RabbitMQ's close: a
+// frame too short for its class and method ids is an unknown frame to
+// RabbitMQ (rabbit_command_assembler:analyze_frame); arguments that do not
+// decode are "cannot decode" and all their octets, with ~w
+// (rabbit_misc:frame_error), the reply text then cut at 255 octets.
 func decodeError(err error, payload []byte) error {
+	if len(payload) < 4 {
+		return unknownFrame(amqp.Frame{Type: amqp.FrameMethod, Payload: payload})
+	}
 	var um *amqp.UnknownMethodError
 	if errors.As(err, &um) {
 		return &amqp.Error{Code: amqp.CommandInvalid, Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d/%d", um.ClassID, um.MethodID),
 			ClassID: um.ClassID, MethodID: um.MethodID}
 	}
-	e := &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - cannot decode " + octets(payload[min(4, len(payload)):])}
-	if len(payload) >= 4 {
-		e.ClassID = uint16(payload[0])<<8 | uint16(payload[1])
-		e.MethodID = uint16(payload[2])<<8 | uint16(payload[3])
-	}
-	return e
+	return &amqp.Error{Code: amqp.FrameError, Text: amqp.CutReplyText("FRAME_ERROR - cannot decode " + amqp.ErlBytes(payload[4:])),
+		ClassID: uint16(payload[0])<<8 | uint16(payload[1]), MethodID: uint16(payload[2])<<8 | uint16(payload[3])}
 }

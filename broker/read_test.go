@@ -35,7 +35,7 @@ type wantClose struct {
 	cid, mid uint16
 }
 
-func checkClose(t *testing.T, err error, w wantClose, differs string) {
+func checkClose(t *testing.T, err error, w wantClose) {
 	t.Helper()
 	var e *amqp.Error
 	if !errors.As(err, &e) {
@@ -45,9 +45,6 @@ func checkClose(t *testing.T, err error, w wantClose, differs string) {
 		t.Fatalf("got %d %q (hard %v), want %d, a connection error", e.Code, e.Text, e.Hard(), w.code)
 	}
 	if e.Text != w.text || e.ClassID != w.cid || e.MethodID != w.mid {
-		if differs != "" {
-			divergent(t, "%s: got %q %d/%d, RabbitMQ says %q %d/%d", differs, e.Text, e.ClassID, e.MethodID, w.text, w.cid, w.mid)
-		}
 		t.Fatalf("got %q %d/%d\nwant %q %d/%d", e.Text, e.ClassID, e.MethodID, w.text, w.cid, w.mid)
 	}
 }
@@ -58,26 +55,26 @@ func checkClose(t *testing.T, err error, w wantClose, differs string) {
 func TestFrameError(t *testing.T) {
 	qos := amqp.AppendMethodPayload(nil, &amqp.BasicQos{PrefetchCount: 1})
 	for _, tc := range []struct {
-		name    string
-		in      []byte
-		max     uint32 // negotiated frame_max; 0 before tuning
-		want    wantClose
-		differs string
+		name string
+		in   []byte
+		max  uint32 // negotiated frame_max; 0 before tuning
+		want wantClose
 	}{
 		{"oversize method frame", frameBytes(1, make([]byte, 140000), amqp.FrameEnd), 131072,
-			wantClose{501, "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,140000,131064}", 0, 0}, ""},
+			wantClose{501, "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,140000,131064}", 0, 0}},
 		{"oversize body frame", frameBytes(3, make([]byte, 200000), amqp.FrameEnd), 131072,
-			wantClose{501, "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,200000,131064}", 0, 0}, ""},
+			wantClose{501, "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,200000,131064}", 0, 0}},
 		{"bad frame end", frameBytes(1, qos, 0), 131072,
-			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,0}", 0, 0}, ""},
+			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,0}", 0, 0}},
 		{"bad frame end, in decimal", frameBytes(1, qos, 'A'), 131072,
-			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,65}", 0, 0}, ""},
+			// One column past 78: Erlang's ~p breaks the line (checked
+			// against RabbitMQ 3.10, conformance TestMalformedInput).
+			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,\n" + strings.Repeat(" ", 51) + "65}", 0, 0}},
 		// Past 16 octets RabbitMQ shows the first 16 (rabbit_reader's
 		// payload_snippet), and Erlang's ~p breaks the long line.
 		{"bad frame end, long payload", frameBytes(1, append(append([]byte{}, qos...), seq(20)...), 0), 131072,
 			wantClose{501, "FRAME_ERROR - type 1, first 16 octets = <<0,60,0,10,0,0,0,0,0,1,0,0,1,2,3,4>>: {invalid_frame_end_marker,\n" +
-				strings.Repeat(" ", 66) + "0}", 0, 0},
-			"payloads over 16 octets are cut to the first 16"},
+				strings.Repeat(" ", 66) + "0}", 0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := amqp.NewFrameReader(bufio.NewReaderSize(bytes.NewReader(tc.in), 1<<20))
@@ -86,7 +83,7 @@ func TestFrameError(t *testing.T) {
 			if !errors.Is(err, amqp.ErrFrame) {
 				t.Fatalf("ReadFrame: %v, want a framing fault", err)
 			}
-			checkClose(t, frameError(err, f), tc.want, tc.differs)
+			checkClose(t, frameError(err, f), tc.want)
 		})
 	}
 	t.Run("any other framing fault", func(t *testing.T) {
@@ -112,32 +109,31 @@ func TestDecodeError(t *testing.T) {
 		name    string
 		payload []byte
 		want    wantClose
-		differs string
 	}{
 		{"truncated arguments", []byte{0, 50, 0, 10, 0, 0, 5, 'a'},
-			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,5,97>>", 50, 10}, ""},
+			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,5,97>>", 50, 10}},
 		{"truncated fixed fields", qos[:6],
-			wantClose{501, "FRAME_ERROR - cannot decode <<0,0>>", 60, 10}, ""},
+			wantClose{501, "FRAME_ERROR - cannot decode <<0,0>>", 60, 10}},
 		{"trailing bytes", append(append([]byte{}, qos...), 0),
-			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,0,0,0,1,0,0>>", 60, 10}, ""},
+			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,0,0,0,1,0,0>>", 60, 10}},
 		// RabbitMQ drops the connection without a word at a table field of
 		// an unknown type; railmq answers as for any undecodable method.
 		{"unknown field type in a table", []byte{0, 50, 0, 10, 0, 0, 1, 'q', 0, 0, 0, 0, 5, 1, 'k', 'Z', 0, 0},
-			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,1,113,0,0,0,0,5,1,107,90,0,0>>", 50, 10}, ""},
+			wantClose{501, "FRAME_ERROR - cannot decode <<0,0,1,113,0,0,0,0,5,1,107,90,0,0>>", 50, 10}},
 		// So does it at an unknown method; railmq answers 503
 		// (conformance TestUnknownMethod).
 		{"unknown method", []byte{0, 60, 0, 41},
-			wantClose{503, "COMMAND_INVALID - unknown method 60/41", 60, 41}, ""},
+			wantClose{503, "COMMAND_INVALID - unknown method 60/41", 60, 41}},
 		{"unknown class", []byte{0, 0, 0, 0},
-			wantClose{503, "COMMAND_INVALID - unknown method 0/0", 0, 0}, ""},
+			wantClose{503, "COMMAND_INVALID - unknown method 0/0", 0, 0}},
 		{"long arguments", append(declare, 0),
-			wantClose{501, long, 50, 10}, "the octets are cut at 64 rather than the text at 255"},
+			wantClose{501, long, 50, 10}},
 		// Shorter than its class and method ids, a method frame is an
 		// unknown frame to RabbitMQ (rabbit_command_assembler:analyze_frame).
 		{"no method ids", []byte{0, 60},
-			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame", 0, 0}, "a method frame too short for its ids is \"cannot decode <<>>\""},
+			wantClose{501, "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame", 0, 0}},
 		{"empty method frame", nil,
-			wantClose{501, "FRAME_ERROR - type 1, all octets = <<>>: unknown_frame", 0, 0}, "a method frame too short for its ids is \"cannot decode <<>>\""},
+			wantClose{501, "FRAME_ERROR - type 1, all octets = <<>>: unknown_frame", 0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d amqp.Decoder
@@ -145,7 +141,7 @@ func TestDecodeError(t *testing.T) {
 			if err == nil {
 				t.Fatalf("decoded %#v", m)
 			}
-			checkClose(t, decodeError(err, tc.payload), tc.want, tc.differs)
+			checkClose(t, decodeError(err, tc.payload), tc.want)
 		})
 	}
 }
@@ -157,27 +153,23 @@ func TestUnimplemented(t *testing.T) {
 	for _, tc := range []struct {
 		m        amqp.Method
 		cid, mid uint16
-		differs  string
 	}{
-		{&amqp.ConnectionStart{}, 10, 10, ""},
-		{&amqp.ChannelOpenOk{}, 20, 11, ""},
-		{&amqp.QueueDeclareOk{Queue: "q"}, 50, 11, ""},
-		{&amqp.BasicGetEmpty{}, 60, 72, ""},
-		{&amqp.BasicDeliver{ConsumerTag: "c", DeliveryTag: 1}, 60, 60, ""},
-		{&amqp.TxSelectOk{}, 90, 11, ""},
-		{&amqp.ConfirmSelectOk{}, 85, 11, ""},
+		{&amqp.ConnectionStart{}, 10, 10},
+		{&amqp.ChannelOpenOk{}, 20, 11},
+		{&amqp.QueueDeclareOk{Queue: "q"}, 50, 11},
+		{&amqp.BasicGetEmpty{}, 60, 72},
+		{&amqp.BasicDeliver{ConsumerTag: "c", DeliveryTag: 1}, 60, 60},
+		{&amqp.TxSelectOk{}, 90, 11},
+		{&amqp.ConfirmSelectOk{}, 85, 11},
 		// RabbitMQ sends basic.cancel with nowait: it takes no
 		// basic.cancel-ok from a client either.
-		{&amqp.BasicCancelOk{ConsumerTag: "c"}, 60, 31, "basic.cancel-ok is ServerHandles, so its channel answers 540 NOT_IMPLEMENTED - basic.cancel-ok"},
+		{&amqp.BasicCancelOk{ConsumerTag: "c"}, 60, 31},
 	} {
 		t.Run(tc.m.Name(), func(t *testing.T) {
-			if tc.m.ServerHandles() {
-				if tc.differs != "" {
-					divergent(t, "%s", tc.differs)
-				}
+			if clientMethod(tc.m) {
 				t.Fatalf("%s is not a method a client sends", tc.m.Name())
 			}
-			checkClose(t, unimplemented(tc.m), wantClose{503, "COMMAND_INVALID - unimplemented method", tc.cid, tc.mid}, "")
+			checkClose(t, unimplemented(tc.m), wantClose{503, "COMMAND_INVALID - unimplemented method", tc.cid, tc.mid})
 		})
 	}
 }

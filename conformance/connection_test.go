@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -393,6 +394,15 @@ func TestMalformedInput(t *testing.T) {
 	qos := amqp.AppendMethodPayload(nil, &amqp.BasicQos{PrefetchCount: 1})
 	badEnd := testutil.Frame(1, 1, qos)
 	badEnd[len(badEnd)-1] = 0
+	badEndA := testutil.Frame(1, 1, qos)
+	badEndA[len(badEndA)-1] = 'A'
+	longBadEnd := testutil.Frame(1, 1, append(append([]byte{}, qos...), seqBytes(20)...))
+	longBadEnd[len(longBadEnd)-1] = 0
+	longDecode := "FRAME_ERROR - cannot decode <<0,0,80"
+	for _, x := range seqBytes(80) {
+		longDecode += fmt.Sprintf(",%d", x)
+	}
+	longDecode = longDecode[:252] + "..." // reply texts are cut to 255 octets
 	for _, tc := range []struct {
 		name     string
 		input    []byte
@@ -424,6 +434,20 @@ func TestMalformedInput(t *testing.T) {
 		{"close-ok on unopened channel", testutil.Frame(1, 7, amqp.AppendMethodPayload(nil, &amqp.ChannelCloseOk{})), 504, "CHANNEL_ERROR - expected 'channel.open'", 20, 41},
 		{"prefetch_size", testutil.Frame(1, 1, amqp.AppendMethodPayload(nil, &amqp.BasicQos{PrefetchSize: 1000})), 540, "NOT_IMPLEMENTED - prefetch_size!=0 (1000)", 60, 10},
 		{"recover requeue=false", testutil.Frame(1, 1, amqp.AppendMethodPayload(nil, &amqp.BasicRecover{})), 540, "NOT_IMPLEMENTED - requeue=false", 60, 110},
+		// Payloads are printed with Erlang's ~p: printable ones as strings,
+		// past 16 octets only the first 16 (rabbit_reader:payload_snippet),
+		// and a line that would pass column 78 is broken.
+		{"unknown frame type, printable payload", testutil.Frame(9, 0, []byte("hello")), 501, `FRAME_ERROR - type 9, all octets = <<"hello">>: unknown_frame`, 0, 0},
+		{"unknown frame type, long payload", testutil.Frame(9, 0, seqBytes(20)), 501, "FRAME_ERROR - type 9, first 16 octets = <<0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15>>: unknown_frame", 0, 0},
+		{"heartbeat with a printable payload", testutil.Frame(8, 0, []byte("ping")), 501, `FRAME_ERROR - type 8, all octets = <<"ping">>: unknown_frame`, 0, 0},
+		// One column more than "bad frame end" passes column 78: broken.
+		{"bad frame end, in decimal", badEndA, 501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,\n" + strings.Repeat(" ", 51) + "65}", 0, 0},
+		{"bad frame end, long payload", longBadEnd, 501, "FRAME_ERROR - type 1, first 16 octets = <<0,60,0,10,0,0,0,0,0,1,0,0,1,2,3,4>>: {invalid_frame_end_marker,\n" + strings.Repeat(" ", 66) + "0}", 0, 0},
+		{"method frame shorter than its ids", testutil.Frame(1, 1, []byte{0, 60}), 501, "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame", 0, 0},
+		{"empty method frame", testutil.Frame(1, 1, nil), 501, "FRAME_ERROR - type 1, all octets = <<>>: unknown_frame", 0, 0},
+		{"long undecodable arguments", testutil.Frame(1, 1, append(amqp.AppendMethodPayload(nil, &amqp.QueueDeclare{Queue: string(seqBytes(80))}), 0)), 501, longDecode, 50, 10},
+		{"basic.cancel-ok from the client", testutil.Frame(1, 1, amqp.AppendMethodPayload(nil, &amqp.BasicCancelOk{ConsumerTag: "c"})), 503, "COMMAND_INVALID - unimplemented method", 60, 31},
+		{"connection.tune after open", testutil.Frame(1, 0, amqp.AppendMethodPayload(nil, &amqp.ConnectionTune{})), 504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testutil.DialRaw(t, b.Addr)
@@ -572,4 +596,13 @@ func TestBinaryListensOnSeveralAddresses(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(logs.String(), "cannot listen") {
 		t.Fatalf("want exit 1 with 'cannot listen', got %v:\n%s", err, logs.String())
 	}
+}
+
+// seqBytes is 0, 1, ..., n-1.
+func seqBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
 }
