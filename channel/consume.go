@@ -2,6 +2,7 @@ package channel
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/railmq/railmq/amqp"
@@ -62,7 +63,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	if dup || tag == c.replyTag && tag != "" {
 		return amqp.Errorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
 	}
-	prio, err := consumerPriority(m.Arguments)
+	prio, err := consumerPriority(m.Arguments, name, c.cfg.VHost.Name())
 	if err != nil {
 		return err
 	}
@@ -91,15 +92,20 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	return nil
 }
 
-func consumerPriority(args amqp.Table) (int32, error) {
+// consumerPriority reads basic.consume's x-priority: an integer of any
+// wire type (rabbit_amqqueue:consume_args, check_int_arg), else a 406
+// naming the queue and the type, in RabbitMQ's words.
+func consumerPriority(args amqp.Table, queueName, vhostName string) (int32, error) {
 	v, ok := args["x-priority"]
 	if !ok {
 		return 0, nil
 	}
 	if n, ok := amqp.Int(v); ok {
-		return int32(n), nil
+		// RabbitMQ's integers are unbounded; past int32 a priority still
+		// outranks (or ranks below) every int32 one.
+		return int32(max(min(n, math.MaxInt32), math.MinInt32)), nil
 	}
-	return 0, precondition("invalid arg 'x-priority' for consumer: expected integer")
+	return 0, precondition(`invalid arg 'x-priority' for queue '%s' in vhost '%s': "expected integer, got %s"`, queueName, vhostName, amqp.TypeName(v))
 }
 
 // consumerTimeout reads basic.consume's x-consumer-timeout (ms), which
@@ -116,6 +122,9 @@ func consumerTimeout(args amqp.Table) (time.Duration, error) {
 	}
 	if n < 0 {
 		return 0, precondition("invalid arg 'x-consumer-timeout' for consumer: {value_negative,%d}", n)
+	}
+	if n > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64, nil // past 292 years: still the longest lease, never a negative one
 	}
 	return time.Duration(n) * time.Millisecond, nil
 }

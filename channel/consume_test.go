@@ -39,9 +39,8 @@ func TestConsumerPriority(t *testing.T) {
 		want int32
 		// check replaces want where only the order matters: RabbitMQ
 		// compares priorities as unbounded integers.
-		check   func(int32) bool
-		text    string // the 406's text; "" when taken
-		differs string
+		check func(int32) bool
+		text  string // the 406's text; "" when taken
 	}
 	cases := []tc{
 		{name: "absent", args: nil, want: 0},
@@ -54,24 +53,19 @@ func TestConsumerPriority(t *testing.T) {
 		{name: "unsignedint", args: amqp.Table{"x-priority": uint32(7)}, want: 7},
 		{name: "long", args: amqp.Table{"x-priority": int64(10)}, want: 10},
 		{name: "long past int32", args: amqp.Table{"x-priority": int64(1) << 31},
-			check:   func(p int32) bool { return p == math.MaxInt32 },
-			differs: "x-priority 2^31 outranks every int32 priority in RabbitMQ; int32(n) wraps it to the lowest"},
+			check: func(p int32) bool { return p == math.MaxInt32 }},
 		{name: "long 2^40", args: amqp.Table{"x-priority": int64(1) << 40},
-			check:   func(p int32) bool { return p == math.MaxInt32 },
-			differs: "x-priority 2^40 outranks every int32 priority in RabbitMQ; int32(n) makes it 0"},
+			check: func(p int32) bool { return p == math.MaxInt32 }},
 		{name: "long -2^40", args: amqp.Table{"x-priority": -(int64(1) << 40)},
-			check:   func(p int32) bool { return p == math.MinInt32 },
-			differs: "x-priority -2^40 ranks below every int32 priority in RabbitMQ; int32(n) makes it 0"},
+			check: func(p int32) bool { return p == math.MinInt32 }},
 	}
 	for _, x := range notIntegers {
 		cases = append(cases, tc{name: x.name, args: amqp.Table{"x-priority": x.v},
-			// RabbitMQ names the queue; consumerPriority is not told it.
-			text:    fmt.Sprintf(`PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost '/': "expected integer, got %s"`, x.name),
-			differs: "the text names the queue and the type"})
+			text: fmt.Sprintf(`PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost '/': "expected integer, got %s"`, x.name)})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := consumerPriority(tc.args)
+			p, err := consumerPriority(tc.args, "q", "/")
 			if tc.text == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -81,9 +75,6 @@ func TestConsumerPriority(t *testing.T) {
 					ok = tc.check(p)
 				}
 				if !ok {
-					if tc.differs != "" {
-						divergent(t, "%s: got %d", tc.differs, p)
-					}
 					t.Fatalf("got %d, want %d", p, tc.want)
 				}
 				return
@@ -93,9 +84,6 @@ func TestConsumerPriority(t *testing.T) {
 				t.Fatalf("got %d, %v; want a 406", p, err)
 			}
 			if e.Text != tc.text {
-				if tc.differs != "" {
-					divergent(t, "%s: got %q, RabbitMQ says %q", tc.differs, e.Text, tc.text)
-				}
 				t.Fatalf("got %q\nwant %q", e.Text, tc.text)
 			}
 		})
@@ -109,12 +97,11 @@ func TestConsumerPriority(t *testing.T) {
 // conformance TestPerConsumerTimeout.
 func TestConsumerTimeout(t *testing.T) {
 	type tc struct {
-		name    string
-		args    amqp.Table
-		want    time.Duration
-		check   func(time.Duration) bool
-		text    string
-		differs string
+		name  string
+		args  amqp.Table
+		want  time.Duration
+		check func(time.Duration) bool
+		text  string
 	}
 	const notInteger = "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for consumer: expected integer"
 	cases := []tc{
@@ -135,8 +122,7 @@ func TestConsumerTimeout(t *testing.T) {
 		{name: "long max", args: amqp.Table{"x-consumer-timeout": int64(math.MaxInt64)},
 			check: func(d time.Duration) bool {
 				return d >= time.Duration(math.MaxInt64/int64(time.Millisecond))*time.Millisecond
-			},
-			differs: "time.Duration(n)*time.Millisecond overflows past 292 years"},
+			}},
 	}
 	for _, x := range notIntegers {
 		cases = append(cases, tc{name: x.name, args: amqp.Table{"x-consumer-timeout": x.v}, text: notInteger})
@@ -153,9 +139,6 @@ func TestConsumerTimeout(t *testing.T) {
 					ok = tc.check(d)
 				}
 				if !ok {
-					if tc.differs != "" {
-						divergent(t, "%s: got %v", tc.differs, d)
-					}
 					t.Fatalf("got %v, want %v", d, tc.want)
 				}
 				return

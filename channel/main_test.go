@@ -84,11 +84,3 @@ func (s *sink) deliveries() []delivered {
 	defer s.mu.Unlock()
 	return append([]delivered(nil), s.delivered...)
 }
-
-// divergent skips the rest of a test case that pins RabbitMQ's behaviour
-// where railmq does otherwise: the case documents what RabbitMQ does (as
-// RabbitMQ 3.10 answered it) until railmq is changed to match.
-func divergent(t *testing.T, format string, args ...any) {
-	t.Helper()
-	t.Skipf("railmq differs from RabbitMQ: "+format, args...)
-}

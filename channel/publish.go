@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -116,35 +117,46 @@ func (c *Channel) complete() error {
 	return withMethod(err, p)
 }
 
-// parseExpiration reads the expiration property: a string of
-// milliseconds, as RabbitMQ parses it.
+// parseExpiration reads the expiration property, a string of
+// milliseconds, as RabbitMQ does (rabbit_channel, rabbit_basic:
+// parse_expiration): Erlang's string:to_integer (a sign, then digits, any
+// number of them), the rest refused as leftover_string, then
+// rabbit_misc:check_expiry (not negative, at most 10 years). The 406's
+// text prints the reason with ~p, as RabbitMQ's does.
 func parseExpiration(b []byte) (int64, error) {
-	if len(b) == 0 {
-		return 0, precondition("invalid expiration '%s': no_integer", b)
-	}
-	var n int64
+	const pre = "invalid expiration '%s': %s"
+	col := len("invalid expiration '") + len(b) + len("': ")
+	p := b
 	neg := false
-	s := b
-	if s[0] == '-' || s[0] == '+' {
-		neg = s[0] == '-'
-		s = s[1:]
+	if len(p) > 0 && (p[0] == '-' || p[0] == '+') {
+		neg = p[0] == '-'
+		p = p[1:]
 	}
-	if len(s) == 0 {
-		return 0, precondition("invalid expiration '%s': no_integer", b)
+	n := 0
+	for n < len(p) && p[n] >= '0' && p[n] <= '9' {
+		n++
 	}
-	for _, ch := range s {
-		if ch < '0' || ch > '9' || n > (1<<62)/10 {
-			return 0, precondition("invalid expiration '%s': no_integer", b)
-		}
-		n = n*10 + int64(ch-'0')
+	if n == 0 {
+		return 0, precondition(pre, b, "no_integer")
+	}
+	digits, rest := strings.TrimLeft(string(p[:n]), "0"), p[n:]
+	if len(rest) > 0 {
+		return 0, precondition(pre, b, amqp.ErlPair(col, "leftover_string", amqp.ErlString(rest)))
+	}
+	if digits == "" {
+		return 0, nil // 0, -0, 000
 	}
 	if neg {
-		return 0, precondition("invalid expiration '%s': {value_negative,-%d}", b, n)
+		return 0, precondition(pre, b, amqp.ErlPair(col, "value_negative", "-"+digits))
 	}
-	if n > maxTTL {
-		return 0, precondition("invalid expiration '%s': {value_too_large,%d}", b, n)
+	if len(digits) > 12 { // maxTTL has 12 digits: more is larger, however many
+		return 0, precondition(pre, b, amqp.ErlPair(col, "value_too_large", digits))
 	}
-	return n, nil
+	v, _ := strconv.ParseInt(digits, 10, 64)
+	if v > maxTTL {
+		return 0, precondition(pre, b, amqp.ErlPair(col, "value_too_large", digits))
+	}
+	return v, nil
 }
 
 // maxTTL is the largest TTL RabbitMQ takes, in ms: 10 years

@@ -439,6 +439,8 @@ func TestMalformedInput(t *testing.T) {
 		// and a line that would pass column 78 is broken.
 		{"unknown frame type, printable payload", testutil.Frame(9, 0, []byte("hello")), 501, `FRAME_ERROR - type 9, all octets = <<"hello">>: unknown_frame`, 0, 0},
 		{"unknown frame type, long payload", testutil.Frame(9, 0, seqBytes(20)), 501, "FRAME_ERROR - type 9, first 16 octets = <<0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15>>: unknown_frame", 0, 0},
+		{"unknown frame type, payload with DEL", testutil.Frame(9, 0, []byte{'a', 127}), 501, "FRAME_ERROR - type 9, all octets = <<97,127>>: unknown_frame", 0, 0},
+		{"unknown frame type, payload with escapes and Latin-1", testutil.Frame(9, 0, []byte("a\n\t\"\xe9")), 501, "FRAME_ERROR - type 9, all octets = <<\"a\\n\\t\\\"\xe9\">>: unknown_frame", 0, 0},
 		{"heartbeat with a printable payload", testutil.Frame(8, 0, []byte("ping")), 501, `FRAME_ERROR - type 8, all octets = <<"ping">>: unknown_frame`, 0, 0},
 		// One column more than "bad frame end" passes column 78: broken.
 		{"bad frame end, in decimal", badEndA, 501, "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,\n" + strings.Repeat(" ", 51) + "65}", 0, 0},

@@ -660,3 +660,18 @@ func TestDeliveryNotHeldByClosingPublisher(t *testing.T) {
 	r.Expect(&amqp.ConnectionCloseOk{})
 	promptly(t, ds, "last words", "the delivery was held after its publisher closed")
 }
+
+// x-priority must be an integer: anything else closes the channel with
+// RabbitMQ's 406, which names the queue and the type; an integer past
+// int32 is taken.
+func TestConsumerPriorityArgument(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("prio-arg-q", nil)
+	ch := e.channel(e.conn)
+	_, err := ch.Consume(q, "", false, false, false, false, rmq.Table{"x-priority": "5"})
+	expectErr(t, err, 406, `PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'prio-arg-q' in vhost '/': "expected integer, got longstr"`)
+	ch = e.channel(e.conn)
+	if _, err := ch.Consume(q, "big", false, false, false, false, rmq.Table{"x-priority": int64(1) << 40}); err != nil {
+		t.Fatalf("x-priority 2^40: %v", err)
+	}
+}

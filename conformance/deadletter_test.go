@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,14 +298,21 @@ func TestInvalidExpiration(t *testing.T) {
 		{"-5", "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}"},
 		// At most 10 years, as x-message-ttl.
 		{"315360000001", "PRECONDITION_FAILED - invalid expiration '315360000001': {value_too_large,315360000001}"},
+		// Digits then anything else: the rest is refused, printed with ~p.
+		{"10abc", `PRECONDITION_FAILED - invalid expiration '10abc': {leftover_string,"abc"}`},
+		{"1\x01", "PRECONDITION_FAILED - invalid expiration '1\x01': {leftover_string,[1]}"},
+		// Numbers of any size, and ~p's line break past column 78.
+		{"1000000000000000000", "PRECONDITION_FAILED - invalid expiration '1000000000000000000': {value_too_large,\n" +
+			strings.Repeat(" ", 43) + "1000000000000000000}"},
 	} {
 		ch := e.channel(e.conn)
 		closed := ch.NotifyClose(make(chan *rmq.Error, 1))
 		_ = ch.Publish("", q, false, false, rmq.Publishing{Expiration: tc.exp, Body: []byte("x")})
 		expectErr(t, closeErr(t, closed, "channel after expiration "+tc.exp), 406, tc.text)
 	}
-	// The largest allowed is taken.
+	// The largest allowed is taken, and -0 is 0.
 	e.publishConfirmed("", q, rmq.Publishing{Expiration: "315360000000", Body: []byte("ok")})
+	e.publishConfirmed("", q, rmq.Publishing{Expiration: "-0", Body: []byte("ok")})
 }
 
 func TestQueueExpires(t *testing.T) {
