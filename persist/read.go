@@ -62,7 +62,7 @@ const pageOutEvery = 16 << 20
 func (s *Store) maybePageOut() {
 	if s.touched.Load() >= pageOutEvery {
 		s.touched.Store(0)
-		pageOut(s.dir)
+		s.pagedOut.Add(pageOut(s.dir))
 	}
 }
 

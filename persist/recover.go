@@ -49,6 +49,11 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 				if flags&entryShared != 0 {
 					s.refs[msg]++
 				}
+				// The scan reads every record through Badger's mmaps: page
+				// them out as it goes, or a backlog's gigabyte stays in RSS.
+				if s.touched.Add(int64(len(v))) >= pageOutEvery {
+					s.maybePageOut()
+				}
 				sum.Count++
 				if sum.Count%250000 == 0 {
 					s.log.Info("recovering queue", zap.Uint64("queue", queue), zap.Int("messages_so_far", sum.Count))

@@ -47,7 +47,9 @@ type Store struct {
 	syncs   atomic.Uint64
 	freed   atomic.Int64 // message records deleted since the last GC
 	touched atomic.Int64 // bytes written or read through Badger's mmaps since the last page-out
-	dir     string       // absolute, for page-outs
+	// pagedOut counts the bytes of mappings advised out (tests).
+	pagedOut atomic.Int64
+	dir      string // absolute, for page-outs
 	// refs counts the entries left for messages shared by several queues.
 	// Owned by the committer (and by recovery before it starts).
 	refs map[uint64]int32

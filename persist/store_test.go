@@ -2,6 +2,7 @@ package persist
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -339,5 +340,40 @@ func TestCloseCommitsWhatCallbacksSubmit(t *testing.T) {
 	}
 	if err := s2.CommitSync(&Batch{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("commit after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Recovery scans every entry of a queue, records and all, through
+// Badger's mmaps: it pages them out as it goes, as reads of a backlog do,
+// so that recovering a gigabyte does not leave a gigabyte in RSS (a 1M x
+// 1 KiB backlog: 599 MiB VmHWM after a kill -9 before, 137 MiB after).
+func TestRecoverQueuePagesOut(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("page-outs are Linux's MADV_PAGEOUT")
+	}
+	dir := t.TempDir()
+	s := open(t, dir)
+	rec := make([]byte, 1024)
+	for i := range 40 { // 40 MiB of inline records, more than two page-out steps
+		b := &Batch{}
+		for j := range 1024 {
+			b.PutEntryInline(5, uint64(i*1024+j+1), s.NewMessageID(), false, false, 0, rec)
+		}
+		if err := s.CommitSync(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	defer s.Close()
+	before := s.pagedOut.Load()
+	sum, err := s.RecoverQueue(5)
+	if err != nil || sum.Count != 40*1024 {
+		t.Fatalf("recovered %+v, %v", sum, err)
+	}
+	if s.pagedOut.Load() == before {
+		t.Fatal("recovery read 40 MiB of records and paged none of them out")
 	}
 }
