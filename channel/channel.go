@@ -102,6 +102,8 @@ type Channel struct {
 	sinkFull       bool              // the connection's outbound buffer was over its cap at our last delivery
 	kickDue        bool              // some consumer's NeedKick may be set
 	deliver        amqp.BasicDeliver // reused: one per delivery would allocate
+	holdCancels    bool              // a queue.delete is under way: Cancelled holds its basic.cancel
+	heldCancels    []string          // consumer tags whose basic.cancel waits for the delete-ok
 	replyTag       string            // direct reply-to consumer tag
 	replyToken     string
 }
@@ -247,12 +249,28 @@ func (c *Channel) handle(m amqp.Method) error {
 		if err != nil {
 			return err
 		}
+		// The queue cancels its consumers as it goes, this channel's among
+		// them: their basic.cancel follows the delete-ok, as from RabbitMQ
+		// (its queue tells the channel by a message handled after the
+		// delete), and clients such as amqplib close the channel on the
+		// cancel, expecting no reply after it.
+		c.mu.Lock()
+		c.holdCancels = true
+		c.mu.Unlock()
 		n, err := c.cfg.VHost.DeleteQueue(c.cfg.ConnID, name, m.IfUnused, m.IfEmpty)
+		c.mu.Lock()
+		c.holdCancels = false
+		held := c.heldCancels
+		c.heldCancels = nil
+		c.mu.Unlock()
 		if err != nil {
 			return err
 		}
 		if !m.NoWait {
 			c.send(&amqp.QueueDeleteOk{MessageCount: uint32(n)})
+		}
+		for _, tag := range held {
+			c.send(&amqp.BasicCancel{ConsumerTag: tag, NoWait: true})
 		}
 		return nil
 	case *amqp.TxSelect:

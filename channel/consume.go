@@ -263,6 +263,10 @@ func (c *Channel) Cancelled(qc *queue.Consumer) {
 	if c.closed || !c.cfg.CancelNotify {
 		return
 	}
+	if c.holdCancels {
+		c.heldCancels = append(c.heldCancels, qc.Tag) // sent after the delete-ok
+		return
+	}
 	c.send(&amqp.BasicCancel{ConsumerTag: qc.Tag, NoWait: true})
 }
 

@@ -675,3 +675,27 @@ func TestConsumerPriorityArgument(t *testing.T) {
 		t.Fatalf("x-priority 2^40: %v", err)
 	}
 }
+
+// A channel that deletes a queue its own consumer is on gets queue.delete-ok
+// first, then basic.cancel, as from RabbitMQ (whose queue tells the
+// channel of the cancel by a message it handles after the delete). amqplib
+// relies on it: its "cancelled consumer" test closes the channel on the
+// cancel, and a delete-ok still to come fails with "Channel ended, no
+// reply will be forthcoming".
+func TestDeleteOkBeforeOwnCancel(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	r := testutil.DialRaw(t, b.Addr)
+	r.Handshake(amqp.Table{"consumer_cancel_notify": true}, 0, true)
+	r.Send(1, &amqp.QueueDeclare{Queue: "del-order-q", AutoDelete: false})
+	r.Expect((*amqp.QueueDeclareOk)(nil))
+	for i := range 20 {
+		tag := fmt.Sprintf("c%d", i)
+		r.Send(1, &amqp.BasicConsume{Queue: "del-order-q", ConsumerTag: tag})
+		r.Expect((*amqp.BasicConsumeOk)(nil))
+	}
+	r.Send(1, &amqp.QueueDelete{Queue: "del-order-q"})
+	r.Expect((*amqp.QueueDeleteOk)(nil))
+	for range 20 {
+		r.Expect((*amqp.BasicCancel)(nil))
+	}
+}
