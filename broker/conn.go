@@ -84,7 +84,7 @@ type conn struct {
 	vh        *vhost.VHost
 	busy      int           // read batches so far (for the read buffer size)
 	flushes   queue.Flushes // outlets this reader delivered to
-	published bool          // has published: blocked by the memory alarm
+	published bool          // published since the last look at the alarms
 
 	// Requests from other goroutines for the reader (consumer timeouts):
 	// queued under reqMu, flagged in reqFlag, and the reader is woken by a

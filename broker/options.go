@@ -2,8 +2,6 @@ package broker
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,11 +30,29 @@ type Options struct {
 	MaxMessageSize uint64
 	// MemoryHighWatermark is the bytes of message bodies queues may hold in
 	// memory before publishing connections are blocked (RabbitMQ's memory
-	// alarm). 0 means 40% of the machine's memory.
+	// alarm). 0 means 40% of TotalMemory (the machine's, or the cgroup's
+	// limit when lower); negative keeps the alarm on, as RabbitMQ's
+	// watermark 0 does. ParseWatermark reads RabbitMQ's forms.
 	MemoryHighWatermark int64
+	// DiskFreeLimit is the free space on DataDir's filesystem under which
+	// publishing connections are blocked (RabbitMQ's disk alarm). 0 means
+	// DefaultDiskFreeLimit (50 MB); negative turns the disk alarm off.
+	// ParseDiskFreeLimit reads RabbitMQ's forms.
+	DiskFreeLimit int64
+	// DiskFree, if set, replaces the statfs of DataDir that reports the
+	// bytes free to the broker (a test hook).
+	DiskFree func() (uint64, error)
+	// AlarmCheckInterval is how often the alarms are checked: the memory
+	// alarm clears (it is set as soon as a publishing connection's reader
+	// sees queues over the watermark) and the disk is checked at most this
+	// far apart, sooner as free space nears the limit. 0 means 1s.
+	AlarmCheckInterval time.Duration
 	// QueueWindow is how many ready messages a durable queue keeps in
 	// memory; the rest wait in the store (0: 4096).
 	QueueWindow int
+	// QueueWindowBytes bounds the bytes of bodies a durable queue keeps in
+	// memory, ready and unacked (0: 16 MiB): large messages page too.
+	QueueWindowBytes int64
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
@@ -107,7 +123,13 @@ func (o Options) withDefaults() Options {
 		o.MaxMessageSize = DefaultMaxMessageSize
 	}
 	if o.MemoryHighWatermark == 0 {
-		o.MemoryHighWatermark = defaultWatermark()
+		o.MemoryHighWatermark = int64(DefaultWatermark * float64(TotalMemory()))
+	}
+	if o.DiskFreeLimit == 0 {
+		o.DiskFreeLimit = DefaultDiskFreeLimit
+	}
+	if o.AlarmCheckInterval <= 0 {
+		o.AlarmCheckInterval = time.Second
 	}
 	if o.MemoryLimitBase == 0 {
 		o.MemoryLimitBase = 128 << 20
@@ -125,20 +147,4 @@ func (o Options) withDefaults() Options {
 		o.Version = "0.1.0"
 	}
 	return o
-}
-
-// defaultWatermark is 40% of physical memory (RabbitMQ's default
-// vm_memory_high_watermark), or 1 GiB when that cannot be read.
-func defaultWatermark() int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					return kb * 1024 * 4 / 10
-				}
-			}
-		}
-	}
-	return 1 << 30
 }

@@ -26,9 +26,15 @@ func (c *conn) readLoop() error {
 				c.fr.Max = max
 			}
 		}
-		if c.published && c.srv.memoryAlarm() {
-			if err := c.blockWhileAlarm(); err != nil {
-				return err
+		// As RabbitMQ, a connection is blocked by a publish during an
+		// alarm: one that published before it and now only acks and
+		// consumes keeps being read, so that a backlog can drain.
+		if c.published {
+			c.published = false
+			if c.srv.alarmed() {
+				if err := c.blockWhileAlarm(); err != nil {
+					return err
+				}
 			}
 		}
 		f, err := c.fr.ReadFrame()
@@ -255,6 +261,7 @@ func (c *conn) openChannel(n uint16) error {
 		Replies:         &c.srv.replies,
 		Logger:          c.log.base,
 		Flushes:         &c.flushes,
+		Memory:          &c.srv.memory,
 	})
 	c.channels[n] = ch
 	c.snapMu.Lock()

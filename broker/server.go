@@ -35,12 +35,21 @@ type Server struct {
 	nextID atomic.Uint64
 
 	vhosts     map[string]*vhost.VHost // fixed at New
-	memory     atomic.Int64            // message body bytes held by queues
+	memory     atomic.Int64            // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
 	replies    channel.ReplyRegistry
 	store      *persist.Store
 	startFrame []byte        // connection.start, encoded once
-	stop       chan struct{} // closed by Shutdown: stops the sweeper
+	stop       chan struct{} // closed by Shutdown: stops the sweeper and the alarm monitor
 	swept      chan struct{} // closed when the sweeper has exited
+
+	// Resource alarms (alarm.go): the alarms in force (alarmMemory,
+	// alarmDisk), the bytes held when a reader set the memory alarm, a
+	// one-slot wake-up for the monitor, and the monitor's own state.
+	alarms    atomic.Uint32
+	memTrip   atomic.Int64
+	alarmWake chan struct{}
+	mon       alarmMonitor
+	watched   chan struct{} // closed when the alarm monitor has exited
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -56,13 +65,16 @@ func New(opts Options) (*Server, error) {
 		conns: make(map[*conn]struct{}),
 		stop:  make(chan struct{}),
 		swept: make(chan struct{}),
+
+		alarmWake: make(chan struct{}, 1),
+		watched:   make(chan struct{}),
 	}
 	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
 	if err != nil {
 		return nil, err
 	}
 	s.store = store
-	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow)
+	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow, opts.QueueWindowBytes)
 	if err := vh.Recover(queue.Config{}); err != nil {
 		vh.Close()
 		store.Close()
@@ -74,7 +86,9 @@ func New(opts Options) (*Server, error) {
 		Mechanisms: "AMQPLAIN PLAIN", Locales: "en_US",
 	})
 	s.tuneMemoryLimit()
+	s.startAlarms()
 	go s.sweep()
+	go s.monitor()
 	return s, nil
 }
 
@@ -184,6 +198,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	<-s.swept
+	<-s.watched
 	for _, v := range s.vhosts {
 		v.Close()
 	}
@@ -199,11 +214,32 @@ func (s *Server) hasVHost(name string) bool { return s.vhosts[name] != nil }
 // VHost returns a virtual host by name (tests, metrics).
 func (s *Server) VHost(name string) *vhost.VHost { return s.vhosts[name] }
 
-// MemoryUsed is the bytes of message bodies held by queues.
+// MemoryUsed is the bytes held for clients (the memory alarm's figure).
 func (s *Server) MemoryUsed() int64 { return s.memory.Load() }
 
-// memoryAlarm reports whether queues hold more than the watermark.
-func (s *Server) memoryAlarm() bool { return s.memory.Load() > s.opts.MemoryHighWatermark }
+// alarmed reports whether a resource alarm is on: memory (queues
+// hold more than the watermark) or disk (alarm.go). The reader of a
+// connection that has just published asks before its next frame.
+func (s *Server) alarmed() bool { return s.alarmBits() != 0 }
+
+// startAlarms logs the limits, as RabbitMQ does at start, and checks the
+// disk once, so that a broker started on a full disk blocks its first
+// publisher. Before the monitor starts.
+func (s *Server) startAlarms() {
+	total := TotalMemory()
+	wm := max(s.opts.MemoryHighWatermark, 0)
+	s.log.Info("memory high watermark", zap.String("limit", humanBytes(wm)), zap.String("total", humanBytes(total)),
+		zap.Int64("limit_bytes", wm), zap.Int64("total_bytes", total))
+	s.mon.diskOn = s.opts.DiskFreeLimit > 0
+	if !s.mon.diskOn {
+		s.log.Info("disk free limit off")
+		return
+	}
+	s.log.Info("disk free limit", zap.String("limit", humanBytes(s.opts.DiskFreeLimit)), zap.Int64("limit_bytes", s.opts.DiskFreeLimit),
+		zap.String("dir", s.opts.DataDir))
+	s.checkDisk()
+	s.logAlarms()
+}
 
 // tuneMemoryLimit keeps the Go heap target close to what the broker
 // needs: a small base plus the message bodies queues hold in memory. With

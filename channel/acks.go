@@ -16,7 +16,7 @@ const (
 
 func (c *Channel) ack(m amqp.Method, tag uint64, multiple bool, kind ackKind, requeue bool) error {
 	if c.tx {
-		c.txOps = append(c.txOps, txOp{ack: cloneAck(m)})
+		c.deferOp(txOp{ack: cloneAck(m)})
 		return nil
 	}
 	return c.settle(tag, multiple, kind, requeue)

@@ -47,6 +47,12 @@ type Config struct {
 	// Flushes collects what the reader's publishes and acks delivered
 	// (to any connection) for it to flush after its read batch.
 	Flushes *queue.Flushes
+	// Memory is the broker's count of bytes held for clients, the one its
+	// memory alarm compares with the watermark (queues add their bodies
+	// to it). The channel adds what it holds itself: the content being
+	// assembled and uncommitted transactions (publish.go). Nil: a count of
+	// the channel's own.
+	Memory *atomic.Int64
 }
 
 // Channel is one AMQP channel. HandleMethod, HandleContent and Close are
@@ -57,14 +63,22 @@ type Config struct {
 type Channel struct {
 	cfg Config
 
-	// Content assembly.
-	pub       *amqp.BasicPublish // the publish awaiting content (points at pubBuf)
-	pubBuf    amqp.BasicPublish
-	pubHeader amqp.PropertiesView
-	props     []byte
-	body      []byte
-	bodySize  uint64
-	assembly  uint8 // 0 idle, 1 expecting header, 2 expecting body
+	// Content assembly (publish.go). Until the first body frame the
+	// properties wait in props (in hdr, reused, when small); from then on
+	// buf holds the properties (plen bytes) and the body received so far,
+	// grown as its frames arrive, never to the declared size up front.
+	pub      *amqp.BasicPublish // the publish awaiting content (points at pubBuf)
+	pubBuf   amqp.BasicPublish
+	hdr      []byte
+	props    []byte
+	buf      []byte
+	plen     int
+	bodySize uint64 // as the header declared it
+	assembly uint8  // 0 idle, 1 expecting header, 2 expecting body
+	// asmHeld and txHeld are what the channel has added to cfg.Memory for
+	// the content being assembled and for txOps.
+	asmHeld int64
+	txHeld  int64
 
 	// Publishing.
 	confirm   bool
@@ -127,6 +141,9 @@ type unacked struct {
 func New(cfg Config) *Channel {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Memory == nil {
+		cfg.Memory = new(atomic.Int64)
 	}
 	c := &Channel{
 		cfg:       cfg,
@@ -293,7 +310,7 @@ func (c *Channel) handle(m amqp.Method) error {
 		if !c.tx {
 			return precondition("channel is not transactional")
 		}
-		c.txOps = c.txOps[:0]
+		c.dropTx()
 		c.send(&amqp.TxRollbackOk{})
 		return nil
 	case *amqp.ConfirmSelect:
@@ -380,9 +397,12 @@ func (c *Channel) queueDeclare(m *amqp.QueueDeclare) error {
 	return nil
 }
 
-// Close releases the channel: its consumers are cancelled, then its
-// unacked deliveries go back to their queues flagged redelivered.
+// Close releases the channel: the content it was assembling and its
+// uncommitted transaction are dropped, its consumers are cancelled, then
+// its unacked deliveries go back to their queues flagged redelivered.
 func (c *Channel) Close() {
+	c.dropAssembly()
+	c.dropTx()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

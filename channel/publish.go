@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/queue"
@@ -20,7 +21,30 @@ type txOp struct {
 	ack      amqp.Method // *BasicAck, *BasicNack or *BasicReject
 }
 
+// What a deferred op holds besides the message's bytes, counted with them
+// (a transaction of empty publishes or of acks holds memory too).
+const (
+	txOpSize  = int64(unsafe.Sizeof(txOp{}))
+	txMsgSize = int64(unsafe.Sizeof(queue.Message{}))
+	txAckSize = int64(unsafe.Sizeof(amqp.BasicNack{})) // the largest of the three
+)
+
+// hdrKeep is the largest properties the channel keeps its reused buffer
+// for, uncounted, between the header and the first body frame: larger
+// ones (up to frame_max) get a buffer of their own, counted while held.
+const hdrKeep = 4 << 10
+
 // HandleContent handles a content header or body frame.
+//
+// The header's declared size is not trusted: nothing is allocated for the
+// body until its frames arrive (a client could otherwise reserve the
+// maximum message size per channel with one small frame). A body that
+// comes in one frame is allocated once, with its properties, at its exact
+// size; a longer one's buffer grows, when full, to twice what has been
+// received, capped at the declared size: the channel holds at most twice
+// what it received, and a complete body fills its buffer exactly. What it
+// holds is counted in cfg.Memory until the message is published (see
+// complete).
 func (c *Channel) HandleContent(f amqp.Frame) error {
 	switch c.assembly {
 	case 0:
@@ -45,15 +69,20 @@ func (c *Channel) HandleContent(f amqp.Frame) error {
 			c.assembly = 0
 			return withMethod(precondition("message size %d is larger than configured max size %d", h.BodySize, c.cfg.MaxMessageSize), c.pub)
 		}
-		// One allocation holds the properties and the body.
-		buf := make([]byte, len(h.Props), len(h.Props)+int(h.BodySize))
-		copy(buf, h.Props)
-		c.props = buf
-		c.body = buf[len(buf):]
 		c.bodySize = h.BodySize
-		c.pubHeader, _ = amqp.ScanProperties(c.props) // validated by ParseContentHeader
 		if h.BodySize == 0 {
+			c.buf = append(make([]byte, 0, len(h.Props)), h.Props...)
+			c.plen = len(h.Props)
 			return c.complete()
+		}
+		// The frame's payload is the reader's buffer: the properties are
+		// copied, into the buffer kept for them when they are small.
+		if len(h.Props) <= hdrKeep {
+			c.hdr = append(c.hdr[:0], h.Props...)
+			c.props = c.hdr
+		} else {
+			c.props = append([]byte(nil), h.Props...)
+			c.hold(int64(cap(c.props)))
 		}
 		c.assembly = 2
 		return nil
@@ -62,16 +91,93 @@ func (c *Channel) HandleContent(f amqp.Frame) error {
 			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
 				ClassID: amqp.ClassBasic, MethodID: 40}
 		}
-		if uint64(len(c.body))+uint64(len(f.Payload)) > c.bodySize {
+		got := 0
+		if c.buf != nil {
+			got = len(c.buf) - c.plen
+		}
+		if uint64(got)+uint64(len(f.Payload)) > c.bodySize {
 			return &amqp.Error{Code: amqp.FrameError, Text: "FRAME_ERROR - content body larger than the size its header declared",
 				ClassID: amqp.ClassBasic, MethodID: 40}
 		}
-		c.body = append(c.body, f.Payload...)
-		if uint64(len(c.body)) == c.bodySize {
+		c.appendBody(f.Payload)
+		if uint64(len(c.buf)-c.plen) == c.bodySize {
 			return c.complete()
 		}
+		c.hold(int64(cap(c.buf)))
 		return nil
 	}
+}
+
+// appendBody appends a body frame's payload to c.buf, making room as
+// HandleContent says: for twice what has been received with p, at most
+// the declared size. c.bodySize bounds what was received with p.
+func (c *Channel) appendBody(p []byte) {
+	got := 0
+	if c.buf != nil {
+		got = len(c.buf) - c.plen
+	}
+	if need := got + len(p); c.buf == nil || c.plen+need > cap(c.buf) {
+		want := uint64(need) // the exact size when p completes the body
+		if want < c.bodySize {
+			want = min(2*want, c.bodySize)
+		}
+		if c.buf == nil {
+			// The first body frame: properties and body share one
+			// allocation.
+			c.plen = len(c.props)
+			c.buf = c.props
+			c.props = nil // hdr is kept for the next message
+		}
+		buf := make([]byte, len(c.buf), c.plen+int(want))
+		copy(buf, c.buf)
+		c.buf = buf
+	}
+	c.buf = append(c.buf, p...)
+}
+
+// hold sets what cfg.Memory counts for the content being assembled to n
+// bytes. Only the reader calls it (it owns asmHeld).
+func (c *Channel) hold(n int64) {
+	if d := n - c.asmHeld; d != 0 {
+		c.asmHeld = n
+		c.cfg.Memory.Add(d)
+	}
+}
+
+// dropAssembly forgets the content being assembled (the channel closes
+// mid-message) and its count.
+func (c *Channel) dropAssembly() {
+	c.assembly, c.pub = 0, nil
+	c.props, c.buf = nil, nil
+	c.hold(0)
+}
+
+// dropTx forgets the uncommitted transaction (tx.rollback, or the channel
+// closes) and its count. The ops are dropped, not truncated: a truncated
+// slice would keep their messages reachable until a later transaction
+// overwrote them.
+func (c *Channel) dropTx() {
+	c.txOps = nil
+	if c.txHeld != 0 {
+		c.cfg.Memory.Add(-c.txHeld)
+		c.txHeld = 0
+	}
+}
+
+// deferOp adds op to the transaction, counting what it holds.
+func (c *Channel) deferOp(op txOp) {
+	n := txOpSize
+	if op.msg != nil {
+		n += txMsgSize + int64(len(op.msg.Props)+cap(op.msg.Body))
+		for _, k := range op.extra {
+			n += int64(unsafe.Sizeof(k)) + int64(len(k))
+		}
+	} else {
+		n += txAckSize
+	}
+	c.txOps = append(c.txOps, op)
+	c.txHeld += n
+	c.cfg.Memory.Add(n)
 }
 
 func itoa(n uint64) string {
@@ -88,22 +194,35 @@ func itoa(n uint64) string {
 	return string(b[i:])
 }
 
-// complete publishes the assembled message.
+// complete publishes the message assembled in c.buf. What the assembly
+// counted is given back once the message is routed (its queues count its
+// body themselves), deferred to tx.commit (then counted as a txOp) or
+// refused.
 func (c *Channel) complete() error {
+	err := c.publishAssembled()
+	c.hold(0)
+	return err
+}
+
+func (c *Channel) publishAssembled() error {
 	p := c.pub
 	c.assembly = 0
 	c.pub = nil
+	props := c.buf[:c.plen:c.plen]
+	// Scanned from the message's own copy: BCC stripping finds the headers
+	// by their offset in it.
+	v, _ := amqp.ScanProperties(props) // validated by ParseContentHeader
 	msg := &queue.Message{
 		Exchange:   p.Exchange,
 		RoutingKey: p.RoutingKey,
-		Props:      c.props,
-		Body:       c.body,
-		Persistent: c.pubHeader.DeliveryMode == 2,
-		Priority:   c.pubHeader.Priority,
+		Props:      props,
+		Body:       c.buf[c.plen:],
+		Persistent: v.DeliveryMode == 2,
+		Priority:   v.Priority,
 		Enqueued:   time.Now().UnixNano(),
 	}
-	c.props, c.body = nil, nil
-	if exp := c.pubHeader.Expiration; c.pubHeader.Flags&amqp.FlagExpiration != 0 {
+	c.buf = nil
+	if exp := v.Expiration; v.Flags&amqp.FlagExpiration != 0 {
 		ms, err := parseExpiration(exp)
 		if err != nil {
 			return withMethod(err, p)
@@ -113,7 +232,7 @@ func (c *Channel) complete() error {
 			msg.Expires = msg.Enqueued // expires unless delivered at once
 		}
 	}
-	err := c.publish(msg, p.Mandatory, c.pubHeader)
+	err := c.publish(msg, p.Mandatory, v)
 	return withMethod(err, p)
 }
 
@@ -189,7 +308,7 @@ func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesV
 		}
 	}
 	if c.tx {
-		c.txOps = append(c.txOps, txOp{msg: msg, exchange: msg.Exchange, key: msg.RoutingKey, mand: mandatory, extra: extra})
+		c.deferOp(txOp{msg: msg, exchange: msg.Exchange, key: msg.RoutingKey, mand: mandatory, extra: extra})
 		return nil
 	}
 	return c.route(msg, mandatory, v.Headers, extra)
@@ -231,9 +350,13 @@ func (c *Channel) returnMsg(msg *queue.Message) {
 		Exchange: msg.Exchange, RoutingKey: msg.RoutingKey}, msg.Props, msg.Body)
 }
 
+// commit applies the transaction's ops in order. What they counted is
+// given back once all are routed (the queues have counted their bodies),
+// or when one fails (the rest are dropped).
 func (c *Channel) commit() error {
-	ops := c.txOps
-	c.txOps = nil
+	ops, held := c.txOps, c.txHeld
+	c.txOps, c.txHeld = nil, 0
+	defer c.cfg.Memory.Add(-held)
 	for _, op := range ops {
 		if op.ack != nil {
 			var err error

@@ -7,6 +7,7 @@ import (
 	rmq "github.com/rabbitmq/amqp091-go"
 
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
 )
 
 // pagedQueue declares a durable queue with args on a broker whose queues
@@ -95,4 +96,30 @@ func TestPagedPurge(t *testing.T) {
 		e.publishConfirmed("", "paged-purge", rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte(fmt.Sprintf("%04d", 1000+i))})
 	}
 	takeInOrder(e, "paged-purge", 1000, 5)
+}
+
+// The window is in bytes as well as messages: large persistent messages
+// page to the store beyond QueueWindowBytes (ready and unacked bodies),
+// so a backlog of them is not held in memory, and they come back in order.
+func TestPagedByBytes(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{QueueWindowBytes: 1 << 20})
+	if _, err := e.ch.QueueDeclare("paged-bytes", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.ch.QueueDelete("paged-bytes", false, false, false) })
+	body := make([]byte, 256<<10)
+	for i := range 40 { // 10 MiB
+		copy(body, fmt.Sprintf("%04d", i))
+		e.publishConfirmed("", "paged-bytes", rmq.Publishing{DeliveryMode: rmq.Persistent, Body: body})
+	}
+	if used := e.b.Server.MemoryUsed(); used > 2<<20 {
+		t.Fatalf("queues hold %d bytes of a 10 MiB backlog with a 1 MiB window", used)
+	}
+	for i := range 40 {
+		d, ok, err := e.ch.Get("paged-bytes", true)
+		if err != nil || !ok || string(d.Body[:4]) != fmt.Sprintf("%04d", i) || len(d.Body) != len(body) {
+			t.Fatalf("get %d: ok %v, %v, %q (%d bytes)", i, ok, err, d.Body[:min(4, len(d.Body))], len(d.Body))
+		}
+	}
 }

@@ -323,7 +323,7 @@ func TestTxConfirmExclusive(t *testing.T) {
 // than the memory watermark, and told so (connection.blocked).
 func TestMemoryAlarmBlocksPublisher(t *testing.T) {
 	testutil.InProcess(t)
-	e := setup(t, broker.Options{MemoryHighWatermark: 1 << 20})
+	e := setup(t, broker.Options{MemoryHighWatermark: 1 << 20, AlarmCheckInterval: 10 * time.Millisecond})
 	q := e.queue("", nil)
 	blocked := e.conn.NotifyBlocked(make(chan rmq.Blocking, 64))
 	body := make([]byte, 64<<10)

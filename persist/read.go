@@ -29,7 +29,7 @@ func (s *Store) LoadEntries(queue, after uint64, max int) ([]Entry, error) {
 		err error
 	}
 	ch := make(chan res, 1)
-	s.ReadEntries(queue, after, max, func(es []Entry, err error) { ch <- res{es, err} })
+	s.ReadEntries(queue, after, max, 0, func(es []Entry, err error) { ch <- res{es, err} })
 	r := <-ch
 	return r.es, r.err
 }
@@ -40,11 +40,14 @@ func (s *Store) LoadEntries(queue, after uint64, max int) ([]Entry, error) {
 // block: it runs on the committer, between one round's writes and its
 // fsync. A queue pages its backlog in this way, so that no one holding
 // the queue waits behind an fsync.
-func (s *Store) ReadEntries(queue, after uint64, max int, done func([]Entry, error)) {
+//
+// The read stops after max entries, or once their records passed
+// maxBytes when that is positive (at least one entry is read).
+func (s *Store) ReadEntries(queue, after uint64, max int, maxBytes int64, done func([]Entry, error)) {
 	var out []Entry
 	b := &Batch{load: func(txn *badger.Txn) error {
 		var err error
-		out, err = loadEntries(txn, queue, after, max)
+		out, err = loadEntries(txn, queue, after, max, maxBytes)
 		for i := range out {
 			s.touched.Add(int64(len(out[i].Data)))
 		}
@@ -66,12 +69,13 @@ func (s *Store) maybePageOut() {
 	}
 }
 
-func loadEntries(txn *badger.Txn, queue, after uint64, max int) ([]Entry, error) {
+func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) ([]Entry, error) {
 	var out []Entry
+	var size int64
 	it := txn.NewIterator(badger.DefaultIteratorOptions)
 	defer it.Close()
 	p := entryPrefix(queue)
-	for it.Seek(entryKey(queue, after+1)); it.ValidForPrefix(p) && len(out) < max; it.Next() {
+	for it.Seek(entryKey(queue, after+1)); it.ValidForPrefix(p) && len(out) < max && (maxBytes <= 0 || size < maxBytes); it.Next() {
 		item := it.Item()
 		var e Entry
 		e.Seq = beUint64(item.Key()[9:])
@@ -92,6 +96,7 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int) ([]Entry, error)
 		}
 		if e.Inline {
 			out = append(out, e)
+			size += int64(len(e.Data))
 			continue
 		}
 		mi, err := txn.Get(messageKey(e.Msg))
@@ -105,6 +110,7 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int) ([]Entry, error)
 			return nil, err
 		}
 		out = append(out, e)
+		size += int64(len(e.Data))
 	}
 	return out, nil
 }

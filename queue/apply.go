@@ -12,7 +12,7 @@ func (q *Queue) apply(o *op) outcome {
 	case opPublish:
 		q.publish(o.msg, o.conf)
 	case opAck:
-		q.unacked -= len(o.ds)
+		q.settled(o.ds)
 		var n int64
 		for i := range o.ds {
 			n += int64(len(o.ds[i].Msg.Body))
@@ -20,12 +20,12 @@ func (q *Queue) apply(o *op) outcome {
 		}
 		q.account(-n)
 	case opDiscard:
-		q.unacked -= len(o.ds)
+		q.settled(o.ds)
 		for _, d := range o.ds {
 			q.deadLetter(d, ReasonRejected)
 		}
 	case opRequeue:
-		q.unacked -= len(o.ds)
+		q.settled(o.ds)
 		for _, d := range o.ds {
 			d.Redelivered = true
 			d.Count++
@@ -87,7 +87,7 @@ func (q *Queue) apply(o *op) outcome {
 			return retry
 		}
 		if ok && o.flags&flagNoAck == 0 {
-			q.unacked++
+			q.handedOut(&d)
 			q.noteDelivered(&d)
 		} else if ok {
 			q.account(-int64(len(d.Msg.Body)))
@@ -153,7 +153,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 	seq := q.nextSeq
 	q.nextSeq++
-	durable := q.cfg.Store != nil && m.ID != 0
+	durable := q.Durable() && m.ID != 0
 	if durable {
 		q.putEntry(PutEntry, &Delivery{Msg: m, Seq: seq})
 	}
@@ -173,8 +173,9 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 		}
 	}
 	q.readyBytes += size
-	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window) {
+	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window || q.held-q.unackedBytes+size > q.cfg.WindowBytes) {
 		// Beyond the window: the message waits in the store.
+		q.paged = true
 		if !durable {
 			id := q.cfg.Store.NewMessageID()
 			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})
@@ -252,5 +253,19 @@ func (q *Queue) account(n int64) {
 	if n != 0 {
 		q.held += n
 		q.cfg.Memory.Add(n)
+	}
+}
+
+// handedOut counts d as delivered and unacked.
+func (q *Queue) handedOut(d *Delivery) {
+	q.unacked++
+	q.unackedBytes += int64(len(d.Msg.Body))
+}
+
+// settled uncounts deliveries acked, rejected or returned.
+func (q *Queue) settled(ds []Delivery) {
+	q.unacked -= len(ds)
+	for i := range ds {
+		q.unackedBytes -= int64(len(ds[i].Msg.Body))
 	}
 }

@@ -175,7 +175,7 @@ func (q *Queue) deliver(c *Consumer, d Delivery) bool {
 		q.account(-int64(len(d.Msg.Body)))
 		q.deleteEntry(&d)
 	} else {
-		q.unacked++
+		q.handedOut(&d)
 		q.noteDelivered(&d)
 	}
 	return true

@@ -48,7 +48,7 @@ type heldStore struct {
 	reads chan func([]StoredEntry, error)
 }
 
-func (s *heldStore) LoadEntries(_, _ uint64, _ int, done func([]StoredEntry, error)) {
+func (s *heldStore) LoadEntries(_, _ uint64, _ int, _ int64, done func([]StoredEntry, error)) {
 	s.reads <- done
 }
 
@@ -57,7 +57,7 @@ func (s *heldStore) LoadEntries(_, _ uint64, _ int, done func([]StoredEntry, err
 // basic.get waits for it, and gets the oldest message.
 func TestStoreReadOffExec(t *testing.T) {
 	st := &heldStore{logStore: logStore{entries: map[uint64]bool{}}, reads: make(chan func([]StoredEntry, error), 4)}
-	q := newQueue(t, Config{Name: "paged", Store: st, ID: 1, Window: 8, Recovered: &Recovered{Count: 3, MaxSeq: 3}})
+	q := newQueue(t, Config{Name: "paged", Durable: true, Store: st, ID: 1, Window: 8, Recovered: &Recovered{Count: 3, MaxSeq: 3}})
 	var land func([]StoredEntry, error)
 	select {
 	case land = <-st.reads:

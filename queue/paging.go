@@ -9,7 +9,7 @@ import (
 // commit hands this round's store changes to the group commit; the
 // publishers' confirmers learn when they are durable.
 func (q *Queue) commit() {
-	if q.cfg.Store != nil && q.delivered > q.savedDlv {
+	if q.Durable() && q.delivered > q.savedDlv {
 		q.w.add(StoreWrite{Kind: PutDelivered, Queue: q.cfg.ID, Seq: q.delivered})
 		q.savedDlv = q.delivered
 	}
@@ -36,7 +36,11 @@ func (q *Queue) commit() {
 }
 
 // stored reports whether d has an entry in this queue's store.
-func (q *Queue) stored(d *Delivery) bool { return q.cfg.Store != nil && d.Msg.ID != 0 }
+// A queue that is not durable has entries for its paged transient copies
+// only.
+func (q *Queue) stored(d *Delivery) bool {
+	return q.cfg.Store != nil && d.Msg.ID != 0 && (q.cfg.Durable || d.Transient)
+}
 
 func (q *Queue) deleteEntry(d *Delivery) {
 	if q.stored(d) {
@@ -68,7 +72,10 @@ func (q *Queue) noteDelivered(d *Delivery) {
 // (see land).
 func (q *Queue) refill() {
 	l := &q.lanes[0]
-	if q.diskCount == 0 || q.loading || l.ready.len() >= q.cfg.Window/2 {
+	// Ready bodies in memory against the byte window: unacked ones cannot
+	// be paged, and must not keep consumers with room waiting.
+	ready := q.held - q.unackedBytes
+	if q.diskCount == 0 || q.loading || l.ready.len() >= q.cfg.Window/2 || ready >= q.cfg.WindowBytes/2 {
 		return
 	}
 	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
@@ -76,8 +83,8 @@ func (q *Queue) refill() {
 	}
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	q.loading = true
-	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: q.cfg.Window - l.ready.len()}
-	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, func(ents []StoredEntry, err error) {
+	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: q.cfg.Window - l.ready.len(), bytes: q.cfg.WindowBytes - ready}
+	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, ld.bytes, func(ents []StoredEntry, err error) {
 		ld.ents, ld.err = ents, err
 		q.mu.Lock()
 		if q.closed {
@@ -95,6 +102,7 @@ type landing struct {
 	gen   uint64
 	seen  int // paged entries the read could see (submitted before it)
 	asked int
+	bytes int64 // the records' bytes asked at most (at least one record is read)
 	ents  []StoredEntry
 	err   error
 }
@@ -113,7 +121,9 @@ func (q *Queue) land(ld *landing) {
 	}
 	q.loadRetry = 0
 	n := 0
+	var read int64
 	for _, e := range ld.ents {
+		read += int64(len(e.Record))
 		if e.Seq <= q.memTail {
 			continue // defensive: memTail only moves while nothing is paged
 		}
@@ -134,7 +144,7 @@ func (q *Queue) land(ld *landing) {
 		q.memTail = e.Seq
 		q.diskCount--
 	}
-	if want := min(ld.seen, ld.asked); n < want {
+	if want := min(ld.seen, ld.asked); n < want && read < ld.bytes {
 		// The store holds fewer of the entries the read could see than
 		// were counted; those paged after it are still to come.
 		missing := ld.seen - n

@@ -126,14 +126,22 @@ type Config struct {
 	// a queue that is not durable.
 	ID    uint64
 	Store Store
-	// Window is how many ready messages a durable queue keeps in memory;
-	// the rest wait in the store and are read ahead of the consumers.
-	Window int
+	// Window is how many ready messages a queue with a Store keeps in
+	// memory, and WindowBytes how many bytes of bodies (ready and unacked)
+	// at most; the rest wait in the store and are read ahead of the
+	// consumers. A queue that is not durable pages only transient copies,
+	// dropped at a restart as RabbitMQ drops transient messages.
+	Window      int
+	WindowBytes int64
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
 	// Policy holds the limits its arguments set (nil: none).
 	Policy *Policy
 }
+
+// DefaultWindowBytes bounds the bodies a queue keeps in memory when
+// Config.WindowBytes is not set.
+const DefaultWindowBytes = 16 << 20
 
 // ErrDeleted is returned by operations on a queue that has been deleted.
 var ErrDeleted = errors.New("queue deleted")
@@ -200,16 +208,17 @@ type Queue struct {
 	dead    bool     // stopped: the goroutine exits
 	touched []Outlet // outlets delivered to in this drain
 
-	spare       []op
-	lanes       []lane // by priority; one unless x-max-priority
-	nextSeq     uint64
-	consumers   []*Consumer // by priority, then arrival
-	order       []*Consumer // by arrival (single active consumer)
-	rr          int
-	unacked     int
-	hadConsumer bool
-	held        int64 // body bytes held in memory, ready and unacked
-	readyBytes  int64 // body bytes of ready messages, in memory or not
+	spare        []op
+	lanes        []lane // by priority; one unless x-max-priority
+	nextSeq      uint64
+	consumers    []*Consumer // by priority, then arrival
+	order        []*Consumer // by arrival (single active consumer)
+	rr           int
+	unacked      int
+	unackedBytes int64 // bodies of the unacked deliveries (part of held)
+	hadConsumer  bool
+	held         int64 // body bytes held in memory, ready and unacked
+	readyBytes   int64 // body bytes of ready messages, in memory or not
 
 	// Paging (durable queues): diskCount ready messages wait in the store
 	// after memTail, the highest sequence read into memory.
@@ -220,6 +229,7 @@ type Queue struct {
 	recDlv    uint64 // entries up to this were delivered before a restart
 	w         Writes
 	confs     []Confirmer
+	paged     bool // has written page-outs (a queue that is not durable drops them at delete)
 	// Reads from the store (paging.go): at most one under way.
 	loading   bool
 	loadGen   uint64 // bumped when the paged part is dropped: reads begun before are void
@@ -256,6 +266,9 @@ func New(cfg Config) *Queue {
 	if cfg.Window <= 0 {
 		cfg.Window = 4096
 	}
+	if cfg.WindowBytes <= 0 {
+		cfg.WindowBytes = DefaultWindowBytes
+	}
 	pol := NoPolicy
 	if cfg.Policy != nil {
 		pol = *cfg.Policy
@@ -264,6 +277,7 @@ func New(cfg Config) *Queue {
 	if pol.MaxPriority > 0 {
 		nl = int(pol.MaxPriority) + 1
 		cfg.Window = 1 << 30 // priority queues stay in memory
+		cfg.WindowBytes = 1 << 62
 	}
 	q := &Queue{
 		cfg:      cfg,
@@ -323,7 +337,7 @@ func (q *Queue) PublishConfirm(m *Message, conf Confirmer, fl *Flushes) bool {
 }
 
 // Durable reports whether the queue keeps its messages in the store.
-func (q *Queue) Durable() bool { return q.cfg.Store != nil }
+func (q *Queue) Durable() bool { return q.cfg.Durable && q.cfg.Store != nil }
 
 // MayReject reports whether the queue can refuse publishes (x-overflow
 // reject-publish), so its publishers need a confirm from it.

@@ -298,7 +298,9 @@ func (s *logStore) Commit(w *Writes, done func(error)) {
 	}
 }
 
-func (s *logStore) LoadEntries(_, _ uint64, _ int, done func([]StoredEntry, error)) { done(nil, nil) }
+func (s *logStore) LoadEntries(_, _ uint64, _ int, _ int64, done func([]StoredEntry, error)) {
+	done(nil, nil)
+}
 
 func (s *logStore) len() int {
 	s.mu.Lock()
@@ -321,7 +323,7 @@ func TestDeadLetterRightAfterPut(t *testing.T) {
 				dead.Add(1)
 				done() // the copy went to a transient queue: nothing to wait for
 			}
-			q := newQueue(t, Config{Name: "q", ID: 1, Store: st, Policy: &pol})
+			q := newQueue(t, Config{Name: "q", ID: 1, Durable: true, Store: st, Policy: &pol})
 			for range 3 {
 				q.Publish(&Message{Body: []byte("x"), Persistent: true, ID: st.NewMessageID(), Inline: true, Enqueued: time.Now().UnixNano()})
 			}

@@ -15,11 +15,12 @@ type Store interface {
 	// once it is durable, or with the error that kept it from being so.
 	Commit(w *Writes, done func(error))
 	// LoadEntries reads up to max of queue's entries with seq > after, in
-	// order, with their message records, and calls done with them; the
+	// order, with their message records, and stops once the records passed
+	// maxBytes (at least one is read); it calls done with them; the
 	// read sees every earlier Commit. done runs on the store's goroutine
 	// (or on the caller's, when the store is closed) and must not block:
 	// the queue posts what it read to itself (see paging.go).
-	LoadEntries(queue, after uint64, max int, done func([]StoredEntry, error))
+	LoadEntries(queue, after uint64, max int, maxBytes int64, done func([]StoredEntry, error))
 }
 
 // StoredEntry is a queue entry read back from the store.

@@ -11,7 +11,7 @@ import (
 // newTestVHost is a vhost without a store, closed when the test ends.
 func newTestVHost(t *testing.T) *VHost {
 	t.Helper()
-	v := New("v", new(atomic.Int64), nil, nil, 0)
+	v := New("v", new(atomic.Int64), nil, nil, 0, 0)
 	t.Cleanup(v.Close)
 	return v
 }

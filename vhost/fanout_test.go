@@ -38,7 +38,7 @@ func (s *fakeStore) Commit(w *queue.Writes, done func(error)) {
 	}
 }
 
-func (s *fakeStore) LoadEntries(_, _ uint64, _ int, done func([]queue.StoredEntry, error)) {
+func (s *fakeStore) LoadEntries(_, _ uint64, _ int, _ int64, done func([]queue.StoredEntry, error)) {
 	done(nil, nil)
 }
 
@@ -114,7 +114,7 @@ func TestFanOut(t *testing.T) {
 				cfg := queue.Config{Name: "q" + string(rune('a'+i))}
 				switch k {
 				case durable, deletedDurable:
-					cfg.Store, cfg.ID = fs, uint64(i+1)
+					cfg.Durable, cfg.Store, cfg.ID = true, fs, uint64(i+1)
 				case mayReject:
 					p := queue.NoPolicy
 					p.MaxLength, p.Overflow = 10, queue.RejectPublish

@@ -91,7 +91,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Memory = v.memory
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
-	cfg.Window = v.window
+	cfg.Window, cfg.WindowBytes = v.window, v.windowB
 	if cfg.Durable && v.store != nil {
 		cfg.Store = storeAdapter{v.store}
 	}

@@ -128,7 +128,7 @@ func TestRecover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, New("v", new(atomic.Int64), log, s, 0)
+		return s, New("v", new(atomic.Int64), log, s, 0, 0)
 	}
 	s, v := open(nil)
 	for _, d := range []ExchangeDecl{

@@ -51,8 +51,8 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 	a.s.Commit(b, done)
 }
 
-func (a storeAdapter) LoadEntries(q, after uint64, n int, done func([]queue.StoredEntry, error)) {
-	a.s.ReadEntries(q, after, n, func(es []persist.Entry, err error) {
+func (a storeAdapter) LoadEntries(q, after uint64, n int, maxBytes int64, done func([]queue.StoredEntry, error)) {
+	a.s.ReadEntries(q, after, n, maxBytes, func(es []persist.Entry, err error) {
 		if err != nil {
 			done(nil, err)
 			return

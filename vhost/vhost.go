@@ -34,13 +34,15 @@ type VHost struct {
 	store       *persist.Store // nil: nothing is durable
 	nextQueueID atomic.Uint64
 	window      int
+	windowB     int64
 }
 
 // New creates a vhost with the default and amq.* exchanges. memory is the
 // broker-wide count of message bytes held by queues; store (may be nil)
-// keeps durable definitions and messages; window is how many messages a
-// durable queue keeps in memory.
-func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Store, window int) *VHost {
+// keeps durable definitions and messages; window and windowBytes are how
+// many messages, and bytes of bodies, a durable queue keeps in memory (0:
+// the queue package's defaults).
+func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Store, window int, windowBytes int64) *VHost {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -52,6 +54,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		queues:    make(map[string]*queue.Queue),
 		store:     store,
 		window:    window,
+		windowB:   windowBytes,
 	}
 	for _, x := range []struct {
 		name string

@@ -44,8 +44,11 @@ func run(args []string) int {
 	debugAddr := fs.String("debug-listen", "", "address for Go's pprof endpoints (/debug/pprof/); empty disables them")
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
+	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
 	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
+	watermark := fs.String("vm-memory-high-watermark", "0.4", "block publishers while queues hold more message bodies than this: a fraction of memory (0.4, 40%; of the cgroup's limit when lower) or a size (512MiB, 2GB, 1073741824); 0 blocks them always")
+	diskLimit := fs.String("disk-free-limit", "50MB", "block publishers while the data directory's filesystem has less free: a size (50MB, 1GiB, 50000000) or mem_relative:F, F times memory; 0 turns the check off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
 		fs.PrintDefaults()
@@ -77,20 +80,28 @@ func run(args []string) int {
 		log.Error("channel-max must be 1..65535")
 		return 2
 	}
+	wm, disk, err := resourceLimits(*watermark, *diskLimit, broker.TotalMemory())
+	if err != nil {
+		log.Error("bad resource limit", zap.Error(err))
+		return 2
+	}
 	srv, err := broker.New(broker.Options{
-		DataDir:          *dataDir,
-		Users:            users,
-		LoopbackUsers:    splitList(*loopback),
-		ChannelMax:       uint16(*channelMax),
-		FrameMax:         uint32(*frameMax),
-		Heartbeat:        orNegative(*heartbeat),
-		HandshakeTimeout: *handshake,
-		ConsumerTimeout:  *consumerTimeout,
-		MaxMessageSize:   *maxMessage,
-		QueueWindow:      *window,
-		StoreGCInterval:  *gcEvery,
-		Logger:           log,
-		Version:          version,
+		DataDir:             *dataDir,
+		Users:               users,
+		LoopbackUsers:       splitList(*loopback),
+		ChannelMax:          uint16(*channelMax),
+		FrameMax:            uint32(*frameMax),
+		Heartbeat:           orNegative(*heartbeat),
+		HandshakeTimeout:    *handshake,
+		ConsumerTimeout:     *consumerTimeout,
+		MaxMessageSize:      *maxMessage,
+		MemoryHighWatermark: wm,
+		DiskFreeLimit:       disk,
+		QueueWindow:         *window,
+		QueueWindowBytes:    int64(*windowBytes),
+		StoreGCInterval:     *gcEvery,
+		Logger:              log,
+		Version:             version,
 	})
 	if err != nil {
 		log.Error("cannot start broker", zap.Error(err))
@@ -158,6 +169,28 @@ func shutdown(srv *broker.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
+}
+
+// resourceLimits reads --vm-memory-high-watermark and --disk-free-limit
+// against total memory into the Options' figures, where 0 is the default:
+// a watermark of 0 (always blocked) becomes negative, and so does a disk
+// limit of 0 (no check; free space is never below 0).
+func resourceLimits(watermark, diskLimit string, total int64) (wm, disk int64, err error) {
+	wm, err = broker.ParseWatermark(watermark, total)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--vm-memory-high-watermark: %w", err)
+	}
+	disk, err = broker.ParseDiskFreeLimit(diskLimit, total)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--disk-free-limit: %w", err)
+	}
+	if wm == 0 {
+		wm = -1
+	}
+	if disk == 0 {
+		disk = -1
+	}
+	return wm, disk, nil
 }
 
 // orNegative maps an explicit 0 (heartbeats off) to the Options' "off".

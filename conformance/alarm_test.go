@@ -1,0 +1,309 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// Resource alarms as RabbitMQ raises them (rabbit_alarm, rabbit_reader):
+// below the disk free limit or above the memory watermark, a connection
+// that publishes is sent connection.blocked and no longer read; other
+// connections, consumers among them, keep going, and connection.unblocked
+// comes once the alarms clear.
+
+// alarmBroker starts an in-process broker and returns a dialer whose
+// connections are closed after the broker has shut down (cleanups run
+// last in, first out): a client closing a connection the broker still
+// blocks would wait for a close-ok it never sends, as with RabbitMQ.
+func alarmBroker(t *testing.T, opts broker.Options) (*testutil.Broker, func() *rmq.Connection) {
+	t.Helper()
+	testutil.InProcess(t)
+	var mu sync.Mutex
+	var conns []*rmq.Connection
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	if opts.AlarmCheckInterval == 0 {
+		opts.AlarmCheckInterval = 10 * time.Millisecond
+	}
+	b := testutil.Start(t, opts)
+	return b, func() *rmq.Connection {
+		t.Helper()
+		c, err := rmq.Dial(b.URL)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		return c
+	}
+}
+
+func openChannel(t *testing.T, c *rmq.Connection) *rmq.Channel {
+	t.Helper()
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	return ch
+}
+
+// blockings collects a connection's connection.blocked and unblocked.
+type blockings struct {
+	mu   sync.Mutex
+	seen []rmq.Blocking
+}
+
+func watchBlocked(c *rmq.Connection) *blockings {
+	b := &blockings{}
+	ch := c.NotifyBlocked(make(chan rmq.Blocking, 16))
+	go func() {
+		for x := range ch { // closed when the connection closes
+			b.mu.Lock()
+			b.seen = append(b.seen, x)
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+func (b *blockings) all() []rmq.Blocking {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]rmq.Blocking(nil), b.seen...)
+}
+
+// waitFor polls until n notifications have come and returns them.
+func (b *blockings) waitFor(t *testing.T, n int, what string) []rmq.Blocking {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, func() bool { return len(b.all()) >= n }, "%s", what)
+	return b.all()
+}
+
+// TestDiskAlarmBlocksPublisher: with less free disk than the limit, a
+// publishing connection is sent connection.blocked "low on disk" and no
+// longer read, while a consumer on another connection drains the backlog
+// with acks (prefetch 5, so its acks must get through); with space again,
+// connection.unblocked, and what the publisher sent meanwhile arrives, in
+// order and whole.
+func TestDiskAlarmBlocksPublisher(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 40)
+	_, dial := alarmBroker(t, broker.Options{
+		DiskFreeLimit: 50_000_000,
+		DiskFree:      func() (uint64, error) { return free.Load(), nil },
+	})
+	pub, cons := dial(), dial()
+	pubBlocked, consBlocked := watchBlocked(pub), watchBlocked(cons)
+	pch, cch := openChannel(t, pub), openChannel(t, cons)
+	q, err := cch.QueueDeclare("", false, false, true, false, nil)
+	must(t, err)
+	must(t, pch.Confirm(false))
+
+	// A backlog, confirmed before the alarm.
+	const backlog = 50
+	next := 0
+	var confirms []*rmq.DeferredConfirmation
+	publish := func() {
+		t.Helper()
+		dc, err := pch.PublishWithDeferredConfirm("", q.Name, false, false, rmq.Publishing{Body: []byte(strconv.Itoa(next))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirms = append(confirms, dc)
+		next++
+	}
+	confirmed := func() bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		for _, dc := range confirms {
+			if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for range backlog {
+		publish()
+	}
+	if !confirmed() {
+		t.Fatal("backlog nacked")
+	}
+
+	// The disk fills: the publisher's next publish is its last one read.
+	free.Store(10_000_000)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		if len(pubBlocked.all()) > 0 {
+			return true
+		}
+		publish()
+		return false
+	}, "connection.blocked")
+	if got := pubBlocked.all()[0]; !got.Active || got.Reason != "low on disk" {
+		t.Fatalf("publisher got %+v, want connection.blocked \"low on disk\"", got)
+	}
+	const late = 5 // sent after the broker stopped reading: wait in the socket
+	for range late {
+		publish()
+	}
+
+	// The consumer keeps receiving and acking.
+	must(t, cch.Qos(5, 0, false))
+	ds, err := cch.Consume(q.Name, "drain", false, false, false, false, nil)
+	must(t, err)
+	got := 0
+	take := func(d rmq.Delivery) {
+		t.Helper()
+		if want := strconv.Itoa(got); string(d.Body) != want {
+			t.Fatalf("delivery %q, want %q", d.Body, want)
+		}
+		must(t, d.Ack(false))
+		got++
+	}
+	for got < backlog {
+		take(recv(t, ds))
+	}
+	// Cancelled, the consumer has had every delivery the broker made; the
+	// rest are ready. Nothing of the late ones is among them: the
+	// publisher is still not read.
+	must(t, cch.Cancel("drain", false))
+	for d := range ds {
+		take(d)
+	}
+	st, err := cch.QueueDeclarePassive(q.Name, false, false, true, false, nil)
+	must(t, err)
+	if routed := got + st.Messages; routed > next-late {
+		t.Fatalf("%d messages routed while blocked, of %d published before connection.blocked came", routed, next-late)
+	}
+	if n := len(pubBlocked.all()); n != 1 {
+		t.Fatalf("publisher notifications while the disk is full: %+v", pubBlocked.all())
+	}
+
+	// Space again: unblocked, and the rest arrives.
+	free.Store(1 << 40)
+	if all := pubBlocked.waitFor(t, 2, "connection.unblocked"); all[1].Active {
+		t.Fatalf("publisher got %+v after the disk alarm cleared, want connection.unblocked", all)
+	}
+	publish()
+	if !confirmed() {
+		t.Fatal("nacked after the alarm")
+	}
+	ds, err = cch.Consume(q.Name, "rest", false, false, false, false, nil)
+	must(t, err)
+	for got < next {
+		take(recv(t, ds))
+	}
+	if all := consBlocked.all(); len(all) != 0 {
+		t.Errorf("the consumer's connection, which never published, got %+v", all)
+	}
+	if n := len(pubBlocked.all()); n != 2 {
+		t.Errorf("publisher notifications %+v, want blocked and unblocked", pubBlocked.all())
+	}
+}
+
+// TestMemoryAlarmAbsoluteWatermark: with a 1 MiB watermark, a publisher
+// of 64 KiB messages is blocked ("low on memory") once queues hold more,
+// with no more than a message or two beyond it taken in; a consumer on
+// another connection acking what it gets drains the queue, which clears
+// the alarm (as often as it takes) until every message is through.
+func TestMemoryAlarmAbsoluteWatermark(t *testing.T) {
+	b, dial := alarmBroker(t, broker.Options{MemoryHighWatermark: 1 << 20})
+	pub, cons := dial(), dial()
+	pubBlocked, consBlocked := watchBlocked(pub), watchBlocked(cons)
+	pch, cch := openChannel(t, pub), openChannel(t, cons)
+	q, err := cch.QueueDeclare("", false, false, true, false, nil)
+	must(t, err)
+
+	const total = 64 // 4 MiB against 1 MiB
+	body := make([]byte, 64<<10)
+	done := make(chan error, 1)
+	go func() {
+		for i := range total {
+			body := bytes.Clone(body)
+			body[0] = byte(i)
+			if err := pch.Publish("", q.Name, false, false, rmq.Publishing{Body: body}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	first := pubBlocked.waitFor(t, 1, "connection.blocked")[0]
+	if !first.Active || first.Reason != "low on memory" {
+		t.Fatalf("publisher got %+v, want connection.blocked \"low on memory\"", first)
+	}
+	if used := b.Server.MemoryUsed(); used > 1<<20+2*(64<<10)+4096 {
+		t.Fatalf("queues hold %d bytes with a 1 MiB watermark", used)
+	}
+
+	must(t, cch.Qos(4, 0, false))
+	ds, err := cch.Consume(q.Name, "", false, false, false, false, nil)
+	must(t, err)
+	for i := range total {
+		d := recv(t, ds)
+		if len(d.Body) != 64<<10 || d.Body[0] != byte(i) {
+			t.Fatalf("delivery %d: %d bytes starting %d", i, len(d.Body), d.Body[0])
+		}
+		must(t, d.Ack(false))
+	}
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publisher is still blocked after its queue was drained")
+	}
+	// Blocked and unblocked in turn, ending unblocked.
+	all := pubBlocked.all()
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		all = pubBlocked.all()
+		return len(all)%2 == 0
+	}, "the last connection.unblocked")
+	for i, x := range all {
+		if x.Active != (i%2 == 0) || (x.Active && x.Reason != "low on memory") {
+			t.Fatalf("notifications %+v: not blocked, unblocked in turn", all)
+		}
+	}
+	if all := consBlocked.all(); len(all) != 0 {
+		t.Errorf("the consumer's connection, which never published, got %+v", all)
+	}
+}
+
+// TestAlarmBothReasons: with both alarms on, connection.blocked names both
+// as RabbitMQ 3.10.8 does ("low on disk & memory"); a connection's other
+// methods (declaring a queue) go through until it publishes. A watermark
+// of 0 (negative in Options) keeps the memory alarm on, as RabbitMQ's 0.
+func TestAlarmBothReasons(t *testing.T) {
+	_, dial := alarmBroker(t, broker.Options{
+		MemoryHighWatermark: -1,
+		DiskFree:            func() (uint64, error) { return 1000, nil },
+	})
+	pub := dial()
+	blocked := watchBlocked(pub)
+	ch := openChannel(t, pub)
+	q, err := ch.QueueDeclare("", false, false, true, false, nil)
+	must(t, err)
+	if _, err := ch.QueueDeclarePassive(q.Name, false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.Publish("", q.Name, false, false, rmq.Publishing{Body: []byte("x")}))
+	got := blocked.waitFor(t, 1, "connection.blocked")[0]
+	if !got.Active || got.Reason != "low on disk & memory" {
+		t.Fatalf("got %+v, want connection.blocked \"low on disk & memory\"", got)
+	}
+}
