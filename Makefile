@@ -41,7 +41,7 @@ crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 20
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S8 (ROUNDS, DURATION, S6_MESSAGES...: see bench/compare.sh); writes bench/RESULTS.md; AGAINST=REV: vs railmq at git revision REV instead, into bench/RESULTS-against.md
+bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S9 (ROUNDS, DURATION, S6_MESSAGES...: see bench/compare.sh); writes bench/RESULTS.md; AGAINST=REV: vs railmq at git revision REV instead, into bench/RESULTS-against.md
 	GO="$(GO)" bash bench/compare.sh
 
 bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on any lost or duplicated message

@@ -6,7 +6,7 @@
 #   AGAINST=REV bash bench/compare.sh     (make bench-compare AGAINST=REV)
 #   bash bench/compare.sh --smoke         (make bench-smoke)
 #
-# Compare mode runs scenarios S1..S8 (below) with cmd/railmq-perf against a
+# Compare mode runs scenarios S1..S9 (below) with cmd/railmq-perf against a
 # release build of railmq and against Debian's rabbitmq-server (installed with
 # apt-get when missing). Every run gets a freshly started broker with fresh
 # data directories, stopped by its own pid right after the run; within a round
@@ -38,13 +38,15 @@
 #   AGAINST=          git revision to compare HEAD with instead of RabbitMQ
 #   ROUNDS=3          rounds of S1-S5, S7, S8
 #   S6_ROUNDS=1       rounds of S6 (long)
+#   S9_ROUNDS=1       rounds of S9 (long)
+#   S9_DURATION=60s   publishing time of S9, the overload scenario
 #   DURATION=10s      publishing time of S1-S4 (and of S5 and S7 when set)
 #   S5_DURATION=15s   publishing time of S5 (default DURATION when that is set)
 #   S7_DURATION=10s   how long S7 holds its idle connections (idem)
 #   S6_MESSAGES=1000000  backlog size of S6
 #   S7_CONNECTIONS=1000  idle connections of S7
 #   S8_QUEUES=5000    durable queues of S8
-#   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8"   which scenarios to run
+#   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8 S9"   which scenarios to run
 #   SETTLE=2          seconds to wait after a broker accepts connections
 #   RUN_TIMEOUT=7200  seconds one railmq-perf run may take
 #   RAILMQ_PORT=5691 RABBIT_PORT=5692 EPMD_PORT=4392   (next free one is used;
@@ -170,13 +172,15 @@ fi
 AGAINST=${AGAINST:-}
 ROUNDS=${ROUNDS:-3}
 S6_ROUNDS=${S6_ROUNDS:-1}
+S9_ROUNDS=${S9_ROUNDS:-1}
+D9=${S9_DURATION:-60s}
 D=${DURATION:-10s}
 D5=${S5_DURATION:-${DURATION:-15s}}
 D7=${S7_DURATION:-${DURATION:-10s}}
 S6_MESSAGES=${S6_MESSAGES:-1000000}
 S7_CONNECTIONS=${S7_CONNECTIONS:-1000}
 S8_QUEUES=${S8_QUEUES:-5000}
-SCENARIOS=${SCENARIOS:-S1 S2 S3 S4 S5 S6 S7 S8}
+SCENARIOS=${SCENARIOS:-S1 S2 S3 S4 S5 S6 S7 S8 S9}
 SETTLE=${SETTLE:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-7200}
 RAILMQ_VERSION=$(git rev-parse --short HEAD)
@@ -261,6 +265,10 @@ DRAIN_FLAGS[S6]="--producers 0 --consumers 4 --predeclared --drain --prefetch 30
 TITLE[S7]="$S7_CONNECTIONS idle connections, one channel each, heartbeat 10s"
 FLAGS[S7]="--idle-connections $S7_CONNECTIONS --heartbeat 10s --producers 0 --consumers 0 --duration $D7"
 TITLE[S8]="$S8_QUEUES durable queues declared (and bound to a fanout exchange), one persistent message each"
+# S9 is issue [8]'s overload: a publisher at full speed that outruns its
+# consumers for a minute, so that the broker's memory bound shows.
+TITLE[S9]="overload: 1 publisher at full speed -> fanout -> 10 transient queues, 10 consumers, $D9, 1 KiB, prefetch 300, multi-ack every 50"
+FLAGS[S9]="--size 1024 --exchange-type fanout --fanout-queues 10 --consumers 10 --prefetch 300 --multi-ack-every 50 --duration $D9 --queue-prefix overload"
 FLAGS[S8]="--exchange-type fanout --fanout-queues $S8_QUEUES --persistent --confirm 1 --pmessages 1 --producers 1 --consumers 0 --queue-prefix decl"
 
 # run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC
@@ -347,6 +355,7 @@ for s in $SCENARIOS; do
 	[ -n "${FLAGS[$s]:-}" ] || die "unknown scenario $s"
 	n=$ROUNDS
 	[ "$s" = S6 ] && n=$S6_ROUNDS
+	[ "$s" = S9 ] && n=$S9_ROUNDS
 	for ((r = 1; r <= n; r++)); do
 		if ((r % 2)); then order="railmq $OTHER"; else order="$OTHER railmq"; fi
 		for b in $order; do one "$s" "$b" "$r"; done
@@ -374,6 +383,7 @@ def fig($k): try (
 	elif $k == "rss_peak" then .perf.broker.rss_peak_kib / 1024
 	elif $k == "s6_drain" then .drain.drain_rate
 	elif $k == "s6_peak" then ([.perf.broker.vm_hwm_kib, .drain.broker.vm_hwm_kib] | map(select(. != null)) | max) / 1024
+	elif $k == "hwm" then .perf.broker.vm_hwm_kib / 1024
 	elif $k == "s6_disk" then .disk_bytes / 1000000
 	elif $k == "s6_recover" then .recover_s
 	elif $k == "per_conn" then (.perf.broker.rss_end_kib - .rss_before_kib) / .perf.config.idle_connections
@@ -404,7 +414,11 @@ def fig($k): try (
  {s:"S6", f:"restart after kill -9 with the backlog, s until accepting connections", k:"s6_recover"},
  {s:"S7", f:"memory per connection, KiB", k:"per_conn", goal:"≤ 0.2×", op:"le", t:0.2},
  {s:"S8", f:"declare rate, queues/s", k:"declare_rate", goal:"≥ 3×", op:"ge", t:3},
- {s:"S8", f:"memory per queue, KiB", k:"per_queue", goal:"≤ 0.3×", op:"le", t:0.3}
+ {s:"S8", f:"memory per queue, KiB", k:"per_queue", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S9", f:"peak RSS (VmHWM), MiB", k:"hwm", goal:"railmq < 256 MiB", op:"abs_lt", t:256},
+ {s:"S9", f:"deliveries/s", k:"consume_rate", goal:"≥ 2.5×", op:"ge", t:2.5},
+ {s:"S9", f:"consumers' latency p99, µs", k:"p99", goal:"≤ 1×", op:"le", t:1},
+ {s:"S9", f:"broker CPU, µs/delivery", k:"cpu"}
 ] as $rows
 | . as $runs
 | if $goals then
@@ -460,7 +474,7 @@ GEN=$TMP/generated.md
 		echo "- RabbitMQ: $RABBIT_VERSION (Debian), Erlang $ERLANG_VERSION, default configuration, no plugins, \`rabbitmq-server -detached\` as user rabbitmq"
 		echo "- $NOFILE_NOTE"
 	fi
-	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS), DURATION=$D, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, SCENARIOS=\"$SCENARIOS\""
+	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS, S9_ROUNDS=$S9_ROUNDS), DURATION=$D, S9_DURATION=$D9, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, SCENARIOS=\"$SCENARIOS\""
 	echo "- Raw railmq-perf JSON, one line per run: \`$RAW\`"
 	echo
 	echo "Every run starts its broker afresh (new data directory), waits ${SETTLE}s, runs railmq-perf, and stops the broker by its pid (SIGTERM)."
