@@ -85,6 +85,8 @@ func (c *conn) blockWhileAlarm() error {
 		c.SendMethod(0, &amqp.ConnectionBlocked{Reason: reason})
 	}
 	c.log.Debug("connection blocked", zap.String("reason", reason))
+	c.blocked.Store(true)
+	defer c.blocked.Store(false)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for c.srv.alarmed() {

@@ -93,7 +93,8 @@ type conn struct {
 	reqs    []func()
 	reqFlag atomic.Bool
 
-	info atomic.Pointer[connInfo] // for the management API, once open
+	info    atomic.Pointer[connInfo] // for the management API, once open
+	blocked atomic.Bool              // not read for an alarm (blockWhileAlarm)
 
 	// snapMu guards snap, the channels as the sweeper may see them.
 	snapMu sync.Mutex

@@ -80,11 +80,27 @@ func (s *Server) openConns() []*conn {
 }
 
 func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
-	out := []*connInfo{}
+	out := []connInfo{}
 	for _, c := range s.openConns() {
-		out = append(out, c.info.Load())
+		ci := *c.info.Load()
+		ci.State = s.connState(c)
+		out = append(out, ci)
 	}
 	writeJSON(w, out)
+}
+
+// connState is a connection's state as RabbitMQ's management API shows
+// it: "blocked" while an alarm keeps it from being read (it published
+// during the alarm), "blocking" while an alarm is on and it has not
+// published since (it will be blocked if it does), else "running".
+func (s *Server) connState(c *conn) string {
+	switch {
+	case c.blocked.Load():
+		return "blocked"
+	case s.alarms.Load() != 0:
+		return "blocking"
+	}
+	return "running"
 }
 
 func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {

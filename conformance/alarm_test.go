@@ -3,6 +3,9 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -306,4 +309,69 @@ func TestAlarmBothReasons(t *testing.T) {
 	if !got.Active || got.Reason != "low on disk & memory" {
 		t.Fatalf("got %+v, want connection.blocked \"low on disk & memory\"", got)
 	}
+}
+
+// GET /api/connections shows each connection's state as RabbitMQ's
+// management API does (checked against 3.10.8): "running"; during an
+// alarm "blocked" for a connection that published and is no longer read,
+// "blocking" for one that has not published since; "running" again once
+// the alarm clears.
+func TestConnectionStateInManagementAPI(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 40)
+	b, _ := alarmBroker(t, broker.Options{
+		DiskFreeLimit: 50_000_000,
+		DiskFree:      func() (uint64, error) { return free.Load(), nil },
+	})
+	hs := httptest.NewServer(b.Server.ManagementHandler())
+	defer hs.Close()
+	states := func() map[string]string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", hs.URL+"/api/connections", nil)
+		req.SetBasicAuth("guest", "guest")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var cs []struct {
+			State string `json:"state"`
+			Props struct {
+				Name string `json:"connection_name"`
+			} `json:"client_properties"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, c := range cs {
+			out[c.Props.Name] = c.State
+		}
+		return out
+	}
+	named := func(name string) *rmq.Connection {
+		c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	named("idle")
+	pub := named("pub")
+	pch := openChannel(t, pub)
+	want := func(idleState, pubState string) {
+		t.Helper()
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			s := states()
+			return s["idle"] == idleState && s["pub"] == pubState
+		}, "states idle=%s pub=%s", idleState, pubState)
+	}
+	want("running", "running")
+	free.Store(1000) // below the limit: the disk alarm
+	want("blocking", "blocking")
+	must(t, pch.Publish("", "nowhere", false, false, rmq.Publishing{Body: []byte("x")}))
+	want("blocking", "blocked")
+	free.Store(1 << 40)
+	want("running", "running")
 }
