@@ -175,7 +175,6 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	q.readyBytes += size
 	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window || q.held-q.unackedBytes+size > q.cfg.WindowBytes) {
 		// Beyond the window: the message waits in the store.
-		q.paged = true
 		if !durable {
 			id := q.cfg.Store.NewMessageID()
 			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})

@@ -246,11 +246,6 @@ apply:
 	clear(ops)
 	q.spare = ops[:0]
 	if stop {
-		if q.paged && !q.cfg.Durable {
-			// Its paged transient copies: after its last page-outs, in the
-			// same commit (a durable queue's entries go with its definition).
-			q.w.add(StoreWrite{Kind: DropQueue, Queue: q.cfg.ID})
-		}
 		q.commit()
 		q.shutdown()
 		q.dead = true

@@ -127,10 +127,10 @@ type Config struct {
 	ID    uint64
 	Store Store
 	// Window is how many ready messages a queue with a Store keeps in
-	// memory, and WindowBytes how many bytes of bodies (ready and unacked)
-	// at most; the rest wait in the store and are read ahead of the
-	// consumers. A queue that is not durable pages only transient copies,
-	// dropped at a restart as RabbitMQ drops transient messages.
+	// memory, and WindowBytes how many bytes of ready bodies at most; the
+	// rest wait in the store and are read ahead of the consumers. (The
+	// registry gives a Store to durable queues only, for now: paging
+	// transient backlogs through the store is [8]'s open work.)
 	Window      int
 	WindowBytes int64
 	// Recovered is set for a queue restored from the store.
@@ -229,7 +229,6 @@ type Queue struct {
 	recDlv    uint64 // entries up to this were delivered before a restart
 	w         Writes
 	confs     []Confirmer
-	paged     bool // has written page-outs (a queue that is not durable drops them at delete)
 	// Reads from the store (paging.go): at most one under way.
 	loading   bool
 	loadGen   uint64 // bumped when the paged part is dropped: reads begun before are void
