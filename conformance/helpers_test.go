@@ -213,3 +213,21 @@ func none(t *testing.T, ds <-chan rmq.Delivery, d time.Duration) {
 func frameConsume(q string, noAck bool) []byte {
 	return amqp.AppendMethodFrame(nil, 1, &amqp.BasicConsume{Queue: q, ConsumerTag: "raw", NoAck: noAck})
 }
+
+// expectBlocked waits for connection.blocked with reason; context, if not
+// nil, adds what the failure message should say.
+func expectBlocked(t *testing.T, blocked <-chan rmq.Blocking, reason string, context func() string) {
+	t.Helper()
+	select {
+	case b := <-blocked:
+		if !b.Active || b.Reason != reason {
+			t.Fatalf("blocking %+v, want connection.blocked %q", b, reason)
+		}
+	case <-time.After(10 * time.Second):
+		msg := "no connection.blocked"
+		if context != nil {
+			msg += "; " + context()
+		}
+		t.Fatal(msg)
+	}
+}

@@ -3,6 +3,7 @@ package conformance
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -60,14 +61,9 @@ func TestUncommittedTxRaisesMemoryAlarm(t *testing.T) {
 		}
 		published <- nil
 	}()
-	select {
-	case b := <-blocked:
-		if !b.Active || b.Reason != "low on memory" {
-			t.Fatalf("blocking %+v", b)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no connection.blocked; the broker counts %d bytes", srv.MemoryUsed())
-	}
+	expectBlocked(t, blocked, "low on memory", func() string {
+		return fmt.Sprintf("the broker counts %d bytes", srv.MemoryUsed())
+	})
 	if used := srv.MemoryUsed() - before; used <= 4*oneMiB {
 		t.Fatalf("blocked with %d uncommitted bytes counted, the watermark at %d", used, 4*oneMiB)
 	}

@@ -338,14 +338,7 @@ func TestMemoryAlarmBlocksPublisher(t *testing.T) {
 		}
 		done <- nil
 	}()
-	select {
-	case b := <-blocked:
-		if !b.Active || b.Reason != "low on memory" {
-			t.Fatalf("blocking %+v", b)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no connection.blocked")
-	}
+	expectBlocked(t, blocked, "low on memory", nil)
 	// Held: what the blocked publisher already sent, within one read batch.
 	if used := e.b.Server.MemoryUsed(); used > 2<<20 {
 		t.Fatalf("queues hold %d bytes with a 1 MiB watermark", used)
