@@ -2,12 +2,12 @@ package broker
 
 import (
 	"fmt"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/persist"
 )
 
 // Resource alarms, as RabbitMQ's rabbit_alarm: memory (queues hold more
@@ -197,11 +197,7 @@ func (s *Server) diskFree() (uint64, error) {
 	if s.opts.DiskFree != nil {
 		return s.opts.DiskFree()
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(s.opts.DataDir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", s.opts.DataDir, err)
-	}
-	return uint64(st.Bavail) * uint64(st.Bsize), nil
+	return persist.FreeSpace(s.opts.DataDir)
 }
 
 // diskInterval is how long until the next disk check, as RabbitMQ's

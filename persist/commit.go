@@ -62,8 +62,10 @@ func (s *Store) commitPending() {
 	if len(batch) == 0 {
 		return
 	}
+	growErr, allErr := s.spaceCheck(batch)
 	wb := s.db.NewWriteBatch()
 	var dones []func(error)
+	var refused []*Batch // batches whose record writes were dropped: done gets growErr
 	var writeErr error
 	wrote := false
 	flush := func() {
@@ -85,14 +87,28 @@ func (s *Store) commitPending() {
 			b.done(err)
 			continue
 		}
+		if allErr != nil {
+			refused = append(refused, b)
+			continue
+		}
+		dropped := false
 		for i := range b.ops {
+			if growErr != nil && b.ops[i].grows() {
+				// No room for it: the publish is nacked. The batch's
+				// deletes and small updates are still written, so that
+				// acks free space on a full disk.
+				dropped = true
+				continue
+			}
 			if err := s.apply(&wb, &b.ops[i], flush); err != nil && writeErr == nil {
 				writeErr = err
 			}
 			s.touched.Add(int64(len(b.ops[i].val)))
 			wrote = true
 		}
-		if b.done != nil {
+		if dropped {
+			refused = append(refused, b)
+		} else if b.done != nil {
 			dones = append(dones, b.done)
 		}
 	}
@@ -122,6 +138,15 @@ func (s *Store) commitPending() {
 	}
 	for _, d := range dones {
 		d(writeErr)
+	}
+	for _, b := range refused {
+		if b.done != nil {
+			if allErr != nil {
+				b.done(allErr)
+			} else {
+				b.done(growErr)
+			}
+		}
 	}
 }
 

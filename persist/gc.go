@@ -38,8 +38,9 @@ func (s *Store) gcLoop() {
 					s.log.Warn("store compaction failed", zap.Error(err))
 				}
 			}
+			ratio := s.gcRatio()
 			n := 0
-			for n < 16 && s.db.RunValueLogGC(0.5) == nil {
+			for ratio > 0 && n < 16 && s.db.RunValueLogGC(ratio) == nil {
 				n++
 			}
 			if n > 0 {
@@ -47,6 +48,25 @@ func (s *Store) gcLoop() {
 			}
 		}
 	}
+}
+
+// gcRatio is the discard ratio for the value log's garbage collection,
+// or 0 to skip it: collecting a file rewrites the live part of it (up to
+// 1-ratio of vlogFileSize) through Badger's mmaps, which must find room on
+// the filesystem beyond the reserve (see space.go). Short of room, only
+// files nearly all garbage are collected.
+func (s *Store) gcRatio() float64 {
+	free, err := FreeSpace(s.dir)
+	if err != nil {
+		return 0.5
+	}
+	switch {
+	case int64(free) >= s.reserve+vlogFileSize/2:
+		return 0.5
+	case int64(free) >= s.reserve/2+vlogFileSize/10:
+		return 0.9
+	}
+	return 0
 }
 
 // badgerLogger adapts zap to Badger's Logger; Badger's info chatter is

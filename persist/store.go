@@ -3,6 +3,7 @@ package persist
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,13 @@ type Options struct {
 	GCInterval time.Duration
 	// MemTableSize bounds Badger's memtables (two of them); 0 means 16 MiB.
 	MemTableSize int64
+	// Reserve is the free space the store keeps on its filesystem (see
+	// space.go); 0 means twice MemTableSize plus 8 MiB.
+	Reserve int64
 }
+
+// vlogFileSize is the size of a value-log file (Badger maps twice that).
+const vlogFileSize = 128 << 20
 
 // Store is the message and definition store.
 type Store struct {
@@ -47,6 +54,8 @@ type Store struct {
 	syncs   atomic.Uint64
 	freed   atomic.Int64 // message records deleted since the last GC
 	touched atomic.Int64 // bytes written or read through Badger's mmaps since the last page-out
+	reserve int64
+	short   atomic.Bool // the last space check refused writes (logged once)
 	// pagedOut counts the bytes of mappings advised out (tests).
 	pagedOut atomic.Int64
 	dir      string // absolute, for page-outs
@@ -71,6 +80,15 @@ func Open(opt Options) (*Store, error) {
 	if opt.GCInterval == 0 {
 		opt.GCInterval = time.Minute
 	}
+	if opt.Reserve == 0 {
+		opt.Reserve = defaultReserve(opt.MemTableSize)
+	}
+	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("opening store in %s: %w", opt.Dir, err)
+	}
+	if err := checkOpenSpace(opt.Dir, opt.Reserve); err != nil {
+		return nil, fmt.Errorf("opening store in %s: %w", opt.Dir, err)
+	}
 	bo := badger.DefaultOptions(opt.Dir).
 		WithLogger(badgerLogger{opt.Logger.Named("badger").Sugar()}).
 		WithSyncWrites(false). // we fsync once per group commit
@@ -83,7 +101,7 @@ func Open(opt Options) (*Store, error) {
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(256).
-		WithValueLogFileSize(128 << 20).
+		WithValueLogFileSize(vlogFileSize).
 		WithNumCompactors(2).
 		WithCompactL0OnClose(true)
 	db, err := badger.Open(bo)
@@ -98,6 +116,7 @@ func Open(opt Options) (*Store, error) {
 		gcDone:  make(chan struct{}),
 		refs:    make(map[uint64]int32),
 		dir:     absDir(opt.Dir),
+		reserve: opt.Reserve,
 	}
 	last, err := s.lastMessageID()
 	if err != nil {
