@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type Server struct {
 	memory     atomic.Int64            // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
 	replies    channel.ReplyRegistry
 	store      *persist.Store
+	spill      *persist.Spill
 	startFrame []byte        // connection.start, encoded once
 	stop       chan struct{} // closed by Shutdown: stops the sweeper and the alarm monitor
 	swept      chan struct{} // closed when the sweeper has exited
@@ -74,9 +76,19 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.store = store
+	// Non-durable queues page beyond their window to plain files, dropped
+	// at every start (transient messages do not outlive a restart).
+	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), s.log.Named("spill"))
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	s.spill = spill
 	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow, opts.QueueWindowBytes)
+	vh.PageTransientTo(spill)
 	if err := vh.Recover(queue.Config{}); err != nil {
 		vh.Close()
+		spill.Close()
 		store.Close()
 		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
 	}
@@ -201,6 +213,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-s.watched
 	for _, v := range s.vhosts {
 		v.Close()
+	}
+	if err := s.spill.Close(); err != nil {
+		s.log.Error("closing the page files of non-durable queues", zap.Error(err))
 	}
 	if err := s.store.Close(); err != nil {
 		s.log.Error("closing store", zap.Error(err))

@@ -151,6 +151,9 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
+// Reserve is the free space the store keeps on its filesystem.
+func (s *Store) Reserve() int64 { return s.reserve }
+
 // NewMessageID returns a fresh message id.
 func (s *Store) NewMessageID() uint64 { return s.nextMsg.Add(1) }
 

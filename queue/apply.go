@@ -233,8 +233,15 @@ func (q *Queue) publishNow(d Delivery, reason string) bool {
 }
 
 // drop releases every message the queue holds; it returns the ready count.
+// A non-durable queue's page-outs are removed with it (a durable queue's
+// entries go with its definition, see vhost).
 func (q *Queue) drop() int {
 	n := q.readyLen()
+	if q.cfg.Store != nil && !q.cfg.Durable {
+		q.w.Ops = q.w.Ops[:0]
+		q.w.add(StoreWrite{Kind: DropQueue, Queue: q.cfg.ID})
+		q.commit()
+	}
 	q.diskCount = 0
 	q.voidReads()
 	q.account(-q.held) // unacked ones too: their acks will find the queue gone

@@ -71,9 +71,8 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 		return nil, false, err
 	}
 	cfg := v.queueConfig(defaults, d, args)
-	if cfg.Durable && v.store != nil {
+	if cfg.Store != nil {
 		cfg.ID = v.nextQueueID.Add(1)
-		cfg.Store = storeAdapter{v.store}
 	}
 	q = queue.New(cfg)
 	v.queues[d.Name] = q
@@ -92,8 +91,11 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
 	cfg.Window, cfg.WindowBytes = v.window, v.windowB
-	if cfg.Durable && v.store != nil {
+	switch {
+	case cfg.Durable && v.store != nil:
 		cfg.Store = storeAdapter{v.store}
+	case v.spill != nil:
+		cfg.Store = spillAdapter{v.spill}
 	}
 	pol := args.policy
 	if args.dlx != nil {

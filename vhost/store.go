@@ -52,7 +52,12 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 }
 
 func (a storeAdapter) LoadEntries(q, after uint64, n int, maxBytes int64, done func([]queue.StoredEntry, error)) {
-	a.s.ReadEntries(q, after, n, maxBytes, func(es []persist.Entry, err error) {
+	a.s.ReadEntries(q, after, n, maxBytes, storedEntries(done))
+}
+
+// storedEntries converts what a read found for the queue's done.
+func storedEntries(done func([]queue.StoredEntry, error)) func([]persist.Entry, error) {
+	return func(es []persist.Entry, err error) {
 		if err != nil {
 			done(nil, err)
 			return
@@ -63,7 +68,44 @@ func (a storeAdapter) LoadEntries(q, after uint64, n int, maxBytes int64, done f
 				Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Record: e.Data}
 		}
 		done(out, nil)
-	})
+	}
+}
+
+// spillAdapter lets non-durable queues page to the spill through
+// queue.Store. Their only writes that matter are page-outs (transient,
+// inline entries), purges of the paged part and the queue's deletion; an
+// entry is read back once, so its delete has nothing to do.
+type spillAdapter struct{ s *persist.Spill }
+
+func (a spillAdapter) NewMessageID() uint64 { return a.s.NewMessageID() }
+
+func (a spillAdapter) Commit(w *queue.Writes, done func(error)) {
+	var puts []persist.SpillEntry
+	var id uint64
+	drop, gone := false, false
+	for i := range w.Ops {
+		o := &w.Ops[i]
+		switch o.Kind {
+		case queue.PutEntry:
+			puts = append(puts, persist.SpillEntry{Seq: o.Seq, Msg: o.Msg, Redelivered: o.Redelivered, Count: o.Count, Record: o.Record})
+			id = o.Queue
+		case queue.DropRange:
+			puts, drop, id = puts[:0], true, o.Queue // pages out before it are purged too
+		case queue.DropQueue:
+			puts, gone, id = nil, true, o.Queue
+		}
+	}
+	if len(puts) == 0 && !drop && !gone {
+		if done != nil {
+			done(nil)
+		}
+		return
+	}
+	a.s.Write(id, puts, drop, gone, done)
+}
+
+func (a spillAdapter) LoadEntries(q, after uint64, n int, maxBytes int64, done func([]queue.StoredEntry, error)) {
+	a.s.Read(q, after, n, maxBytes, storedEntries(done))
 }
 
 // Store returns the queues' view of the store (nil without one).

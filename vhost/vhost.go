@@ -32,6 +32,7 @@ type VHost struct {
 	queues    map[string]*queue.Queue
 
 	store       *persist.Store // nil: nothing is durable
+	spill       *persist.Spill // nil: non-durable queues stay in memory
 	nextQueueID atomic.Uint64
 	window      int
 	windowB     int64
@@ -68,6 +69,11 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 	}
 	return v
 }
+
+// PageTransientTo makes the non-durable queues declared from now on page
+// their messages beyond the window to s (persist.Spill), as durable ones
+// page to the store. Call it before the vhost is used.
+func (v *VHost) PageTransientTo(s *persist.Spill) { v.spill = s }
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }
