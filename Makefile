@@ -32,8 +32,9 @@ check-generate: ## fail if regenerating the codecs changes them
 	rc=$$?; rm -f "$$out"; exit $$rc
 
 fuzz: ## run every fuzz target for FUZZTIME each
-	@for f in $$(grep -ho '^func Fuzz[A-Za-z]*' amqp/*_test.go | sed 's/func //'); do \
-		echo "== $$f"; $(GO) test ./amqp -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	@for t in $$(grep -o '^func Fuzz[A-Za-z]*' */*_test.go | sed 's#/[^:]*:func #:#'); do \
+		p=$${t%%:*}; f=$${t#*:}; \
+		echo "== $$p $$f"; $(GO) test ./$$p -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 200) and check nothing confirmed is lost
 	RAILMQ_CRASH_ROUNDS=$(or $(CRASH_ROUNDS),200) $(GO) test -count=1 -timeout 60m -run '^TestCrashRecovery$$' -v ./conformance

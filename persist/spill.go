@@ -46,6 +46,7 @@ type Spill struct {
 
 	queues map[uint64]*spillQueue // the loop's
 	short  bool                   // the last write found no room (logged once)
+	segMax int64                  // spillSegMax (tests make it small)
 }
 
 // spillSegMax is the size at which a queue's segment file is closed for
@@ -104,7 +105,7 @@ func OpenSpill(dir string, reserve int64, log *zap.Logger) (*Spill, error) {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	s := &Spill{dir: dir, log: log, reserve: reserve, wake: make(chan struct{}, 1),
-		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue)}
+		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue), segMax: spillSegMax}
 	go s.loop()
 	return s, nil
 }
@@ -278,7 +279,7 @@ func (s *Spill) appendSeg(id uint64, q *spillQueue, b []byte) error {
 		s.log.Info("paging transient messages to disk again")
 	}
 	var g *spillSeg
-	if n := len(q.segs); n > 0 && q.segs[n-1].size < spillSegMax {
+	if n := len(q.segs); n > 0 && q.segs[n-1].size < s.segMax {
 		g = q.segs[n-1]
 	} else {
 		q.n++
@@ -299,6 +300,16 @@ func (s *Spill) appendSeg(id uint64, q *spillQueue, b []byte) error {
 	g.size += int64(len(b))
 	s.Bytes.Add(int64(len(b)))
 	return nil
+}
+
+// segsRead reports whether the segment files hold nothing unread.
+func (q *spillQueue) segsRead() bool {
+	for _, g := range q.segs {
+		if g.read < g.size {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Spill) hold(q *spillQueue, puts []SpillEntry) {
@@ -349,7 +360,7 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 	for len(q.segs) > 0 && !full() {
 		g := q.segs[0]
 		if g.read < g.size {
-			es, n, err := readSeg(g, j.max-len(out), j.maxBytes-got, j.after)
+			es, n, err := readSeg(g.f, g, j.max-len(out), j.maxBytes-got, j.after)
 			if err != nil {
 				return out, fmt.Errorf("reading page file %s: %w", g.path, err)
 			}
@@ -364,7 +375,7 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 			break
 		}
 		// Read to its end: a full segment goes; the one written is reused.
-		if len(q.segs) > 1 || g.size >= spillSegMax {
+		if len(q.segs) > 1 || g.size >= s.segMax {
 			g.f.Close()
 			os.Remove(g.path)
 			q.segs = q.segs[1:]
@@ -375,7 +386,7 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 			break
 		}
 	}
-	for len(q.mem) > 0 && len(q.segs) == 0 && !full() {
+	for len(q.mem) > 0 && q.segsRead() && !full() {
 		e := q.mem[0]
 		q.mem = q.mem[1:]
 		s.Held.Add(-int64(len(e.Data)))
@@ -391,13 +402,13 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 // single entry is larger).
 const readChunk = 1 << 20
 
-// readSeg reads entries from g's read offset: up to max, stopping once
+// readSeg reads entries from g's read offset (g's file is r): up to max, stopping once
 // their records passed maxBytes (at least one). It returns them and the
 // bytes consumed. The records alias one buffer per read.
-func readSeg(g *spillSeg, most int, maxBytes int64, after uint64) ([]Entry, int64, error) {
+func readSeg(r io.ReaderAt, g *spillSeg, most int, maxBytes int64, after uint64) ([]Entry, int64, error) {
 	want := min(g.size-g.read, max(readChunk, min(maxBytes, 16<<20)))
 	buf := make([]byte, want)
-	if _, err := g.f.ReadAt(buf, g.read); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := r.ReadAt(buf, g.read); err != nil && !errors.Is(err, io.EOF) {
 		return nil, 0, err
 	}
 	var out []Entry
@@ -413,7 +424,7 @@ func readSeg(g *spillSeg, most int, maxBytes int64, after uint64) ([]Entry, int6
 			}
 			// The next entry runs past the chunk: read it whole.
 			var h [4]byte
-			if _, err := g.f.ReadAt(h[:], at); err != nil {
+			if _, err := r.ReadAt(h[:], at); err != nil {
 				return nil, 0, err
 			}
 			n := int64(binary.BigEndian.Uint32(h[:]))
@@ -421,7 +432,7 @@ func readSeg(g *spillSeg, most int, maxBytes int64, after uint64) ([]Entry, int6
 				return nil, 0, fmt.Errorf("corrupt entry at %d", at)
 			}
 			big := make([]byte, 4+n)
-			if _, err := g.f.ReadAt(big, at); err != nil && !errors.Is(err, io.EOF) {
+			if _, err := r.ReadAt(big, at); err != nil && !errors.Is(err, io.EOF) {
 				return nil, 0, err
 			}
 			base, off, buf = base+off, 0, big

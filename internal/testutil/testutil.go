@@ -90,30 +90,32 @@ func InProcess(t testing.TB) {
 }
 
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	buildMu sync.Mutex
+	builds  = map[string]string{} // command name -> binary
 )
 
 // Binary builds cmd/railmq once per test process and returns its path.
-func Binary(t testing.TB) string {
+func Binary(t testing.TB) string { return Command(t, "railmq") }
+
+// Command builds cmd/<name> once per test process and returns its path.
+func Command(t testing.TB, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "railmq-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "railmq")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/railmq/railmq/cmd/railmq").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builds[name]; ok {
+		return p
 	}
-	return binPath
+	dir, err := os.MkdirTemp("", "railmq-bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	out, err := exec.Command("go", "build", "-o", p, "github.com/railmq/railmq/cmd/"+name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	builds[name] = p
+	return p
 }
 
 // FreePort returns a loopback address that was free a moment ago.
