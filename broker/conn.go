@@ -85,6 +85,7 @@ type conn struct {
 	busy      int           // read batches so far (for the read buffer size)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms
+	flowQ     *queue.Queue  // a queue published into that is behind (waitFlow)
 
 	// Requests from other goroutines for the reader (consumer timeouts):
 	// queued under reqMu, flagged in reqFlag, and the reader is woken by a
@@ -95,6 +96,7 @@ type conn struct {
 
 	info    atomic.Pointer[connInfo] // for the management API, once open
 	blocked atomic.Bool              // not read for an alarm (blockWhileAlarm)
+	flowAt  atomic.Int64             // when waitFlow last began (Unix ns): the "flow" state
 
 	// snapMu guards snap, the channels as the sweeper may see them.
 	snapMu sync.Mutex

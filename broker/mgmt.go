@@ -92,13 +92,16 @@ func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
 // connState is a connection's state as RabbitMQ's management API shows
 // it: "blocked" while an alarm keeps it from being read (it published
 // during the alarm), "blocking" while an alarm is on and it has not
-// published since (it will be blocked if it does), else "running".
+// published since (it will be blocked if it does), "flow" within a second
+// of flow control holding it back (waitFlow), else "running".
 func (s *Server) connState(c *conn) string {
 	switch {
 	case c.blocked.Load():
 		return "blocked"
 	case s.alarms.Load() != 0:
 		return "blocking"
+	case c.inFlow(time.Now()):
+		return "flow"
 	}
 	return "running"
 }

@@ -36,6 +36,9 @@ func (c *conn) readLoop() error {
 					return err
 				}
 			}
+			if c.flowQ != nil {
+				c.waitFlow()
+			}
 		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -142,6 +145,9 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		}
 		err := ch.HandleContent(f)
 		c.published = true
+		if q := ch.TakeFlow(); q != nil {
+			c.flowQ = q
+		}
 		return c.channelResult(f.Channel, err)
 	}
 	m, err := c.dec.Decode(f.Payload)

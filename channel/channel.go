@@ -60,6 +60,16 @@ type Config struct {
 // fields above cmu. Flush runs on the writer (and on the reader before a
 // close) under cmu. Deliver and Cancelled are called by queues (doc.go)
 // and take mu.
+// TakeFlow returns (and forgets) a queue that a publish on this channel
+// found Behind, or nil. The connection's reader calls it after content
+// and waits for the queue to catch up before it reads on: per-connection
+// flow control, as RabbitMQ's credit flow.
+func (c *Channel) TakeFlow() *queue.Queue {
+	q := c.flowQ
+	c.flowQ = nil
+	return q
+}
+
 type Channel struct {
 	cfg Config
 
@@ -88,6 +98,9 @@ type Channel struct {
 	scratch   vhost.Scratch
 	lastQueue string
 	prefetch  int // for consumers created from now on (global=false)
+	// flowQ is a queue this channel published into that was Behind: the
+	// connection stops reading until it catches up (TakeFlow).
+	flowQ *queue.Queue
 
 	store queue.Store // nil when nothing is durable
 

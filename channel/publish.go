@@ -335,6 +335,14 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	// A queue's confirm is awaited when it writes the message to the store
 	// or may refuse it (x-overflow reject-publish).
 	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, c.newConfirm, c.cfg.Flushes)
+	if c.flowQ == nil {
+		for _, q := range qs {
+			if q.Behind() {
+				c.flowQ = q // the connection waits for it (TakeFlow)
+				break
+			}
+		}
+	}
 	c.scratch.ResetSeen()
 	if !routed && mandatory {
 		c.returnMsg(msg)

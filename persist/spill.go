@@ -46,6 +46,7 @@ type Spill struct {
 
 	queues map[uint64]*spillQueue // the loop's
 	short  bool                   // the last write found no room (logged once)
+	free   int64                  // bytes free on the filesystem this round (-1: not looked at)
 	segMax int64                  // spillSegMax (tests make it small)
 }
 
@@ -61,6 +62,10 @@ type spillQueue struct {
 	segs []*spillSeg // oldest first; the last is the one written
 	mem  []Entry     // entries with no room on disk yet, after the segments'
 	n    int         // segment files created
+	// pend is this round's page-outs, encoded, and pendPuts the same
+	// entries, to hold should there be no room for them.
+	pend     []byte
+	pendPuts []SpillEntry
 }
 
 type spillSeg struct {
@@ -168,7 +173,7 @@ func (s *Spill) Close() error {
 
 func (s *Spill) loop() {
 	defer close(s.stopped)
-	var buf []byte
+	var dones []func(error)
 	for range s.wake {
 		for {
 			s.mu.Lock()
@@ -178,18 +183,33 @@ func (s *Spill) loop() {
 			if len(jobs) == 0 {
 				break
 			}
+			// Page-outs are gathered per queue and written once per round
+			// (one write per queue, one free-space check): a queue's
+			// writes go to its file before a read or a drop of it.
+			s.free = -1
 			for i := range jobs {
 				j := &jobs[i]
 				if j.load {
+					s.flush(j.queue)
 					es, err := s.read(j)
 					j.done(es, err)
 					continue
 				}
-				err := s.write(j, &buf)
+				s.write(j)
 				if j.wrote != nil {
-					j.wrote(err)
+					dones = append(dones, j.wrote)
 				}
 			}
+			for id, q := range s.queues {
+				if len(q.pend) > 0 {
+					s.flushQueue(id, q)
+				}
+			}
+			for i, d := range dones {
+				d(nil) // written, or held in memory: paged either way
+				dones[i] = nil
+			}
+			dones = dones[:0]
 		}
 	}
 	s.mu.Lock()
@@ -214,7 +234,9 @@ func (s *Spill) queue(id uint64) *spillQueue {
 	return q
 }
 
-func (s *Spill) write(j *spillJob, buf *[]byte) error {
+// write takes in a job's page-outs (gathered for flushQueue), after the
+// drop it asks for.
+func (s *Spill) write(j *spillJob) {
 	if j.drop || j.gone {
 		if q := s.queues[j.queue]; q != nil {
 			s.dropAll(q)
@@ -223,30 +245,42 @@ func (s *Spill) write(j *spillJob, buf *[]byte) error {
 			}
 		}
 		if j.gone {
-			return nil
+			return
 		}
 	}
 	if len(j.puts) == 0 {
-		return nil
+		return
 	}
 	q := s.queue(j.queue)
+	for i := range j.puts {
+		q.pend = appendSpill(q.pend, &j.puts[i])
+	}
+	q.pendPuts = append(q.pendPuts, j.puts...)
+}
+
+func (s *Spill) flush(id uint64) {
+	if q := s.queues[id]; q != nil && len(q.pend) > 0 {
+		s.flushQueue(id, q)
+	}
+}
+
+// flushQueue writes what q gathered, behind what it holds in memory for
+// want of room (written first, if there is room now); without room, the
+// gathered entries are held too.
+func (s *Spill) flushQueue(id uint64, q *spillQueue) {
 	if len(q.mem) > 0 {
-		s.flushHeld(j.queue, q, buf)
+		s.flushHeld(id, q)
 	}
-	if len(q.mem) > 0 {
-		s.hold(q, j.puts)
-		return nil
+	if len(q.mem) > 0 || s.appendSeg(id, q, q.pend) != nil {
+		s.hold(q, q.pendPuts)
 	}
-	b := (*buf)[:0]
-	for _, e := range j.puts {
-		b = appendSpill(b, &e)
+	clear(q.pendPuts)
+	q.pendPuts = q.pendPuts[:0]
+	if cap(q.pend) > 4<<20 {
+		q.pend = nil // a burst's buffer is not kept
+	} else {
+		q.pend = q.pend[:0]
 	}
-	*buf = b
-	if err := s.appendSeg(j.queue, q, b); err != nil {
-		s.hold(q, j.puts)
-		return nil
-	}
-	return nil
 }
 
 // appendSpill encodes one entry.
@@ -266,11 +300,18 @@ func appendSpill(b []byte, e *SpillEntry) []byte {
 // appendSeg writes b at the end of q's last segment (a new one when there
 // is none or it is full), if the filesystem has room for it.
 func (s *Spill) appendSeg(id uint64, q *spillQueue, b []byte) error {
-	if free, err := FreeSpace(s.dir); err == nil && int64(free) < int64(len(b))+s.reserve {
+	if s.free < 0 {
+		if free, err := FreeSpace(s.dir); err == nil {
+			s.free = int64(free)
+		} else {
+			s.free = 1 << 62 // no figure: write, and learn from the error
+		}
+	}
+	if s.free < int64(len(b))+s.reserve {
 		if !s.short {
 			s.short = true
 			s.log.Warn("no room on disk for paged transient messages: holding them in memory",
-				zap.Uint64("free_bytes", free), zap.Int64("reserve_bytes", s.reserve))
+				zap.Int64("free_bytes", s.free), zap.Int64("reserve_bytes", s.reserve))
 		}
 		return ErrNoSpace
 	}
@@ -298,6 +339,7 @@ func (s *Spill) appendSeg(id uint64, q *spillQueue, b []byte) error {
 		return err
 	}
 	g.size += int64(len(b))
+	s.free -= int64(len(b))
 	s.Bytes.Add(int64(len(b)))
 	return nil
 }
@@ -321,13 +363,12 @@ func (s *Spill) hold(q *spillQueue, puts []SpillEntry) {
 }
 
 // flushHeld writes the entries held in memory, if there is room now.
-func (s *Spill) flushHeld(id uint64, q *spillQueue, buf *[]byte) {
-	b := (*buf)[:0]
+func (s *Spill) flushHeld(id uint64, q *spillQueue) {
+	var b []byte
 	for i := range q.mem {
 		e := &q.mem[i]
 		b = appendSpill(b, &SpillEntry{Seq: e.Seq, Msg: e.Msg, Redelivered: e.Redelivered, Count: e.Count, Record: e.Data})
 	}
-	*buf = b
 	if s.appendSeg(id, q, b) == nil {
 		for i := range q.mem {
 			s.Held.Add(-int64(len(q.mem[i].Data)))
@@ -337,6 +378,7 @@ func (s *Spill) flushHeld(id uint64, q *spillQueue, buf *[]byte) {
 }
 
 func (s *Spill) dropAll(q *spillQueue) {
+	q.pend, q.pendPuts = q.pend[:0], q.pendPuts[:0]
 	for _, g := range q.segs {
 		s.Bytes.Add(-(g.size - g.read))
 		g.f.Close()
@@ -359,7 +401,7 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 	full := func() bool { return len(out) >= j.max || (j.maxBytes > 0 && got >= j.maxBytes) }
 	for len(q.segs) > 0 && !full() {
 		g := q.segs[0]
-		if g.read < g.size {
+		for g.read < g.size && !full() {
 			es, n, err := readSeg(g.f, g, j.max-len(out), j.maxBytes-got, j.after)
 			if err != nil {
 				return out, fmt.Errorf("reading page file %s: %w", g.path, err)
@@ -370,6 +412,9 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 			}
 			g.read += n
 			s.Bytes.Add(-n)
+			if n == 0 {
+				break
+			}
 		}
 		if g.read < g.size {
 			break
@@ -398,15 +443,17 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 	return out, nil
 }
 
-// readChunk is how much of a segment one read takes at most (more when a
-// single entry is larger).
+// readChunk is how much of a segment one readSeg takes at most (more when
+// a single entry is larger). The records read alias their chunk, which
+// lives as long as the last of them: small chunks keep memory close to
+// what the queue holds.
 const readChunk = 1 << 20
 
 // readSeg reads entries from g's read offset (g's file is r): up to max, stopping once
 // their records passed maxBytes (at least one). It returns them and the
 // bytes consumed. The records alias one buffer per read.
 func readSeg(r io.ReaderAt, g *spillSeg, most int, maxBytes int64, after uint64) ([]Entry, int64, error) {
-	want := min(g.size-g.read, max(readChunk, min(maxBytes, 16<<20)))
+	want := min(g.size-g.read, readChunk)
 	buf := make([]byte, want)
 	if _, err := r.ReadAt(buf, g.read); err != nil && !errors.Is(err, io.EOF) {
 		return nil, 0, err

@@ -159,6 +159,7 @@ func (q *Queue) enqueue(o op) bool {
 		return false
 	}
 	q.inbox = append(q.inbox, o)
+	q.inboxN.Store(int32(len(q.inbox)))
 	q.mu.Unlock()
 	return true
 }
@@ -212,6 +213,7 @@ func (q *Queue) drain(fl *Flushes, inline bool) {
 		q.mu.Lock()
 		ops = q.inbox
 		q.inbox = q.spare[:0]
+		q.inboxN.Store(0)
 		q.mu.Unlock()
 	}
 	if len(ops) == 0 && len(landed) == 0 {
@@ -279,6 +281,7 @@ func (q *Queue) giveBack(ops []op) {
 	in := make([]op, 0, len(ops)+len(q.inbox))
 	in = append(append(in, ops...), q.inbox...)
 	q.inbox = in
+	q.inboxN.Store(int32(len(in)))
 	q.mu.Unlock()
 }
 

@@ -22,17 +22,22 @@ func (q *Queue) commit() {
 	}
 	w := q.w
 	q.w = Writes{Ops: make([]StoreWrite, 0, len(w.Ops))}
-	var done func(error)
-	if len(q.confs) > 0 {
-		confs := q.confs
-		q.confs = nil
-		done = func(err error) {
-			for _, c := range confs {
-				c.Done(err)
-			}
-		}
+	// Counted until written, for flow control (Behind).
+	var n int64
+	for i := range w.Ops {
+		n += int64(len(w.Ops[i].Record)) + 64
 	}
-	q.cfg.Store.Commit(&w, done)
+	q.pendingW.Add(n)
+	pending, confs := &q.pendingW, q.confs
+	if len(confs) > 0 {
+		q.confs = nil
+	}
+	q.cfg.Store.Commit(&w, func(err error) {
+		pending.Add(-n)
+		for _, c := range confs {
+			c.Done(err)
+		}
+	})
 }
 
 // stored reports whether d has an entry in this queue's store.

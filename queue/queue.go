@@ -203,6 +203,11 @@ type Queue struct {
 	wake    chan struct{}
 	stopped chan struct{}
 
+	// Flow (Behind): ops waiting in the inbox (written under mu), and
+	// bytes of writes handed to the Store and not yet done.
+	inboxN   atomic.Int32
+	pendingW atomic.Int64
+
 	// exec is held while ops are applied; it guards everything below.
 	exec    sync.Mutex
 	dead    bool     // stopped: the goroutine exits
@@ -333,6 +338,36 @@ func (q *Queue) PublishConfirm(m *Message, conf Confirmer, fl *Flushes) bool {
 		return false
 	}
 	return true
+}
+
+// Flow limits: a queue with more than FlowBytes of writes waiting for its
+// Store, or more than FlowOps ops waiting in its inbox, is behind; it has
+// caught up again below half of both.
+const (
+	FlowBytes = 1 << 20
+	FlowOps   = 4096
+)
+
+// Behind reports whether the queue takes messages in more slowly than they
+// arrive: its store writes (page-outs, persistent messages) or its inbox
+// fall behind. A publisher into it is slowed down until it has CaughtUp,
+// as RabbitMQ's credit flow slows a publisher whose queue process lags.
+// Neither depends on consumers: a queue whose consumers are slow but that
+// takes its messages in (a backlog building up) is not behind, and a
+// publisher that waits for it cannot wait for its own acks.
+func (q *Queue) Behind() bool {
+	return q.pendingW.Load() > FlowBytes || q.inboxN.Load() > FlowOps
+}
+
+// CaughtUp reports whether a queue that was Behind has caught up, or is
+// gone.
+func (q *Queue) CaughtUp() bool {
+	if q.pendingW.Load() <= FlowBytes/2 && q.inboxN.Load() <= FlowOps/2 {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
 }
 
 // Durable reports whether the queue keeps its messages in the store.
