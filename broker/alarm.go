@@ -158,6 +158,14 @@ func (s *Server) monitor() {
 // Monitor only.
 func (s *Server) checkMemory() {
 	used := s.memory.Load()
+	if r := s.opts.PagingRatio; r > 0 && r < 1 {
+		paging := float64(used) > r*float64(s.opts.MemoryHighWatermark)
+		if paging != s.paging.Load() {
+			s.paging.Store(paging)
+			s.log.Info("memory paging ratio", zap.Bool("paging", paging), zap.String("used", humanBytes(used)),
+				zap.String("threshold", humanBytes(int64(r*float64(s.opts.MemoryHighWatermark)))))
+		}
+	}
 	if used <= s.opts.MemoryHighWatermark {
 		s.alarms.And(^alarmMemory)
 		return

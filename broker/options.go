@@ -34,6 +34,11 @@ type Options struct {
 	// limit when lower); negative keeps the alarm on, as RabbitMQ's
 	// watermark 0 does. ParseWatermark reads RabbitMQ's forms.
 	MemoryHighWatermark int64
+	// PagingRatio is RabbitMQ's vm_memory_high_watermark_paging_ratio:
+	// above this fraction of the watermark queues keep a small window in
+	// memory and page the rest, so that the alarm is the last resort. 0
+	// means 0.5 (RabbitMQ's default); 1 or more turns it off.
+	PagingRatio float64
 	// DiskFreeLimit is the free space on DataDir's filesystem under which
 	// publishing connections are blocked (RabbitMQ's disk alarm). 0 means
 	// DefaultDiskFreeLimit (50 MB); negative turns the disk alarm off.
@@ -130,6 +135,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AlarmCheckInterval <= 0 {
 		o.AlarmCheckInterval = time.Second
+	}
+	if o.PagingRatio == 0 {
+		o.PagingRatio = 0.5
 	}
 	if o.MemoryLimitBase == 0 {
 		o.MemoryLimitBase = 128 << 20

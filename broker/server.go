@@ -49,6 +49,7 @@ type Server struct {
 	// one-slot wake-up for the monitor, and the monitor's own state.
 	alarms    atomic.Uint32
 	memTrip   atomic.Int64
+	paging    atomic.Bool // memory above PagingRatio of the watermark (checkMemory)
 	alarmWake chan struct{}
 	mon       alarmMonitor
 	watched   chan struct{} // closed when the alarm monitor has exited
@@ -86,6 +87,7 @@ func New(opts Options) (*Server, error) {
 	s.spill = spill
 	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow, opts.QueueWindowBytes)
 	vh.PageTransientTo(spill)
+	vh.PageUnderPressure(&s.paging)
 	if err := vh.Recover(queue.Config{}); err != nil {
 		vh.Close()
 		spill.Close()

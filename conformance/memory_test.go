@@ -223,3 +223,52 @@ func TestContentHeaderReservesNothing(t *testing.T) {
 	r.NC.Close()
 	memoryBack(t, srv, before, "closed mid-body")
 }
+
+// Above the paging ratio of the watermark (RabbitMQ's default 0.5), queues
+// keep a small window and page the rest, so that the alarm is the last
+// resort: 48 MiB published under a 64 MiB watermark into a queue whose own
+// window would hold it all leaves little more than 32 MiB in memory, and no
+// alarm.
+func TestPagingRatioPagesBeforeTheAlarm(t *testing.T) {
+	b, _ := alarmBroker(t, broker.Options{
+		MemoryHighWatermark: 64 << 20,
+		QueueWindow:         1 << 20,
+		QueueWindowBytes:    1 << 30,
+	})
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	defer c.Close()
+	blocked := c.NotifyBlocked(make(chan rmq.Blocking, 4))
+	ch := openChannel(t, c)
+	_, err = ch.QueueDeclare("ratio", false, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	const n, size = 3072, 16 << 10
+	body := make([]byte, size)
+	for i := range n {
+		binary.BigEndian.PutUint64(body, uint64(i))
+		dc, err := ch.PublishWithDeferredConfirm("", "ratio", false, false, rmq.Publishing{Body: body})
+		must(t, err)
+		if i%64 == 63 && !dc.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	select {
+	case bl := <-blocked:
+		t.Fatalf("the memory alarm went off: %+v", bl)
+	default:
+	}
+	if used := b.Server.MemoryUsed(); used > 36<<20 {
+		t.Fatalf("queues hold %d MiB in memory after 48 MiB published: paging did not start at half the watermark", used>>20)
+	}
+	must(t, ch.Qos(100, 0, false))
+	ds, err := ch.Consume("ratio", "", false, false, false, false, nil)
+	must(t, err)
+	for i := range n {
+		d := recv(t, ds)
+		if got := binary.BigEndian.Uint64(d.Body); got != uint64(i) {
+			t.Fatalf("delivery %d is message %d", i, got)
+		}
+		must(t, d.Ack(false))
+	}
+}

@@ -173,7 +173,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 		}
 	}
 	q.readyBytes += size
-	if q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= q.cfg.Window || q.held-q.unackedBytes+size > q.cfg.WindowBytes) {
+	if win, winBytes := q.window(); q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= win || q.held-q.unackedBytes+size > winBytes) {
 		// Beyond the window: the message waits in the store.
 		if !durable {
 			id := q.cfg.Store.NewMessageID()

@@ -155,7 +155,7 @@ func (q *Queue) dispatch() {
 			q.unpop(d)
 			continue
 		}
-		if q.lanes[0].ready.len() < q.cfg.Window/2 && q.diskCount > 0 {
+		if win, _ := q.window(); q.lanes[0].ready.len() < win/2 && q.diskCount > 0 {
 			q.refill()
 		}
 	}

@@ -71,6 +71,23 @@ func (q *Queue) noteDelivered(d *Delivery) {
 	}
 }
 
+// Under memory pressure (Config.Pressure: RabbitMQ's paging ratio of the
+// memory watermark crossed), queues keep a small window, so that paging,
+// not the memory alarm, takes the strain.
+const (
+	pressureWindow      = 64
+	pressureWindowBytes = 1 << 20
+)
+
+// window is how many ready messages, and bytes of bodies, the queue keeps
+// in memory now.
+func (q *Queue) window() (int, int64) {
+	if p := q.cfg.Pressure; p != nil && p.Load() {
+		return min(q.cfg.Window, pressureWindow), min(q.cfg.WindowBytes, pressureWindowBytes)
+	}
+	return q.cfg.Window, q.cfg.WindowBytes
+}
+
 // refill begins reading the next messages from the store when the
 // in-memory part of a durable queue runs low. The read is queued on the
 // store's goroutine behind its writes; exec is not held while it runs
@@ -80,7 +97,8 @@ func (q *Queue) refill() {
 	// Ready bodies in memory against the byte window: unacked ones cannot
 	// be paged, and must not keep consumers with room waiting.
 	ready := q.held - q.unackedBytes
-	if q.diskCount == 0 || q.loading || l.ready.len() >= q.cfg.Window/2 || ready >= q.cfg.WindowBytes/2 {
+	win, winBytes := q.window()
+	if q.diskCount == 0 || q.loading || l.ready.len() >= win/2 || ready >= winBytes/2 {
 		return
 	}
 	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
@@ -88,7 +106,7 @@ func (q *Queue) refill() {
 	}
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	q.loading = true
-	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: q.cfg.Window - l.ready.len(), bytes: q.cfg.WindowBytes - ready}
+	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: win - l.ready.len(), bytes: winBytes - ready}
 	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, ld.bytes, func(ents []StoredEntry, err error) {
 		ld.ents, ld.err = ents, err
 		q.mu.Lock()

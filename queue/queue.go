@@ -133,6 +133,8 @@ type Config struct {
 	// transient backlogs through the store is [8]'s open work.)
 	Window      int
 	WindowBytes int64
+	// Pressure, when set and true, shrinks the window (see window).
+	Pressure *atomic.Bool
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
 	// Policy holds the limits its arguments set (nil: none).

@@ -90,7 +90,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Memory = v.memory
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
-	cfg.Window, cfg.WindowBytes = v.window, v.windowB
+	cfg.Window, cfg.WindowBytes, cfg.Pressure = v.window, v.windowB, v.pressure
 	switch {
 	case cfg.Durable && v.store != nil:
 		cfg.Store = storeAdapter{v.store}

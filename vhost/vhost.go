@@ -33,6 +33,7 @@ type VHost struct {
 
 	store       *persist.Store // nil: nothing is durable
 	spill       *persist.Spill // nil: non-durable queues stay in memory
+	pressure    *atomic.Bool   // see PageUnderPressure
 	nextQueueID atomic.Uint64
 	window      int
 	windowB     int64
@@ -74,6 +75,11 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 // their messages beyond the window to s (persist.Spill), as durable ones
 // page to the store. Call it before the vhost is used.
 func (v *VHost) PageTransientTo(s *persist.Spill) { v.spill = s }
+
+// PageUnderPressure makes the queues declared from now on keep a small
+// window while p is true (the broker's paging ratio of the memory
+// watermark is crossed). Call it before the vhost is used.
+func (v *VHost) PageUnderPressure(p *atomic.Bool) { v.pressure = p }
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }

@@ -47,6 +47,7 @@ func run(args []string) int {
 	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
 	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
+	pagingRatio := fs.Float64("vm-memory-high-watermark-paging-ratio", 0.5, "above this fraction of the memory watermark queues keep only a small window in memory and page the rest (1 or more: off)")
 	watermark := fs.String("vm-memory-high-watermark", "0.4", "block publishers while queues hold more message bodies than this: a fraction of memory (0.4, 40%; of the cgroup's limit when lower) or a size (512MiB, 2GB, 1073741824); 0 blocks them always")
 	diskLimit := fs.String("disk-free-limit", "50MB", "block publishers while the data directory's filesystem has less free: a size (50MB, 1GiB, 50000000) or mem_relative:F, F times memory; 0 turns the check off")
 	fs.Usage = func() {
@@ -96,6 +97,7 @@ func run(args []string) int {
 		ConsumerTimeout:     *consumerTimeout,
 		MaxMessageSize:      *maxMessage,
 		MemoryHighWatermark: wm,
+		PagingRatio:         orOff(*pagingRatio),
 		DiskFreeLimit:       disk,
 		QueueWindow:         *window,
 		QueueWindowBytes:    int64(*windowBytes),
@@ -282,4 +284,13 @@ func loadUsers(list, file string) (map[string]string, error) {
 		users[name] = pass
 	}
 	return users, nil
+}
+
+// orOff maps a paging ratio of 0 (no paging before the alarm) to 1, which
+// Options reads as off (its 0 means the default).
+func orOff(r float64) float64 {
+	if r <= 0 {
+		return 1
+	}
+	return r
 }
