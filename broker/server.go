@@ -79,7 +79,7 @@ func New(opts Options) (*Server, error) {
 	s.store = store
 	// Non-durable queues page beyond their window to plain files, dropped
 	// at every start (transient messages do not outlive a restart).
-	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), s.log.Named("spill"))
+	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), &s.memory, s.log.Named("spill"))
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -43,6 +43,7 @@ type Spill struct {
 	// Bytes is what the segment files hold unread, and Held what waits in
 	// memory for room; for metrics and tests.
 	Bytes, Held atomic.Int64
+	mem         *atomic.Int64 // the broker's memory figure: Held counts in it
 
 	queues map[uint64]*spillQueue // the loop's
 	short  bool                   // the last write found no room (logged once)
@@ -98,8 +99,9 @@ type spillJob struct {
 
 // OpenSpill empties dir (what a previous run paged is dropped, as
 // RabbitMQ drops transient messages) and starts the spill's goroutine.
-// reserve is the free space to leave on dir's filesystem.
-func OpenSpill(dir string, reserve int64, log *zap.Logger) (*Spill, error) {
+// reserve is the free space to leave on dir's filesystem; mem (may be
+// nil) is the memory figure that entries held for want of room count in.
+func OpenSpill(dir string, reserve int64, mem *atomic.Int64, log *zap.Logger) (*Spill, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -109,7 +111,7 @@ func OpenSpill(dir string, reserve int64, log *zap.Logger) (*Spill, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	s := &Spill{dir: dir, log: log, reserve: reserve, wake: make(chan struct{}, 1),
+	s := &Spill{dir: dir, log: log, reserve: reserve, mem: mem, wake: make(chan struct{}, 1),
 		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue), segMax: spillSegMax}
 	go s.loop()
 	return s, nil
@@ -358,7 +360,17 @@ func (s *Spill) hold(q *spillQueue, puts []SpillEntry) {
 	for _, e := range puts {
 		q.mem = append(q.mem, Entry{Seq: e.Seq, Msg: e.Msg, Transient: true, Inline: true,
 			Redelivered: e.Redelivered, Count: e.Count, Data: e.Record})
-		s.Held.Add(int64(len(e.Record)))
+		s.held(int64(len(e.Record)))
+	}
+}
+
+// held counts n bytes more (or fewer) held in memory for want of room, in
+// Held and in the broker's memory figure, so that the memory alarm sees
+// them.
+func (s *Spill) held(n int64) {
+	s.Held.Add(n)
+	if s.mem != nil {
+		s.mem.Add(n)
 	}
 }
 
@@ -371,7 +383,7 @@ func (s *Spill) flushHeld(id uint64, q *spillQueue) {
 	}
 	if s.appendSeg(id, q, b) == nil {
 		for i := range q.mem {
-			s.Held.Add(-int64(len(q.mem[i].Data)))
+			s.held(-int64(len(q.mem[i].Data)))
 		}
 		q.mem = nil
 	}
@@ -386,7 +398,7 @@ func (s *Spill) dropAll(q *spillQueue) {
 	}
 	q.segs = nil
 	for i := range q.mem {
-		s.Held.Add(-int64(len(q.mem[i].Data)))
+		s.held(-int64(len(q.mem[i].Data)))
 	}
 	q.mem = nil
 }
@@ -434,7 +446,7 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 	for len(q.mem) > 0 && q.segsRead() && !full() {
 		e := q.mem[0]
 		q.mem = q.mem[1:]
-		s.Held.Add(-int64(len(e.Data)))
+		s.held(-int64(len(e.Data)))
 		if e.Seq > j.after {
 			out = append(out, e)
 			got += int64(len(e.Data))

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
@@ -59,7 +60,7 @@ func checkEntries(t *testing.T, es []Entry, from uint64, sizes map[uint64]int) u
 // removed and the counters return to zero.
 func TestSpillRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spill")
-	s, err := OpenSpill(dir, 0, nil)
+	s, err := OpenSpill(dir, 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestSpillDropAndRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "1-1.spill"), []byte("left by a crash"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenSpill(dir, 0, nil)
+	s, err := OpenSpill(dir, 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,8 @@ func TestSpillDropAndRestart(t *testing.T) {
 // memory, in order behind what the files hold, and go to disk once there
 // is room.
 func TestSpillHoldsWithoutRoom(t *testing.T) {
-	s, err := OpenSpill(filepath.Join(t.TempDir(), "spill"), 0, nil)
+	var mem atomic.Int64
+	s, err := OpenSpill(filepath.Join(t.TempDir(), "spill"), 0, &mem, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,8 +172,8 @@ func TestSpillHoldsWithoutRoom(t *testing.T) {
 	put(10)             // on disk
 	s.reserve = 1 << 62 // no filesystem has that free
 	put(10)
-	if s.Held.Load() != 10*200 {
-		t.Fatalf("held %d bytes, want 2000", s.Held.Load())
+	if s.Held.Load() != 10*200 || mem.Load() != 10*200 {
+		t.Fatalf("held %d bytes, counted %d in memory, want 2000", s.Held.Load(), mem.Load())
 	}
 	s.reserve = 0
 	put(10) // room again: the held ones are written first
@@ -190,7 +192,7 @@ func TestSpillHoldsWithoutRoom(t *testing.T) {
 	s.reserve = 1 << 62
 	put(5)
 	next = checkEntries(t, spillRead(t, s, 3, next-1, 10, 0), next, sizes)
-	if next != seq || s.Held.Load() != 0 {
+	if next != seq || s.Held.Load() != 0 || mem.Load() != 0 {
 		t.Fatalf("read to %d of %d, held %d", next, seq, s.Held.Load())
 	}
 }
