@@ -316,6 +316,35 @@ func TestAlarmBothReasons(t *testing.T) {
 // alarm "blocked" for a connection that published and is no longer read,
 // "blocking" for one that has not published since; "running" again once
 // the alarm clears.
+// connStates reads GET /api/connections from the management API at url:
+// each connection's state by its connection_name. Errors are reported
+// with t.Error, so it may run off the test's goroutine.
+func connStates(t *testing.T, url string) map[string]string {
+	req, _ := http.NewRequest("GET", url+"/api/connections", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer resp.Body.Close()
+	var cs []struct {
+		State string `json:"state"`
+		Props struct {
+			Name string `json:"connection_name"`
+		} `json:"client_properties"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+		t.Error(err)
+		return nil
+	}
+	out := map[string]string{}
+	for _, c := range cs {
+		out[c.Props.Name] = c.State
+	}
+	return out
+}
+
 func TestConnectionStateInManagementAPI(t *testing.T) {
 	var free atomic.Uint64
 	free.Store(1 << 40)
@@ -325,30 +354,7 @@ func TestConnectionStateInManagementAPI(t *testing.T) {
 	})
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	defer hs.Close()
-	states := func() map[string]string {
-		t.Helper()
-		req, _ := http.NewRequest("GET", hs.URL+"/api/connections", nil)
-		req.SetBasicAuth("guest", "guest")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var cs []struct {
-			State string `json:"state"`
-			Props struct {
-				Name string `json:"connection_name"`
-			} `json:"client_properties"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, c := range cs {
-			out[c.Props.Name] = c.State
-		}
-		return out
-	}
+	states := func() map[string]string { return connStates(t, hs.URL) }
 	named := func(name string) *rmq.Connection {
 		c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": name}})
 		if err != nil {

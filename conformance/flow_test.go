@@ -1,8 +1,6 @@
 package conformance
 
 import (
-	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -28,31 +26,7 @@ func flowBroker(t *testing.T, slow *atomic.Bool) (*testutil.Broker, func() map[s
 	}})
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	t.Cleanup(hs.Close)
-	states := func() map[string]string {
-		req, _ := http.NewRequest("GET", hs.URL+"/api/connections", nil)
-		req.SetBasicAuth("guest", "guest")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Error(err)
-			return nil
-		}
-		defer resp.Body.Close()
-		var cs []struct {
-			State string `json:"state"`
-			Props struct {
-				Name string `json:"connection_name"`
-			} `json:"client_properties"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
-			t.Error(err)
-			return nil
-		}
-		out := map[string]string{}
-		for _, c := range cs {
-			out[c.Props.Name] = c.State
-		}
-		return out
-	}
+	states := func() map[string]string { return connStates(t, hs.URL) }
 	return b, states
 }
 
