@@ -9,6 +9,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/internal/poll"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -177,6 +178,12 @@ func TestSingleFrameBodyAllocatesOnce(t *testing.T) {
 	}
 }
 
+// queued is what a queue counts for a message of n body bytes without
+// properties published to the default exchange with key.
+func queued(n int, key string) int64 {
+	return (&queue.Message{RoutingKey: key, Props: (&amqp.Properties{}).Append(nil), Body: make([]byte, n)}).MemSize()
+}
+
 // What a channel holds for its client is counted in the broker's memory
 // counter, and given back exactly once: the counter returns to where it
 // was after each path a message can take.
@@ -193,8 +200,8 @@ func TestMemoryAccounting(t *testing.T) {
 				t.Fatalf("mid-body: counter %d, want the buffer's 100-200 KiB and the properties", used)
 			}
 			handle(t, c, bodyFrame(mib-100<<10))
-			if used := mem.Load(); used != mib {
-				t.Fatalf("routed: counter %d, want the queue's %d", used, mib)
+			if used, want := mem.Load(), queued(mib, "q"); used != want {
+				t.Fatalf("routed: counter %d, want the queue's %d", used, want)
 			}
 			drainAcked(t, c, s, 1)
 		}},
@@ -224,8 +231,8 @@ func TestMemoryAccounting(t *testing.T) {
 				t.Fatalf("uncommitted: counter %d, want at least %d", used, 3*mib)
 			}
 			method(t, c, &amqp.TxCommit{})
-			if used := mem.Load(); used != 3*mib {
-				t.Fatalf("committed: counter %d, want the queue's %d", used, 3*mib)
+			if used, want := mem.Load(), 3*queued(mib, "q"); used != want {
+				t.Fatalf("committed: counter %d, want the queue's %d", used, want)
 			}
 			drainAcked(t, c, s, 3)
 			method(t, c, &amqp.TxCommit{}) // the ack, deferred too
@@ -251,8 +258,8 @@ func TestMemoryAccounting(t *testing.T) {
 			if err := c.HandleMethod(&amqp.TxCommit{}); !errors.As(err, &e) || e.Code != amqp.NotFound {
 				t.Fatalf("got %v, want 404", err)
 			}
-			if used := mem.Load(); used != mib {
-				t.Fatalf("after the failed commit: counter %d, want the queue's %d", used, mib)
+			if used, want := mem.Load(), queued(mib, "q"); used != want {
+				t.Fatalf("after the failed commit: counter %d, want the queue's %d", used, want)
 			}
 			drainAcked(t, c, s, 1)
 			method(t, c, &amqp.TxCommit{})

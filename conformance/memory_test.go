@@ -16,6 +16,7 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
+	"github.com/railmq/railmq/queue"
 )
 
 const oneMiB = 1 << 20
@@ -121,7 +122,7 @@ func TestTxMemoryGivenBack(t *testing.T) {
 			if err := ch.TxCommit(); err != nil {
 				t.Fatal(err)
 			}
-			memoryBack(t, e.b.Server, before+3*oneMiB, "committed: the queue's count")
+			memoryBack(t, e.b.Server, before+3*(&queue.Message{RoutingKey: q, Props: (&amqp.Properties{}).Append(nil), Body: make([]byte, oneMiB)}).MemSize(), "committed: the queue's count")
 			for range 3 {
 				if err := e.get(ch, q, false).Ack(false); err != nil {
 					t.Fatal(err)

@@ -15,7 +15,7 @@ func (q *Queue) apply(o *op) outcome {
 		q.settled(o.ds)
 		var n int64
 		for i := range o.ds {
-			n += int64(len(o.ds[i].Msg.Body))
+			n += o.ds[i].Msg.MemSize()
 			q.deleteEntry(&o.ds[i])
 		}
 		q.account(-n)
@@ -90,7 +90,7 @@ func (q *Queue) apply(o *op) outcome {
 			q.handedOut(&d)
 			q.noteDelivered(&d)
 		} else if ok {
-			q.account(-int64(len(d.Msg.Body)))
+			q.account(-d.Msg.MemSize())
 			q.deleteEntry(&d)
 		}
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
@@ -100,12 +100,17 @@ func (q *Queue) apply(o *op) outcome {
 			l := &q.lanes[i]
 			for l.len() > 0 {
 				d := l.pop()
-				q.account(-int64(len(d.Msg.Body)))
+				q.account(-d.Msg.MemSize())
 				q.deleteEntry(&d)
 			}
 		}
 		if q.diskCount > 0 {
-			q.w.add(StoreWrite{Kind: DropRange, Queue: q.cfg.ID, Seq: q.memTail + 1})
+			for i := range q.lanes {
+				if l := &q.lanes[i]; l.disk > 0 {
+					q.w.add(StoreWrite{Kind: DropRange, Queue: q.storeID(uint8(i)), Seq: l.memTail + 1})
+					l.disk = 0
+				}
+			}
 			q.diskCount = 0
 			q.voidReads()
 		}
@@ -136,12 +141,12 @@ func (q *Queue) apply(o *op) outcome {
 // publish takes a message in: refused when full with reject-publish,
 // paged to the store beyond a durable queue's window, else ready.
 func (q *Queue) publish(m *Message, conf Confirmer) {
-	size := int64(len(m.Body))
+	size, mem := int64(len(m.Body)), m.MemSize()
 	if q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0 {
 		full := (q.pol.MaxLength >= 0 && int64(q.readyLen()) >= q.pol.MaxLength) ||
 			(q.pol.MaxLengthBytes >= 0 && q.readyBytes+size > q.pol.MaxLengthBytes)
 		if full && q.pol.Overflow != DropHead {
-			q.cfg.Memory.Add(-size) // counted by Publish, not kept
+			q.cfg.Memory.Add(-mem) // counted by Publish, not kept
 			if q.pol.Overflow == RejectPublishDLX && q.pol.DeadLetter != nil {
 				q.pol.DeadLetter(q, Delivery{Msg: m}, ReasonMaxLen, nil)
 			}
@@ -153,38 +158,42 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 	seq := q.nextSeq
 	q.nextSeq++
+	ln := q.laneIdx(m)
 	durable := q.Durable() && m.ID != 0
 	if durable {
-		q.putEntry(PutEntry, &Delivery{Msg: m, Seq: seq})
+		q.putEntry(PutEntry, &Delivery{Msg: m, Seq: seq, Lane: uint8(ln)})
 	}
 	if conf != nil {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
 	}
 	if (m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0 {
-		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonExpired) {
+		if q.publishNow(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, ReasonExpired) {
 			return
 		}
 	}
 	if q.pol.Overflow == DropHead && (q.pol.MaxLength == 0 || (q.pol.MaxLengthBytes >= 0 && size > q.pol.MaxLengthBytes)) {
 		// It cannot wait in the queue even alone: as RabbitMQ, a
 		// consumer with room gets it first, else it is dropped as the head.
-		if q.publishNow(Delivery{Msg: m, Seq: seq}, ReasonMaxLen) {
+		if q.publishNow(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, ReasonMaxLen) {
 			return
 		}
 	}
 	q.readyBytes += size
-	if win, winBytes := q.window(); q.cfg.Store != nil && (q.diskCount > 0 || q.lanes[0].ready.len() >= win || q.held-q.unackedBytes+size > winBytes) {
-		// Beyond the window: the message waits in the store.
+	l := &q.lanes[ln]
+	if win, winBytes := q.window(); q.cfg.Store != nil && (l.disk > 0 || l.ready.len() >= q.laneWindow(win) || q.held-q.unackedBytes+mem > winBytes) {
+		// Beyond the window: the message waits in the store, behind
+		// those of its lane already there.
 		if !durable {
 			id := q.cfg.Store.NewMessageID()
-			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.cfg.ID, Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})
+			q.w.add(StoreWrite{Kind: PutEntry, Queue: q.storeID(uint8(ln)), Seq: seq, Msg: id, Transient: true, Inline: true, Record: EncodeMessage(m)})
 		}
+		l.disk++
 		q.diskCount++
-		q.cfg.Memory.Add(-size) // counted by Publish, not held
+		q.cfg.Memory.Add(-mem) // counted by Publish, not held
 	} else {
-		q.laneOf(m).ready.pushBack(Delivery{Msg: m, Seq: seq})
-		q.memTail = seq
-		q.held += size // Memory was counted by Publish
+		l.ready.pushBack(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)})
+		l.memTail = seq
+		q.held += mem // Memory was counted by Publish
 	}
 	q.trim()
 }
@@ -221,8 +230,8 @@ func (q *Queue) publishNow(d Delivery, reason string) bool {
 	}
 	// Nothing is paged, so a later refill reads after it; Memory was
 	// counted by Publish.
-	q.memTail = d.Seq
-	q.held += int64(len(d.Msg.Body))
+	q.lanes[d.Lane].memTail = d.Seq
+	q.held += d.Msg.MemSize()
 	for c := q.nextConsumer(); c != nil; c = q.nextConsumer() {
 		if q.deliver(c, d) {
 			return true
@@ -239,7 +248,9 @@ func (q *Queue) drop() int {
 	n := q.readyLen()
 	if q.cfg.Store != nil && !q.cfg.Durable {
 		q.w.Ops = q.w.Ops[:0]
-		q.w.add(StoreWrite{Kind: DropQueue, Queue: q.cfg.ID})
+		for _, id := range q.StoreIDs() {
+			q.w.add(StoreWrite{Kind: DropQueue, Queue: id})
+		}
 		q.commit()
 	}
 	q.diskCount = 0
@@ -265,13 +276,13 @@ func (q *Queue) account(n int64) {
 // handedOut counts d as delivered and unacked.
 func (q *Queue) handedOut(d *Delivery) {
 	q.unacked++
-	q.unackedBytes += int64(len(d.Msg.Body))
+	q.unackedBytes += d.Msg.MemSize()
 }
 
 // settled uncounts deliveries acked, rejected or returned.
 func (q *Queue) settled(ds []Delivery) {
 	q.unacked -= len(ds)
 	for i := range ds {
-		q.unackedBytes -= int64(len(ds[i].Msg.Body))
+		q.unackedBytes -= ds[i].Msg.MemSize()
 	}
 }

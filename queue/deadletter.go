@@ -17,7 +17,7 @@ type DeadLetterFunc func(q *Queue, d Delivery, reason string, done func())
 // dead-letter exchange when there is one, else dropped. A stored entry is
 // deleted only once the copies are durable.
 func (q *Queue) deadLetter(d Delivery, reason string) {
-	q.account(-int64(len(d.Msg.Body)))
+	q.account(-d.Msg.MemSize())
 	if q.pol.DeadLetter == nil {
 		q.deleteEntry(&d)
 		return
@@ -32,7 +32,7 @@ func (q *Queue) deadLetter(d Delivery, reason string) {
 		// which done may submit at once, comes after its put.
 		q.commit()
 	}
-	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline}
+	store, del := q.cfg.Store, StoreWrite{Kind: DeleteEntry, Queue: q.storeID(d.Lane), Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline}
 	q.pol.DeadLetter(q, d, reason, func() {
 		store.Commit(&Writes{Ops: []StoreWrite{del}}, nil)
 	})

@@ -5,10 +5,16 @@ import (
 )
 
 // lane holds the ready messages of one priority: new ones in order, and
-// returned ones waiting to go out again ahead of later ones.
+// returned ones waiting to go out again ahead of later ones. Beyond the
+// window, a lane pages (paging.go): disk ready messages wait in the store,
+// under the lane's own store id (LaneStoreID), after memTail, the highest
+// sequence of the lane read into memory. Each priority pages on its own,
+// so a high-priority message in the store is never behind low ones.
 type lane struct {
 	ready    deque
 	returned seqHeap
+	disk     int
+	memTail  uint64
 }
 
 func (l *lane) len() int { return l.ready.len() + len(l.returned) }
@@ -42,13 +48,35 @@ func (q *Queue) memLen() int {
 
 func (q *Queue) readyLen() int { return q.memLen() + q.diskCount }
 
-func (q *Queue) laneOf(m *Message) *lane {
-	p := int(m.Priority)
-	if p >= len(q.lanes) {
-		p = len(q.lanes) - 1
-	}
-	return &q.lanes[p]
+func (q *Queue) laneOf(m *Message) *lane { return &q.lanes[q.laneIdx(m)] }
+
+// laneIdx is the lane of m's priority (the highest for priorities above
+// x-max-priority, as RabbitMQ).
+func (q *Queue) laneIdx(m *Message) int {
+	return min(int(m.Priority), len(q.lanes)-1)
 }
+
+// LaneStoreID is the store id of a queue's lane: the queue's id for lane
+// 0 (every queue that is not a priority queue), the lane in the top byte
+// otherwise. Queue ids stay below 1<<56.
+func LaneStoreID(id uint64, lane int) uint64 {
+	if lane == 0 {
+		return id
+	}
+	return id | uint64(lane)<<56
+}
+
+// StoreIDs are the store ids the queue's entries may be under, one per
+// lane. Any goroutine may ask: the lanes are fixed when the queue is made.
+func (q *Queue) StoreIDs() []uint64 {
+	ids := make([]uint64, len(q.lanes))
+	for i := range ids {
+		ids[i] = LaneStoreID(q.cfg.ID, i)
+	}
+	return ids
+}
+
+func (q *Queue) storeID(lane uint8) uint64 { return LaneStoreID(q.cfg.ID, int(lane)) }
 
 func (q *Queue) addConsumer(c *Consumer) error {
 	for _, o := range q.consumers {
@@ -92,8 +120,11 @@ func (q *Queue) removeConsumer(c *Consumer) bool {
 // priority first, then queue order.
 func (q *Queue) popAny() (Delivery, bool) {
 	for i := len(q.lanes) - 1; i >= 0; i-- {
-		if i == 0 && q.lanes[0].len() == 0 && q.diskCount > 0 {
+		if l := &q.lanes[i]; l.len() == 0 && l.disk > 0 {
+			// Its next messages are in the store: nothing of a lower
+			// priority may go before them.
 			q.refill()
+			return Delivery{}, false
 		}
 		if q.lanes[i].len() > 0 {
 			d := q.lanes[i].pop()
@@ -155,7 +186,7 @@ func (q *Queue) dispatch() {
 			q.unpop(d)
 			continue
 		}
-		if win, _ := q.window(); q.lanes[0].ready.len() < win/2 && q.diskCount > 0 {
+		if q.diskCount > 0 {
 			q.refill()
 		}
 	}
@@ -172,7 +203,7 @@ func (q *Queue) deliver(c *Consumer, d Delivery) bool {
 		q.touch(c.Out)
 	}
 	if c.NoAck {
-		q.account(-int64(len(d.Msg.Body)))
+		q.account(-d.Msg.MemSize())
 		q.deleteEntry(&d)
 	} else {
 		q.handedOut(&d)

@@ -293,7 +293,7 @@ func (q *Queue) refuse(o *op) {
 		o.reply <- result{err: ErrDeleted}
 	}
 	if o.kind == opPublish {
-		q.cfg.Memory.Add(-int64(len(o.msg.Body)))
+		q.cfg.Memory.Add(-o.msg.MemSize())
 		if o.conf != nil {
 			o.conf.Done(nil)
 		}

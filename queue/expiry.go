@@ -21,7 +21,7 @@ func (q *Queue) expireHeads(now int64) {
 	for i := range q.lanes {
 		l := &q.lanes[i]
 		for {
-			if i == 0 && l.len() == 0 && q.diskCount > 0 {
+			if l.len() == 0 && l.disk > 0 {
 				q.refill()
 			}
 			d := l.head()

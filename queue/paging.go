@@ -49,13 +49,13 @@ func (q *Queue) stored(d *Delivery) bool {
 
 func (q *Queue) deleteEntry(d *Delivery) {
 	if q.stored(d) {
-		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline})
+		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.storeID(d.Lane), Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline})
 	}
 }
 
 // putEntry writes d's entry (with the record, when inline).
 func (q *Queue) putEntry(kind WriteKind, d *Delivery) {
-	w := StoreWrite{Kind: kind, Queue: q.cfg.ID, Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
+	w := StoreWrite{Kind: kind, Queue: q.storeID(d.Lane), Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared,
 		Transient: d.Transient, Redelivered: d.Redelivered, Count: d.Count, Inline: d.Msg.Inline}
 	if w.Inline {
 		w.Record = EncodeMessage(d.Msg)
@@ -88,26 +88,51 @@ func (q *Queue) window() (int, int64) {
 	return q.cfg.Window, q.cfg.WindowBytes
 }
 
-// refill begins reading the next messages from the store when the
-// in-memory part of a durable queue runs low. The read is queued on the
-// store's goroutine behind its writes; exec is not held while it runs
-// (see land).
+// laneWindow is how many ready messages one lane keeps in memory: a
+// priority queue shares the window among its priorities (RabbitMQ's has a
+// backing queue per priority, each paging on its own), so that its memory
+// is bounded by the window whatever the priorities.
+func (q *Queue) laneWindow(win int) int {
+	if n := len(q.lanes); n > 1 {
+		return max(win/n, 16)
+	}
+	return win
+}
+
+// refill begins reading the next messages of a lane from the store when
+// its in-memory part runs low: the highest priority first, and a lane
+// with nothing left in memory whatever the byte window holds (the read
+// brings at least one message), so that it never waits on lower ones. The
+// read is queued on the store's goroutine behind its writes; exec is not
+// held while it runs (see land).
 func (q *Queue) refill() {
-	l := &q.lanes[0]
+	if q.diskCount == 0 || q.loading {
+		return
+	}
 	// Ready bodies in memory against the byte window: unacked ones cannot
 	// be paged, and must not keep consumers with room waiting.
 	ready := q.held - q.unackedBytes
 	win, winBytes := q.window()
-	if q.diskCount == 0 || q.loading || l.ready.len() >= win/2 || ready >= winBytes/2 {
+	lw := q.laneWindow(win)
+	li := -1
+	for i := len(q.lanes) - 1; i >= 0; i-- {
+		l := &q.lanes[i]
+		if l.disk > 0 && (l.len() == 0 || (l.ready.len() < lw/2 && ready < winBytes/2)) {
+			li = i
+			break
+		}
+	}
+	if li < 0 {
 		return
 	}
 	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
 		return
 	}
+	l := &q.lanes[li]
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	q.loading = true
-	ld := landing{gen: q.loadGen, seen: q.diskCount, asked: win - l.ready.len(), bytes: winBytes - ready}
-	q.cfg.Store.LoadEntries(q.cfg.ID, q.memTail, ld.asked, ld.bytes, func(ents []StoredEntry, err error) {
+	ld := landing{gen: q.loadGen, lane: uint8(li), seen: l.disk, asked: max(lw-l.ready.len(), 1), bytes: max(winBytes-ready, 1)}
+	q.cfg.Store.LoadEntries(q.storeID(ld.lane), l.memTail, ld.asked, ld.bytes, func(ents []StoredEntry, err error) {
 		ld.ents, ld.err = ents, err
 		q.mu.Lock()
 		if q.closed {
@@ -123,7 +148,8 @@ func (q *Queue) refill() {
 // landing is a read from the store, done: what refill asked and found.
 type landing struct {
 	gen   uint64
-	seen  int // paged entries the read could see (submitted before it)
+	lane  uint8
+	seen  int // paged entries of the lane the read could see (submitted before it)
 	asked int
 	bytes int64 // the records' bytes asked at most (at least one record is read)
 	ents  []StoredEntry
@@ -143,28 +169,32 @@ func (q *Queue) land(ld *landing) {
 		return
 	}
 	q.loadRetry = 0
+	l := &q.lanes[ld.lane]
 	n := 0
 	var read int64
 	for _, e := range ld.ents {
 		read += int64(len(e.Record))
-		if e.Seq <= q.memTail {
+		if e.Seq <= l.memTail {
 			continue // defensive: memTail only moves while nothing is paged
 		}
 		n++
 		m, err := DecodeMessage(e.Record)
 		if err != nil {
 			q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", e.Seq))
-			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.cfg.ID, Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Inline: e.Inline})
+			q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.storeID(ld.lane), Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Inline: e.Inline})
 		} else {
 			m.ID, m.Shared, m.Inline = e.Msg, e.Shared, e.Inline
-			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient}
+			// Into its priority's lane (entries stored before lanes paged
+			// apart are all under lane 0), its entry where it was read.
+			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient, Lane: ld.lane}
 			q.laneOf(m).ready.pushBack(d)
-			q.account(int64(len(m.Body)))
+			q.account(m.MemSize())
 			if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
 				q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
 			}
 		}
-		q.memTail = e.Seq
+		l.memTail = e.Seq
+		l.disk--
 		q.diskCount--
 	}
 	if want := min(ld.seen, ld.asked); n < want && read < ld.bytes {
@@ -173,9 +203,11 @@ func (q *Queue) land(ld *landing) {
 		missing := ld.seen - n
 		q.cfg.Logger.Warn("store holds fewer messages than counted", zap.String("queue", q.cfg.Name), zap.Int("missing", missing))
 		q.diskCount -= missing
+		l.disk -= missing
 	}
-	if q.diskCount < 0 {
-		q.diskCount = 0
+	if l.disk < 0 {
+		q.diskCount -= l.disk
+		l.disk = 0
 	}
 	if q.trimDue {
 		q.trimDue = false

@@ -31,6 +31,19 @@ type Message struct {
 	Inline bool
 }
 
+// msgOverhead is what a message held in a queue costs beyond its bytes:
+// the Message, its Delivery in a lane, and the allocations' rounding
+// (TestMessageOverhead measures it).
+const msgOverhead = 176
+
+// MemSize is what holding m in a queue's memory costs, as the memory alarm
+// and the byte window count it: body, properties, exchange and routing
+// key, and msgOverhead. (A fanout's queues share one body, and each
+// counts it: the count errs high.)
+func (m *Message) MemSize() int64 {
+	return int64(len(m.Body)+len(m.Props)+len(m.Exchange)+len(m.RoutingKey)) + msgOverhead
+}
+
 // Delivery is one queue's copy of a message: its place in the queue and
 // its delivery history.
 type Delivery struct {
@@ -39,6 +52,7 @@ type Delivery struct {
 	Redelivered bool
 	Count       uint32 // times returned to the queue (x-delivery-count)
 	Transient   bool   // a transient message paged out to the store
+	Lane        uint8  // the lane whose store id its entry is under (LaneStoreID)
 }
 
 // Confirmer learns when a published message is durable in a queue.
@@ -49,6 +63,7 @@ type Confirmer interface {
 // Recovered describes a queue's entries found in the store at start-up.
 type Recovered struct {
 	Count     int
+	Lanes     []int // a priority queue's entries per lane (LaneStoreID); nil: all in lane 0
 	MaxSeq    uint64
 	Delivered uint64 // entries up to this sequence had been delivered
 }
@@ -222,15 +237,14 @@ type Queue struct {
 	order        []*Consumer // by arrival (single active consumer)
 	rr           int
 	unacked      int
-	unackedBytes int64 // bodies of the unacked deliveries (part of held)
+	unackedBytes int64 // MemSize of the unacked deliveries (part of held)
 	hadConsumer  bool
-	held         int64 // body bytes held in memory, ready and unacked
+	held         int64 // MemSize of the messages held in memory, ready and unacked
 	readyBytes   int64 // body bytes of ready messages, in memory or not
 
-	// Paging (durable queues): diskCount ready messages wait in the store
-	// after memTail, the highest sequence read into memory.
+	// Paging: diskCount ready messages wait in the store, the sum of the
+	// lanes' disk counts.
 	diskCount int
-	memTail   uint64
 	delivered uint64 // highest sequence delivered
 	savedDlv  uint64 // delivered, as last written
 	recDlv    uint64 // entries up to this were delivered before a restart
@@ -282,8 +296,6 @@ func New(cfg Config) *Queue {
 	nl := 1
 	if pol.MaxPriority > 0 {
 		nl = int(pol.MaxPriority) + 1
-		cfg.Window = 1 << 30 // priority queues stay in memory
-		cfg.WindowBytes = 1 << 62
 	}
 	q := &Queue{
 		cfg:      cfg,
@@ -295,7 +307,18 @@ func New(cfg Config) *Queue {
 		lastUsed: time.Now().UnixNano(),
 	}
 	if r := cfg.Recovered; r != nil {
-		q.diskCount = r.Count
+		q.lanes[0].disk = r.Count
+		if len(r.Lanes) > 0 {
+			for i := range q.lanes {
+				q.lanes[i].disk = 0
+				if i < len(r.Lanes) {
+					q.lanes[i].disk = r.Lanes[i]
+				}
+			}
+		}
+		for i := range q.lanes {
+			q.diskCount += q.lanes[i].disk
+		}
 		q.nextSeq = r.MaxSeq + 1
 		q.recDlv = r.Delivered
 		q.delivered, q.savedDlv = r.Delivered, r.Delivered
@@ -334,9 +357,9 @@ func (q *Queue) Publish(m *Message) bool {
 func (q *Queue) PublishConfirm(m *Message, conf Confirmer, fl *Flushes) bool {
 	// Counted now, not when the queue gets to it, so that the memory
 	// alarm sees a burst as it arrives.
-	q.cfg.Memory.Add(int64(len(m.Body)))
+	q.cfg.Memory.Add(m.MemSize())
 	if !q.postInline(op{kind: opPublish, msg: m, conf: conf}, fl) {
-		q.cfg.Memory.Add(-int64(len(m.Body)))
+		q.cfg.Memory.Add(-m.MemSize())
 		return false
 	}
 	return true

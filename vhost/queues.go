@@ -127,7 +127,9 @@ func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 	delete(v.queues, q.Name())
 	if q.Durable() {
 		dc.DeleteDef(persist.DefQueue, defName(v.name, q.Name()))
-		dc.DropQueue(q.Config().ID)
+		for _, id := range q.StoreIDs() {
+			dc.DropQueue(id)
+		}
 	}
 	v.removeBindingsTo(exchange.Dest{Name: q.Name()}, dc)
 }

@@ -48,16 +48,37 @@ func (v *VHost) Recover(defaults queue.Config) error {
 	nm := 0
 	var maxID uint64
 	for i, d := range defs.queues {
-		sum, err := v.store.RecoverQueue(d.id)
-		if err != nil {
-			return fmt.Errorf("queue %q: %w", d.name, err)
-		}
 		qa, _ := validateQueueArgs(d.name, v.name, d.args)
 		cfg := v.queueConfig(defaults, QueueDecl{Name: d.name, Durable: true, AutoDelete: d.autoDelete, Args: d.args}, qa)
 		cfg.ID = d.id
-		cfg.Recovered = &queue.Recovered{Count: sum.Count, MaxSeq: sum.MaxSeq, Delivered: sum.Delivered}
+		// A priority queue's lanes page under ids of their own.
+		rec := &queue.Recovered{}
+		lanes := 1
+		if cfg.Policy != nil && cfg.Policy.MaxPriority > 0 {
+			lanes = int(cfg.Policy.MaxPriority) + 1
+			rec.Lanes = make([]int, lanes)
+		}
+		var sum persist.QueueSummary
+		for l := 0; l < lanes; l++ {
+			id := queue.LaneStoreID(d.id, l)
+			s, err := v.store.RecoverQueue(id)
+			if err != nil {
+				return fmt.Errorf("queue %q: %w", d.name, err)
+			}
+			keep[id] = true
+			if l == 0 {
+				rec.Delivered = s.Delivered
+			}
+			if rec.Lanes != nil {
+				rec.Lanes[l] = s.Count
+			}
+			rec.Count += s.Count
+			rec.MaxSeq = max(rec.MaxSeq, s.MaxSeq)
+			sum.Count += s.Count
+			sum.Dropped += s.Dropped
+		}
+		cfg.Recovered = rec
 		pending = append(pending, pendingQueue{d.name, cfg})
-		keep[d.id] = true
 		maxID = max(maxID, d.id)
 		nm += sum.Count
 		if ce := v.log.Check(zap.DebugLevel, "queue recovered"); ce != nil {
