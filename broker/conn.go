@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/channel"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
@@ -82,6 +83,8 @@ type conn struct {
 	rdlSet bool
 
 	vh        *vhost.VHost
+	authUser  *auth.User  // set by the handshake
+	grant     *auth.Grant // the user's rights in vh
 	busy      int           // read batches so far (for the read buffer size)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 )
 
 func (c *conn) handshake() error {
@@ -50,7 +51,11 @@ func (c *conn) handshake() error {
 		return fmt.Errorf("unknown authentication mechanism %q", so.Mechanism)
 	}
 	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
-	if !ok || !c.srv.users.check(user, pass, c.nc.RemoteAddr()) {
+	var u *auth.User
+	if ok {
+		u, ok = c.srv.login(user, pass, c.nc.RemoteAddr())
+	}
+	if !ok {
 		err := fmt.Errorf("authentication failed for user %q with mechanism %s", user, so.Mechanism)
 		if c.clientCapability("authentication_failure_close") {
 			c.closeWith(&amqp.Error{Code: amqp.AccessRefused,
@@ -98,14 +103,23 @@ func (c *conn) handshake() error {
 	if !ok {
 		return c.handshakeUnexpected(m)
 	}
-	if !c.srv.hasVHost(op.VirtualHost) {
-		e := amqp.Errorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost)
-		e.ClassID, e.MethodID = op.Index()
-		c.closeWith(e, e.Text)
-		return c.awaitCloseOk(errors.New(e.Text))
+	st := c.srv.vhostByName(op.VirtualHost)
+	var refuse *amqp.Error
+	switch {
+	case st == nil:
+		refuse = amqp.Errorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost)
+	case c.srv.reg.Grant(op.VirtualHost, u.Name).Permission() == nil:
+		refuse = amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", op.VirtualHost, u.Name)
 	}
+	if refuse != nil {
+		refuse.ClassID, refuse.MethodID = op.Index()
+		c.closeWith(refuse, refuse.Text)
+		return c.awaitCloseOk(errors.New(refuse.Text))
+	}
+	c.authUser = u
+	c.grant = c.srv.reg.Grant(op.VirtualHost, u.Name)
 	c.vhost = op.VirtualHost
-	c.vh = c.srv.vhosts[op.VirtualHost]
+	c.vh = st.v
 	host, port := peer(c.nc)
 	c.info.Store(&connInfo{Name: connectionName(c.nc), User: c.user, VHost: c.vhost, PeerHost: host, PeerPort: port,
 		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties, State: "running"})

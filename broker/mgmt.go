@@ -52,7 +52,7 @@ func (s *Server) basicAuth(h http.Handler) http.Handler {
 		user, pass, ok := r.BasicAuth()
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		addr := &net.TCPAddr{IP: net.ParseIP(host)}
-		if !ok || !s.users.check(user, pass, addr) {
+		if _, found := s.login(user, pass, addr); !ok || !found {
 			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
 			http.Error(w, `{"error":"not_authorised","reason":"Login failed"}`, http.StatusUnauthorized)
 			return
@@ -141,7 +141,8 @@ type queueInfo struct {
 
 func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
 	out := []queueInfo{}
-	for _, v := range s.vhosts {
+	for _, st := range s.allVHosts() {
+		v := st.v
 		for _, q := range v.Queues() {
 			c := q.Config()
 			ready, unacked := q.Ready(), q.Unacked()

@@ -11,8 +11,16 @@ import (
 type Options struct {
 	// DataDir holds the store.
 	DataDir string
-	// Users maps user names to passwords. Nil means the default guest/guest.
+	// Users maps user names to passwords: administrators with every
+	// permission in DefaultVHost, created with a fresh store instead of
+	// DefaultUser, and added (or their passwords reset) on a store that
+	// has users. Users are otherwise managed through the HTTP API and
+	// kept in the store.
 	Users map[string]string
+	// DefaultUser and DefaultPass (guest/guest) and DefaultVHost ("/")
+	// are created with a fresh store, as RabbitMQ's default_user,
+	// default_pass and default_vhost (RABBITMQ_DEFAULT_USER ...).
+	DefaultUser, DefaultPass, DefaultVHost string
 	// LoopbackUsers may connect only from a loopback address (RabbitMQ's
 	// loopback_users); nil means {"guest"}.
 	LoopbackUsers []string
@@ -97,8 +105,11 @@ func (o Options) withDefaults() Options {
 	if o.DataDir == "" {
 		o.DataDir = "./data"
 	}
-	if o.Users == nil {
-		o.Users = map[string]string{"guest": "guest"}
+	if o.DefaultUser == "" {
+		o.DefaultUser, o.DefaultPass = "guest", "guest"
+	}
+	if o.DefaultVHost == "" {
+		o.DefaultVHost = "/"
 	}
 	if o.LoopbackUsers == nil {
 		o.LoopbackUsers = []string{"guest"}

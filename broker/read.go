@@ -261,6 +261,7 @@ func (c *conn) openChannel(n uint16) error {
 		VHost:           c.vh,
 		ConnID:          c.id,
 		User:            c.user,
+		Grant:           c.grant,
 		MaxMessageSize:  c.srv.opts.MaxMessageSize,
 		ConsumerTimeout: c.srv.opts.ConsumerTimeout,
 		CancelNotify:    c.clientCapability("consumer_cancel_notify"),

@@ -14,18 +14,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/channel"
 	"github.com/railmq/railmq/persist"
-	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
 // Server is a railmq broker: it accepts AMQP 0-9-1 connections and serves
 // them until Shutdown.
 type Server struct {
-	opts  Options
-	log   *zap.Logger
-	users *users
+	opts Options
+	log  *zap.Logger
+	reg  *auth.Registry // users and their permissions (auth.go)
 
 	mu       sync.Mutex     // guards lns, conns, shutdown
 	lns      []net.Listener // in the order Serve was called
@@ -35,7 +35,9 @@ type Server struct {
 
 	nextID atomic.Uint64
 
-	vhosts     map[string]*vhost.VHost // fixed at New
+	vhMu       sync.Mutex // serializes vhost creation and deletion
+	vhosts     vhostMap   // by name
+	queueIDs   atomic.Uint64
 	memory     atomic.Int64            // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
 	replies    channel.ReplyRegistry
 	store      *persist.Store
@@ -64,7 +66,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:  opts,
 		log:   opts.Logger,
-		users: &users{passwords: opts.Users, loopback: opts.LoopbackUsers},
+		reg:   auth.NewRegistry(),
 		conns: make(map[*conn]struct{}),
 		stop:  make(chan struct{}),
 		swept: make(chan struct{}),
@@ -85,16 +87,15 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.spill = spill
-	vh := vhost.New("/", &s.memory, s.log, store, opts.QueueWindow, opts.QueueWindowBytes)
-	vh.PageTransientTo(spill)
-	vh.PageUnderPressure(&s.paging)
-	if err := vh.Recover(queue.Config{}); err != nil {
-		vh.Close()
+	recs, err := s.loadAccess()
+	if err == nil {
+		err = s.recoverVHosts(recs)
+	}
+	if err != nil {
 		spill.Close()
 		store.Close()
 		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
 	}
-	s.vhosts = map[string]*vhost.VHost{"/": vh}
 	s.startFrame = amqp.AppendMethodFrame(nil, 0, &amqp.ConnectionStart{
 		VersionMajor: 0, VersionMinor: 9, ServerProperties: s.serverProperties(),
 		Mechanisms: "AMQPLAIN PLAIN", Locales: "en_US",
@@ -213,8 +214,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	<-s.swept
 	<-s.watched
-	for _, v := range s.vhosts {
-		v.Close()
+	for _, v := range s.allVHosts() {
+		v.v.Close()
 	}
 	if err := s.spill.Close(); err != nil {
 		s.log.Error("closing the page files of non-durable queues", zap.Error(err))
@@ -226,10 +227,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *Server) hasVHost(name string) bool { return s.vhosts[name] != nil }
-
-// VHost returns a virtual host by name (tests, metrics).
-func (s *Server) VHost(name string) *vhost.VHost { return s.vhosts[name] }
+// VHost returns a virtual host by name, or nil (tests, metrics).
+func (s *Server) VHost(name string) *vhost.VHost {
+	if st := s.vhostByName(name); st != nil {
+		return st.v
+	}
+	return nil
+}
 
 // MemoryUsed is the bytes held for clients (the memory alarm's figure).
 func (s *Server) MemoryUsed() int64 { return s.memory.Load() }

@@ -2,6 +2,7 @@ package channel
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -33,11 +35,14 @@ type FrameSink interface {
 
 // Config describes a channel's place in its connection and broker.
 type Config struct {
-	Number          uint16
-	Sink            FrameSink
-	VHost           *vhost.VHost
-	ConnID          uint64
-	User            string
+	Number uint16
+	Sink   FrameSink
+	VHost  *vhost.VHost
+	ConnID uint64
+	User   string
+	// Grant is the user's rights in VHost, checked where RabbitMQ checks
+	// them (access.go); nil allows everything.
+	Grant           *auth.Grant
 	MaxMessageSize  uint64
 	ConsumerTimeout time.Duration // broker default; negative disables
 	// CancelNotify is the client's consumer_cancel_notify capability.
@@ -72,6 +77,11 @@ func (c *Channel) TakeFlow() *queue.Queue {
 
 type Channel struct {
 	cfg Config
+
+	// The last publish's exchange allowed, and by which permission
+	// (access.go).
+	pubExchange string
+	pubPerm     *auth.Permission
 
 	// Content assembly (publish.go). Until the first body frame the
 	// properties wait in props (in hdr, reused, when small); from then on
@@ -245,10 +255,21 @@ func (c *Channel) handle(m amqp.Method) error {
 	case *amqp.ExchangeDeclare:
 		return c.exchangeDeclare(m)
 	case *amqp.ExchangeDelete:
+		if m.Exchange != "" && !strings.HasPrefix(m.Exchange, "amq.") { // those refused first, below
+			if err := c.allow(auth.Configure, "exchange", m.Exchange); err != nil {
+				return err
+			}
+		}
 		return c.answer(c.cfg.VHost.DeleteExchange(m.Exchange, m.IfUnused), m.NoWait, &amqp.ExchangeDeleteOk{})
 	case *amqp.ExchangeBind:
+		if err := c.allowBinding("exchange", m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		return c.answer(c.cfg.VHost.Bind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &amqp.ExchangeBindOk{})
 	case *amqp.ExchangeUnbind:
+		if err := c.allowBinding("exchange", m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		return c.answer(c.cfg.VHost.Unbind(c.cfg.ConnID, m.Destination, true, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &amqp.ExchangeUnbindOk{})
 	case *amqp.QueueDeclare:
 		return c.queueDeclare(m)
@@ -257,15 +278,21 @@ func (c *Channel) handle(m amqp.Method) error {
 		if err != nil {
 			return err
 		}
+		if err := c.allowBinding("queue", name, m.Exchange, m.RoutingKey); err != nil {
+			return err
+		}
 		return c.answer(c.cfg.VHost.Bind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments), m.NoWait, &amqp.QueueBindOk{})
 	case *amqp.QueueUnbind:
 		name, err := c.queueName(m.Queue)
 		if err != nil {
 			return err
 		}
+		if err := c.allowBinding("queue", name, m.Exchange, m.RoutingKey); err != nil {
+			return err
+		}
 		return c.answer(c.cfg.VHost.Unbind(c.cfg.ConnID, name, false, m.Exchange, m.RoutingKey, m.Arguments), false, &amqp.QueueUnbindOk{})
 	case *amqp.QueuePurge:
-		q, name, err := c.lookupQueue(m.Queue)
+		q, name, err := c.lookupQueueFor(auth.Read, m.Queue)
 		if err != nil {
 			return err
 		}
@@ -277,6 +304,9 @@ func (c *Channel) handle(m amqp.Method) error {
 	case *amqp.QueueDelete:
 		name, err := c.queueName(m.Queue)
 		if err != nil {
+			return err
+		}
+		if err := c.allow(auth.Configure, "queue", name); err != nil {
 			return err
 		}
 		// The queue cancels its consumers as it goes, this channel's among
@@ -351,11 +381,15 @@ func (c *Channel) answer(err error, noWait bool, ok amqp.Method) error {
 	return nil
 }
 
-// lookupQueue finds the queue a method names (the empty name meaning the
-// last declared one): 404 if missing, 405 if another connection owns it.
-func (c *Channel) lookupQueue(name string) (*queue.Queue, string, error) {
+// lookupQueueFor finds the queue a method names (the empty name meaning
+// the last declared one) once op on it is allowed: 403 if not, 404 if
+// missing, 405 if another connection owns it.
+func (c *Channel) lookupQueueFor(op auth.Op, name string) (*queue.Queue, string, error) {
 	name, err := c.queueName(name)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := c.allow(op, "queue", name); err != nil {
 		return nil, "", err
 	}
 	q, err := c.cfg.VHost.Queue(c.cfg.ConnID, name)
@@ -377,7 +411,7 @@ func (c *Channel) queueName(name string) (string, error) {
 func (c *Channel) exchangeDeclare(m *amqp.ExchangeDeclare) error {
 	err := c.cfg.VHost.DeclareExchange(vhost.ExchangeDecl{
 		Name: m.Exchange, Type: m.Type, Passive: m.Passive, Durable: m.Durable,
-		AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments,
+		AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments, Grant: c.cfg.Grant,
 	})
 	if err != nil {
 		return err
@@ -398,7 +432,7 @@ func (c *Channel) queueDeclare(m *amqp.QueueDeclare) error {
 	}
 	q, msgs, cons, err := c.cfg.VHost.DeclareQueue(vhost.QueueDecl{
 		Name: name, Passive: m.Passive, Durable: m.Durable, Exclusive: m.Exclusive,
-		AutoDelete: m.AutoDelete, Args: m.Arguments, Owner: c.cfg.ConnID,
+		AutoDelete: m.AutoDelete, Args: m.Arguments, Owner: c.cfg.ConnID, Grant: c.cfg.Grant,
 	}, queue.Config{})
 	if err != nil {
 		return err

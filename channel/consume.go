@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -49,7 +50,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	if m.Queue == replyToQueue {
 		return c.consumeReplies(m)
 	}
-	q, name, err := c.lookupQueue(m.Queue)
+	q, name, err := c.lookupQueueFor(auth.Read, m.Queue)
 	if err != nil {
 		return err
 	}
@@ -271,7 +272,7 @@ func (c *Channel) Cancelled(qc *queue.Consumer) {
 }
 
 func (c *Channel) get(m *amqp.BasicGet) error {
-	q, name, err := c.lookupQueue(m.Queue)
+	q, name, err := c.lookupQueueFor(auth.Read, m.Queue)
 	if err != nil {
 		return err
 	}

@@ -222,6 +222,9 @@ func (c *Channel) publishAssembled() error {
 		Enqueued:   time.Now().UnixNano(),
 	}
 	c.buf = nil
+	if err := c.allowPublish(p.Exchange, p.RoutingKey); err != nil {
+		return withMethod(err, p)
+	}
 	if exp := v.Expiration; v.Flags&amqp.FlagExpiration != 0 {
 		ms, err := parseExpiration(exp)
 		if err != nil {

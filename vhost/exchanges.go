@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/persist"
 )
@@ -13,6 +14,10 @@ type ExchangeDecl struct {
 	Name, Type                             string
 	Passive, Durable, AutoDelete, Internal bool
 	Args                                   amqp.Table
+	// Grant, if set, is checked where RabbitMQ checks: configure on the
+	// exchange; for a new one with an alternate exchange, read on it and
+	// write on the alternate.
+	Grant *auth.Grant
 }
 
 // DeclareExchange declares (or checks, when passive) an exchange.
@@ -44,6 +49,9 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 	if !ok {
 		return nil, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
 	}
+	if err := allow(d.Grant, auth.Configure, "exchange", d.Name); err != nil {
+		return nil, err
+	}
 	if strings.HasPrefix(d.Name, "amq.") && ex == nil {
 		return nil, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
@@ -51,8 +59,15 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		return nil, v.exchangeEquivalent(ex, kind, d)
 	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
-		if _, isStr := ae.(string); !isStr {
+		name, isStr := ae.(string)
+		if !isStr {
 			return nil, invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
+		}
+		if err := allow(d.Grant, auth.Read, "exchange", d.Name); err != nil {
+			return nil, err
+		}
+		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
+			return nil, err
 		}
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
@@ -91,7 +106,7 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	delete(v.exchanges, ex.Name)
 	if ex.Durable {
-		dc.DeleteDef(persist.DefExchange, defName(v.name, ex.Name))
+		dc.DeleteDef(persist.DefExchange, DefName(v.name, ex.Name))
 		for _, b := range ex.Bindings() {
 			dc.DeleteDef(persist.DefBinding, bindingName(v.name, ex.Name, b))
 		}

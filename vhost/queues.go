@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
@@ -16,6 +17,10 @@ type QueueDecl struct {
 	Passive, Durable, Exclusive, AutoDelete bool
 	Args                                    amqp.Table
 	Owner                                   uint64 // declaring connection
+	// Grant, if set, is checked where RabbitMQ checks: configure on the
+	// queue (server-named ones by their new name); for a new one with a
+	// dead-letter exchange, read on it and write on the exchange.
+	Grant *auth.Grant
 }
 
 // DeclareQueue declares (or checks, when passive) a queue and returns it
@@ -26,6 +31,11 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	}
 	if d.Name == "" && !d.Passive {
 		d.Name = GenerateName("amq.gen-")
+	}
+	if !d.Passive {
+		if err := allow(d.Grant, auth.Configure, "queue", d.Name); err != nil {
+			return nil, 0, 0, err
+		}
 	}
 	q, err = v.declareQueue(d, defaults)
 	if err != nil {
@@ -69,6 +79,14 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 	args, err := validateQueueArgs(d.Name, v.name, d.Args)
 	if err != nil {
 		return nil, false, err
+	}
+	if dlx, ok := d.Args["x-dead-letter-exchange"].(string); ok {
+		if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
+			return nil, false, err
+		}
+		if err := allow(d.Grant, auth.Write, "exchange", dlx); err != nil {
+			return nil, false, err
+		}
 	}
 	cfg := v.queueConfig(defaults, d, args)
 	if cfg.Store != nil {
@@ -126,7 +144,7 @@ func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 	}
 	delete(v.queues, q.Name())
 	if q.Durable() {
-		dc.DeleteDef(persist.DefQueue, defName(v.name, q.Name()))
+		dc.DeleteDef(persist.DefQueue, DefName(v.name, q.Name()))
 		for _, id := range q.StoreIDs() {
 			dc.DropQueue(id)
 		}

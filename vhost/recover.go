@@ -26,10 +26,35 @@ func (v *VHost) Recover(defaults queue.Config) error {
 	if v.store == nil {
 		return nil
 	}
+	keep := map[uint64]bool{}
+	startQueues, err := v.RecoverDeferred(defaults, keep)
+	if err != nil {
+		return err
+	}
+	orphans, err := v.store.DropOrphans(keep)
+	if err != nil {
+		return err
+	}
+	if orphans > 0 {
+		v.log.Info("orphaned queues dropped", zap.Int("queues", orphans))
+	}
+	startQueues()
+	return nil
+}
+
+// RecoverDeferred is Recover for one vhost of several on a store: it
+// rebuilds the registry and adds the store ids its queues keep to keep,
+// but neither drops the other entries (the caller does, DropOrphans, once
+// every vhost is read) nor starts the queues: startQueues does, once every
+// vhost's entries are recovered (no commit may come before).
+func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (startQueues func(), err error) {
+	if v.store == nil {
+		return func() {}, nil
+	}
 	start := time.Now()
 	defs, err := v.readDefinitions()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, x := range defs.exchanges {
 		v.exchanges[x.name] = exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
@@ -44,7 +69,6 @@ func (v *VHost) Recover(defaults queue.Config) error {
 		cfg  queue.Config
 	}
 	pending := make([]pendingQueue, 0, len(defs.queues))
-	keep := make(map[uint64]bool, len(defs.queues))
 	nm := 0
 	var maxID uint64
 	for i, d := range defs.queues {
@@ -63,7 +87,7 @@ func (v *VHost) Recover(defaults queue.Config) error {
 			id := queue.LaneStoreID(d.id, l)
 			s, err := v.store.RecoverQueue(id)
 			if err != nil {
-				return fmt.Errorf("queue %q: %w", d.name, err)
+				return nil, fmt.Errorf("queue %q: %w", d.name, err)
 			}
 			keep[id] = true
 			if l == 0 {
@@ -90,8 +114,11 @@ func (v *VHost) Recover(defaults queue.Config) error {
 				zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
-	if v.nextQueueID.Load() < maxID {
-		v.nextQueueID.Store(maxID)
+	for {
+		n := v.nextQueueID.Load()
+		if n >= maxID || v.nextQueueID.CompareAndSwap(n, maxID) {
+			break
+		}
 	}
 	nb := 0
 	for _, b := range defs.bindings {
@@ -102,21 +129,19 @@ func (v *VHost) Recover(defaults queue.Config) error {
 		src.Bind(b.binding)
 		nb++
 	}
-	orphans, err := v.store.DropOrphans(keep)
-	if err != nil {
-		return err
-	}
-	// Now the queues start. Their first expiries and dead-letterings wait
-	// for the registry's lock, so they see every queue.
-	v.mu.Lock()
-	for _, p := range pending {
-		v.queues[p.name] = queue.New(p.cfg)
-	}
-	v.mu.Unlock()
 	v.log.Info("definitions and messages recovered", zap.Int("exchanges", len(defs.exchanges)), zap.Int("queues", len(defs.queues)),
 		zap.Int("bindings", nb), zap.Int("messages", nm), zap.Float64("messages_per_second", perSecond(nm, start)),
-		zap.Int("orphaned_queues_dropped", orphans), zap.Duration("took", time.Since(start)))
-	return nil
+		zap.Duration("took", time.Since(start)))
+	// The queues start when startQueues is called. Their first expiries
+	// and dead-letterings wait for the registry's lock, so they see every
+	// queue.
+	return func() {
+		v.mu.Lock()
+		for _, p := range pending {
+			v.queues[p.name] = queue.New(p.cfg)
+		}
+		v.mu.Unlock()
+	}, nil
 }
 
 func perSecond(n int, since time.Time) float64 {
@@ -167,7 +192,7 @@ func (v *VHost) readDefinitions() (definitions, error) {
 // putExchangeDef, putQueueDef and putBindingDef); those of other vhosts
 // are skipped.
 func (d *definitions) add(vh string, kind byte, name, val []byte) error {
-	parts, err := splitDefName(name)
+	parts, err := SplitDefName(name)
 	if err != nil {
 		return err
 	}

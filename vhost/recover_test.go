@@ -23,13 +23,13 @@ func TestDefNameRoundTrip(t *testing.T) {
 		{"vh", "", "q", "dest", "key", ""},
 		{"a\x00b", strings.Repeat("n", 300)},
 	} {
-		got, err := splitDefName(defName(parts...))
+		got, err := SplitDefName(DefName(parts...))
 		if err != nil || !reflect.DeepEqual(got, parts) {
 			t.Errorf("split(def(%q)) = %q, %v", parts, got, err)
 		}
 	}
 	for _, b := range [][]byte{{0}, {0, 5, 'a'}} {
-		if _, err := splitDefName(b); err == nil {
+		if _, err := SplitDefName(b); err == nil {
 			t.Errorf("split(%x) accepted", b)
 		}
 	}
@@ -47,38 +47,38 @@ func TestDefinitionsAdd(t *testing.T) {
 		wantError string
 	}{
 		{
-			name: "exchange", kind: persist.DefExchange, key: defName("v", "x"),
+			name: "exchange", kind: persist.DefExchange, key: DefName("v", "x"),
 			val:  encodeDef(amqp.Table{"type": "topic", "durable": true, "auto_delete": true, "internal": false, "arguments": args}),
 			want: definitions{exchanges: []exchangeDef{{name: "x", kind: exchange.Topic, autoDelete: true, args: args}}},
 		},
 		{
-			name: "exchange without arguments", kind: persist.DefExchange, key: defName("v", "x"),
+			name: "exchange without arguments", kind: persist.DefExchange, key: DefName("v", "x"),
 			val:  encodeDef(amqp.Table{"type": "headers", "internal": true, "arguments": amqp.Table{}}),
 			want: definitions{exchanges: []exchangeDef{{name: "x", kind: exchange.Headers, internal: true}}},
 		},
 		{
-			name: "exchange of another vhost", kind: persist.DefExchange, key: defName("other", "x"),
+			name: "exchange of another vhost", kind: persist.DefExchange, key: DefName("other", "x"),
 			val: encodeDef(amqp.Table{"type": "topic"}),
 		},
 		{
-			name: "exchange of unknown type", kind: persist.DefExchange, key: defName("v", "x"),
+			name: "exchange of unknown type", kind: persist.DefExchange, key: DefName("v", "x"),
 			val: encodeDef(amqp.Table{"type": "bogus"}), wantError: `exchange "x": unknown type bogus`,
 		},
 		{
-			name: "exchange undecodable", kind: persist.DefExchange, key: defName("v", "x"),
+			name: "exchange undecodable", kind: persist.DefExchange, key: DefName("v", "x"),
 			val: []byte{1}, wantError: `exchange "x": `,
 		},
 		{
-			name: "queue", kind: persist.DefQueue, key: defName("v", "q"),
+			name: "queue", kind: persist.DefQueue, key: DefName("v", "q"),
 			val:  encodeDef(amqp.Table{"id": int64(42), "auto_delete": true, "arguments": amqp.Table{"x-message-ttl": int32(5)}}),
 			want: definitions{queues: []queueDef{{name: "q", id: 42, autoDelete: true, args: amqp.Table{"x-message-ttl": int32(5)}}}},
 		},
 		{
-			name: "queue undecodable", kind: persist.DefQueue, key: defName("v", "q"),
+			name: "queue undecodable", kind: persist.DefQueue, key: DefName("v", "q"),
 			val: []byte{1}, wantError: `queue "q": `,
 		},
 		{
-			name: "queue with a short key", kind: persist.DefQueue, key: defName("v"),
+			name: "queue with a short key", kind: persist.DefQueue, key: DefName("v"),
 			val: encodeDef(amqp.Table{"id": int64(1)}),
 		},
 		{

@@ -120,7 +120,7 @@ func (v *VHost) Store() queue.Store {
 
 // Definition keys: vhost name, then the object's names, each length
 // prefixed, so that no name can run into the next.
-func defName(parts ...string) []byte {
+func DefName(parts ...string) []byte {
 	var b []byte
 	for _, p := range parts {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(p)))
@@ -129,7 +129,7 @@ func defName(parts ...string) []byte {
 	return b
 }
 
-func splitDefName(b []byte) ([]string, error) {
+func SplitDefName(b []byte) ([]string, error) {
 	var parts []string
 	for len(b) > 0 {
 		if len(b) < 2 {
@@ -184,14 +184,14 @@ func (v *VHost) commitDefs(fill func(b *persist.Batch)) error {
 }
 
 func (v *VHost) putExchangeDef(b *persist.Batch, ex *exchange.Exchange) {
-	b.PutDef(persist.DefExchange, defName(v.name, ex.Name), encodeDef(amqp.Table{
+	b.PutDef(persist.DefExchange, DefName(v.name, ex.Name), encodeDef(amqp.Table{
 		"type": ex.Kind.String(), "durable": ex.Durable, "auto_delete": ex.AutoDelete,
 		"internal": ex.Internal, "arguments": orEmpty(ex.Args),
 	}))
 }
 
 func (v *VHost) putQueueDef(b *persist.Batch, c *queue.Config) {
-	b.PutDef(persist.DefQueue, defName(v.name, c.Name), encodeDef(amqp.Table{
+	b.PutDef(persist.DefQueue, DefName(v.name, c.Name), encodeDef(amqp.Table{
 		"id": int64(c.ID), "auto_delete": c.AutoDelete, "arguments": orEmpty(c.Args),
 	}))
 }
@@ -201,7 +201,7 @@ func bindingName(vh, source string, b exchange.Binding) []byte {
 	if b.Dest.Exchange {
 		kind = "x"
 	}
-	return defName(vh, source, kind, b.Dest.Name, b.Key, canonicalArgs(b.Args))
+	return DefName(vh, source, kind, b.Dest.Name, b.Key, canonicalArgs(b.Args))
 }
 
 func (v *VHost) putBindingDef(b *persist.Batch, source string, bd exchange.Binding) {

@@ -3,12 +3,14 @@ package vhost
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
@@ -34,7 +36,7 @@ type VHost struct {
 	store       *persist.Store // nil: nothing is durable
 	spill       *persist.Spill // nil: non-durable queues stay in memory
 	pressure    *atomic.Bool   // see PageUnderPressure
-	nextQueueID atomic.Uint64
+	nextQueueID *atomic.Uint64 // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	window      int
 	windowB     int64
 }
@@ -57,6 +59,8 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		store:     store,
 		window:    window,
 		windowB:   windowBytes,
+
+		nextQueueID: new(atomic.Uint64),
 	}
 	for _, x := range []struct {
 		name string
@@ -69,6 +73,41 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		v.exchanges[x.name] = exchange.New(x.name, x.kind, true, false, x.name == "amq.rabbitmq.trace", nil)
 	}
 	return v
+}
+
+// ShareQueueIDs makes the vhost number its queues from ids, which every
+// vhost on one store must share (a queue's id keys its entries). Before
+// Recover.
+func (v *VHost) ShareQueueIDs(ids *atomic.Uint64) { v.nextQueueID = ids }
+
+// Destroy deletes everything in the vhost, in the store too (the vhost
+// is deleted): its queues stop and their messages go. The vhost's
+// connections must be closed first.
+func (v *VHost) Destroy() error {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	dc := &persist.Batch{}
+	v.mu.Lock()
+	qs := make([]*queue.Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	for _, q := range qs {
+		v.removeQueueLocked(q, dc)
+	}
+	for _, ex := range v.exchanges {
+		if !strings.HasPrefix(ex.Name, "amq.") {
+			v.removeExchangeLocked(ex, dc)
+		}
+	}
+	v.mu.Unlock()
+	for _, q := range qs {
+		_, _ = q.Delete(false, false)
+	}
+	if v.store == nil || dc.Len() == 0 {
+		return nil
+	}
+	return v.store.CommitSync(dc)
 }
 
 // PageTransientTo makes the non-durable queues declared from now on page
@@ -110,6 +149,25 @@ func (v *VHost) Queue(owner uint64, name string) (*queue.Queue, error) {
 		return nil, v.locked(name)
 	}
 	return q, nil
+}
+
+// ExchangeKind is the type of the exchange name, or false if there is none.
+func (v *VHost) ExchangeKind(name string) (exchange.Kind, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if x := v.exchanges[name]; x != nil {
+		return x.Kind, true
+	}
+	return 0, false
+}
+
+// allow checks op on a resource against g; a nil grant allows everything
+// (the registry's own callers, tests).
+func allow(g *auth.Grant, op auth.Op, kind, name string) error {
+	if g == nil {
+		return nil
+	}
+	return g.Check(op, kind, name)
 }
 
 // Queues returns a snapshot of the queues (metrics, tests).

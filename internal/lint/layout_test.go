@@ -14,12 +14,13 @@ const mod = "github.com/railmq/railmq/"
 // library is always allowed.
 var allowed = map[string][]string{
 	"amqp":     {},
+	"auth":     {"amqp"},
 	"exchange": {"amqp"},
 	"queue":    {"amqp", "go.uber.org/zap"},
 	"persist":  {"github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
-	"vhost":    {"amqp", "exchange", "queue", "persist", "go.uber.org/zap"},
-	"channel":  {"amqp", "exchange", "queue", "vhost", "go.uber.org/zap"},
-	"broker":   {"amqp", "exchange", "queue", "vhost", "persist", "channel", "go.uber.org/zap"},
+	"vhost":    {"amqp", "auth", "exchange", "queue", "persist", "go.uber.org/zap"},
+	"channel":  {"amqp", "auth", "exchange", "queue", "vhost", "go.uber.org/zap"},
+	"broker":   {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "go.uber.org/zap"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},
