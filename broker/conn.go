@@ -83,8 +83,8 @@ type conn struct {
 	rdlSet bool
 
 	vh        *vhost.VHost
-	authUser  *auth.User  // set by the handshake
-	grant     *auth.Grant // the user's rights in vh
+	authUser  *auth.User    // set by the handshake
+	grant     *auth.Grant   // the user's rights in vh
 	busy      int           // read batches so far (for the read buffer size)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms

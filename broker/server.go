@@ -38,7 +38,7 @@ type Server struct {
 	vhMu       sync.Mutex // serializes vhost creation and deletion
 	vhosts     vhostMap   // by name
 	queueIDs   atomic.Uint64
-	memory     atomic.Int64            // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
+	memory     atomic.Int64 // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
 	replies    channel.ReplyRegistry
 	store      *persist.Store
 	spill      *persist.Spill
