@@ -44,21 +44,7 @@ func (s *Server) ManagementHandler() http.Handler {
 	mux.HandleFunc("GET /api/queues", s.apiQueues)
 	mux.HandleFunc("GET /api/queues/{$}", s.apiQueues)
 	mux.HandleFunc("GET /api/overview", s.apiOverview)
-	return s.basicAuth(mux)
-}
-
-func (s *Server) basicAuth(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, pass, ok := r.BasicAuth()
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		addr := &net.TCPAddr{IP: net.ParseIP(host)}
-		if _, found := s.login(user, pass, addr); !ok || !found {
-			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
-			http.Error(w, `{"error":"not_authorised","reason":"Login failed"}`, http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return s.withUser(s.accessRouter(mux))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -81,8 +67,12 @@ func (s *Server) openConns() []*conn {
 
 func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
 	out := []connInfo{}
+	u := apiUser(r)
 	for _, c := range s.openConns() {
 		ci := *c.info.Load()
+		if !seesAll(u) && ci.User != u.Name {
+			continue // RabbitMQ: others' connections are not shown
+		}
 		ci.State = s.connState(c)
 		out = append(out, ci)
 	}
@@ -115,8 +105,9 @@ func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
 	if reason == "" {
 		reason = "Closed via management plugin"
 	}
+	u := apiUser(r)
 	for _, c := range s.openConns() {
-		if c.info.Load().Name == name {
+		if ci := c.info.Load(); ci.Name == name && (u.HasTag("administrator") || ci.User == u.Name) {
 			s.log.Info("closing connection via management API", zap.String("connection", name))
 			c.closeWith(&amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - " + reason}, "closed via management API")
 			w.WriteHeader(http.StatusNoContent)
@@ -143,6 +134,9 @@ func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
 	out := []queueInfo{}
 	for _, st := range s.allVHosts() {
 		v := st.v
+		if !s.canSee(apiUser(r), v.Name()) {
+			continue
+		}
 		for _, q := range v.Queues() {
 			c := q.Config()
 			ready, unacked := q.Ready(), q.Unacked()

@@ -33,8 +33,11 @@ func run(args []string) int {
 	dataDir := fs.String("data-dir", "./data", "directory of the message store")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "console", "log format: console or json")
-	usersFlag := fs.String("users", "", "users as name:password[,name:password...] (default guest:guest)")
-	usersFile := fs.String("users-file", "", "file of users, one name:password a line (# comments)")
+	usersFlag := fs.String("users", "", "administrators as name:password[,name:password...], made with a fresh store instead of the default user and stored (password reset) on an existing one")
+	usersFile := fs.String("users-file", "", "file of users, one name:password a line (# comments); as --users")
+	defUser := fs.String("default-user", "guest", "the user a fresh store gets (an administrator with every permission in the default vhost), as RabbitMQ's default_user")
+	defPass := fs.String("default-pass", "guest", "the default user's password")
+	defVHost := fs.String("default-vhost", "/", "the vhost a fresh store gets")
 	loopback := fs.String("loopback-users", "guest", "users allowed to connect only from loopback (comma-separated; empty for none)")
 	channelMax := fs.Uint("channel-max", broker.DefaultChannelMax, "channel_max proposed in connection.tune")
 	frameMax := fs.Uint("frame-max", broker.DefaultFrameMax, "frame_max proposed in connection.tune (bytes)")
@@ -89,6 +92,9 @@ func run(args []string) int {
 	srv, err := broker.New(broker.Options{
 		DataDir:             *dataDir,
 		Users:               users,
+		DefaultUser:         *defUser,
+		DefaultPass:         *defPass,
+		DefaultVHost:        *defVHost,
 		LoopbackUsers:       splitList(*loopback),
 		ChannelMax:          uint16(*channelMax),
 		FrameMax:            uint32(*frameMax),

@@ -1,0 +1,96 @@
+package auth
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/railmq/railmq/amqp"
+)
+
+// Hashes as RabbitMQ's rabbit_password makes them (the SHA-256 one is the
+// example of RabbitMQ's documentation on passwords: salt 908DC60A,
+// password test12: base64 of salt ++ H(salt ++ password)), for each
+// algorithm it takes on import.
+func TestPasswordHashes(t *testing.T) {
+	for _, tc := range []struct{ algo, hash string }{
+		{SHA256, "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"},
+		{SHA512, "kI3GChuNuIYf8lRbCCxZjgjKwsY19ns6+uFO0zcXRBGA/XGJPYD8OWMy7EB8TaOmAzjP2azv84GbINYwX2cDWb4DHnc="},
+		{MD5, "kI3GChNpte2FApYFXScl+0dIluk="},
+	} {
+		if tc.hash == "" {
+			continue
+		}
+		h, err := DecodeHash(tc.algo, tc.hash)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.algo, err)
+		}
+		u := &User{Name: "u", Hash: h, Algo: tc.algo}
+		if !u.CheckPassword("test12") || u.CheckPassword("test13") || u.CheckPassword("") {
+			t.Fatalf("%s: password check wrong", tc.algo)
+		}
+		if EncodeHash(h) != tc.hash {
+			t.Fatalf("%s: round trip %s", tc.algo, EncodeHash(h))
+		}
+	}
+	for _, algo := range []string{SHA256, SHA512, MD5} {
+		h, err := HashPassword(algo, "s3cret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := (&User{Hash: h, Algo: algo}); !u.CheckPassword("s3cret") || u.CheckPassword("s3cre") {
+			t.Fatalf("%s: fresh hash does not check", algo)
+		}
+	}
+	if _, err := DecodeHash(SHA256, "AAAA"); err == nil {
+		t.Fatal("a hash of the wrong length was taken")
+	}
+	if (&User{}).CheckPassword("") {
+		t.Fatal("a user without a password logged in")
+	}
+}
+
+func TestPermissionPatterns(t *testing.T) {
+	p, err := NewPermission("^bob-", "", ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Grant{User: "bob", VHost: "/"}
+	g.perm.Store(p)
+	for _, tc := range []struct {
+		op         Op
+		kind, name string
+		want       string
+	}{
+		{Configure, "queue", "bob-q", ""},
+		{Configure, "queue", "x-bob-q", "ACCESS_REFUSED - access to queue 'x-bob-q' in vhost '/' refused for user 'bob'"},
+		{Write, "exchange", "", "ACCESS_REFUSED - access to exchange 'amq.default' in vhost '/' refused for user 'bob'"}, // "" is ^$
+		{Read, "queue", "anything", ""},
+	} {
+		err := g.Check(tc.op, tc.kind, tc.name)
+		var e *amqp.Error
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v %s %q: %v", tc.op, tc.kind, tc.name, err)
+		case tc.want != "" && (!errors.As(err, &e) || e.Code != amqp.AccessRefused || e.Text != tc.want):
+			t.Errorf("%v %s %q: %v, want %q", tc.op, tc.kind, tc.name, err, tc.want)
+		}
+	}
+	if _, err := NewPermission("(", ".*", ".*"); err == nil {
+		t.Fatal("an invalid pattern was taken")
+	}
+	tp, err := NewTopicPermission("amq.topic", "^{username}\\.", "", "bob", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*TopicPermission{"amq.topic": tp}
+	g.topic.Store(&m)
+	if err := g.CheckTopic(Write, "amq.topic", "bob.orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CheckTopic(Write, "amq.topic", "alice.orders"); err == nil || err.Error() == "" {
+		t.Fatal("alice's key allowed to bob")
+	}
+	if err := g.CheckTopic(Read, "other", "anything"); err != nil {
+		t.Fatalf("an exchange without a topic permission: %v", err)
+	}
+}
