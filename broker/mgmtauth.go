@@ -152,10 +152,26 @@ func readBody(w http.ResponseWriter, r *http.Request) (map[string]any, bool) {
 		return m, true
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		badRequest(w, "Payload is not a JSON object: "+err.Error())
+		badRequest(w, "not_json") // RabbitMQ's reason
 		return nil, false
 	}
 	return m, true
+}
+
+// keysMissing answers 400 as RabbitMQ does when a body lacks keys it
+// requires ("[{key_missing,configure},...]"), and reports whether it did.
+func keysMissing(w http.ResponseWriter, body map[string]any, keys ...string) bool {
+	var miss []string
+	for _, k := range keys {
+		if _, ok := body[k]; !ok {
+			miss = append(miss, "{key_missing,"+k+"}")
+		}
+	}
+	if len(miss) == 0 {
+		return false
+	}
+	badRequest(w, "["+strings.Join(miss, ",")+"]")
+	return true
 }
 
 func str(m map[string]any, k string) (string, bool) { s, ok := m[k].(string); return s, ok }
@@ -174,8 +190,17 @@ func tagList(t []string) []string {
 
 func (s *Server) vhostJSON(st *vhostState) map[string]any {
 	tags := tagList(st.rec.Tags)
+	var ready, unacked int64
+	for _, q := range st.v.Queues() {
+		ready += q.Ready()
+		unacked += q.Unacked()
+	}
+	zero := map[string]float64{"rate": 0}
 	return map[string]any{"name": st.v.Name(), "description": st.rec.Description, "tags": tags,
-		"metadata": map[string]any{"description": st.rec.Description, "tags": tags}, "tracing": false}
+		"default_queue_type": "undefined", "metadata": map[string]any{"description": st.rec.Description, "tags": tags},
+		"tracing": false, "cluster_state": map[string]string{"railmq@" + hostname: "running"},
+		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
+		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
 }
 
 // canSee reports whether u may see vhost vh: administrators and
@@ -195,8 +220,14 @@ func (s *Server) apiVHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiVHost(w http.ResponseWriter, r *http.Request) {
-	st := s.vhostByName(pathName(r, "vhost"))
-	if st == nil || !s.canSee(apiUser(r), st.v.Name()) {
+	name := pathName(r, "vhost")
+	if !s.canSee(apiUser(r), name) {
+		// RabbitMQ 3.10 answers so whether the vhost exists or not.
+		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
+		return
+	}
+	st := s.vhostByName(name)
+	if st == nil {
 		notFound(w)
 		return
 	}
@@ -292,6 +323,10 @@ func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
 	if old != nil {
 		u.Limits = old.Limits
 	}
+	if _, ok := body["tags"]; !ok {
+		badRequest(w, "tags_not_present") // RabbitMQ requires them, if only ""
+		return
+	}
 	tags, err := auth.ParseTags(body["tags"])
 	if err != nil {
 		badRequest(w, err.Error())
@@ -379,15 +414,11 @@ func (s *Server) apiPermission(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, permJSON(auth.PermissionEntry{VHost: vh, User: user, Permission: p}))
 }
 
-// userAndVHost checks that both exist, answering 400 as RabbitMQ when one
-// does not (rabbit_mgmt_wm_permission: no_such_user / vhost_not_found).
+// userAndVHost checks that both exist, answering 400 as RabbitMQ when
+// either does not.
 func (s *Server) userAndVHost(w http.ResponseWriter, vh, user string) bool {
-	if s.vhostByName(vh) == nil {
-		badRequest(w, "vhost_not_found")
-		return false
-	}
-	if s.reg.User(user) == nil {
-		badRequest(w, "no_such_user")
+	if s.vhostByName(vh) == nil || s.reg.User(user) == nil {
+		badRequest(w, "vhost_or_user_not_found")
 		return false
 	}
 	return true
@@ -399,7 +430,7 @@ func (s *Server) apiPutPermission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	if !s.userAndVHost(w, vh, user) {
+	if !s.userAndVHost(w, vh, user) || keysMissing(w, body, "configure", "write", "read") {
 		return
 	}
 	c, _ := str(body, "configure")
@@ -474,14 +505,10 @@ func (s *Server) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	if !s.userAndVHost(w, vh, user) {
+	if !s.userAndVHost(w, vh, user) || keysMissing(w, body, "exchange", "write", "read") {
 		return
 	}
 	ex, _ := str(body, "exchange")
-	if ex == "" {
-		badRequest(w, "exchange: missing")
-		return
-	}
 	wr, _ := str(body, "write")
 	rd, _ := str(body, "read")
 	tp, err := auth.NewTopicPermission(ex, wr, rd, user, vh)

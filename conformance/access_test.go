@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,17 @@ type api struct {
 	url string
 }
 
+// newAPI serves b's management API; with RAILMQ_TEST_URL set, it is the
+// other broker's at RAILMQ_TEST_MGMT_URL (default RabbitMQ's on
+// 127.0.0.1:15673).
 func newAPI(t *testing.T, b *testutil.Broker) *api {
+	if testutil.ExternalURL() != "" {
+		u := os.Getenv("RAILMQ_TEST_MGMT_URL")
+		if u == "" {
+			u = "http://127.0.0.1:15673"
+		}
+		return &api{t: t, url: u}
+	}
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	t.Cleanup(hs.Close)
 	return &api{t: t, url: hs.URL}
@@ -141,14 +152,22 @@ func TestVHostsAndUsersAtRunTime(t *testing.T) {
 // they do. bob may configure and read "bob-*" and write "bob-*" and the
 // default exchange.
 func TestPermissionChecks(t *testing.T) {
-	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
 	a.admin("PUT", "/api/users/bob", map[string]any{"password": "pw", "tags": "management"}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/users/bob", "guest", "guest", nil, nil) })
 	a.admin("PUT", "/api/permissions/%2F/bob", map[string]any{"configure": "^bob-", "write": "^(bob-.*|amq\\.default)$", "read": "^bob-"}, 201)
 	// Objects bob may not make, made by guest.
 	admin := dial(t, b.URL)
 	ach, _ := admin.Channel()
+	t.Cleanup(func() {
+		ch, _ := admin.Channel()
+		_ = ch.ExchangeDelete("other-x", false, false)
+		_ = ch.ExchangeDelete("bob-x", false, false)
+		for _, q := range []string{"other-q", "bob-q"} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
 	must(t, ach.ExchangeDeclare("other-x", "topic", false, false, false, false, nil))
 	if _, err := ach.QueueDeclare("other-q", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -241,5 +260,175 @@ func TestPermissionChecks(t *testing.T) {
 	}
 	if err := ach.ExchangeDeclarePassive("other-x", "topic", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The rules of TestVHostsAndUsersAtRunTime that need no restart, also run
+// against RabbitMQ (RAILMQ_TEST_URL) to pin its codes and texts.
+func TestVHostAccessAndDeletion(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	a.admin("PUT", "/api/vhosts/acc-v", map[string]any{"description": ""}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/vhosts/acc-v", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/users/acc-u", map[string]any{"password": "pw", "tags": ""}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/users/acc-u", "guest", "guest", nil, nil) })
+	url := "amqp://acc-u:pw@" + b.Addr + "/acc-v"
+	_, err := rmq.Dial(url)
+	amqpErr(t, err, 530, "NOT_ALLOWED - access to vhost 'acc-v' refused for user 'acc-u'")
+	_, err = rmq.Dial("amqp://acc-u:pw@" + b.Addr + "/acc-missing")
+	amqpErr(t, err, 530, "NOT_ALLOWED - vhost acc-missing not found")
+	// Empty patterns: access to the vhost, nothing in it.
+	a.admin("PUT", "/api/permissions/acc-v/acc-u", map[string]any{"configure": "", "write": "", "read": ""}, 201)
+	c, err := rmq.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := c.Channel()
+	_, err = ch.QueueDeclare("q", false, false, false, false, nil)
+	amqpErr(t, err, 403, "ACCESS_REFUSED - access to queue 'q' in vhost 'acc-v' refused for user 'acc-u'")
+	closed := c.NotifyClose(make(chan *rmq.Error, 1))
+	a.admin("DELETE", "/api/vhosts/acc-v", nil, 204)
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - vhost 'acc-v' is deleted" {
+			t.Fatalf("closed with %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the vhost's connection stayed open")
+	}
+	_, err = rmq.Dial(url)
+	amqpErr(t, err, 530, "NOT_ALLOWED - vhost acc-v not found")
+	// Deleting a user closes its connections too.
+	a.admin("PUT", "/api/permissions/%2F/acc-u", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	c, err = rmq.Dial("amqp://acc-u:pw@" + b.Addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed = c.NotifyClose(make(chan *rmq.Error, 1))
+	a.admin("DELETE", "/api/users/acc-u", nil, 204)
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - user 'acc-u' is deleted" {
+			t.Fatalf("closed with %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deleted user's connection stayed open")
+	}
+}
+
+// Topic permissions: publishing to and binding from a topic exchange
+// check the routing key against the user's write and read patterns for
+// that exchange ({username} expanded); other exchanges are not checked.
+func TestTopicPermissions(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	a.admin("PUT", "/api/users/tp-u", map[string]any{"password": "pw", "tags": ""}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/users/tp-u", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/permissions/%2F/tp-u", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	a.admin("PUT", "/api/topic-permissions/%2F/tp-u", map[string]any{"exchange": "amq.topic", "write": "^{username}\\.", "read": "^public\\."}, 201)
+	c, err := rmq.Dial("amqp://tp-u:pw@" + b.Addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip := func(ch *rmq.Channel) error {
+		return ch.ExchangeDeclarePassive("amq.topic", "topic", true, false, false, false, nil)
+	}
+	ch, _ := c.Channel()
+	if err := ch.Publish("amq.topic", "tp-u.orders", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(ch); err != nil {
+		t.Fatalf("own key refused: %v", err)
+	}
+	must(t, ch.Publish("amq.topic", "other.orders", false, false, rmq.Publishing{Body: []byte("x")}))
+	amqpErr(t, roundTrip(ch), 403, "ACCESS_REFUSED - access to topic 'other.orders' in exchange 'amq.topic' in vhost '/' refused for user 'tp-u'")
+	ch, _ = c.Channel()
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.QueueBind(q.Name, "public.#", "amq.topic", false, nil))
+	amqpErr(t, ch.QueueBind(q.Name, "secret.#", "amq.topic", false, nil), 403,
+		"ACCESS_REFUSED - access to topic 'secret.#' in exchange 'amq.topic' in vhost '/' refused for user 'tp-u'")
+	ch, _ = c.Channel()
+	must(t, ch.Publish("amq.direct", "anything", false, false, rmq.Publishing{Body: []byte("x")}))
+	if err := roundTrip(ch); err != nil {
+		t.Fatalf("an exchange without a topic permission: %v", err)
+	}
+}
+
+// Who may use the management API, by tag, as RabbitMQ: a user without a
+// management tag may not log in; a management user may not manage users
+// or vhosts, sees only the vhosts it has permissions in and only its own
+// connections; bad input gets 400.
+func TestManagementAPIByTag(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	for _, u := range []struct{ name, tags string }{{"tag-none", ""}, {"tag-mgmt", "management"}} {
+		a.admin("PUT", "/api/users/"+u.name, map[string]any{"password": "pw", "tags": u.tags}, 201)
+		a.admin("PUT", "/api/permissions/%2F/"+u.name, map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+		name := u.name
+		t.Cleanup(func() { a.call("DELETE", "/api/users/"+name, "guest", "guest", nil, nil) })
+	}
+	a.admin("PUT", "/api/vhosts/tag-v", map[string]any{}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/vhosts/tag-v", "guest", "guest", nil, nil) })
+	var e struct{ Error, Reason string }
+	if code := a.call("GET", "/api/whoami", "tag-none", "pw", nil, &e); code != 401 || e.Reason != "Not management user" {
+		t.Fatalf("untagged user: %d %+v", code, e)
+	}
+	if code := a.call("GET", "/api/users", "tag-mgmt", "pw", nil, &e); code != 401 || e.Error != "not_authorised" || e.Reason != "Not administrator user" {
+		t.Fatalf("management user listing users: %d %+v", code, e)
+	}
+	if code := a.call("PUT", "/api/vhosts/tag-v2", "tag-mgmt", "pw", map[string]any{}, &e); code != 401 || e.Reason != "Not administrator user" {
+		t.Fatalf("management user making a vhost: %d %+v", code, e)
+	}
+	var vhs []struct{ Name string }
+	a.call("GET", "/api/vhosts", "tag-mgmt", "pw", nil, &vhs)
+	for _, v := range vhs {
+		if v.Name == "tag-v" {
+			t.Fatal("a management user sees a vhost it has no permissions in")
+		}
+	}
+	for _, vh := range []string{"tag-v", "tag-missing"} { // the same, whether it exists or not
+		if code := a.call("GET", "/api/vhosts/"+vh, "tag-mgmt", "pw", nil, &e); code != 401 || e.Reason != "Not administrator user" {
+			t.Fatalf("a vhost without permissions: %d %+v", code, e)
+		}
+	}
+	var who struct {
+		Name string
+		Tags []string
+	}
+	if code := a.call("GET", "/api/whoami", "tag-mgmt", "pw", nil, &who); code != 200 || who.Name != "tag-mgmt" || len(who.Tags) != 1 || who.Tags[0] != "management" {
+		t.Fatalf("whoami: %d %+v", code, who)
+	}
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		reason       string
+	}{
+		{"PUT", "/api/users/tag-x", map[string]any{"password": "pw"}, "tags_not_present"},
+		{"PUT", "/api/permissions/tag-v/nobody", map[string]any{"configure": "", "write": "", "read": ""}, "vhost_or_user_not_found"},
+		{"PUT", "/api/permissions/tag-v/tag-mgmt", map[string]any{"configure": ""}, "[{key_missing,write},{key_missing,read}]"},
+		{"PUT", "/api/topic-permissions/tag-v/tag-mgmt", map[string]any{"write": "", "read": ""}, "[{key_missing,exchange}]"},
+	} {
+		if code := a.call(tc.method, tc.path, "guest", "guest", tc.body, &e); code != 400 || e.Error != "bad_request" || e.Reason != tc.reason {
+			t.Errorf("%s %s: %d %+v, want 400 %q", tc.method, tc.path, code, e, tc.reason)
+		}
+	}
+	// Not JSON, and a pattern that is not a regular expression.
+	req, _ := http.NewRequest("PUT", a.url+"/api/users/tag-x", strings.NewReader("{not json"))
+	req.SetBasicAuth("guest", "guest")
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || e.Reason != "not_json" {
+		t.Fatalf("not JSON: %d %+v", resp.StatusCode, e)
+	}
+	if code := a.call("PUT", "/api/permissions/tag-v/tag-mgmt", "guest", "guest", map[string]any{"configure": "(", "write": "", "read": ""}, nil); code != 400 {
+		t.Fatalf("invalid regex: %d", code)
 	}
 }
