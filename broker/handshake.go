@@ -32,7 +32,7 @@ func (c *conn) handshake() error {
 	}
 
 	c.outMu.Lock()
-	c.out = append(c.out, c.srv.startFrame...) // encoded once per server
+	c.out = append(c.out, c.startFrame()...) // encoded once per server (and once for TLS: tls.go)
 	c.outMu.Unlock()
 	c.signal()
 	m, err := c.readHandshakeMethod()
@@ -46,23 +46,30 @@ func (c *conn) handshake() error {
 	if caps, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
 		c.clientCaps = caps
 	}
-	if so.Mechanism != "PLAIN" && so.Mechanism != "AMQPLAIN" {
-		// RabbitMQ closes the socket on an unknown mechanism.
+	if so.Mechanism != "PLAIN" && so.Mechanism != "AMQPLAIN" && (so.Mechanism != "EXTERNAL" || !c.offersExternal()) {
+		// RabbitMQ closes the socket on an unknown mechanism, after its
+		// silent close delay.
+		c.silentClose = true
 		return fmt.Errorf("unknown authentication mechanism %q", so.Mechanism)
 	}
 	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
 	var u *auth.User
-	if ok {
+	if so.Mechanism == "EXTERNAL" {
+		user, u, ok = c.externalLogin() // tls.go: the client certificate's CN
+	} else if ok {
 		u, ok = c.srv.login(user, pass, c.nc.RemoteAddr())
 	}
 	if !ok {
+		// As RabbitMQ: connection.close at once to a client that asks
+		// for it (authentication_failure_close), then the socket stays
+		// open, unread, for the silent close delay.
 		err := fmt.Errorf("authentication failed for user %q with mechanism %s", user, so.Mechanism)
 		if c.clientCapability("authentication_failure_close") {
 			c.closeWith(&amqp.Error{Code: amqp.AccessRefused,
 				Text: "ACCESS_REFUSED - Login was refused using authentication mechanism " + so.Mechanism +
 					". For details see the broker logfile."}, err.Error())
-			return c.awaitCloseOk(err)
 		}
+		c.silentClose = true
 		return err
 	}
 	c.user = user
@@ -105,11 +112,16 @@ func (c *conn) handshake() error {
 	}
 	st := c.srv.vhostByName(op.VirtualHost)
 	var refuse *amqp.Error
+	// In rabbit_reader's order: the vhost's connection limit (where a
+	// missing vhost is found), the user's, then access to the vhost.
 	switch {
 	case st == nil:
 		refuse = amqp.Errorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost)
-	case c.srv.reg.Grant(op.VirtualHost, u.Name).Permission() == nil:
-		refuse = amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", op.VirtualHost, u.Name)
+	default:
+		refuse = c.srv.openLimits(st, u)
+		if refuse == nil && c.srv.reg.Grant(op.VirtualHost, u.Name).Permission() == nil {
+			refuse = amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", op.VirtualHost, u.Name)
+		}
 	}
 	if refuse != nil {
 		refuse.ClassID, refuse.MethodID = op.Index()

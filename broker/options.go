@@ -85,6 +85,18 @@ type Options struct {
 	Logger *zap.Logger
 	// Version is reported in the server properties.
 	Version string
+
+	// TLS (tls.go), as RabbitMQ's ssl_options: TLSCertFile (the
+	// certificate, then any intermediates) and TLSKeyFile, PEM, are what
+	// ServeTLS listeners and ManagementTLSConfig serve; without them
+	// there is no TLS. TLSCAFile (PEM) holds the CAs client certificates
+	// are verified against. TLSVerify is "verify_none" (the default: no
+	// client certificate is asked for) or "verify_peer" (a certificate
+	// the client sends must verify); TLSFailIfNoPeerCert, with
+	// verify_peer, also refuses a client that sends none.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	TLSVerify                          string
+	TLSFailIfNoPeerCert                bool
 }
 
 // Defaults as RabbitMQ ships them.
@@ -164,6 +176,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = "0.1.0"
+	}
+	if o.TLSVerify == "" {
+		o.TLSVerify = "verify_none"
 	}
 	return o
 }

@@ -38,11 +38,13 @@ type Server struct {
 	vhMu       sync.Mutex // serializes vhost creation and deletion
 	vhosts     vhostMap   // by name
 	queueIDs   atomic.Uint64
-	memory     atomic.Int64 // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
+	delayed    delayedCloses // refused logins' sockets, closed after silentCloseDelay
+	memory     atomic.Int64  // bytes held for clients: queued bodies, bodies being assembled, uncommitted transactions
 	replies    channel.ReplyRegistry
 	store      *persist.Store
 	spill      *persist.Spill
 	startFrame []byte        // connection.start, encoded once
+	tls        tlsState      // TLS listeners' certificates (tls.go)
 	stop       chan struct{} // closed by Shutdown: stops the sweeper and the alarm monitor
 	swept      chan struct{} // closed when the sweeper has exited
 
@@ -73,6 +75,9 @@ func New(opts Options) (*Server, error) {
 
 		alarmWake: make(chan struct{}, 1),
 		watched:   make(chan struct{}),
+	}
+	if err := s.initTLS(); err != nil {
+		return nil, err
 	}
 	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
 	if err != nil {
@@ -119,7 +124,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	s.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	s.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", isTLS(ln)))
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -194,6 +199,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.delayed.closeAll()
 	s.log.Info("shutting down", zap.Int("connections", len(conns)))
 	forced := &amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}
 	for _, c := range conns {

@@ -53,6 +53,13 @@ func run(args []string) int {
 	pagingRatio := fs.Float64("vm-memory-high-watermark-paging-ratio", 0.5, "above this fraction of the memory watermark queues keep only a small window in memory and page the rest (1 or more: off)")
 	watermark := fs.String("vm-memory-high-watermark", "0.4", "block publishers while queues hold more message bodies than this: a fraction of memory (0.4, 40%; of the cgroup's limit when lower) or a size (512MiB, 2GB, 1073741824); 0 blocks them always")
 	diskLimit := fs.String("disk-free-limit", "50MB", "block publishers while the data directory's filesystem has less free: a size (50MB, 1GiB, 50000000) or mem_relative:F, F times memory; 0 turns the check off")
+	tlsListen := fs.String("tls-listen", "", "addresses to listen on for AMQP 0-9-1 over TLS, comma-separated as --listen (RabbitMQ's TLS port is 5671); empty disables it")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (then any intermediates) served on --tls-listen and --management-tls-listen; reloaded on SIGHUP")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert; reloaded on SIGHUP")
+	tlsCA := fs.String("tls-ca", "", "PEM CA certificates that client certificates are verified against (needed by verify_peer); reloaded on SIGHUP")
+	tlsVerify := fs.String("tls-verify", "verify_none", "client certificates: verify_none (none is asked for) or verify_peer (peer: a certificate the client sends must verify against --tls-ca, and EXTERNAL logs it in as its CN)")
+	tlsFail := fs.Bool("tls-fail-if-no-peer-cert", false, "with verify_peer, also refuse a client that sends no certificate")
+	mgmtTLS := fs.String("management-tls-listen", "", "address for the management API over HTTPS with --tls-cert (e.g. :15671); empty disables it")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
 		fs.PrintDefaults()
@@ -89,6 +96,10 @@ func run(args []string) int {
 		log.Error("bad resource limit", zap.Error(err))
 		return 2
 	}
+	if (*tlsListen != "" || *mgmtTLS != "") && (*tlsCert == "" || *tlsKey == "") {
+		log.Error("--tls-listen and --management-tls-listen need --tls-cert and --tls-key")
+		return 2
+	}
 	srv, err := broker.New(broker.Options{
 		DataDir:             *dataDir,
 		Users:               users,
@@ -110,6 +121,11 @@ func run(args []string) int {
 		StoreGCInterval:     *gcEvery,
 		Logger:              log,
 		Version:             version,
+		TLSCertFile:         *tlsCert,
+		TLSKeyFile:          *tlsKey,
+		TLSCAFile:           *tlsCA,
+		TLSVerify:           *tlsVerify,
+		TLSFailIfNoPeerCert: *tlsFail,
 	})
 	if err != nil {
 		log.Error("cannot start broker", zap.Error(err))
@@ -122,9 +138,23 @@ func run(args []string) int {
 		shutdown(srv)
 		return 1
 	}
-	errc := make(chan error, len(lns)+2)
+	var tlsLns []net.Listener // RabbitMQ's listeners.ssl.N
+	if *tlsListen != "" {
+		if tlsLns, err = listenAll(splitList(*tlsListen)); err != nil {
+			log.Error("cannot listen", zap.Error(err))
+			for _, ln := range lns {
+				ln.Close()
+			}
+			shutdown(srv)
+			return 1
+		}
+	}
+	errc := make(chan error, len(lns)+len(tlsLns)+3)
 	for _, ln := range lns {
 		go func() { errc <- srv.Serve(ln) }()
+	}
+	for _, ln := range tlsLns {
+		go func() { errc <- srv.ServeTLS(ln) }()
 	}
 	if *debugAddr != "" {
 		ds := &http.Server{Addr: *debugAddr, Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
@@ -138,15 +168,30 @@ func run(args []string) int {
 		defer hs.Close()
 		log.Info("management API listening", zap.String("addr", *mgmt))
 	}
+	if *mgmtTLS != "" { // rabbitmq_management's management.ssl.port
+		hs := &http.Server{Addr: *mgmtTLS, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: srv.ManagementTLSConfig()}
+		go func() { errc <- hs.ListenAndServeTLS("", "") }() // the certificate comes from TLSConfig
+		defer hs.Close()
+		log.Info("management API listening", zap.String("addr", *mgmtTLS), zap.Bool("tls", true))
+	}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
-	select {
-	case err := <-errc:
-		log.Error("listener failed", zap.Error(err))
-		shutdown(srv)
-		return 1
-	case sig := <-sigc:
-		log.Info("signal received, shutting down", zap.String("signal", sig.String()))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // reloads the TLS certificates
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case err := <-errc:
+			log.Error("listener failed", zap.Error(err))
+			shutdown(srv)
+			return 1
+		case sig := <-sigc:
+			log.Info("signal received, shutting down", zap.String("signal", sig.String()))
+			break wait
+		case <-hup:
+			_ = srv.ReloadTLS() // logs what it did
+		}
 	}
 	signal.Stop(sigc)
 	shutdown(srv)
