@@ -265,6 +265,7 @@ func (s *Server) recoverVHosts(recs map[string]vhostRec) error {
 	sort.Strings(names)
 	for _, n := range names {
 		vh := s.openVHost(n)
+		vh.SetMaxQueues(limitOf(recs[n].Limits, "max-queues"))
 		vhs[n] = &vhostState{v: vh, rec: recs[n]}
 		start, err := vh.RecoverDeferred(queue.Config{}, keep)
 		if err != nil {
@@ -329,6 +330,7 @@ func (s *Server) putVHost(name string, rec vhostRec) (bool, error) {
 		m[name] = &vhostState{v: s.openVHost(name), rec: rec}
 		s.log.Info("vhost created", zap.String("vhost", name))
 	}
+	m[name].v.SetMaxQueues(limitOf(rec.Limits, "max-queues"))
 	s.vhosts.Store(&m)
 	return !ok, nil
 }

@@ -73,9 +73,10 @@ type conn struct {
 
 	// lingerFor is how long teardown keeps reading before it closes the
 	// socket (reader-owned); lingering is set while it does, for Shutdown.
-	lingerFor time.Duration
-	lingering atomic.Bool
-	released  bool // channels and exclusive queues released (reader-owned)
+	lingerFor   time.Duration
+	silentClose bool // a refused login: teardown closes after silentCloseDelay
+	lingering   atomic.Bool
+	released    bool // channels and exclusive queues released (reader-owned)
 
 	// The read deadline the reader last set (unix nanos, 0 = none), if
 	// rdlSet: reader-owned.
@@ -85,6 +86,7 @@ type conn struct {
 	vh        *vhost.VHost
 	authUser  *auth.User    // set by the handshake
 	grant     *auth.Grant   // the user's rights in vh
+	nchan     atomic.Int32  // channels open (user max-channels)
 	busy      int           // read batches so far (for the read buffer size)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms
@@ -162,6 +164,12 @@ func (c *conn) teardown(err error) {
 		c.log.Warn("connection closed during handshake", zap.String("reason", reason))
 	}
 	c.br, c.fr = nil, nil // what the client still sends is discarded unread
+	if c.silentClose {
+		// A refused login: the socket waits out RabbitMQ's delay on a
+		// timer, and this goroutine (and the writer) are gone now.
+		c.srv.delayed.add(c.nc, silentCloseDelay)
+		return
+	}
 	c.linger(c.lingerFor)
 	c.nc.Close()
 }

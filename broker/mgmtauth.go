@@ -95,6 +95,14 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/topic-permissions/{vhost}/{user}", admin(s.apiTopicPermission))
 	add("PUT", "/api/topic-permissions/{vhost}/{user}", admin(s.apiPutTopicPermission))
 	add("DELETE", "/api/topic-permissions/{vhost}/{user}", admin(s.apiDeleteTopicPermission))
+	add("GET", "/api/vhost-limits", s.apiVHostLimits)
+	add("GET", "/api/vhost-limits/{vhost}", s.apiVHostLimits)
+	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(s.apiPutVHostLimit))
+	add("DELETE", "/api/vhost-limits/{vhost}/{name}", admin(s.apiDeleteVHostLimit))
+	add("GET", "/api/user-limits", admin(s.apiUserLimits))
+	add("GET", "/api/user-limits/{user}", admin(s.apiUserLimits))
+	add("PUT", "/api/user-limits/{user}/{name}", admin(s.apiPutUserLimit))
+	add("DELETE", "/api/user-limits/{user}/{name}", admin(s.apiDeleteUserLimit))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		segs := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 		for i, sg := range segs {

@@ -191,6 +191,7 @@ func (c *conn) removeChannel(n uint16) {
 		return
 	}
 	delete(c.channels, n)
+	c.nchan.Add(-1)
 	c.snapMu.Lock()
 	delete(c.snap, n)
 	c.snapMu.Unlock()
@@ -255,6 +256,9 @@ func (c *conn) openChannel(n uint16) error {
 	if len(c.channels) >= int(c.channelMax) {
 		return amqp.Errorf(amqp.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", len(c.channels), c.channelMax)
 	}
+	if err := c.channelLimit(); err != nil {
+		return err
+	}
 	ch := channel.New(channel.Config{
 		Number:          n,
 		Sink:            c,
@@ -262,6 +266,7 @@ func (c *conn) openChannel(n uint16) error {
 		ConnID:          c.id,
 		User:            c.user,
 		Grant:           c.grant,
+		Impersonator:    c.authUser != nil && c.authUser.HasTag("impersonator"),
 		MaxMessageSize:  c.srv.opts.MaxMessageSize,
 		ConsumerTimeout: c.srv.opts.ConsumerTimeout,
 		CancelNotify:    c.clientCapability("consumer_cancel_notify"),
@@ -271,6 +276,7 @@ func (c *conn) openChannel(n uint16) error {
 		Memory:          &c.srv.memory,
 	})
 	c.channels[n] = ch
+	c.nchan.Add(1)
 	c.snapMu.Lock()
 	c.snap[n] = ch
 	c.snapMu.Unlock()

@@ -42,7 +42,10 @@ type Config struct {
 	User   string
 	// Grant is the user's rights in VHost, checked where RabbitMQ checks
 	// them (access.go); nil allows everything.
-	Grant           *auth.Grant
+	Grant *auth.Grant
+	// Impersonator: the user has the impersonator tag, and may publish
+	// with another user's user_id (RabbitMQ's check_user_id_header).
+	Impersonator    bool
 	MaxMessageSize  uint64
 	ConsumerTimeout time.Duration // broker default; negative disables
 	// CancelNotify is the client's consumer_cancel_notify capability.

@@ -288,7 +288,7 @@ const maxTTL = 315_360_000_000
 const replyToQueue = "amq.rabbitmq.reply-to"
 
 func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesView) error {
-	if v.UserID != nil && string(v.UserID) != c.cfg.User {
+	if v.UserID != nil && string(v.UserID) != c.cfg.User && !c.cfg.Impersonator {
 		return precondition("user_id property set to '%s' but authenticated user was '%s'", v.UserID, c.cfg.User)
 	}
 	if string(v.ReplyTo) == replyToQueue {

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
+	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +55,9 @@ func (a *api) call(method, path, user, pass string, body any, out any) int {
 	}
 	req, _ := http.NewRequest(method, a.url+path, rd)
 	req.SetBasicAuth(user, pass)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 	if err != nil {
 		a.t.Fatal(err)
@@ -430,5 +438,253 @@ func TestManagementAPIByTag(t *testing.T) {
 	}
 	if code := a.call("PUT", "/api/permissions/tag-v/tag-mgmt", "guest", "guest", map[string]any{"configure": "(", "write": "", "read": ""}, nil); code != 400 {
 		t.Fatalf("invalid regex: %d", code)
+	}
+}
+
+// Vhost and user limits, with RabbitMQ's API and its refusals: a vhost's
+// max-queues refuses new queues (not redeclares), its max-connections
+// and a user's refuse connection.open, a user's max-channels refuses
+// channel.open over all its connections.
+func TestLimits(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	a.admin("PUT", "/api/vhosts/lim-v", map[string]any{}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/vhosts/lim-v", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/users/lim-u", map[string]any{"password": "pw", "tags": ""}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/users/lim-u", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/permissions/lim-v/lim-u", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	a.admin("PUT", "/api/vhost-limits/lim-v/max-queues", map[string]any{"value": 1}, 204)
+	a.admin("PUT", "/api/vhost-limits/lim-v/max-connections", map[string]any{"value": 2}, 204)
+	var got []struct {
+		VHost string
+		Value map[string]int64
+	}
+	if a.call("GET", "/api/vhost-limits/lim-v", "guest", "guest", nil, &got); len(got) != 1 || got[0].Value["max-queues"] != 1 || got[0].Value["max-connections"] != 2 {
+		t.Fatalf("vhost limits %+v", got)
+	}
+	var e struct{ Error, Reason string }
+	if code := a.call("PUT", "/api/vhost-limits/lim-v/bogus", "guest", "guest", map[string]any{"value": 1}, &e); code != 400 || e.Error != "bad_request" {
+		t.Fatalf("unknown limit: %d %+v", code, e)
+	}
+	if code := a.call("PUT", "/api/vhost-limits/lim-missing/max-queues", "guest", "guest", map[string]any{"value": 1}, &e); code != 404 || e.Reason != "vhost_not_found" {
+		t.Fatalf("missing vhost: %d %+v", code, e)
+	}
+	url := "amqp://lim-u:pw@" + b.Addr + "/lim-v"
+	c1, err := rmq.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	ch, _ := c1.Channel()
+	if _, err := ch.QueueDeclare("q1", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("q1", false, false, false, false, nil); err != nil {
+		t.Fatalf("a redeclare is not a new queue: %v", err)
+	}
+	_, err = ch.QueueDeclare("q2", false, false, false, false, nil)
+	amqpErr(t, err, 406, "PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost 'lim-v' (1) is reached")
+	c2, err := rmq.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, err = rmq.Dial(url)
+	amqpErr(t, err, 530, "NOT_ALLOWED - access to vhost 'lim-v' refused for user 'lim-u': connection limit (2) is reached")
+	a.admin("DELETE", "/api/vhost-limits/lim-v/max-connections", nil, 204)
+	a.admin("PUT", "/api/user-limits/lim-u/max-connections", map[string]any{"value": 2}, 204)
+	_, err = rmq.Dial(url)
+	amqpErr(t, err, 530, "NOT_ALLOWED - connection refused for user 'lim-u': user connection limit (2) is reached")
+	a.admin("DELETE", "/api/user-limits/lim-u/max-connections", nil, 204)
+	a.admin("PUT", "/api/user-limits/lim-u/max-channels", map[string]any{"value": 2}, 204)
+	for _, c := range []*rmq.Connection{c1, c2} { // c1's channel closed on the 406: one each
+		if _, err := c.Channel(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := c2.NotifyClose(make(chan *rmq.Error, 1))
+	_, err = c2.Channel()
+	if err == nil {
+		t.Fatal("a third channel of the user opened")
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 530 || e.Reason != "NOT_ALLOWED - number of channels opened for user 'lim-u' has reached the maximum allowed user limit of (2)" {
+			t.Fatalf("closed with %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection.close")
+	}
+	var ul []struct {
+		User  string
+		Value map[string]int64
+	}
+	if a.call("GET", "/api/user-limits/lim-u", "guest", "guest", nil, &ul); len(ul) != 1 || ul[0].Value["max-channels"] != 2 {
+		t.Fatalf("user limits %+v", ul)
+	}
+	a.admin("DELETE", "/api/user-limits/lim-u/max-channels", nil, 204)
+}
+
+// The user_id property must name the user who publishes, unless that
+// user has the impersonator tag (RabbitMQ's check_user_id_header).
+func TestUserIDAndImpersonator(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	for _, u := range []struct{ name, tags string }{{"uid-plain", ""}, {"uid-imp", "impersonator"}} {
+		a.admin("PUT", "/api/users/"+u.name, map[string]any{"password": "pw", "tags": u.tags}, 201)
+		a.admin("PUT", "/api/permissions/%2F/"+u.name, map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+		name := u.name
+		t.Cleanup(func() { a.call("DELETE", "/api/users/"+name, "guest", "guest", nil, nil) })
+	}
+	publishAs := func(user, userID string) error {
+		c, err := rmq.Dial("amqp://" + user + ":pw@" + b.Addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ch, _ := c.Channel()
+		q, err := ch.QueueDeclare("", false, true, true, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, ch.Publish("", q.Name, false, false, rmq.Publishing{UserId: userID, Body: []byte("x")}))
+		_, err = ch.QueueDeclarePassive(q.Name, false, true, true, false, nil)
+		return err
+	}
+	if err := publishAs("uid-plain", "uid-plain"); err != nil {
+		t.Fatalf("own user_id: %v", err)
+	}
+	amqpErr(t, publishAs("uid-plain", "someone"), 406, "PRECONDITION_FAILED - user_id property set to 'someone' but authenticated user was 'uid-plain'")
+	if err := publishAs("uid-imp", "someone"); err != nil {
+		t.Fatalf("impersonator: %v", err)
+	}
+}
+
+// A vhost deleted while connections publish into it with confirms: its
+// publishers are closed with 320, nothing crashes, and the confirmed
+// messages of another vhost are untouched, across a restart too.
+func TestVHostDeletedWhilePublishing(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	a := newAPI(t, r.b)
+	c0, ch0 := r.dial()
+	if _, err := ch0.QueueDeclare("kept", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		publishPersistent(t, ch0, "", "kept", fmt.Sprintf("m%d", i))
+	}
+	c0.Close()
+	a.admin("PUT", "/api/vhosts/busy", map[string]any{}, 201)
+	a.admin("PUT", "/api/permissions/busy/guest", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	url := "amqp://guest:guest@" + r.b.Addr + "/busy"
+	var wg sync.WaitGroup
+	var confirmed atomic.Int64
+	for p := range 4 {
+		c, err := rmq.Dial(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, _ := c.Channel()
+		q := fmt.Sprintf("busy-%d", p)
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		must(t, ch.Confirm(false))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			for {
+				dc, err := ch.PublishWithDeferredConfirm("", q, false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: make([]byte, 512)})
+				if err != nil {
+					return
+				}
+				if !dc.Wait() {
+					return
+				}
+				confirmed.Add(1)
+			}
+		}()
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return confirmed.Load() > 500 }, "publishing into busy")
+	a.admin("DELETE", "/api/vhosts/busy", nil, 204)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("publishers into the deleted vhost still running")
+	}
+	check := func(when string) {
+		t.Helper()
+		c, ch := r.dial()
+		defer c.Close()
+		q, err := ch.QueueDeclarePassive("kept", true, false, false, false, nil)
+		if err != nil || q.Messages != 200 {
+			t.Fatalf("%s: kept has %d messages, %v", when, q.Messages, err)
+		}
+		if _, err := rmq.Dial("amqp://guest:guest@" + r.b.Addr + "/busy"); err == nil {
+			t.Fatalf("%s: the deleted vhost accepts connections", when)
+		}
+	}
+	check("after the delete")
+	r.restart()
+	check("after a restart")
+}
+
+// rabbitmqadmin, RabbitMQ's own CLI for its HTTP API, manages railmq's
+// vhosts, users and permissions unchanged. It ships with Debian's
+// rabbitmq-server; the test is skipped where it is not installed.
+func TestRabbitmqadminManagesAccess(t *testing.T) {
+	testutil.InProcess(t)
+	admin := ""
+	for _, p := range []string{"rabbitmqadmin", "/usr/bin/rabbitmqadmin"} {
+		if path, err := exec.LookPath(p); err == nil {
+			admin = path
+			break
+		}
+	}
+	if admin == "" {
+		t.Skip("rabbitmqadmin not installed (Debian: apt-get install rabbitmq-server)")
+	}
+	b := testutil.Start(t, broker.Options{})
+	hs := httptest.NewServer(b.Server.ManagementHandler())
+	defer hs.Close()
+	u, _ := neturl.Parse(hs.URL)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("python3", append([]string{admin, "-H", u.Hostname(), "-P", u.Port(), "-u", "guest", "-p", "guest"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("rabbitmqadmin %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	for _, args := range [][]string{
+		{"declare", "vhost", "name=adm-v"},
+		{"declare", "user", "name=adm-u", "password=pw", "tags=management"},
+		{"declare", "permission", "vhost=adm-v", "user=adm-u", "configure=^adm-", "write=.*", "read=.*"},
+	} {
+		run(args...)
+	}
+	var vhosts []struct{ Name string }
+	if err := json.Unmarshal([]byte(run("list", "vhosts", "-f", "raw_json")), &vhosts); err != nil || len(vhosts) != 2 || vhosts[1].Name != "adm-v" {
+		t.Fatalf("list vhosts: %+v %v", vhosts, err)
+	}
+	if out := run("list", "users"); !strings.Contains(out, "adm-u") || !strings.Contains(out, "management") {
+		t.Fatalf("list users:\n%s", out)
+	}
+	if out := run("list", "permissions"); !strings.Contains(out, "^adm-") {
+		t.Fatalf("list permissions:\n%s", out)
+	}
+	c, err := rmq.Dial("amqp://adm-u:pw@" + b.Addr + "/adm-v")
+	if err != nil {
+		t.Fatalf("the user rabbitmqadmin made: %v", err)
+	}
+	c.Close()
+	run("delete", "vhost", "name=adm-v")
+	run("delete", "user", "name=adm-u")
+	if out := run("list", "vhosts"); strings.Contains(out, "adm-v") {
+		t.Fatalf("deleted vhost listed:\n%s", out)
 	}
 }

@@ -76,6 +76,9 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 	if d.Passive {
 		return nil, false, v.noQueue(d.Name)
 	}
+	if n := v.maxQueues.Load(); n >= 0 && int64(len(v.queues)) >= n {
+		return nil, false, amqp.Errorf(amqp.PreconditionFailed, "cannot declare queue '%s': queue limit in vhost '%s' (%d) is reached", d.Name, v.name, n)
+	}
 	args, err := validateQueueArgs(d.Name, v.name, d.Args)
 	if err != nil {
 		return nil, false, err

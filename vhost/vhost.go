@@ -37,6 +37,7 @@ type VHost struct {
 	spill       *persist.Spill // nil: non-durable queues stay in memory
 	pressure    *atomic.Bool   // see PageUnderPressure
 	nextQueueID *atomic.Uint64 // shared by the broker's vhosts (ShareQueueIDs): ids key the store
+	maxQueues   atomic.Int64   // the max-queues limit; negative: none
 	window      int
 	windowB     int64
 }
@@ -62,6 +63,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 
 		nextQueueID: new(atomic.Uint64),
 	}
+	v.maxQueues.Store(-1)
 	for _, x := range []struct {
 		name string
 		kind exchange.Kind
@@ -74,6 +76,10 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 	}
 	return v
 }
+
+// SetMaxQueues sets the vhost's max-queues limit (negative: none), as
+// RabbitMQ's vhost limit: declaring a new queue beyond it is refused.
+func (v *VHost) SetMaxQueues(n int64) { v.maxQueues.Store(n) }
 
 // ShareQueueIDs makes the vhost number its queues from ids, which every
 // vhost on one store must share (a queue's id keys its entries). Before
