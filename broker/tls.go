@@ -169,7 +169,32 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tls.Server(nc, l.cfg), nil
+	return &serverTLSConn{Conn: tls.Server(nc, l.cfg), raw: nc}, nil
+}
+
+// serverTLSConn is a TLS connection that, once its handshake has failed,
+// reads the raw socket: the reads that follow are the teardown's linger,
+// which discards what it reads until the client closes. A failed
+// tls.Conn answers every read with its error at once, and closing the
+// socket with the client's data unread would send a RST that can destroy
+// our alert before the client reads it (amqp091-go writes its protocol
+// header as soon as its side of a TLS 1.3 handshake is done, before the
+// server has checked its certificate).
+type serverTLSConn struct {
+	*tls.Conn
+	raw    net.Conn
+	failed bool // reader-owned
+}
+
+func (c *serverTLSConn) Read(p []byte) (int, error) {
+	if c.failed {
+		return c.raw.Read(p)
+	}
+	n, err := c.Conn.Read(p)
+	if err != nil && !isTimeout(err) && !c.Conn.ConnectionState().HandshakeComplete {
+		c.failed = true
+	}
+	return n, err
 }
 
 // isTLS reports whether Serve is serving a TLS listener (for its log).
@@ -215,8 +240,10 @@ func (s *Server) ManagementTLSConfig() *tls.Config {
 
 // tlsConn is the connection's TLS layer, or nil on a plain listener.
 func (c *conn) tlsConn() *tls.Conn {
-	tc, _ := c.nc.(*tls.Conn)
-	return tc
+	if tc, ok := c.nc.(*serverTLSConn); ok {
+		return tc.Conn
+	}
+	return nil
 }
 
 // startFrame is the connection.start this connection is sent.
