@@ -95,6 +95,10 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/topic-permissions/{vhost}/{user}", admin(s.apiTopicPermission))
 	add("PUT", "/api/topic-permissions/{vhost}/{user}", admin(s.apiPutTopicPermission))
 	add("DELETE", "/api/topic-permissions/{vhost}/{user}", admin(s.apiDeleteTopicPermission))
+	add("GET", "/api/vhosts/{vhost}/permissions", admin(s.apiPermissions))
+	add("GET", "/api/users/{user}/permissions", admin(s.apiPermissions))
+	add("GET", "/api/vhosts/{vhost}/topic-permissions", admin(s.apiTopicPermissions))
+	add("GET", "/api/users/{user}/topic-permissions", admin(s.apiTopicPermissions))
 	add("GET", "/api/vhost-limits", s.apiVHostLimits)
 	add("GET", "/api/vhost-limits/{vhost}", s.apiVHostLimits)
 	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(s.apiPutVHostLimit))
@@ -264,6 +268,16 @@ func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		rec.Tags = tags
 	}
 	created, err := s.putVHost(name, rec)
+	if err == nil && created {
+		// RabbitMQ grants the user who made the vhost every permission
+		// in it.
+		p, _ := auth.NewPermission(".*", ".*", ".*")
+		b := &persist.Batch{}
+		putPermDef(b, name, apiUser(r).Name, p)
+		if err = s.store.CommitSync(b); err == nil {
+			s.reg.SetPermission(name, apiUser(r).Name, p)
+		}
+	}
 	if err != nil {
 		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
 		return
@@ -404,12 +418,30 @@ func permJSON(p auth.PermissionEntry) map[string]any {
 	return map[string]any{"user": p.User, "vhost": p.VHost, "configure": p.Configure, "write": p.Write, "read": p.Read}
 }
 
+// apiPermissions lists permissions: all, or a vhost's, or a user's (by
+// the path's {vhost} or {user}).
 func (s *Server) apiPermissions(w http.ResponseWriter, r *http.Request) {
+	vh, user := r.PathValue("vhost"), r.PathValue("user")
+	if !s.pathObjectExists(w, vh, user) {
+		return
+	}
 	out := []map[string]any{}
 	for _, p := range s.reg.Permissions() {
-		out = append(out, permJSON(p))
+		if (vh == "" || p.VHost == vh) && (user == "" || p.User == user) {
+			out = append(out, permJSON(p))
+		}
 	}
 	writeJSON(w, out)
+}
+
+// pathObjectExists answers 404 for a vhost or user the path names that
+// does not exist.
+func (s *Server) pathObjectExists(w http.ResponseWriter, vh, user string) bool {
+	if (vh != "" && s.vhostByName(vh) == nil) || (user != "" && s.reg.User(user) == nil) {
+		notFound(w)
+		return false
+	}
+	return true
 }
 
 func (s *Server) apiPermission(w http.ResponseWriter, r *http.Request) {
@@ -485,9 +517,15 @@ func topicJSON(t auth.TopicPermissionEntry) map[string]any {
 }
 
 func (s *Server) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
+	vh, user := r.PathValue("vhost"), r.PathValue("user")
+	if !s.pathObjectExists(w, vh, user) {
+		return
+	}
 	out := []map[string]any{}
 	for _, t := range s.reg.TopicPermissions() {
-		out = append(out, topicJSON(t))
+		if (vh == "" || t.VHost == vh) && (user == "" || t.User == user) {
+			out = append(out, topicJSON(t))
+		}
 	}
 	writeJSON(w, out)
 }

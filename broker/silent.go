@@ -65,10 +65,3 @@ func (d *delayedCloses) closeAll() {
 	}
 	d.m = nil
 }
-
-// pending is how many sockets wait (tests).
-func (d *delayedCloses) pending() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.m)
-}

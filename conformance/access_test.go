@@ -78,6 +78,34 @@ func (a *api) admin(method, path string, body any, want int) {
 	}
 }
 
+// publishAndSync publishes a message and makes a round trip on ch: it
+// returns the error the channel was closed with, if the publish was
+// refused.
+func publishAndSync(ch *rmq.Channel, ex, key string) error {
+	closed := ch.NotifyClose(make(chan *rmq.Error, 1))
+	if err := ch.Publish(ex, key, false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
+		return err
+	}
+	return syncErr(ch, closed)
+}
+
+// syncErr makes a round trip on ch (an asynchronous method was sent
+// before): nil if the channel is still open, else the error it was
+// closed with.
+func syncErr(ch *rmq.Channel, closed <-chan *rmq.Error) error {
+	if err := ch.ExchangeDeclarePassive("amq.topic", "topic", true, false, false, false, nil); err == nil {
+		return nil
+	}
+	select {
+	case e := <-closed:
+		if e != nil {
+			return e
+		}
+	case <-time.After(5 * time.Second):
+	}
+	return errors.New("the channel closed without an error")
+}
+
 func amqpErr(t *testing.T, err error, code int, reason string) {
 	t.Helper()
 	var e *rmq.Error
@@ -230,20 +258,8 @@ func TestPermissionChecks(t *testing.T) {
 		{"queue.bind allowed", func(ch *rmq.Channel) error { return ch.QueueBind("bob-q", "k", "bob-x", false, nil) }, ""},
 		{"queue.unbind", func(ch *rmq.Channel) error { return ch.QueueUnbind("bob-q", "k", "other-x", nil) }, refusedX("other-x")},
 		{"exchange.bind: write on the destination", func(ch *rmq.Channel) error { return ch.ExchangeBind("other-x", "k", "bob-x", false, nil) }, refusedX("other-x")},
-		{"basic.publish to the default exchange", func(ch *rmq.Channel) error {
-			if err := ch.Publish("", "bob-q", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
-				return err
-			}
-			_, err := ch.QueueDeclarePassive("bob-q", false, false, false, false, nil) // a round trip: the publish was taken
-			return err
-		}, ""},
-		{"basic.publish", func(ch *rmq.Channel) error {
-			if err := ch.Publish("other-x", "k", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
-				return err
-			}
-			_, err := ch.QueueDeclarePassive("bob-q", false, false, false, false, nil)
-			return err
-		}, refusedX("other-x")},
+		{"basic.publish to the default exchange", func(ch *rmq.Channel) error { return publishAndSync(ch, "", "bob-q") }, ""},
+		{"basic.publish", func(ch *rmq.Channel) error { return publishAndSync(ch, "other-x", "k") }, refusedX("other-x")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := rmq.Dial(bobURL)
@@ -298,7 +314,9 @@ func TestVHostAccessAndDeletion(t *testing.T) {
 	a.admin("DELETE", "/api/vhosts/acc-v", nil, 204)
 	select {
 	case e := <-closed:
-		if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - vhost 'acc-v' is deleted" {
+		// RabbitMQ races its vhost's supervisor and says "is down" at times.
+		down := testutil.ExternalURL() != "" && e != nil && e.Reason == "CONNECTION_FORCED - vhost 'acc-v' is down"
+		if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - vhost 'acc-v' is deleted" && !down {
 			t.Fatalf("closed with %v", e)
 		}
 	case <-time.After(10 * time.Second):
@@ -339,18 +357,11 @@ func TestTopicPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	roundTrip := func(ch *rmq.Channel) error {
-		return ch.ExchangeDeclarePassive("amq.topic", "topic", true, false, false, false, nil)
-	}
 	ch, _ := c.Channel()
-	if err := ch.Publish("amq.topic", "tp-u.orders", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := roundTrip(ch); err != nil {
+	if err := publishAndSync(ch, "amq.topic", "tp-u.orders"); err != nil {
 		t.Fatalf("own key refused: %v", err)
 	}
-	must(t, ch.Publish("amq.topic", "other.orders", false, false, rmq.Publishing{Body: []byte("x")}))
-	amqpErr(t, roundTrip(ch), 403, "ACCESS_REFUSED - access to topic 'other.orders' in exchange 'amq.topic' in vhost '/' refused for user 'tp-u'")
+	amqpErr(t, publishAndSync(ch, "amq.topic", "other.orders"), 403, "ACCESS_REFUSED - access to topic 'other.orders' in exchange 'amq.topic' in vhost '/' refused for user 'tp-u'")
 	ch, _ = c.Channel()
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {
@@ -360,8 +371,7 @@ func TestTopicPermissions(t *testing.T) {
 	amqpErr(t, ch.QueueBind(q.Name, "secret.#", "amq.topic", false, nil), 403,
 		"ACCESS_REFUSED - access to topic 'secret.#' in exchange 'amq.topic' in vhost '/' refused for user 'tp-u'")
 	ch, _ = c.Channel()
-	must(t, ch.Publish("amq.direct", "anything", false, false, rmq.Publishing{Body: []byte("x")}))
-	if err := roundTrip(ch); err != nil {
+	if err := publishAndSync(ch, "amq.direct", "anything"); err != nil {
 		t.Fatalf("an exchange without a topic permission: %v", err)
 	}
 }
@@ -547,9 +557,9 @@ func TestUserIDAndImpersonator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		closed := ch.NotifyClose(make(chan *rmq.Error, 1))
 		must(t, ch.Publish("", q.Name, false, false, rmq.Publishing{UserId: userID, Body: []byte("x")}))
-		_, err = ch.QueueDeclarePassive(q.Name, false, true, true, false, nil)
-		return err
+		return syncErr(ch, closed)
 	}
 	if err := publishAs("uid-plain", "uid-plain"); err != nil {
 		t.Fatalf("own user_id: %v", err)
@@ -574,8 +584,7 @@ func TestVHostDeletedWhilePublishing(t *testing.T) {
 		publishPersistent(t, ch0, "", "kept", fmt.Sprintf("m%d", i))
 	}
 	c0.Close()
-	a.admin("PUT", "/api/vhosts/busy", map[string]any{}, 201)
-	a.admin("PUT", "/api/permissions/busy/guest", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	a.admin("PUT", "/api/vhosts/busy", map[string]any{}, 201) // guest, its maker, may use it
 	url := "amqp://guest:guest@" + r.b.Addr + "/busy"
 	var wg sync.WaitGroup
 	var confirmed atomic.Int64
@@ -686,5 +695,114 @@ func TestRabbitmqadminManagesAccess(t *testing.T) {
 	run("delete", "user", "name=adm-u")
 	if out := run("list", "vhosts"); strings.Contains(out, "adm-v") {
 		t.Fatalf("deleted vhost listed:\n%s", out)
+	}
+}
+
+// The first user of a fresh store: DefaultUser (RABBITMQ_DEFAULT_USER's
+// counterpart) instead of guest; users given with --users to a store that
+// has users are added, and the stored ones stay.
+func TestDefaultUserAndUsersFlagOnAnExistingStore(t *testing.T) {
+	r := newRestartable(t, broker.Options{DefaultUser: "admin", DefaultPass: "s3cret", DefaultVHost: "main"})
+	if _, err := rmq.Dial("amqp://guest:guest@" + r.b.Addr + "/"); !errors.Is(err, rmq.ErrCredentials) {
+		t.Fatalf("guest on a store made with another default user: %v", err)
+	}
+	c, err := rmq.Dial("amqp://admin:s3cret@" + r.b.Addr + "/main")
+	if err != nil {
+		t.Fatalf("the default user in the default vhost: %v", err)
+	}
+	c.Close()
+	r.opts.Users = map[string]string{"ops": "pw"}
+	r.restart()
+	for _, u := range []string{"admin:s3cret", "ops:pw"} {
+		c, err := rmq.Dial("amqp://" + u + "@" + r.b.Addr + "/main")
+		if err != nil {
+			t.Fatalf("%s after a restart with --users: %v", u, err)
+		}
+		c.Close()
+	}
+}
+
+// Users imported with a password hash of each algorithm RabbitMQ takes
+// log in with their password; vhost names with "/" are one path segment
+// when escaped; unknown fields are ignored, as RabbitMQ does; a
+// management user sees and closes only its own connections.
+func TestUsersImportedAndPathsEscaped(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	for _, h := range []struct{ algo, hash string }{
+		{"rabbit_password_hashing_sha256", "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"},
+		{"rabbit_password_hashing_sha512", "kI3GChuNuIYf8lRbCCxZjgjKwsY19ns6+uFO0zcXRBGA/XGJPYD8OWMy7EB8TaOmAzjP2azv84GbINYwX2cDWb4DHnc="},
+		{"rabbit_password_hashing_md5", "kI3GChNpte2FApYFXScl+0dIluk="},
+	} {
+		name := "imp-" + h.algo[len("rabbit_password_hashing_"):]
+		a.admin("PUT", "/api/users/"+name, map[string]any{"password_hash": h.hash, "hashing_algorithm": h.algo, "tags": "", "bogus": true}, 201)
+		t.Cleanup(func() { a.call("DELETE", "/api/users/"+name, "guest", "guest", nil, nil) })
+		a.admin("PUT", "/api/permissions/%2F/"+name, map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+		c, err := rmq.Dial("amqp://" + name + ":test12@" + b.Addr + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", h.algo, err)
+		}
+		c.Close()
+	}
+	a.admin("PUT", "/api/vhosts/team%2Fa", map[string]any{}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/vhosts/team%2Fa", "guest", "guest", nil, nil) })
+	var vh struct{ Name string }
+	if code := a.call("GET", "/api/vhosts/team%2Fa", "guest", "guest", nil, &vh); code != 200 || vh.Name != "team/a" {
+		t.Fatalf("vhost team/a: %d %+v", code, vh)
+	}
+	// Its maker got every permission in it, as from RabbitMQ.
+	var perms []struct{ User, Configure string }
+	if a.call("GET", "/api/vhosts/team%2Fa/permissions", "guest", "guest", nil, &perms); len(perms) != 1 || perms[0].User != "guest" || perms[0].Configure != ".*" {
+		t.Fatalf("permissions in a new vhost: %+v", perms)
+	}
+	c, err := rmq.Dial("amqp://guest:guest@" + b.Addr + "/team%2Fa")
+	if err != nil {
+		t.Fatalf("connecting to team/a: %v", err)
+	}
+	c.Close()
+	// Connections by owner.
+	a.admin("PUT", "/api/users/own-m", map[string]any{"password": "pw", "tags": "management"}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/users/own-m", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/permissions/%2F/own-m", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	mine, err := rmq.DialConfig("amqp://own-m:pw@"+b.Addr+"/", rmq.Config{Properties: rmq.Table{"connection_name": "mine"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	theirs, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "theirs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Close()
+	var conns []struct {
+		Name string
+		User string
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		conns = nil
+		a.call("GET", "/api/connections", "guest", "guest", nil, &conns)
+		return len(conns) >= 2
+	}, "both connections listed to the administrator")
+	var theirName string
+	for _, c := range conns {
+		if c.User == "guest" {
+			theirName = c.Name
+		}
+	}
+	conns = nil
+	a.call("GET", "/api/connections", "own-m", "pw", nil, &conns)
+	for _, c := range conns {
+		if c.User != "own-m" {
+			t.Fatalf("a management user sees %s's connection %s", c.User, c.Name)
+		}
+	}
+	if len(conns) != 1 {
+		t.Fatalf("a management user sees %d connections of its own, want 1", len(conns))
+	}
+	if code := a.call("DELETE", "/api/connections/"+neturl.PathEscape(theirName), "own-m", "pw", nil, nil); code/100 == 2 {
+		t.Fatalf("a management user closed another user's connection: %d", code)
+	}
+	if theirs.IsClosed() {
+		t.Fatal("the other user's connection was closed")
 	}
 }
