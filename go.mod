@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/michaelklishin/rabbit-hole/v2 v2.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
