@@ -99,6 +99,22 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/users/{user}/permissions", admin(s.apiPermissions))
 	add("GET", "/api/vhosts/{vhost}/topic-permissions", admin(s.apiTopicPermissions))
 	add("GET", "/api/users/{user}/topic-permissions", admin(s.apiTopicPermissions))
+	add("GET", "/api/exchanges", s.apiExchanges)
+	add("GET", "/api/exchanges/{vhost}", s.apiExchanges)
+	add("GET", "/api/exchanges/{vhost}/{exchange}", s.apiExchange)
+	add("PUT", "/api/exchanges/{vhost}/{exchange}", s.apiPutExchange)
+	add("DELETE", "/api/exchanges/{vhost}/{exchange}", s.apiDeleteExchange)
+	add("GET", "/api/queues/{vhost}", s.apiVHostQueues)
+	add("GET", "/api/queues/{vhost}/{queue}", s.apiQueue)
+	add("PUT", "/api/queues/{vhost}/{queue}", s.apiPutQueue)
+	add("DELETE", "/api/queues/{vhost}/{queue}", s.apiDeleteQueue)
+	add("DELETE", "/api/queues/{vhost}/{queue}/contents", s.apiPurgeQueue)
+	add("GET", "/api/bindings", s.apiBindings)
+	add("GET", "/api/bindings/{vhost}", s.apiBindings)
+	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiBindingsBetween)
+	add("POST", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiPostBinding)
+	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", s.apiBindingsBetween)
+	add("DELETE", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", s.apiDeleteBinding)
 	add("GET", "/api/vhost-limits", s.apiVHostLimits)
 	add("GET", "/api/vhost-limits/{vhost}", s.apiVHostLimits)
 	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(s.apiPutVHostLimit))
@@ -124,7 +140,7 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 			}
 			ok := true
 			for i, p := range rt.path {
-				if !strings.HasPrefix(p, "{") && p != segs[i] {
+				if (!strings.HasPrefix(p, "{") && p != segs[i]) || (p == "{dtype}" && segs[i] != "e" && segs[i] != "q") {
 					ok = false
 					break
 				}

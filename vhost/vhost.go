@@ -157,6 +157,25 @@ func (v *VHost) Queue(owner uint64, name string) (*queue.Queue, error) {
 	return q, nil
 }
 
+// Exchanges returns a snapshot of the exchanges, the default one not
+// among them (the management API, definitions).
+func (v *VHost) Exchanges() []*exchange.Exchange {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	xs := make([]*exchange.Exchange, 0, len(v.exchanges))
+	for _, x := range v.exchanges {
+		xs = append(xs, x)
+	}
+	return xs
+}
+
+// Exchange returns an exchange by name, or nil.
+func (v *VHost) Exchange(name string) *exchange.Exchange {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.exchanges[name]
+}
+
 // ExchangeKind is the type of the exchange name, or false if there is none.
 func (v *VHost) ExchangeKind(name string) (exchange.Kind, bool) {
 	v.mu.RLock()

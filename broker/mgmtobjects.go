@@ -1,0 +1,521 @@
+package broker
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
+)
+
+// The management API's exchanges, queues and bindings: RabbitMQ's paths,
+// JSON fields and status codes. Declares and deletes go through the
+// registry with the API user's grant, as RabbitMQ checks the API user's
+// permissions.
+
+// objectVHost finds the path's vhost for a user allowed in it, answering
+// 404 (missing) or 401 (no access) as RabbitMQ.
+func (s *Server) objectVHost(w http.ResponseWriter, r *http.Request) (*vhostState, bool) {
+	name := r.PathValue("vhost")
+	if !s.canSee(apiUser(r), name) {
+		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
+		return nil, false
+	}
+	st := s.vhostByName(name)
+	if st == nil {
+		notFound(w)
+		return nil, false
+	}
+	return st, true
+}
+
+// amqpToHTTP answers a registry error as RabbitMQ's management API does:
+// 404 for a missing object, 400 with the reason otherwise (the AMQP text
+// after its code name).
+func amqpToHTTP(w http.ResponseWriter, err error) {
+	var e *amqp.Error
+	if !errors.As(err, &e) {
+		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		return
+	}
+	reason := e.Text
+	if i := strings.Index(reason, " - "); i >= 0 {
+		reason = reason[i+3:]
+	}
+	switch e.Code {
+	case amqp.NotFound:
+		apiError(w, http.StatusNotFound, "not_found", reason)
+	case amqp.AccessRefused:
+		apiError(w, http.StatusUnauthorized, "not_authorised", "Access refused.") // RabbitMQ's words
+	default:
+		badRequest(w, reason)
+	}
+}
+
+func boolArg(m map[string]any, k string, def bool) bool {
+	if b, ok := m[k].(bool); ok {
+		return b
+	}
+	return def
+}
+
+// tableArg converts JSON arguments to an AMQP table: numbers become
+// long longs when whole (RabbitMQ reads JSON integers so), floats
+// otherwise.
+func tableArg(m map[string]any) amqp.Table {
+	args, _ := m["arguments"].(map[string]any)
+	if len(args) == 0 {
+		return nil
+	}
+	t := amqp.Table{}
+	for k, v := range args {
+		t[k] = jsonToAMQP(v)
+	}
+	return t
+}
+
+func jsonToAMQP(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == float64(int64(x)) {
+			return int64(x)
+		}
+		return x
+	case map[string]any:
+		t := amqp.Table{}
+		for k, e := range x {
+			t[k] = jsonToAMQP(e)
+		}
+		return t
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonToAMQP(e)
+		}
+		return out
+	}
+	return v
+}
+
+// jsonTable renders an AMQP table for the API ({} when empty).
+func jsonTable(t amqp.Table) map[string]any {
+	out := map[string]any{}
+	for k, v := range t {
+		out[k] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		return jsonTable(x)
+	case []byte:
+		return string(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonValue(e)
+		}
+		return out
+	case time.Time:
+		return x.Unix()
+	}
+	return v
+}
+
+// --- exchanges -----------------------------------------------------------
+
+func exchangeJSON(vh string, x *exchange.Exchange) map[string]any {
+	return map[string]any{"name": x.Name, "vhost": vh, "type": x.Kind.String(), "durable": x.Durable,
+		"auto_delete": x.AutoDelete, "internal": x.Internal, "arguments": jsonTable(x.Args),
+		"incoming": []any{}, "outgoing": []any{}}
+}
+
+// defaultExchangeJSON is the default exchange as RabbitMQ lists it.
+func defaultExchangeJSON(vh string) map[string]any {
+	return map[string]any{"name": "", "vhost": vh, "type": "direct", "durable": true,
+		"auto_delete": false, "internal": false, "arguments": map[string]any{}, "incoming": []any{}, "outgoing": []any{}}
+}
+
+func (s *Server) vhostsFor(w http.ResponseWriter, r *http.Request) ([]*vhostState, bool) {
+	if r.PathValue("vhost") == "" {
+		var out []*vhostState
+		for _, st := range s.allVHosts() {
+			if s.canSee(apiUser(r), st.v.Name()) {
+				out = append(out, st)
+			}
+		}
+		return out, true
+	}
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return nil, false
+	}
+	return []*vhostState{st}, true
+}
+
+func (s *Server) apiExchanges(w http.ResponseWriter, r *http.Request) {
+	sts, ok := s.vhostsFor(w, r)
+	if !ok {
+		return
+	}
+	out := []map[string]any{}
+	for _, st := range sts {
+		xs := st.v.Exchanges()
+		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
+		out = append(out, defaultExchangeJSON(st.v.Name()))
+		for _, x := range xs {
+			out = append(out, exchangeJSON(st.v.Name(), x))
+		}
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) apiExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("exchange")
+	if name == "amq.default" {
+		writeJSON(w, defaultExchangeJSON(st.v.Name()))
+		return
+	}
+	x := st.v.Exchange(name)
+	if x == nil {
+		notFound(w)
+		return
+	}
+	writeJSON(w, exchangeJSON(st.v.Name(), x))
+}
+
+func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("exchange")
+	kind, _ := str(body, "type")
+	if kind == "" {
+		kind = "direct" // RabbitMQ's default
+	}
+	if _, known := exchange.ParseKind(kind); !known {
+		badRequest(w, "invalid exchange type '"+kind+"'")
+		return
+	}
+	existed := st.v.Exchange(name) != nil
+	err := st.v.DeclareExchange(vhost.ExchangeDecl{Name: name, Type: kind, Durable: boolArg(body, "durable", true),
+		AutoDelete: boolArg(body, "auto_delete", false), Internal: boolArg(body, "internal", false),
+		Args: tableArg(body), Grant: s.reg.Grant(st.v.Name(), apiUser(r).Name)})
+	if err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if existed {
+		w.WriteHeader(http.StatusNoContent)
+	} else {
+		w.WriteHeader(http.StatusCreated)
+	}
+}
+
+func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("exchange")
+	if st.v.Exchange(name) == nil {
+		notFound(w)
+		return
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Configure, "exchange", name); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if err := st.v.DeleteExchange(name, r.URL.Query().Get("if-unused") == "true"); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// --- queues --------------------------------------------------------------
+
+func queueJSON(vh string, q *queue.Queue) map[string]any {
+	c := q.Config()
+	ready, unacked := q.Ready(), q.Unacked()
+	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
+		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": "railmq@" + hostname, "type": "classic",
+		"state": "running", "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+		"consumers": q.Consumers(), "policy": nil, "exclusive_consumer_tag": nil,
+		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0}
+	if at := q.HeadEnqueuedAt(); at != 0 {
+		m["head_message_timestamp"] = at / int64(time.Second)
+		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
+	}
+	return m
+}
+
+var rate0 = map[string]float64{"rate": 0}
+
+func (s *Server) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
+	sts, ok := s.vhostsFor(w, r)
+	if !ok {
+		return
+	}
+	out := []map[string]any{}
+	for _, st := range sts {
+		qs := st.v.Queues()
+		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
+		for _, q := range qs {
+			out = append(out, queueJSON(st.v.Name(), q))
+		}
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState, *queue.Queue, bool) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return nil, nil, false
+	}
+	for _, q := range st.v.Queues() {
+		if q.Name() == r.PathValue("queue") {
+			return st, q, true
+		}
+	}
+	notFound(w)
+	return nil, nil, false
+}
+
+func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if ok {
+		writeJSON(w, queueJSON(st.v.Name(), q))
+	}
+}
+
+func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("queue")
+	existed := false
+	for _, q := range st.v.Queues() {
+		existed = existed || q.Name() == name
+	}
+	_, _, _, err := st.v.DeclareQueue(vhost.QueueDecl{Name: name, Durable: boolArg(body, "durable", true),
+		AutoDelete: boolArg(body, "auto_delete", false), Args: tableArg(body),
+		Grant: s.reg.Grant(st.v.Name(), apiUser(r).Name)}, queue.Config{})
+	if err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if existed {
+		w.WriteHeader(http.StatusNoContent)
+	} else {
+		w.WriteHeader(http.StatusCreated)
+	}
+}
+
+func (s *Server) apiDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Configure, "queue", q.Name()); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	qs := r.URL.Query()
+	if _, err := st.v.DeleteQueue(q.Config().Owner, q.Name(), qs.Get("if-unused") == "true", qs.Get("if-empty") == "true"); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) apiPurgeQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if _, err := q.Purge(); err != nil {
+		notFound(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// --- bindings ------------------------------------------------------------
+
+// propsKey is RabbitMQ's properties key of a binding: its routing key
+// escaped (~ as %7E), "~" alone for an empty key without arguments, and
+// "~" and a digest of the arguments when it has some. Clients treat it
+// as opaque (Terraform reads it back from the Location header).
+func propsKey(key string, args amqp.Table) string {
+	q := strings.ReplaceAll(url.PathEscape(key), "~", "%7E")
+	if len(args) == 0 {
+		if key == "" {
+			return "~"
+		}
+		return q
+	}
+	b, _ := json.Marshal(jsonTable(args)) // map keys sorted: stable
+	h := sha256.Sum256(b)
+	return q + "~" + base64.RawURLEncoding.EncodeToString(h[:6])
+}
+
+func bindingJSON(vh, source string, b exchange.Binding) map[string]any {
+	dt := "queue"
+	if b.Dest.Exchange {
+		dt = "exchange"
+	}
+	return map[string]any{"source": source, "vhost": vh, "destination": b.Dest.Name, "destination_type": dt,
+		"routing_key": b.Key, "arguments": jsonTable(b.Args), "properties_key": propsKey(b.Key, b.Args)}
+}
+
+// allBindings lists a vhost's bindings as RabbitMQ does: the default
+// exchange's implicit one to each queue first, then by source.
+func allBindings(st *vhostState) []map[string]any {
+	out := []map[string]any{}
+	qs := st.v.Queues()
+	sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
+	for _, q := range qs {
+		out = append(out, bindingJSON(st.v.Name(), "", exchange.Binding{Dest: exchange.Dest{Name: q.Name()}, Key: q.Name()}))
+	}
+	xs := st.v.Exchanges()
+	sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
+	for _, x := range xs {
+		for _, b := range x.Bindings() {
+			out = append(out, bindingJSON(st.v.Name(), x.Name, b))
+		}
+	}
+	return out
+}
+
+func (s *Server) apiBindings(w http.ResponseWriter, r *http.Request) {
+	sts, ok := s.vhostsFor(w, r)
+	if !ok {
+		return
+	}
+	out := []map[string]any{}
+	for _, st := range sts {
+		out = append(out, allBindings(st)...)
+	}
+	writeJSON(w, out)
+}
+
+// bindingEnds reads the path's source and destination ({exchange},
+// {dest}, and whether the destination is an exchange: the "e" or "q"
+// before it).
+func bindingEnds(r *http.Request) (source, dest string, toExchange bool) {
+	return r.PathValue("exchange"), r.PathValue("dest"), r.PathValue("dtype") == "e"
+}
+
+func (s *Server) apiBindingsBetween(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	source, dest, toX := bindingEnds(r)
+	out := []map[string]any{}
+	for _, b := range allBindings(st) {
+		if b["source"] == source && b["destination"] == dest && (b["destination_type"] == "exchange") == toX {
+			if p := r.PathValue("props"); p == "" || b["properties_key"] == p {
+				out = append(out, b)
+			}
+		}
+	}
+	if p := r.PathValue("props"); p != "" {
+		if len(out) == 0 {
+			notFound(w)
+			return
+		}
+		writeJSON(w, out[0])
+		return
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) apiPostBinding(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	source, dest, toX := bindingEnds(r)
+	key, _ := str(body, "routing_key")
+	args := tableArg(body)
+	g := s.reg.Grant(st.v.Name(), apiUser(r).Name)
+	kind := "queue"
+	if toX {
+		kind = "exchange"
+	}
+	if err := g.Check(auth.Write, kind, dest); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if err := g.Check(auth.Read, "exchange", source); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	if err := st.v.Bind(0, dest, toX, source, key, args); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	// RabbitMQ escapes the key once more in the header.
+	w.Header().Set("Location", url.PathEscape(dest)+"/"+url.PathEscape(propsKey(key, args)))
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (s *Server) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	source, dest, toX := bindingEnds(r)
+	x := st.v.Exchange(source)
+	if x == nil {
+		notFound(w)
+		return
+	}
+	for _, b := range x.Bindings() {
+		if b.Dest.Name == dest && b.Dest.Exchange == toX && propsKey(b.Key, b.Args) == r.PathValue("props") {
+			if err := st.v.Unbind(0, dest, toX, source, b.Key, b.Args); err != nil {
+				amqpToHTTP(w, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	notFound(w)
+}
