@@ -17,14 +17,14 @@ import (
 // connInfo is what the management API shows of an open connection; set
 // once the handshake is done.
 type connInfo struct {
-	Name             string     `json:"name"`
-	User             string     `json:"user"`
-	VHost            string     `json:"vhost"`
-	PeerHost         string     `json:"peer_host"`
-	PeerPort         int        `json:"peer_port"`
-	ConnectedAt      int64      `json:"connected_at"`
-	ClientProperties amqp.Table `json:"client_properties"`
-	State            string     `json:"state"`
+	Name             string         `json:"name"`
+	User             string         `json:"user"`
+	VHost            string         `json:"vhost"`
+	PeerHost         string         `json:"peer_host"`
+	PeerPort         int            `json:"peer_port"`
+	ConnectedAt      int64          `json:"connected_at"`
+	ClientProperties map[string]any `json:"client_properties"` // jsonTable: every value a client sends encodes
+	State            string         `json:"state"`
 }
 
 // connectionName is RabbitMQ's name for a connection: "peer -> local".
@@ -47,9 +47,16 @@ func (s *Server) ManagementHandler() http.Handler {
 	return s.withUser(s.accessRouter(mux))
 }
 
+// writeJSON answers v as JSON; a value that cannot be encoded is a 500
+// with the reason, never a 200 with an empty body.
 func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 func (s *Server) openConns() []*conn {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -130,6 +131,14 @@ func jsonValue(v any) any {
 		return out
 	case time.Time:
 		return x.Unix()
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil // JSON has no NaN or infinity
+		}
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil
+		}
 	}
 	return v
 }

@@ -2,12 +2,14 @@ package conformance
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
 )
@@ -123,4 +125,32 @@ func (a *api) callWithHeaders(method, path string, body any) (int, string, struc
 	var e struct{ Error, Reason string }
 	_ = json.NewDecoder(resp.Body).Decode(&e)
 	return resp.StatusCode, resp.Header.Get("Location"), e
+}
+
+// Every value a client can send encodes: a connection whose
+// client_properties carry a NaN double is listed (as null) and does not
+// empty GET /api/connections for everyone, as it did.
+func TestConnectionsListWithNaNProperty(t *testing.T) {
+	testutil.InProcess(t)
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	r := testutil.DialRaw(t, b.Addr)
+	r.Write([]byte("AMQP\x00\x00\x09\x01"))
+	r.Expect((*amqp.ConnectionStart)(nil))
+	r.Send(0, &amqp.ConnectionStartOk{ClientProperties: amqp.Table{"product": "odd", "nan": math.NaN(), "inf": math.Inf(1),
+		"bytes": []byte("raw"), "nested": amqp.Table{"f": float32(math.NaN())}}, Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
+	tune := r.Expect((*amqp.ConnectionTune)(nil)).(*amqp.ConnectionTune)
+	r.Send(0, &amqp.ConnectionTuneOk{ChannelMax: tune.ChannelMax, FrameMax: tune.FrameMax})
+	r.Send(0, &amqp.ConnectionOpen{VirtualHost: "/"})
+	r.Expect((*amqp.ConnectionOpenOk)(nil))
+	var conns []struct {
+		ClientProperties map[string]any `json:"client_properties"`
+	}
+	if code := a.call("GET", "/api/connections", "guest", "guest", nil, &conns); code != 200 || len(conns) != 1 {
+		t.Fatalf("GET /api/connections: %d %+v", code, conns)
+	}
+	p := conns[0].ClientProperties
+	if p["product"] != "odd" || p["nan"] != nil || p["bytes"] != "raw" {
+		t.Fatalf("client_properties %+v", p)
+	}
 }
