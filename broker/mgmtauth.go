@@ -109,6 +109,8 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("PUT", "/api/queues/{vhost}/{queue}", s.apiPutQueue)
 	add("DELETE", "/api/queues/{vhost}/{queue}", s.apiDeleteQueue)
 	add("DELETE", "/api/queues/{vhost}/{queue}/contents", s.apiPurgeQueue)
+	add("POST", "/api/exchanges/{vhost}/{exchange}/publish", s.apiPublish)
+	add("POST", "/api/queues/{vhost}/{queue}/get", s.apiGet)
 	add("GET", "/api/bindings", s.apiBindings)
 	add("GET", "/api/bindings/{vhost}", s.apiBindings)
 	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiBindingsBetween)

@@ -5,12 +5,16 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
@@ -527,4 +531,238 @@ func (s *Server) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	notFound(w)
+}
+
+// --- publish and get -----------------------------------------------------
+
+// waitConf counts a published message's confirms down.
+type waitConf struct {
+	mu   sync.Mutex
+	n    int
+	err  error
+	done chan struct{}
+}
+
+func (c *waitConf) Done(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	if c.n--; c.n == 0 {
+		close(c.done)
+	}
+}
+
+// propsFromJSON builds a message's properties from the API's
+// "properties" object (RabbitMQ's names).
+func propsFromJSON(m map[string]any) amqp.Properties {
+	var p amqp.Properties
+	sv := func(k string, flag uint16, dst *string) {
+		if s, ok := m[k].(string); ok {
+			*dst = s
+			p.Flags |= flag
+		}
+	}
+	sv("content_type", amqp.FlagContentType, &p.ContentType)
+	sv("content_encoding", amqp.FlagContentEncoding, &p.ContentEncoding)
+	sv("correlation_id", amqp.FlagCorrelationID, &p.CorrelationID)
+	sv("reply_to", amqp.FlagReplyTo, &p.ReplyTo)
+	sv("expiration", amqp.FlagExpiration, &p.Expiration)
+	sv("message_id", amqp.FlagMessageID, &p.MessageID)
+	sv("type", amqp.FlagType, &p.Type)
+	sv("user_id", amqp.FlagUserID, &p.UserID)
+	sv("app_id", amqp.FlagAppID, &p.AppID)
+	if h, ok := m["headers"].(map[string]any); ok && len(h) > 0 {
+		p.Headers = tableArg(map[string]any{"arguments": h})
+		p.Flags |= amqp.FlagHeaders
+	}
+	if d, ok := m["delivery_mode"].(float64); ok {
+		p.DeliveryMode = uint8(d)
+		p.Flags |= amqp.FlagDeliveryMode
+	}
+	if d, ok := m["priority"].(float64); ok {
+		p.Priority = uint8(d)
+		p.Flags |= amqp.FlagPriority
+	}
+	if d, ok := m["timestamp"].(float64); ok {
+		p.Timestamp = time.Unix(int64(d), 0)
+		p.Flags |= amqp.FlagTimestamp
+	}
+	return p
+}
+
+// propsJSON is a message's properties as the API shows them: the present
+// ones only.
+func propsJSON(raw []byte) map[string]any {
+	out := map[string]any{}
+	p, err := amqp.DecodeProperties(raw)
+	if err != nil {
+		return out
+	}
+	set := func(flag uint16, k string, v any) {
+		if p.Flags&flag != 0 {
+			out[k] = v
+		}
+	}
+	set(amqp.FlagContentType, "content_type", p.ContentType)
+	set(amqp.FlagContentEncoding, "content_encoding", p.ContentEncoding)
+	set(amqp.FlagHeaders, "headers", jsonTable(p.Headers))
+	set(amqp.FlagDeliveryMode, "delivery_mode", p.DeliveryMode)
+	set(amqp.FlagPriority, "priority", p.Priority)
+	set(amqp.FlagCorrelationID, "correlation_id", p.CorrelationID)
+	set(amqp.FlagReplyTo, "reply_to", p.ReplyTo)
+	set(amqp.FlagExpiration, "expiration", p.Expiration)
+	set(amqp.FlagMessageID, "message_id", p.MessageID)
+	set(amqp.FlagTimestamp, "timestamp", p.Timestamp.Unix())
+	set(amqp.FlagType, "type", p.Type)
+	set(amqp.FlagUserID, "user_id", p.UserID)
+	set(amqp.FlagAppID, "app_id", p.AppID)
+	return out
+}
+
+// apiPublish is POST /api/exchanges/{vh}/{x}/publish: it routes the
+// message, waits until it is confirmed where it is to be stored, and
+// answers whether it was routed. "amq.default" is the default exchange.
+func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok || keysMissing(w, body, "routing_key", "properties", "payload", "payload_encoding") {
+		return
+	}
+	x := r.PathValue("exchange")
+	if x == "amq.default" {
+		x = ""
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Write, "exchange", x); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	key, _ := str(body, "routing_key")
+	payload, _ := str(body, "payload")
+	data := []byte(payload)
+	if enc, _ := str(body, "payload_encoding"); enc == "base64" {
+		b, err := base64.StdEncoding.DecodeString(payload)
+		if err != nil {
+			badRequest(w, "payload is not base64")
+			return
+		}
+		data = b
+	}
+	pm, _ := body["properties"].(map[string]any)
+	props := propsFromJSON(pm)
+	msg := &queue.Message{Exchange: x, RoutingKey: key, Props: props.Append(nil), Body: data,
+		Persistent: props.DeliveryMode == 2, Priority: props.Priority, Enqueued: time.Now().UnixNano()}
+	if props.Flags&amqp.FlagExpiration != 0 {
+		if ms, err := strconv.ParseInt(props.Expiration, 10, 64); err == nil && ms >= 0 {
+			msg.Expires = msg.Enqueued + ms*int64(time.Millisecond)
+		}
+	}
+	var sc vhost.Scratch
+	qs, err := st.v.Route(x, key, &sc)
+	if err != nil {
+		// RabbitMQ answers 400 with the AMQP error, code and all.
+		var e *amqp.Error
+		if errors.As(err, &e) {
+			badRequest(w, fmt.Sprintf("%d %s", e.Code, e.Text))
+		} else {
+			amqpToHTTP(w, err)
+		}
+		return
+	}
+	var conf *waitConf
+	routed, waited := vhost.FanOut(st.v.Store(), msg, qs, false, func(n int) queue.Confirmer {
+		conf = &waitConf{n: n, done: make(chan struct{})}
+		return conf
+	}, nil)
+	if waited {
+		select {
+		case <-conf.done:
+		case <-r.Context().Done():
+			return
+		}
+		if conf.err != nil {
+			apiError(w, http.StatusInternalServerError, "internal_error", conf.err.Error())
+			return
+		}
+	}
+	writeJSON(w, map[string]bool{"routed": routed})
+}
+
+// apiGet is POST /api/queues/{vh}/{q}/get: up to count messages, then
+// acked, requeued or rejected as ackmode says.
+func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
+	if st := s.vhostByName(r.PathValue("vhost")); st != nil && s.canSee(apiUser(r), st.v.Name()) {
+		if _, err := st.v.Queue(0, r.PathValue("queue")); err != nil {
+			var e *amqp.Error
+			if errors.As(err, &e) && e.Code == amqp.NotFound {
+				apiError(w, http.StatusNotFound, "not_found", e.Text) // as RabbitMQ: the AMQP text
+				return
+			}
+		}
+	}
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok || keysMissing(w, body, "count", "ackmode", "encoding") {
+		return
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	mode, _ := str(body, "ackmode")
+	switch mode {
+	case "ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false":
+	default:
+		badRequest(w, "Unknown ackmode: "+mode)
+		return
+	}
+	count, _ := body["count"].(float64)
+	enc, _ := str(body, "encoding")
+	truncate := -1
+	if t, ok := body["truncate"].(float64); ok {
+		truncate = int(t)
+	}
+	out := []map[string]any{}
+	var ds []queue.Delivery
+	for i := 0; i < int(count); i++ {
+		d, ok, remaining, err := q.Get(false)
+		if err != nil || !ok {
+			break
+		}
+		ds = append(ds, d)
+		payload := d.Msg.Body
+		if truncate >= 0 && len(payload) > truncate {
+			payload = payload[:truncate]
+		}
+		var props any = propsJSON(d.Msg.Props)
+		if len(props.(map[string]any)) == 0 {
+			props = []any{} // RabbitMQ's empty property list
+		}
+		m := map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered, "exchange": d.Msg.Exchange,
+			"routing_key": d.Msg.RoutingKey, "message_count": remaining, "properties": props}
+		if enc == "base64" || !utf8.Valid(payload) {
+			m["payload"], m["payload_encoding"] = base64.StdEncoding.EncodeToString(payload), "base64"
+		} else {
+			m["payload"], m["payload_encoding"] = string(payload), "string"
+		}
+		out = append(out, m)
+	}
+	if len(ds) > 0 {
+		switch mode {
+		case "ack_requeue_false":
+			q.Ack(ds, nil)
+		case "reject_requeue_false":
+			q.Discard(ds, nil)
+		default:
+			q.Requeue(ds, nil)
+		}
+	}
+	writeJSON(w, out)
 }

@@ -226,7 +226,11 @@ func TestDiskAlarmBlocksPublisher(t *testing.T) {
 // another connection acking what it gets drains the queue, which clears
 // the alarm (as often as it takes) until every message is through.
 func TestMemoryAlarmAbsoluteWatermark(t *testing.T) {
-	b, dial := alarmBroker(t, broker.Options{MemoryHighWatermark: 1 << 20})
+	// Paging off: above half the watermark queues would page (the paging
+	// ratio, TestPagingRatioPagesBeforeTheAlarm), and their 1 MiB window
+	// under pressure would keep them at the watermark, racing the alarm
+	// this test is about.
+	b, dial := alarmBroker(t, broker.Options{MemoryHighWatermark: 1 << 20, PagingRatio: 1})
 	pub, cons := dial(), dial()
 	pubBlocked, consBlocked := watchBlocked(pub), watchBlocked(cons)
 	pch, cch := openChannel(t, pub), openChannel(t, cons)
