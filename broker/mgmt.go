@@ -59,6 +59,13 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// writeJSONBody writes v after the status line was written (the encoding
+// cannot fail: v is made of strings, numbers and lists).
+func writeJSONBody(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(append(b, '\n'))
+}
+
 func (s *Server) openConns() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()

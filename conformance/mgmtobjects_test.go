@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
@@ -218,4 +220,58 @@ func TestManagementPublishAndGet(t *testing.T) {
 	if rest := get(5, "ack_requeue_false"); len(rest) != 0 {
 		t.Fatalf("acked messages came back: %+v", rest)
 	}
+}
+
+// RabbitMQ's health checks, as Docker and Kubernetes probes call them.
+func TestHealthChecks(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	port := b.Addr[strings.LastIndex(b.Addr, ":")+1:]
+	for _, tc := range []struct {
+		path string
+		code int
+		want string // a substring of the body
+	}{
+		{"/api/health/checks/alarms", 200, `"status":"ok"`},
+		{"/api/health/checks/local-alarms", 200, `"status":"ok"`},
+		{"/api/health/checks/port-listener/" + port, 200, `"port":` + port},
+		{"/api/health/checks/port-listener/1", 503, `"reason":"No active listener"`},
+		{"/api/health/checks/virtual-hosts", 200, `"status":"ok"`},
+		{"/api/health/checks/protocol-listener/amqp", 200, `"protocol":"amqp"`},
+		{"/api/aliveness-test/%2F", 200, `"status":"ok"`},
+		{"/api/aliveness-test/nope", 404, `"Not Found"`},
+	} {
+		code, body := a.raw("GET", tc.path)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s: %d %s; want %d with %s", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+	a.call("DELETE", "/api/queues/%2F/aliveness-test", "guest", "guest", nil, nil)
+	if testutil.ExternalURL() != "" {
+		return
+	}
+	// An alarm in force fails the alarm checks.
+	alarmed := testutil.Start(t, broker.Options{MemoryHighWatermark: -1})
+	a = newAPI(t, alarmed)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		code, body := a.raw("GET", "/api/health/checks/alarms")
+		return code == 503 && strings.Contains(body, `"resource":"memory"`) && strings.Contains(body, "There are alarms in effect in the cluster")
+	}, "the memory alarm in the health check")
+	if code, body := a.raw("GET", "/api/health/checks/local-alarms"); code != 503 || !strings.Contains(body, "There are alarms in effect on the node") {
+		t.Fatalf("local-alarms: %d %s", code, body)
+	}
+}
+
+// raw is a GET or DELETE with the answer's body as text.
+func (a *api) raw(method, path string) (int, string) {
+	a.t.Helper()
+	req, _ := http.NewRequest(method, a.url+path, nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
