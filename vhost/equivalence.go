@@ -2,6 +2,7 @@ package vhost
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
@@ -118,4 +119,47 @@ func showArg(v any) string {
 	default:
 		return fmt.Sprintf("'%v'", v)
 	}
+}
+
+// CheckExchange reports the error declaring d would meet, without
+// declaring it (definitions import checks a whole file first).
+func (v *VHost) CheckExchange(d ExchangeDecl) error {
+	kind, ok := exchange.ParseKind(d.Type)
+	if !ok {
+		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
+	}
+	v.mu.RLock()
+	ex := v.exchanges[d.Name]
+	v.mu.RUnlock()
+	if ex != nil {
+		return v.exchangeEquivalent(ex, kind, d)
+	}
+	if d.Name == "" || len(d.Name) > 255 {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid exchange name '%s'", d.Name)
+	}
+	if ae, ok := d.Args["alternate-exchange"]; ok {
+		if _, isStr := ae.(string); !isStr {
+			return invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
+		}
+	}
+	return nil
+}
+
+// CheckQueue reports the error declaring d would meet, without declaring
+// it.
+func (v *VHost) CheckQueue(d QueueDecl) error {
+	v.mu.RLock()
+	q := v.queues[d.Name]
+	v.mu.RUnlock()
+	if q != nil {
+		return v.queueEquivalent(q, d)
+	}
+	if d.Name == "" || len(d.Name) > 255 {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid queue name '%s'", d.Name)
+	}
+	if strings.HasPrefix(d.Name, "amq.") && !d.Reserved {
+		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	_, err := validateQueueArgs(d.Name, v.name, d.Args)
+	return err
 }

@@ -17,6 +17,9 @@ type QueueDecl struct {
 	Passive, Durable, Exclusive, AutoDelete bool
 	Args                                    amqp.Table
 	Owner                                   uint64 // declaring connection
+	// Reserved allows a name in amq.* (definitions import: RabbitMQ's
+	// exports carry server-named queues, and its import declares them).
+	Reserved bool
 	// Grant, if set, is checked where RabbitMQ checks: configure on the
 	// queue (server-named ones by their new name); for a new one with a
 	// dead-letter exchange, read on it and write on the exchange.
@@ -26,7 +29,7 @@ type QueueDecl struct {
 // DeclareQueue declares (or checks, when passive) a queue and returns it
 // with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue, messages, consumers int, err error) {
-	if strings.HasPrefix(d.Name, "amq.") && !d.Passive {
+	if strings.HasPrefix(d.Name, "amq.") && !d.Passive && !d.Reserved {
 		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	if d.Name == "" && !d.Passive {

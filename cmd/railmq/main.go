@@ -45,6 +45,7 @@ func run(args []string) int {
 	handshake := fs.Duration("handshake-timeout", broker.DefaultHandshakeTimeout, "drop clients that have not opened a connection in this time")
 	consumerTimeout := fs.Duration("consumer-timeout", broker.DefaultConsumerTimeout, "close a channel whose delivery stays unacked this long (negative disables)")
 	debugAddr := fs.String("debug-listen", "", "address for Go's pprof endpoints (/debug/pprof/); empty disables them")
+	loadDefs := fs.String("load-definitions", "", "a definitions file (RabbitMQ's format, as GET /api/definitions exports it) imported at start, as RabbitMQ's load_definitions")
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
 	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
@@ -130,6 +131,13 @@ func run(args []string) int {
 	if err != nil {
 		log.Error("cannot start broker", zap.Error(err))
 		return 1
+	}
+	if *loadDefs != "" {
+		if err := srv.LoadDefinitions(*loadDefs); err != nil {
+			log.Error("cannot start broker: loading definitions", zap.Error(err))
+			shutdown(srv)
+			return 1
+		}
 	}
 
 	lns, err := listenAll(splitList(*listen))

@@ -1,0 +1,500 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
+)
+
+// Definitions, in RabbitMQ's format (GET and POST /api/definitions,
+// --load-definitions): users, vhosts, permissions, topic permissions,
+// vhost limits (as RabbitMQ's "vhost-limits" parameters), exchanges,
+// queues and bindings. An import checks the whole file before it changes
+// anything, and names the entry that is wrong.
+
+// defsVersion is the RabbitMQ version whose definitions format this is.
+const defsVersion = "3.10.8"
+
+type defsFile struct {
+	RabbitVersion    string          `json:"rabbit_version,omitempty"`
+	RabbitMQVersion  string          `json:"rabbitmq_version,omitempty"`
+	ProductName      string          `json:"product_name,omitempty"`
+	ProductVersion   string          `json:"product_version,omitempty"`
+	Users            []defsUser      `json:"users"`
+	VHosts           []defsVHost     `json:"vhosts"`
+	Permissions      []defsPerm      `json:"permissions"`
+	TopicPermissions []defsTopic     `json:"topic_permissions"`
+	Parameters       []defsParameter `json:"parameters"`
+	GlobalParameters []any           `json:"global_parameters"`
+	Policies         []any           `json:"policies"`
+	Queues           []defsQueue     `json:"queues"`
+	Exchanges        []defsExchange  `json:"exchanges"`
+	Bindings         []defsBinding   `json:"bindings"`
+}
+
+type defsUser struct {
+	Name             string           `json:"name"`
+	Password         *string          `json:"password,omitempty"`
+	PasswordHash     string           `json:"password_hash"`
+	HashingAlgorithm string           `json:"hashing_algorithm"`
+	Tags             any              `json:"tags"` // a list, or RabbitMQ 3.8's comma-separated string
+	Limits           map[string]int64 `json:"limits"`
+}
+
+type defsVHost struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Tags        any    `json:"tags,omitempty"`
+	Metadata    *struct {
+		Description string `json:"description"`
+		Tags        any    `json:"tags"`
+	} `json:"metadata,omitempty"`
+}
+
+type defsPerm struct {
+	User      string `json:"user"`
+	VHost     string `json:"vhost"`
+	Configure string `json:"configure"`
+	Write     string `json:"write"`
+	Read      string `json:"read"`
+}
+
+type defsTopic struct {
+	User     string `json:"user"`
+	VHost    string `json:"vhost"`
+	Exchange string `json:"exchange"`
+	Write    string `json:"write"`
+	Read     string `json:"read"`
+}
+
+type defsParameter struct {
+	VHost     string         `json:"vhost"`
+	Component string         `json:"component"`
+	Name      string         `json:"name"`
+	Value     map[string]any `json:"value"`
+}
+
+type defsQueue struct {
+	Name       string         `json:"name"`
+	VHost      string         `json:"vhost"`
+	Durable    bool           `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+type defsExchange struct {
+	Name       string         `json:"name"`
+	VHost      string         `json:"vhost"`
+	Type       string         `json:"type"`
+	Durable    bool           `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Internal   bool           `json:"internal"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+type defsBinding struct {
+	Source          string         `json:"source"`
+	VHost           string         `json:"vhost"`
+	Destination     string         `json:"destination"`
+	DestinationType string         `json:"destination_type"`
+	RoutingKey      string         `json:"routing_key"`
+	Arguments       map[string]any `json:"arguments"`
+}
+
+// exportDefinitions is the broker's definitions, those of one vhost when
+// only is not "".
+func (s *Server) exportDefinitions(only string) defsFile {
+	d := defsFile{RabbitVersion: defsVersion, RabbitMQVersion: defsVersion, ProductName: "railmq", ProductVersion: s.opts.Version,
+		Users: []defsUser{}, VHosts: []defsVHost{}, Permissions: []defsPerm{}, TopicPermissions: []defsTopic{},
+		Parameters: []defsParameter{}, GlobalParameters: []any{}, Policies: []any{},
+		Queues: []defsQueue{}, Exchanges: []defsExchange{}, Bindings: []defsBinding{}}
+	if only == "" {
+		for _, u := range s.reg.Users() {
+			algo := u.Algo
+			if algo == "" {
+				algo = auth.SHA256
+			}
+			limits := u.Limits
+			if limits == nil {
+				limits = map[string]int64{}
+			}
+			d.Users = append(d.Users, defsUser{Name: u.Name, PasswordHash: auth.EncodeHash(u.Hash), HashingAlgorithm: algo,
+				Tags: tagList(u.Tags), Limits: limits})
+		}
+		for _, p := range s.reg.Permissions() {
+			d.Permissions = append(d.Permissions, defsPerm{p.User, p.VHost, p.Configure, p.Write, p.Read})
+		}
+		for _, t := range s.reg.TopicPermissions() {
+			d.TopicPermissions = append(d.TopicPermissions, defsTopic{t.User, t.VHost, t.Exchange, t.Write, t.Read})
+		}
+	}
+	for _, st := range s.allVHosts() {
+		vh := st.v.Name()
+		if only != "" && vh != only {
+			continue
+		}
+		if only == "" {
+			d.VHosts = append(d.VHosts, defsVHost{Name: vh}) // RabbitMQ 3.10 exports the name alone
+		}
+		if len(st.rec.Limits) > 0 {
+			val := map[string]any{}
+			for k, v := range st.rec.Limits {
+				val[k] = v
+			}
+			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: val})
+		}
+		xs := st.v.Exchanges()
+		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
+		for _, x := range xs {
+			if strings.HasPrefix(x.Name, "amq.") {
+				continue
+			}
+			d.Exchanges = append(d.Exchanges, defsExchange{Name: x.Name, VHost: vh, Type: x.Kind.String(), Durable: x.Durable,
+				AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: jsonTable(x.Args)})
+		}
+		qs := st.v.Queues()
+		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
+		for _, q := range qs {
+			c := q.Config()
+			if c.Exclusive {
+				continue
+			}
+			d.Queues = append(d.Queues, defsQueue{Name: c.Name, VHost: vh, Durable: c.Durable, AutoDelete: c.AutoDelete, Arguments: jsonTable(c.Args)})
+		}
+		for _, x := range xs {
+			for _, b := range x.Bindings() {
+				dt := "queue"
+				if b.Dest.Exchange {
+					dt = "exchange"
+				}
+				d.Bindings = append(d.Bindings, defsBinding{Source: x.Name, VHost: vh, Destination: b.Dest.Name, DestinationType: dt,
+					RoutingKey: b.Key, Arguments: jsonTable(b.Args)})
+			}
+		}
+	}
+	return d
+}
+
+func (s *Server) apiGetDefinitions(w http.ResponseWriter, r *http.Request) {
+	vh := r.PathValue("vhost")
+	if vh != "" && s.vhostByName(vh) == nil {
+		notFound(w)
+		return
+	}
+	writeJSON(w, s.exportDefinitions(vh))
+}
+
+func (s *Server) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
+	var d defsFile
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err := dec.Decode(&d); err != nil {
+		badRequest(w, "failed_to_parse_json")
+		return
+	}
+	if vh := r.PathValue("vhost"); vh != "" {
+		if s.vhostByName(vh) == nil {
+			notFound(w)
+			return
+		}
+		d.retarget(vh)
+	}
+	if err := s.importDefinitions(&d); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// retarget makes a vhost's file (exported without vhost fields) apply to
+// vh, as RabbitMQ's POST /api/definitions/{vhost}.
+func (d *defsFile) retarget(vh string) {
+	d.Users, d.VHosts, d.Permissions, d.TopicPermissions = nil, nil, nil, nil
+	for i := range d.Queues {
+		d.Queues[i].VHost = vh
+	}
+	for i := range d.Exchanges {
+		d.Exchanges[i].VHost = vh
+	}
+	for i := range d.Bindings {
+		d.Bindings[i].VHost = vh
+	}
+	for i := range d.Parameters {
+		d.Parameters[i].VHost = vh
+	}
+}
+
+// LoadDefinitions imports a definitions file (--load-definitions).
+func (s *Server) LoadDefinitions(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var d defsFile
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := s.importDefinitions(&d); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	s.log.Info("definitions loaded", zap.String("file", path), zap.Int("vhosts", len(d.VHosts)), zap.Int("users", len(d.Users)),
+		zap.Int("queues", len(d.Queues)), zap.Int("exchanges", len(d.Exchanges)), zap.Int("bindings", len(d.Bindings)))
+	return nil
+}
+
+// importDefinitions checks every entry of d, then applies them all.
+func (s *Server) importDefinitions(d *defsFile) error {
+	// --- check ---
+	newVHosts := map[string]bool{}
+	for i, v := range d.VHosts {
+		if v.Name == "" {
+			return fmt.Errorf("vhosts[%d]: no name", i)
+		}
+		if s.vhostByName(v.Name) == nil {
+			newVHosts[v.Name] = true
+		}
+	}
+	// Scratch registries for vhosts the file makes: their declarations
+	// are checked against them (and each other) before anything exists.
+	scratch := map[string]*vhost.VHost{}
+	vhostFor := func(name string) *vhost.VHost {
+		if st := s.vhostByName(name); st != nil {
+			return st.v
+		}
+		if !newVHosts[name] {
+			return nil
+		}
+		if scratch[name] == nil {
+			scratch[name] = vhost.New(name, nil, nil, nil, 0, 0)
+		}
+		return scratch[name]
+	}
+	defer func() {
+		for _, v := range scratch {
+			v.Close()
+		}
+	}()
+	users := map[string]*auth.User{}
+	for i, u := range d.Users {
+		if u.Name == "" {
+			return fmt.Errorf("users[%d]: no name", i)
+		}
+		tags, err := auth.ParseTags(u.Tags)
+		if err != nil {
+			return fmt.Errorf("user %q: %w", u.Name, err)
+		}
+		nu := &auth.User{Name: u.Name, Algo: u.HashingAlgorithm, Tags: tags, Limits: u.Limits}
+		if nu.Algo == "" {
+			nu.Algo = auth.SHA256
+		}
+		if u.Password != nil {
+			nu.Hash, err = auth.HashPassword(auth.SHA256, *u.Password)
+			nu.Algo = auth.SHA256
+		} else {
+			nu.Hash, err = auth.DecodeHash(nu.Algo, u.PasswordHash)
+		}
+		if err != nil {
+			return fmt.Errorf("user %q: %w", u.Name, err)
+		}
+		if len(nu.Limits) == 0 {
+			nu.Limits = nil
+		}
+		users[u.Name] = nu
+	}
+	userExists := func(name string) bool { return users[name] != nil || s.reg.User(name) != nil }
+	perms := make([]*auth.Permission, len(d.Permissions))
+	for i, p := range d.Permissions {
+		if vhostFor(p.VHost) == nil {
+			return fmt.Errorf("permission of %q: no vhost %q", p.User, p.VHost)
+		}
+		if !userExists(p.User) {
+			return fmt.Errorf("permission in %q: no user %q", p.VHost, p.User)
+		}
+		pm, err := auth.NewPermission(p.Configure, p.Write, p.Read)
+		if err != nil {
+			return fmt.Errorf("permission of %q in %q: %w", p.User, p.VHost, err)
+		}
+		perms[i] = pm
+	}
+	topics := make([]*auth.TopicPermission, len(d.TopicPermissions))
+	for i, p := range d.TopicPermissions {
+		if vhostFor(p.VHost) == nil || !userExists(p.User) || p.Exchange == "" {
+			return fmt.Errorf("topic permission of %q in %q on %q: no such vhost, user or exchange", p.User, p.VHost, p.Exchange)
+		}
+		tp, err := auth.NewTopicPermission(p.Exchange, p.Write, p.Read, p.User, p.VHost)
+		if err != nil {
+			return fmt.Errorf("topic permission of %q in %q: %w", p.User, p.VHost, err)
+		}
+		topics[i] = tp
+	}
+	limits := map[string]map[string]int64{}
+	for _, p := range d.Parameters {
+		if p.Component != "vhost-limits" {
+			return fmt.Errorf("parameter %q of component %q in %q: only vhost-limits parameters are supported", p.Name, p.Component, p.VHost)
+		}
+		if vhostFor(p.VHost) == nil {
+			return fmt.Errorf("vhost-limits parameter: no vhost %q", p.VHost)
+		}
+		m := map[string]int64{}
+		for k, v := range p.Value {
+			f, ok := v.(float64)
+			known := k == "max-connections" || k == "max-queues"
+			if !ok || !known || f != float64(int64(f)) {
+				return fmt.Errorf("vhost-limits of %q: %s = %v is not a known limit with a whole number", p.VHost, k, v)
+			}
+			m[k] = int64(f)
+		}
+		limits[p.VHost] = m
+	}
+	if len(d.Policies) > 0 {
+		return fmt.Errorf("policies[0]: policies are not supported yet; remove them from the file to import the rest")
+	}
+	declX := func(x defsExchange) vhost.ExchangeDecl {
+		return vhost.ExchangeDecl{Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal,
+			Args: tableArg(map[string]any{"arguments": x.Arguments})}
+	}
+	declQ := func(q defsQueue) vhost.QueueDecl {
+		return vhost.QueueDecl{Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Args: tableArg(map[string]any{"arguments": q.Arguments}), Reserved: true}
+	}
+	inFile := map[string]bool{} // vhost \x00 kind \x00 name
+	for _, x := range d.Exchanges {
+		v := vhostFor(x.VHost)
+		if v == nil {
+			return fmt.Errorf("exchange %q: no vhost %q", x.Name, x.VHost)
+		}
+		if strings.HasPrefix(x.Name, "amq.") {
+			continue // RabbitMQ's exports never carry them; its imports skip them
+		}
+		if err := v.CheckExchange(declX(x)); err != nil {
+			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
+		}
+		inFile[x.VHost+"\x00x\x00"+x.Name] = true
+	}
+	for _, q := range d.Queues {
+		v := vhostFor(q.VHost)
+		if v == nil {
+			return fmt.Errorf("queue %q: no vhost %q", q.Name, q.VHost)
+		}
+		if err := v.CheckQueue(declQ(q)); err != nil {
+			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
+		}
+		inFile[q.VHost+"\x00q\x00"+q.Name] = true
+	}
+	exists := func(vh, kind, name string) bool {
+		if inFile[vh+"\x00"+kind+"\x00"+name] {
+			return true
+		}
+		v := vhostFor(vh)
+		if v == nil {
+			return false
+		}
+		if kind == "x" {
+			return v.Exchange(name) != nil
+		}
+		_, err := v.Queue(0, name)
+		return err == nil
+	}
+	for i, b := range d.Bindings {
+		kind := map[string]string{"queue": "q", "exchange": "x"}[b.DestinationType]
+		switch {
+		case kind == "":
+			return fmt.Errorf("bindings[%d]: destination_type %q is neither queue nor exchange", i, b.DestinationType)
+		case !exists(b.VHost, "x", b.Source):
+			return fmt.Errorf("bindings[%d]: no source exchange %q in vhost %q", i, b.Source, b.VHost)
+		case !exists(b.VHost, kind, b.Destination):
+			return fmt.Errorf("bindings[%d]: no destination %s %q in vhost %q", i, b.DestinationType, b.Destination, b.VHost)
+		}
+	}
+
+	// --- apply ---
+	for _, v := range d.VHosts {
+		rec := vhostRec{Description: v.Description, Tags: []string{}}
+		tags := v.Tags
+		if v.Metadata != nil {
+			if rec.Description == "" {
+				rec.Description = v.Metadata.Description
+			}
+			if tags == nil {
+				tags = v.Metadata.Tags
+			}
+		}
+		if t, err := auth.ParseTags(tags); err == nil {
+			rec.Tags = t
+		}
+		if st := s.vhostByName(v.Name); st != nil {
+			rec.Limits = st.rec.Limits
+		}
+		if _, err := s.putVHost(v.Name, rec); err != nil {
+			return err
+		}
+	}
+	b := &persist.Batch{}
+	for _, u := range d.Users {
+		nu := users[u.Name]
+		putUserDef(b, nu)
+		s.reg.PutUser(nu)
+	}
+	for i, p := range d.Permissions {
+		putPermDef(b, p.VHost, p.User, perms[i])
+		s.reg.SetPermission(p.VHost, p.User, perms[i])
+	}
+	for i, p := range d.TopicPermissions {
+		putTopicDef(b, p.VHost, p.User, topics[i])
+		s.reg.SetTopicPermission(p.VHost, p.User, topics[i])
+	}
+	if err := s.store.CommitSync(b); err != nil {
+		return err
+	}
+	for vh, m := range limits {
+		st := s.vhostByName(vh)
+		rec := st.rec
+		rec.Limits = m
+		if _, err := s.putVHost(vh, rec); err != nil {
+			return err
+		}
+	}
+	for _, x := range d.Exchanges {
+		if strings.HasPrefix(x.Name, "amq.") {
+			continue
+		}
+		if err := s.vhostByName(x.VHost).v.DeclareExchange(declX(x)); err != nil {
+			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
+		}
+	}
+	for _, q := range d.Queues {
+		if _, _, _, err := s.vhostByName(q.VHost).v.DeclareQueue(declQ(q), queue.Config{}); err != nil {
+			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
+		}
+	}
+	for i, bd := range d.Bindings {
+		args := tableArg(map[string]any{"arguments": bd.Arguments})
+		if err := s.vhostByName(bd.VHost).v.Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
+			return fmt.Errorf("bindings[%d]: %s", i, reasonOf(err))
+		}
+	}
+	return nil
+}
+
+// reasonOf is an error's text without an AMQP code name in front.
+func reasonOf(err error) string {
+	var e *amqp.Error
+	if !errors.As(err, &e) {
+		return err.Error()
+	}
+	t := e.Text
+	if i := strings.Index(t, " - "); i >= 0 {
+		return t[i+3:]
+	}
+	return t
+}
