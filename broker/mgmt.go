@@ -41,8 +41,6 @@ func (s *Server) ManagementHandler() http.Handler {
 	mux.HandleFunc("GET /api/connections/{$}", s.apiConnections)
 	mux.HandleFunc("GET /api/connections", s.apiConnections)
 	mux.HandleFunc("DELETE /api/connections/{name}", s.apiCloseConnection)
-	mux.HandleFunc("GET /api/queues", s.apiQueues)
-	mux.HandleFunc("GET /api/queues/{$}", s.apiQueues)
 	mux.HandleFunc("GET /api/overview", s.apiOverview)
 	return s.withUser(s.accessRouter(mux))
 }
@@ -90,7 +88,7 @@ func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
 		ci.State = s.connState(c)
 		out = append(out, ci)
 	}
-	writeJSON(w, out)
+	writeList(w, r, asMaps(out))
 }
 
 // connState is a connection's state as RabbitMQ's management API shows
@@ -129,41 +127,6 @@ func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Error(w, `{"error":"Object Not Found","reason":"Not Found"}`, http.StatusNotFound)
-}
-
-type queueInfo struct {
-	Name                   string  `json:"name"`
-	VHost                  string  `json:"vhost"`
-	Durable                bool    `json:"durable"`
-	AutoDelete             bool    `json:"auto_delete"`
-	Exclusive              bool    `json:"exclusive"`
-	Messages               int64   `json:"messages"`
-	MessagesReady          int64   `json:"messages_ready"`
-	MessagesUnacknowledged int64   `json:"messages_unacknowledged"`
-	Consumers              int32   `json:"consumers"`
-	HeadMessageAge         float64 `json:"head_message_timestamp_age_seconds"`
-}
-
-func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request) {
-	out := []queueInfo{}
-	for _, st := range s.allVHosts() {
-		v := st.v
-		if !s.canSee(apiUser(r), v.Name()) {
-			continue
-		}
-		for _, q := range v.Queues() {
-			c := q.Config()
-			ready, unacked := q.Ready(), q.Unacked()
-			qi := queueInfo{Name: c.Name, VHost: v.Name(), Durable: c.Durable, AutoDelete: c.AutoDelete, Exclusive: c.Exclusive,
-				Messages: ready + unacked, MessagesReady: ready, MessagesUnacknowledged: unacked, Consumers: q.Consumers()}
-			if at := q.HeadEnqueuedAt(); at != 0 {
-				qi.HeadMessageAge = time.Since(time.Unix(0, at)).Seconds()
-			}
-			out = append(out, qi)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	writeJSON(w, out)
 }
 
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {

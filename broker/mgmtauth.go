@@ -104,6 +104,7 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/exchanges/{vhost}/{exchange}", s.apiExchange)
 	add("PUT", "/api/exchanges/{vhost}/{exchange}", s.apiPutExchange)
 	add("DELETE", "/api/exchanges/{vhost}/{exchange}", s.apiDeleteExchange)
+	add("GET", "/api/queues", s.apiVHostQueues)
 	add("GET", "/api/queues/{vhost}", s.apiVHostQueues)
 	add("GET", "/api/queues/{vhost}/{queue}", s.apiQueue)
 	add("PUT", "/api/queues/{vhost}/{queue}", s.apiPutQueue)
@@ -256,7 +257,7 @@ func (s *Server) apiVHosts(w http.ResponseWriter, r *http.Request) {
 			out = append(out, s.vhostJSON(st))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (s *Server) apiVHost(w http.ResponseWriter, r *http.Request) {
@@ -347,7 +348,7 @@ func (s *Server) apiUsers(w http.ResponseWriter, r *http.Request) {
 	for _, u := range s.reg.Users() {
 		out = append(out, userJSON(u))
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (s *Server) apiUserGet(w http.ResponseWriter, r *http.Request) {

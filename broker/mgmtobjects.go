@@ -192,7 +192,7 @@ func (s *Server) apiExchanges(w http.ResponseWriter, r *http.Request) {
 			out = append(out, exchangeJSON(st.v.Name(), x))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (s *Server) apiExchange(w http.ResponseWriter, r *http.Request) {
@@ -269,14 +269,15 @@ func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
 
 // --- queues --------------------------------------------------------------
 
-func queueJSON(vh string, q *queue.Queue) map[string]any {
+func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 	c := q.Config()
 	ready, unacked := q.Ready(), q.Unacked()
 	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
 		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": "railmq@" + hostname, "type": "classic",
 		"state": "running", "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
 		"consumers": q.Consumers(), "policy": nil, "exclusive_consumer_tag": nil,
-		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0}
+		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
+		"message_stats": s.messageStats(q)}
 	if at := q.HeadEnqueuedAt(); at != 0 {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
@@ -296,10 +297,10 @@ func (s *Server) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 		qs := st.v.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 		for _, q := range qs {
-			out = append(out, queueJSON(st.v.Name(), q))
+			out = append(out, s.queueJSON(st.v.Name(), q))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState, *queue.Queue, bool) {
@@ -319,7 +320,7 @@ func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState,
 func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
 	st, q, ok := s.findQueue(w, r)
 	if ok {
-		writeJSON(w, queueJSON(st.v.Name(), q))
+		writeJSON(w, s.queueJSON(st.v.Name(), q))
 	}
 }
 
@@ -440,7 +441,7 @@ func (s *Server) apiBindings(w http.ResponseWriter, r *http.Request) {
 	for _, st := range sts {
 		out = append(out, allBindings(st)...)
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 // bindingEnds reads the path's source and destination ({exchange},

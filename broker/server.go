@@ -57,6 +57,8 @@ type Server struct {
 	alarmWake chan struct{}
 	mon       alarmMonitor
 	watched   chan struct{} // closed when the alarm monitor has exited
+	qstats    queueStats    // message rates (mgmtstats.go)
+	sampled   chan struct{} // closed when the rates sampler has exited
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -75,6 +77,7 @@ func New(opts Options) (*Server, error) {
 
 		alarmWake: make(chan struct{}, 1),
 		watched:   make(chan struct{}),
+		sampled:   make(chan struct{}),
 	}
 	if err := s.initTLS(); err != nil {
 		return nil, err
@@ -109,6 +112,7 @@ func New(opts Options) (*Server, error) {
 	s.startAlarms()
 	go s.sweep()
 	go s.monitor()
+	go s.sampler()
 	return s, nil
 }
 
@@ -220,6 +224,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	<-s.swept
 	<-s.watched
+	<-s.sampled
 	for _, v := range s.allVHosts() {
 		v.v.Close()
 	}

@@ -275,3 +275,75 @@ func (a *api) raw(method, path string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// A queue's message_stats count what it took in, delivered and had acked,
+// and their rates are per second over the last sample (what KEDA's
+// RabbitMQ scaler reads); lists take RabbitMQ's columns, sort, name and
+// pagination parameters.
+func TestQueueMessageStatsAndListParameters(t *testing.T) {
+	testutil.InProcess(t)
+	b := testutil.Start(t, broker.Options{StatsInterval: time.Second})
+	a := newAPI(t, b)
+	c := dial(t, b.URL)
+	defer c.Close()
+	ch, _ := c.Channel()
+	for _, q := range []string{"ms-a", "ms-b", "ms-c"} {
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := ch.Consume("ms-a", "", false, false, false, false, nil)
+	must(t, err)
+	// 100 messages a second for 2.5 s, acked as they come.
+	go func() {
+		for d := range ds {
+			_ = d.Ack(false)
+		}
+	}()
+	tick := time.NewTicker(10 * time.Millisecond)
+	for range 250 {
+		<-tick.C
+		must(t, ch.Publish("", "ms-a", false, false, rmq.Publishing{Body: []byte("x")}))
+	}
+	tick.Stop()
+	type stats struct {
+		Publish        int64
+		PublishDetails struct{ Rate float64 } `json:"publish_details"`
+		DeliverGet     int64                  `json:"deliver_get"`
+		Ack            int64
+		AckDetails     struct{ Rate float64 } `json:"ack_details"`
+	}
+	var q struct {
+		MessageStats stats `json:"message_stats"`
+	}
+	// The sample right after the burst has the rate of its last second.
+	a.call("GET", "/api/queues/%2F/ms-a", "guest", "guest", nil, &q)
+	if r := q.MessageStats.PublishDetails.Rate; r < 50 || r > 150 {
+		t.Errorf("publish rate %.1f/s, published 100/s", r)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		a.call("GET", "/api/queues/%2F/ms-a", "guest", "guest", nil, &q)
+		return q.MessageStats.Ack == 250
+	}, "acks counted: %+v", q.MessageStats)
+	if m := q.MessageStats; m.Publish != 250 || m.DeliverGet != 250 {
+		t.Fatalf("message_stats %+v, want 250 published, delivered, acked", m)
+	}
+	// List parameters, as RabbitMQ 3.10 takes them.
+	var page struct {
+		FilteredCount int `json:"filtered_count"`
+		ItemCount     int `json:"item_count"`
+		PageCount     int `json:"page_count"`
+		TotalCount    int `json:"total_count"`
+		Items         []map[string]any
+	}
+	a.call("GET", "/api/queues/%2F?columns=name,messages&name=MS-&sort=name&sort_reverse=true&page=1&page_size=2", "guest", "guest", nil, &page)
+	if page.FilteredCount != 3 || page.ItemCount != 2 || page.PageCount != 2 || len(page.Items) != 2 || page.Items[0]["name"] != "ms-c" || len(page.Items[0]) != 2 {
+		t.Fatalf("a page: %+v", page)
+	}
+	if code, body := a.raw("GET", "/api/queues/%2F?page=1&page_size=1000"); code != 400 || !strings.Contains(body, "invalid_pagination_parameters") {
+		t.Fatalf("page_size 1000: %d %s", code, body)
+	}
+	if code, body := a.raw("GET", "/api/queues/%2F?page=9&page_size=10"); code != 400 || !strings.Contains(body, "page_out_of_range") {
+		t.Fatalf("page 9: %d %s", code, body)
+	}
+}

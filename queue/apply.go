@@ -12,6 +12,7 @@ func (q *Queue) apply(o *op) outcome {
 	case opPublish:
 		q.publish(o.msg, o.conf)
 	case opAck:
+		q.nAck.Add(int64(len(o.ds)))
 		q.settled(o.ds)
 		var n int64
 		for i := range o.ds {
@@ -93,6 +94,9 @@ func (q *Queue) apply(o *op) outcome {
 			q.account(-d.Msg.MemSize())
 			q.deleteEntry(&d)
 		}
+		if ok {
+			q.counted(&d)
+		}
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
 	case opPurge:
 		n := q.readyLen()
@@ -156,6 +160,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 			return
 		}
 	}
+	q.nPublish.Add(1)
 	seq := q.nextSeq
 	q.nextSeq++
 	ln := q.laneIdx(m)
@@ -274,6 +279,14 @@ func (q *Queue) account(n int64) {
 }
 
 // handedOut counts d as delivered and unacked.
+// counted counts a delivery (to a consumer, or got).
+func (q *Queue) counted(d *Delivery) {
+	q.nDeliverGet.Add(1)
+	if d.Redelivered {
+		q.nRedeliver.Add(1)
+	}
+}
+
 func (q *Queue) handedOut(d *Delivery) {
 	q.unacked++
 	q.unackedBytes += d.Msg.MemSize()

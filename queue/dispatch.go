@@ -202,6 +202,7 @@ func (q *Queue) deliver(c *Consumer, d Delivery) bool {
 	if c.Out != nil {
 		q.touch(c.Out)
 	}
+	q.counted(&d)
 	if c.NoAck {
 		q.account(-d.Msg.MemSize())
 		q.deleteEntry(&d)

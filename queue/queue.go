@@ -268,6 +268,11 @@ type Queue struct {
 	expAt    int64        // what expTimer is armed for; 0 = not armed
 	ticks    atomic.Int64 // timer ticks applied (tests)
 
+	// Message counters for the management API's message_stats (sampled
+	// into rates by the broker): taken in, delivered or got, acked,
+	// redelivered. Written by the holder of exec, read by anyone.
+	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
+
 	// Published for metrics without a round trip.
 	readyN    atomic.Int64
 	headAt    atomic.Int64
@@ -483,6 +488,12 @@ func (q *Queue) Ready() int64 { return q.readyN.Load() }
 // HeadEnqueuedAt is when the oldest ready message was published (unix
 // nanos), or 0 when none is ready: operators watch its age.
 func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
+
+// Counters are the queue's message counts since it started: messages
+// taken in, delivered to consumers or got, acked, and redelivered.
+func (q *Queue) Counters() (publish, deliverGet, ack, redeliver int64) {
+	return q.nPublish.Load(), q.nDeliverGet.Load(), q.nAck.Load(), q.nRedeliver.Load()
+}
 
 // Unacked is the count of delivered, unacknowledged messages.
 func (q *Queue) Unacked() int64 { return q.unackedN.Load() }
