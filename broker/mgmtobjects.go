@@ -67,9 +67,29 @@ func amqpToHTTP(w http.ResponseWriter, err error) {
 	}
 }
 
+// intArg reads a whole number given as a JSON number or a string of
+// digits (as rabbitmqadmin sends them).
+func intArg(v any) (int, bool) {
+	switch x := v.(type) {
+	case float64:
+		return int(x), x == float64(int(x))
+	case string:
+		n, err := strconv.Atoi(x)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// boolArg reads a boolean given as JSON or as "true"/"false" (as
+// rabbitmqadmin sends them).
 func boolArg(m map[string]any, k string, def bool) bool {
-	if b, ok := m[k].(bool); ok {
-		return b
+	switch x := m[k].(type) {
+	case bool:
+		return x
+	case string:
+		if b, err := strconv.ParseBool(x); err == nil {
+			return b
+		}
 	}
 	return def
 }
@@ -724,15 +744,15 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "Unknown ackmode: "+mode)
 		return
 	}
-	count, _ := body["count"].(float64)
+	count, _ := intArg(body["count"]) // rabbitmqadmin sends "1"
 	enc, _ := str(body, "encoding")
 	truncate := -1
-	if t, ok := body["truncate"].(float64); ok {
-		truncate = int(t)
+	if t, ok := intArg(body["truncate"]); ok {
+		truncate = t
 	}
 	out := []map[string]any{}
 	var ds []queue.Delivery
-	for i := 0; i < int(count); i++ {
+	for i := 0; i < count; i++ {
 		d, ok, remaining, err := q.Get(false)
 		if err != nil || !ok {
 			break

@@ -11,6 +11,7 @@ import (
 	neturl "net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -699,6 +700,40 @@ func TestRabbitmqadminManagesAccess(t *testing.T) {
 	if out := run("list", "vhosts"); strings.Contains(out, "adm-v") {
 		t.Fatalf("deleted vhost listed:\n%s", out)
 	}
+
+	// Exchanges, queues, bindings, publish and get, export and import.
+	for _, args := range [][]string{
+		{"declare", "exchange", "name=adm-x", "type=topic", "durable=true"},
+		{"declare", "queue", "name=adm-q", "durable=true"},
+		{"declare", "binding", "source=adm-x", "destination=adm-q", "routing_key=a.*"},
+		{"publish", "exchange=adm-x", "routing_key=a.b", "payload=hello"},
+	} {
+		run(args...)
+	}
+	if out := run("list", "bindings", "source", "destination", "routing_key"); !strings.Contains(out, "a.*") {
+		t.Fatalf("list bindings:\n%s", out)
+	}
+	if out := run("list", "queues", "name", "messages"); !strings.Contains(out, "adm-q") {
+		t.Fatalf("list queues:\n%s", out)
+	}
+	if out := run("get", "queue=adm-q", "ackmode=ack_requeue_false"); !strings.Contains(out, "hello") {
+		t.Fatalf("get:\n%s", out)
+	}
+	cmd := exec.Command("python3", admin, "-H", u.Hostname(), "-P", u.Port(), "-u", "guest", "-p", "guest",
+		"declare", "exchange", "name=adm-x", "type=topic", "durable=false")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "inequivalent arg 'durable'") {
+		t.Fatalf("an inequivalent redeclare: %v\n%s", err, out)
+	}
+	file := filepath.Join(t.TempDir(), "defs.json")
+	run("export", file)
+	run("delete", "queue", "name=adm-q")
+	run("delete", "exchange", "name=adm-x")
+	run("import", file)
+	if out := run("list", "bindings", "source", "destination", "routing_key"); !strings.Contains(out, "a.*") {
+		t.Fatalf("the imported binding:\n%s", out)
+	}
+	run("delete", "queue", "name=adm-q")
+	run("delete", "exchange", "name=adm-x")
 }
 
 // The first user of a fresh store: DefaultUser (RABBITMQ_DEFAULT_USER's
