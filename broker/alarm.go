@@ -193,6 +193,7 @@ func (s *Server) checkDisk() {
 		s.log.Info("disk free space check works again", zap.String("dir", s.opts.DataDir))
 	}
 	s.mon.diskFree = free
+	s.diskFreeNow.Store(free)
 	if free < uint64(s.opts.DiskFreeLimit) {
 		s.alarms.Or(alarmDisk)
 	} else {

@@ -41,7 +41,6 @@ func (s *Server) ManagementHandler() http.Handler {
 	mux.HandleFunc("GET /api/connections/{$}", s.apiConnections)
 	mux.HandleFunc("GET /api/connections", s.apiConnections)
 	mux.HandleFunc("DELETE /api/connections/{name}", s.apiCloseConnection)
-	mux.HandleFunc("GET /api/overview", s.apiOverview)
 	return s.withUser(s.accessRouter(mux))
 }
 
@@ -127,16 +126,6 @@ func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Error(w, `{"error":"Object Not Found","reason":"Not Found"}`, http.StatusNotFound)
-}
-
-func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, map[string]any{
-		"product_name":    "railmq",
-		"product_version": s.opts.Version,
-		"cluster_name":    "railmq@" + hostname,
-		"object_totals":   map[string]int{"connections": len(s.openConns())},
-		"memory_used":     s.memory.Load(),
-	})
 }
 
 // peer splits a connection's remote address.

@@ -79,6 +79,9 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 		routes = append(routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
 	}
 	add("GET", "/api/whoami", s.apiWhoami)
+	add("GET", "/api/overview", s.apiOverview)
+	add("GET", "/api/nodes", s.apiNodes)
+	add("GET", "/api/nodes/{node}", s.apiNode)
 	add("GET", "/api/vhosts", s.apiVHosts)
 	add("GET", "/api/vhosts/{vhost}", s.apiVHost)
 	add("PUT", "/api/vhosts/{vhost}", admin(s.apiPutVHost))

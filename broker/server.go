@@ -51,14 +51,16 @@ type Server struct {
 	// Resource alarms (alarm.go): the alarms in force (alarmMemory,
 	// alarmDisk), the bytes held when a reader set the memory alarm, a
 	// one-slot wake-up for the monitor, and the monitor's own state.
-	alarms    atomic.Uint32
-	memTrip   atomic.Int64
-	paging    atomic.Bool // memory above PagingRatio of the watermark (checkMemory)
-	alarmWake chan struct{}
-	mon       alarmMonitor
-	watched   chan struct{} // closed when the alarm monitor has exited
-	qstats    queueStats    // message rates (mgmtstats.go)
-	sampled   chan struct{} // closed when the rates sampler has exited
+	alarms      atomic.Uint32
+	memTrip     atomic.Int64
+	paging      atomic.Bool // memory above PagingRatio of the watermark (checkMemory)
+	alarmWake   chan struct{}
+	mon         alarmMonitor
+	watched     chan struct{} // closed when the alarm monitor has exited
+	qstats      queueStats    // message rates (mgmtstats.go)
+	sampled     chan struct{} // closed when the rates sampler has exited
+	diskFreeNow atomic.Uint64 // the disk check's last figure, for /api/nodes
+	startedAt   time.Time
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -78,6 +80,7 @@ func New(opts Options) (*Server, error) {
 		alarmWake: make(chan struct{}, 1),
 		watched:   make(chan struct{}),
 		sampled:   make(chan struct{}),
+		startedAt: time.Now(),
 	}
 	if err := s.initTLS(); err != nil {
 		return nil, err

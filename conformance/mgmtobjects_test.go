@@ -347,3 +347,60 @@ func TestQueueMessageStatsAndListParameters(t *testing.T) {
 		t.Fatalf("page 9: %d %s", code, body)
 	}
 }
+
+// /api/overview and /api/nodes carry the fields operators' tools read,
+// with RabbitMQ's JSON types (checked against RabbitMQ 3.10.8 too).
+func TestOverviewAndNodesShape(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	kinds := func(m map[string]any, want map[string]string) {
+		t.Helper()
+		for path, kind := range want {
+			v := any(m)
+			for _, p := range strings.Split(path, ".") {
+				mm, _ := v.(map[string]any)
+				v = mm[p]
+			}
+			got := "missing"
+			switch v.(type) {
+			case string:
+				got = "string"
+			case float64:
+				got = "number"
+			case bool:
+				got = "bool"
+			case []any:
+				got = "list"
+			case map[string]any:
+				got = "object"
+			}
+			if got != kind {
+				t.Errorf("%s: %s, want %s", path, got, kind)
+			}
+		}
+	}
+	var ov map[string]any
+	a.call("GET", "/api/overview", "guest", "guest", nil, &ov)
+	kinds(ov, map[string]string{
+		"rabbitmq_version": "string", "management_version": "string", "product_name": "string", "cluster_name": "string",
+		"node": "string", "rates_mode": "string", "listeners": "list", "exchange_types": "list",
+		"queue_totals": "object", "object_totals.queues": "number", "object_totals.connections": "number",
+		"object_totals.channels": "number", "object_totals.exchanges": "number", "object_totals.consumers": "number",
+		"message_stats": "object",
+	})
+	var nodes []map[string]any
+	a.call("GET", "/api/nodes", "guest", "guest", nil, &nodes)
+	if len(nodes) != 1 {
+		t.Fatalf("%d nodes", len(nodes))
+	}
+	kinds(nodes[0], map[string]string{
+		"name": "string", "type": "string", "running": "bool", "mem_used": "number", "mem_limit": "number", "mem_alarm": "bool",
+		"disk_free": "number", "disk_free_limit": "number", "disk_free_alarm": "bool", "fd_used": "number", "fd_total": "number",
+		"sockets_used": "number", "sockets_total": "number", "proc_used": "number", "proc_total": "number", "uptime": "number",
+		"run_queue": "number", "processors": "number", "os_pid": "string", "partitions": "list",
+	})
+	var one map[string]any
+	if code := a.call("GET", "/api/nodes/"+nodes[0]["name"].(string), "guest", "guest", nil, &one); code != 200 || one["name"] != nodes[0]["name"] {
+		t.Fatalf("GET /api/nodes/{name}: %d", code)
+	}
+}

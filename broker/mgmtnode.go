@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/railmq/railmq/exchange"
+)
+
+// /api/overview and /api/nodes: the figures operators' tools read, under
+// RabbitMQ's names. rabbitmq_version and management_version say which
+// RabbitMQ's API this one follows (tools pick features by them);
+// product_name and product_version say what answers.
+
+const compatVersion = "3.10.8"
+
+func (s *Server) nodeName() string { return "railmq@" + hostname }
+
+var exchangeTypes = func() []map[string]any {
+	var out []map[string]any
+	for _, k := range []exchange.Kind{exchange.Direct, exchange.Fanout, exchange.Headers, exchange.Topic} {
+		out = append(out, map[string]any{"name": k.String(), "description": "AMQP " + k.String() + " exchange, as per the AMQP specification", "enabled": true})
+	}
+	return out
+}()
+
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+	u := apiUser(r)
+	var ready, unacked, pub, dlv, ack, redel int64
+	var nq, nx, ncons int
+	for _, st := range s.allVHosts() {
+		if !s.canSee(u, st.v.Name()) {
+			continue
+		}
+		nx += len(st.v.Exchanges()) + 1
+		for _, q := range st.v.Queues() {
+			nq++
+			ready += q.Ready()
+			unacked += q.Unacked()
+			ncons += int(q.Consumers())
+			p, d, a, rd := q.Counters()
+			pub, dlv, ack, redel = pub+p, dlv+d, ack+a, redel+rd
+		}
+	}
+	nconn, nch := 0, 0
+	for _, c := range s.openConns() {
+		if seesAll(u) || c.user == u.Name {
+			nconn++
+			nch += int(c.nchan.Load())
+		}
+	}
+	var listeners []map[string]any
+	for _, p := range s.listenerPorts() {
+		listeners = append(listeners, map[string]any{"node": s.nodeName(), "protocol": "amqp", "ip_address": "::", "port": p})
+	}
+	if listeners == nil {
+		listeners = []map[string]any{}
+	}
+	writeJSON(w, map[string]any{
+		"management_version": compatVersion, "rabbitmq_version": compatVersion, "rates_mode": "basic",
+		"product_name": "railmq", "product_version": s.opts.Version,
+		"cluster_name": s.nodeName(), "node": s.nodeName(), "erlang_version": runtime.Version(),
+		"exchange_types": exchangeTypes, "disable_stats": false, "enable_queue_totals": false,
+		"message_stats": map[string]any{"publish": pub, "publish_details": rate0, "deliver_get": dlv, "deliver_get_details": rate0,
+			"ack": ack, "ack_details": rate0, "redeliver": redel, "redeliver_details": rate0},
+		"queue_totals": map[string]any{"messages": ready + unacked, "messages_details": rate0, "messages_ready": ready,
+			"messages_ready_details": rate0, "messages_unacknowledged": unacked, "messages_unacknowledged_details": rate0},
+		"object_totals":             map[string]int{"connections": nconn, "channels": nch, "exchanges": nx, "queues": nq, "consumers": ncons},
+		"statistics_db_event_queue": 0, "listeners": listeners, "contexts": []any{},
+		"memory_used": s.memory.Load(),
+	})
+}
+
+// processRSS is the broker's resident memory (bytes), or 0.
+func processRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var pages int64
+	for i, f := range splitFields(string(b)) {
+		if i == 1 {
+			pages, _ = strconv.ParseInt(f, 10, 64)
+		}
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+func splitFields(s string) []string {
+	var out []string
+	start := -1
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ' ' || s[i] == '\n' {
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	return out
+}
+
+func fdCounts() (used, total int) {
+	if es, err := os.ReadDir("/proc/self/fd"); err == nil {
+		used = len(es)
+	}
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil {
+		total = int(rl.Cur)
+	}
+	return used, total
+}
+
+func (s *Server) nodeJSON() map[string]any {
+	fdUsed, fdTotal := fdCounts()
+	bits := s.alarms.Load()
+	return map[string]any{
+		"name": s.nodeName(), "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
+		"mem_used": processRSS(), "mem_used_details": rate0, "mem_limit": s.opts.MemoryHighWatermark, "mem_alarm": bits&alarmMemory != 0,
+		"mem_calculation_strategy": "rss",
+		"disk_free":                s.diskFreeNow.Load(), "disk_free_details": rate0, "disk_free_limit": s.opts.DiskFreeLimit, "disk_free_alarm": bits&alarmDisk != 0,
+		"fd_used": fdUsed, "fd_used_details": rate0, "fd_total": fdTotal,
+		"sockets_used": len(s.openConns()), "sockets_used_details": rate0, "sockets_total": fdTotal * 9 / 10,
+		"proc_used": runtime.NumGoroutine(), "proc_used_details": rate0, "proc_total": 1048576,
+		"uptime": time.Since(s.startedAt).Milliseconds(), "run_queue": 0, "processors": runtime.NumCPU(),
+		"rates_mode": "basic", "exchange_types": exchangeTypes, "auth_mechanisms": []map[string]any{
+			{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
+			{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
+		},
+		"partitions": []any{}, "applications": []any{}, "contexts": []any{}, "cluster_links": []any{},
+		"net_ticktime": 60, "db_dir": s.opts.DataDir,
+	}
+}
+
+func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
+	writeList(w, r, []map[string]any{s.nodeJSON()})
+}
+
+func (s *Server) apiNode(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("node") != s.nodeName() {
+		notFound(w)
+		return
+	}
+	writeJSON(w, s.nodeJSON())
+}
