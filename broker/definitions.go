@@ -38,7 +38,7 @@ type defsFile struct {
 	TopicPermissions []defsTopic     `json:"topic_permissions"`
 	Parameters       []defsParameter `json:"parameters"`
 	GlobalParameters []any           `json:"global_parameters"`
-	Policies         []any           `json:"policies"`
+	Policies         []defsPolicy    `json:"policies"`
 	Queues           []defsQueue     `json:"queues"`
 	Exchanges        []defsExchange  `json:"exchanges"`
 	Bindings         []defsBinding   `json:"bindings"`
@@ -86,6 +86,15 @@ type defsParameter struct {
 	Value     map[string]any `json:"value"`
 }
 
+type defsPolicy struct {
+	VHost      string         `json:"vhost"`
+	Name       string         `json:"name"`
+	Pattern    string         `json:"pattern"`
+	ApplyTo    string         `json:"apply-to"`
+	Definition map[string]any `json:"definition"`
+	Priority   int            `json:"priority"`
+}
+
 type defsQueue struct {
 	Name       string         `json:"name"`
 	VHost      string         `json:"vhost"`
@@ -118,7 +127,7 @@ type defsBinding struct {
 func (s *Server) exportDefinitions(only string) defsFile {
 	d := defsFile{RabbitVersion: defsVersion, RabbitMQVersion: defsVersion, ProductName: "railmq", ProductVersion: s.opts.Version,
 		Users: []defsUser{}, VHosts: []defsVHost{}, Permissions: []defsPerm{}, TopicPermissions: []defsTopic{},
-		Parameters: []defsParameter{}, GlobalParameters: []any{}, Policies: []any{},
+		Parameters: []defsParameter{}, GlobalParameters: []any{}, Policies: []defsPolicy{},
 		Queues: []defsQueue{}, Exchanges: []defsExchange{}, Bindings: []defsBinding{}}
 	if only == "" {
 		for _, u := range s.reg.Users() {
@@ -154,6 +163,10 @@ func (s *Server) exportDefinitions(only string) defsFile {
 				val[k] = v
 			}
 			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: val})
+		}
+		pols, _ := st.v.Policies()
+		for _, p := range pols {
+			d.Policies = append(d.Policies, defsPolicy{VHost: vh, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: p.Definition, Priority: p.Priority})
 		}
 		xs := st.v.Exchanges()
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
@@ -357,8 +370,16 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		}
 		limits[p.VHost] = m
 	}
-	if len(d.Policies) > 0 {
-		return fmt.Errorf("policies[0]: policies are not supported yet; remove them from the file to import the rest")
+	policies := make([]*vhost.PolicyDef, len(d.Policies))
+	for i, p := range d.Policies {
+		if vhostFor(p.VHost) == nil {
+			return fmt.Errorf("policy %q: no vhost %q", p.Name, p.VHost)
+		}
+		pd, err := vhost.NewPolicyDef(p.Name, p.Pattern, p.ApplyTo, p.Priority, p.Definition, false)
+		if err != nil {
+			return fmt.Errorf("policy %q in %q: %s", p.Name, p.VHost, strings.ReplaceAll(strings.TrimPrefix(err.Error(), "Validation failed\n\n"), "\n", ""))
+		}
+		policies[i] = pd
 	}
 	declX := func(x defsExchange) vhost.ExchangeDecl {
 		return vhost.ExchangeDecl{Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal,
@@ -481,6 +502,11 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		args := tableArg(map[string]any{"arguments": bd.Arguments})
 		if err := s.vhostByName(bd.VHost).v.Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
 			return fmt.Errorf("bindings[%d]: %s", i, reasonOf(err))
+		}
+	}
+	for i, p := range d.Policies {
+		if _, err := s.putPolicy(s.vhostByName(p.VHost), false, p.Name, policies[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -37,7 +37,9 @@ func seesAll(u *auth.User) bool { return u.HasTag("monitoring") || u.HasTag("adm
 func apiError(w http.ResponseWriter, code int, kind, reason string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": kind, "reason": reason})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // reasons quote Erlang terms: <<"x">>
+	_ = enc.Encode(map[string]string{"error": kind, "reason": reason})
 }
 
 func notFound(w http.ResponseWriter) {
@@ -131,6 +133,17 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/definitions/{vhost}", admin(s.apiGetDefinitions))
 	add("POST", "/api/definitions", admin(s.apiPostDefinitions))
 	add("POST", "/api/definitions/{vhost}", admin(s.apiPostDefinitions))
+	for _, kind := range []struct {
+		path     string
+		operator bool
+	}{{"policies", false}, {"operator-policies", true}} {
+		list, get, put, del := s.policiesHandlers(kind.operator)
+		add("GET", "/api/"+kind.path, list)
+		add("GET", "/api/"+kind.path+"/{vhost}", list)
+		add("GET", "/api/"+kind.path+"/{vhost}/{name}", get)
+		add("PUT", "/api/"+kind.path+"/{vhost}/{name}", put)
+		add("DELETE", "/api/"+kind.path+"/{vhost}/{name}", del)
+	}
 	add("GET", "/api/vhost-limits", s.apiVHostLimits)
 	add("GET", "/api/vhost-limits/{vhost}", s.apiVHostLimits)
 	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(s.apiPutVHostLimit))

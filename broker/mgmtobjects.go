@@ -295,9 +295,14 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
 		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": "railmq@" + hostname, "type": "classic",
 		"state": "running", "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
-		"consumers": q.Consumers(), "policy": nil, "exclusive_consumer_tag": nil,
+		"consumers": q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
 		"message_stats": s.messageStats(q)}
+	ap := s.vhostPolicy(vh, q)
+	m["policy"], m["operator_policy"], m["effective_policy_definition"] = nullIfEmpty(ap.Policy), nullIfEmpty(ap.OperatorPolicy), ap.Effective
+	if ap.Effective == nil {
+		m["effective_policy_definition"] = map[string]any{}
+	}
 	if at := q.HeadEnqueuedAt(); at != 0 {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
@@ -306,6 +311,20 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 }
 
 var rate0 = map[string]float64{"rate": 0}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (s *Server) vhostPolicy(vh string, q *queue.Queue) vhost.AppliedPolicy {
+	if st := s.vhostByName(vh); st != nil {
+		return st.v.AppliedPolicy(q)
+	}
+	return vhost.AppliedPolicy{}
+}
 
 func (s *Server) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 	sts, ok := s.vhostsFor(w, r)

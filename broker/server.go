@@ -102,6 +102,9 @@ func New(opts Options) (*Server, error) {
 	if err == nil {
 		err = s.recoverVHosts(recs)
 	}
+	if err == nil {
+		err = s.loadPolicies()
+	}
 	if err != nil {
 		spill.Close()
 		store.Close()

@@ -32,7 +32,7 @@ const rabbitDefs = `{
  "topic_permissions": [{"user": "app", "vhost": "defs", "exchange": "orders", "write": "^eu\\.", "read": ".*"}],
  "parameters": [{"vhost": "defs", "component": "vhost-limits", "name": "limits", "value": {"max-queues": 100}}],
  "global_parameters": [{"name": "cluster_name", "value": "rabbit@old"}],
- "policies": [],
+ "policies": [{"vhost": "defs", "name": "cap", "pattern": "^jobs$", "apply-to": "queues", "priority": 0, "definition": {"max-length-bytes": 1048576}}],
  "queues": [
    {"name": "jobs", "vhost": "defs", "durable": true, "auto_delete": false, "arguments": {"x-max-length": 1000, "x-queue-type": "classic"}},
    {"name": "amq.gen-abc", "vhost": "defs", "durable": false, "auto_delete": false, "arguments": {}}
@@ -130,6 +130,9 @@ func TestDefinitionsImportExport(t *testing.T) {
 			t.Errorf("app's tags %v", u.Tags)
 		}
 	}
+	if !bytes.Contains(out["policies"], []byte(`"max-length-bytes":1048576`)) {
+		t.Errorf("policy not exported: %s", out["policies"])
+	}
 	if !bytes.Contains(out["parameters"], []byte(`"max-queues":100`)) {
 		t.Errorf("vhost limits not exported: %s", out["parameters"])
 	}
@@ -140,6 +143,13 @@ func TestDefinitionsImportExport(t *testing.T) {
 	}
 	r.restart()
 	check("after a restart")
+	a = newAPI(t, r.b)
+	var q struct {
+		Policy string `json:"policy"`
+	}
+	if a.call("GET", "/api/queues/defs/jobs", "guest", "guest", nil, &q); q.Policy != "cap" {
+		t.Fatalf("after a restart jobs shows policy %q, want cap", q.Policy)
+	}
 }
 
 // An import is all or nothing: a file whose last entry is wrong changes
@@ -153,7 +163,7 @@ func TestDefinitionsImportIsAllOrNothing(t *testing.T) {
 		{strings.Replace(rabbitDefs, `"configure": ".*"`, `"configure": "("`, 1), `permission of "app" in "defs": invalid regular expression`},
 		{strings.Replace(rabbitDefs, `"type": "fanout"`, `"type": "bogus"`, 1), `exchange "spill" in "defs": unknown exchange type 'bogus'`},
 		{strings.Replace(rabbitDefs, `"x-max-length": 1000`, `"x-max-length": "many"`, 1), `queue "jobs" in "defs"`},
-		{strings.Replace(rabbitDefs, `"policies": []`, `"policies": [{"name":"p","vhost":"defs","pattern":".*","definition":{}}]`, 1), `policies are not supported yet`},
+		{strings.Replace(rabbitDefs, `"policies": [{"vhost": "defs", "name": "cap", "pattern": "^jobs$", "apply-to": "queues", "priority": 0, "definition": {"max-length-bytes": 1048576}}]`, `"policies": [{"name":"p","vhost":"defs","pattern":".*","definition":{"bogus":1}}]`, 1), `policy "p" in "defs": [{<<"bogus">>,1}] are not recognised policy settings`},
 		{`{not json`, `failed_to_parse_json`},
 	} {
 		code, reason := a.postDefinitions(tc.file)

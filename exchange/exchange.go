@@ -43,7 +43,8 @@ type Exchange struct {
 	Internal   bool
 	Args       amqp.Table
 
-	snap atomic.Pointer[snapshot]
+	snap     atomic.Pointer[snapshot]
+	policyAE atomic.Pointer[string] // an alternate exchange a policy sets (SetPolicyAE)
 
 	mu        sync.Mutex
 	bindings  map[string]Binding           // by bindingID; e.mu held
@@ -99,10 +100,25 @@ func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.T
 }
 
 // AlternateExchange returns the alternate-exchange argument when it is a
-// string. Policies can also set one; applying those is the caller's job.
+// string, else the one a policy sets: the argument wins, as in RabbitMQ.
 func (e *Exchange) AlternateExchange() (string, bool) {
-	s, ok := e.Args["alternate-exchange"].(string)
-	return s, ok
+	if s, ok := e.Args["alternate-exchange"].(string); ok {
+		return s, ok
+	}
+	if p := e.policyAE.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
+}
+
+// SetPolicyAE sets (or, with "", clears) the alternate exchange a policy
+// gives the exchange.
+func (e *Exchange) SetPolicyAE(name string) {
+	if name == "" {
+		e.policyAE.Store(nil)
+		return
+	}
+	e.policyAE.Store(&name)
 }
 
 // Route appends every destination matching key and headers to out, each at

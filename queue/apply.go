@@ -42,6 +42,9 @@ func (q *Queue) apply(o *op) outcome {
 		}
 	case opKick:
 		o.consumer.blocked = false
+	case opPolicy:
+		q.setPolicy(*o.pol)
+		o.reply <- result{}
 	case opTouch:
 		q.lastUsed = time.Now().UnixNano()
 	case opTick:

@@ -97,6 +97,7 @@ const (
 	opStats
 	opTick
 	opTouch
+	opPolicy
 )
 
 type op struct {
@@ -106,6 +107,7 @@ type op struct {
 	conf     Confirmer
 	ds       []Delivery
 	consumer *Consumer
+	pol      *Policy // opPolicy
 	reply    chan result
 }
 

@@ -8,7 +8,7 @@ import (
 // expiration and the queue's message TTL.
 func (q *Queue) expiry(d *Delivery) int64 {
 	e := d.Msg.Expires
-	if ttl := q.pol.MessageTTL; ttl >= 0 {
+	if ttl := q.ttlFor(d.Seq); ttl >= 0 {
 		if qe := d.Msg.Enqueued + int64(ttl); e == 0 || qe < e {
 			e = qe
 		}
@@ -64,6 +64,50 @@ func (q *Queue) armTimer() {
 // (opCancel arms it when the last one leaves). Use in between (a get, a
 // declare) only moves lastUsed: the tick finds the queue still in use and
 // arms it again, once per period at most.
+// ttlFor is the message TTL for the message at seq: the one in force
+// when it was enqueued, as RabbitMQ 3.10 stamps each message with its
+// expiry (a policy's new TTL reaches the messages published after it).
+func (q *Queue) ttlFor(seq uint64) time.Duration {
+	for i := len(q.ttlEpochs) - 1; i >= 0; i-- {
+		if seq >= q.ttlEpochs[i].from {
+			return q.ttlEpochs[i].ttl
+		}
+	}
+	if len(q.ttlEpochs) > 0 {
+		return q.ttl0
+	}
+	return q.pol.MessageTTL
+}
+
+// ttlEpoch: messages from sequence from on take ttl.
+type ttlEpoch struct {
+	from uint64
+	ttl  time.Duration
+}
+
+// setPolicy applies a new policy (SetPolicy). exec held.
+func (q *Queue) setPolicy(p Policy) {
+	if p.MessageTTL != q.pol.MessageTTL {
+		if len(q.ttlEpochs) == 0 {
+			q.ttl0 = q.pol.MessageTTL
+		}
+		q.ttlEpochs = append(q.ttlEpochs, ttlEpoch{from: q.nextSeq, ttl: p.MessageTTL})
+	}
+	p.MaxPriority, p.SingleActive = q.pol.MaxPriority, q.pol.SingleActive
+	if p.OnExpire == nil {
+		p.OnExpire = q.pol.OnExpire
+	}
+	q.pol = p
+	q.trim()
+	q.expireHeads(time.Now().UnixNano())
+	q.timerAt = 0 // re-armed for the new TTL by the drain
+	q.expAt = 0
+	if q.expTimer != nil {
+		q.expTimer.Stop()
+	}
+	q.armExpires()
+}
+
 func (q *Queue) armExpires() {
 	if q.pol.Expires <= 0 {
 		return

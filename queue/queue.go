@@ -257,6 +257,11 @@ type Queue struct {
 	trimDue   bool   // a length limit is exceeded by messages still in the store
 	loadRetry int64  // after a failed read: no new one before this (unix nanos)
 
+	// A message TTL changed by a policy applies to the messages enqueued
+	// after the change (ttlFor): the TTL at the start, then each change.
+	ttl0      time.Duration
+	ttlEpochs []ttlEpoch
+
 	// Expiry: one timer for the earliest head expiry (no timer per
 	// message), and x-expires.
 	timer    *time.Timer
@@ -488,6 +493,17 @@ func (q *Queue) Ready() int64 { return q.readyN.Load() }
 // HeadEnqueuedAt is when the oldest ready message was published (unix
 // nanos), or 0 when none is ready: operators watch its age.
 func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
+
+// SetPolicy replaces the queue's policy (an operator's policy changed),
+// applied at once to what the queue holds: a lower length limit trims the
+// backlog now (dead-lettering what it drops), a dead-letter exchange set
+// later takes the messages that die from now on, a TTL reaches the queued
+// messages too (railmq computes expiry from the TTL in force), x-expires
+// is re-armed. The priorities and single active consumer are fixed when
+// the queue is made and stay. It reports ErrDeleted if the queue is gone.
+func (q *Queue) SetPolicy(p Policy) error {
+	return q.call(op{kind: opPolicy, pol: &p}).err
+}
 
 // Counters are the queue's message counts since it started: messages
 // taken in, delivered to consumers or got, acked, and redelivered.

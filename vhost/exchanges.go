@@ -71,6 +71,10 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		}
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	if p := best(v.policies, d.Name, false); p != nil {
+		ae, _ := p.Definition["alternate-exchange"].(string)
+		ex.SetPolicyAE(ae)
+	}
 	v.exchanges[d.Name] = ex
 	return ex, nil
 }

@@ -94,12 +94,19 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 			return nil, false, err
 		}
 	}
+	var applied AppliedPolicy
+	if len(v.policies) > 0 || len(v.opPolicies) > 0 {
+		args, _, applied = v.policyFor(d.Name, d.Args, v.policies, v.opPolicies) // queueConfig builds the policy from args
+	}
 	cfg := v.queueConfig(defaults, d, args)
 	if cfg.Store != nil {
 		cfg.ID = v.nextQueueID.Add(1)
 	}
 	q = queue.New(cfg)
 	v.queues[d.Name] = q
+	if applied.Policy != "" || applied.OperatorPolicy != "" {
+		v.applied[q] = applied
+	}
 	return q, true, nil
 }
 
@@ -149,6 +156,7 @@ func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 		return
 	}
 	delete(v.queues, q.Name())
+	delete(v.applied, q)
 	if q.Durable() {
 		dc.DeleteDef(persist.DefQueue, DefName(v.name, q.Name()))
 		for _, id := range q.StoreIDs() {

@@ -32,6 +32,9 @@ type VHost struct {
 	mu        sync.RWMutex
 	exchanges map[string]*exchange.Exchange
 	queues    map[string]*queue.Queue
+	// Policies (policies.go), and what they give each queue.
+	policies, opPolicies []*PolicyDef
+	applied              map[*queue.Queue]AppliedPolicy
 
 	store       *persist.Store // nil: nothing is durable
 	spill       *persist.Spill // nil: non-durable queues stay in memory
@@ -57,6 +60,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		memory:    memory,
 		exchanges: make(map[string]*exchange.Exchange),
 		queues:    make(map[string]*queue.Queue),
+		applied:   make(map[*queue.Queue]AppliedPolicy),
 		store:     store,
 		window:    window,
 		windowB:   windowBytes,

@@ -1,0 +1,266 @@
+package vhost
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
+)
+
+// Policies and operator policies, as RabbitMQ 3.10 applies them: the
+// matching policy of the highest priority (then the first by name) gives
+// a queue or exchange its settings; where the queue's arguments set one
+// too, the argument wins, except for the limits (message-ttl, expires,
+// max-length, max-length-bytes, delivery-limit), where the lower value
+// wins (measured: a policy's max-length 10 trims a queue declared with
+// x-max-length 20). The matching operator policy of the highest priority
+// caps those limits too. Changes apply to live queues at once
+// (queue.SetPolicy).
+
+// PolicyDef is a policy as the HTTP API and definitions carry one.
+type PolicyDef struct {
+	Name       string
+	Pattern    string
+	ApplyTo    string // queues, classic_queues, exchanges, all
+	Priority   int
+	Definition map[string]any // JSON values: float64 numbers, strings
+	re         *regexp.Regexp
+}
+
+// policyKeys maps a policy key to the queue argument it stands for
+// (exchange keys map to ""), and what values it takes.
+var policyKeys = map[string]struct {
+	arg  string
+	kind string // "int", "pos" (> 0), "string", "overflow", "mode"
+}{
+	"dead-letter-exchange":    {"x-dead-letter-exchange", "string"},
+	"dead-letter-routing-key": {"x-dead-letter-routing-key", "string"},
+	"message-ttl":             {"x-message-ttl", "int"},
+	"expires":                 {"x-expires", "pos"},
+	"max-length":              {"x-max-length", "int"},
+	"max-length-bytes":        {"x-max-length-bytes", "int"},
+	"overflow":                {"x-overflow", "overflow"},
+	"delivery-limit":          {"x-delivery-limit", "int"},
+	"consumer-timeout":        {"x-consumer-timeout", "int"},
+	"queue-mode":              {"", "mode"},
+	"alternate-exchange":      {"", "string"},
+}
+
+// limitArgs are the arguments whose lower value wins between a queue's
+// own and its policy's.
+var limitArgs = map[string]bool{"x-message-ttl": true, "x-expires": true, "x-max-length": true, "x-max-length-bytes": true, "x-delivery-limit": true}
+
+// operatorKeys are the keys an operator policy may set (numeric caps).
+var operatorKeys = map[string]bool{"message-ttl": true, "expires": true, "max-length": true, "max-length-bytes": true, "delivery-limit": true}
+
+// NewPolicyDef checks a policy as RabbitMQ's validation does (its
+// reasons) and compiles its pattern.
+func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]any, operator bool) (*PolicyDef, error) {
+	if applyTo == "" {
+		applyTo = "all"
+	}
+	switch applyTo {
+	case "queues", "classic_queues", "exchanges", "all":
+	default:
+		return nil, fmt.Errorf("Validation failed\n\napply-to '%s' unrecognised; should be 'queues', 'exchanges' or 'all'\n", applyTo)
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("Validation failed\n\n<<%q>> is not a valid regular expression\n", pattern)
+	}
+	if len(def) == 0 {
+		return nil, fmt.Errorf("Validation failed\n\nno policy settings given\n")
+	}
+	var unknown []string
+	for k, v := range def {
+		pk, ok := policyKeys[k]
+		if !ok || (operator && !operatorKeys[k]) {
+			unknown = append(unknown, fmt.Sprintf("{<<%q>>,%s}", k, erlTerm(v)))
+			continue
+		}
+		bad := false
+		switch pk.kind {
+		case "int", "pos":
+			f, isNum := v.(float64)
+			bad = !isNum || f != math.Trunc(f) || f < 0 || (pk.kind == "pos" && f < 1)
+		case "string":
+			_, isStr := v.(string)
+			bad = !isStr
+		case "overflow":
+			s, _ := v.(string)
+			bad = s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx"
+		case "mode":
+			s, _ := v.(string)
+			bad = s != "default" && s != "lazy"
+		}
+		if bad {
+			return nil, fmt.Errorf("Validation failed\n\n%s %v is invalid\n", k, v)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("Validation failed\n\n[%s] are not recognised policy settings\n", strings.Join(unknown, ","))
+	}
+	return &PolicyDef{Name: name, Pattern: pattern, ApplyTo: applyTo, Priority: priority, Definition: def, re: re}, nil
+}
+
+func (p *PolicyDef) appliesToQueues() bool {
+	return p.ApplyTo == "queues" || p.ApplyTo == "classic_queues" || p.ApplyTo == "all"
+}
+
+// best is the matching policy for name of the highest priority, then the
+// first by name; nil if none matches.
+func best(ps []*PolicyDef, name string, forQueue bool) *PolicyDef {
+	var b *PolicyDef
+	for _, p := range ps {
+		if forQueue && !p.appliesToQueues() || !forQueue && p.ApplyTo != "exchanges" && p.ApplyTo != "all" {
+			continue
+		}
+		if !p.re.MatchString(name) {
+			continue
+		}
+		if b == nil || p.Priority > b.Priority || p.Priority == b.Priority && p.Name < b.Name {
+			b = p
+		}
+	}
+	return b
+}
+
+// AppliedPolicy is what a queue shows of its policies.
+type AppliedPolicy struct {
+	Policy, OperatorPolicy string         // names, "" for none
+	Effective              map[string]any // effective_policy_definition
+}
+
+// SetPolicies replaces the vhost's policies and operator policies and
+// applies them to every queue and exchange. It must be called with none
+// of the vhost's locks held (it waits on queues).
+func (v *VHost) SetPolicies(pols, ops []*PolicyDef) {
+	v.mu.Lock()
+	v.policies, v.opPolicies = pols, ops
+	qs := make([]*queue.Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	xs := make([]*exchange.Exchange, 0, len(v.exchanges))
+	for _, x := range v.exchanges {
+		xs = append(xs, x)
+	}
+	v.mu.Unlock()
+	for _, x := range xs {
+		ae := ""
+		if p := best(pols, x.Name, false); p != nil {
+			ae, _ = p.Definition["alternate-exchange"].(string)
+		}
+		x.SetPolicyAE(ae)
+	}
+	for _, q := range qs {
+		c := q.Config()
+		_, pol, applied := v.policyFor(c.Name, c.Args, pols, ops)
+		v.mu.Lock()
+		v.applied[q] = applied
+		v.mu.Unlock()
+		if err := q.SetPolicy(pol); err != nil && err != queue.ErrDeleted {
+			v.log.Warn("applying a policy", zap.String("queue", c.Name), zap.Error(err))
+		}
+	}
+}
+
+// Policies returns the vhost's policies and operator policies.
+func (v *VHost) Policies() (pols, ops []*PolicyDef) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.policies, v.opPolicies
+}
+
+// AppliedPolicy is what policies give q.
+func (v *VHost) AppliedPolicy(q *queue.Queue) AppliedPolicy {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.applied[q]
+}
+
+// policyFor merges a queue's arguments with the policies that match it:
+// the effective arguments, the queue policy they make (dead-lettering and
+// expiry wired to the registry) and what the API shows.
+func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) (queueArgs, queue.Policy, AppliedPolicy) {
+	p, op := best(pols, name, true), best(ops, name, true)
+	eff := amqp.Table{}
+	shown := map[string]any{}
+	if p != nil {
+		for k, val := range p.Definition {
+			if a := policyKeys[k].arg; a != "" {
+				eff[a] = policyValue(val)
+				shown[k] = val
+			}
+		}
+	}
+	for k, val := range args {
+		// The queue's own arguments win, but for the limits, the lower.
+		if cur, ok := amqp.Int(eff[k]); ok && limitArgs[k] {
+			if n, isInt := amqp.Int(val); isInt && cur < n {
+				continue
+			}
+		}
+		eff[k] = val
+	}
+	if op != nil {
+		for k, val := range op.Definition {
+			a := policyKeys[k].arg
+			cap, _ := val.(float64)
+			if cur, ok := amqp.Int(eff[a]); !ok || int64(cap) < cur {
+				eff[a] = int64(cap)
+			}
+			if cur, ok := shown[k].(float64); !ok || cap < cur {
+				shown[k] = val
+			}
+		}
+	}
+	qa, err := validateQueueArgs(name, v.name, eff)
+	if err != nil {
+		// A policy value this queue's arguments make invalid: the
+		// queue keeps what its arguments alone give it.
+		qa, _ = validateQueueArgs(name, v.name, args)
+	}
+	applied := AppliedPolicy{Effective: shown}
+	if p != nil {
+		applied.Policy = p.Name
+	}
+	if op != nil {
+		applied.OperatorPolicy = op.Name
+	}
+	pol := qa.policy
+	if qa.dlx != nil {
+		pol.DeadLetter = v.deadLetterFunc(*qa.dlx, qa.dlrk)
+	}
+	pol.OnExpire = v.forgetQueue
+	return qa, pol, applied
+}
+
+// erlTerm prints a JSON value as RabbitMQ prints it in its reasons.
+func erlTerm(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("<<%q>>", x)
+	case float64:
+		if x == math.Trunc(x) {
+			return fmt.Sprintf("%d", int64(x))
+		}
+	}
+	return fmt.Sprint(v)
+}
+
+// policyValue is a JSON policy value as a queue argument.
+func policyValue(v any) any {
+	if f, ok := v.(float64); ok {
+		return int64(f)
+	}
+	return v
+}
