@@ -377,7 +377,11 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		}
 		pd, err := vhost.NewPolicyDef(p.Name, p.Pattern, p.ApplyTo, p.Priority, p.Definition, false)
 		if err != nil {
-			return fmt.Errorf("policy %q in %q: %s", p.Name, p.VHost, strings.ReplaceAll(strings.TrimPrefix(err.Error(), "Validation failed\n\n"), "\n", ""))
+			var pe *vhost.PolicyError
+			if errors.As(err, &pe) {
+				return fmt.Errorf("policy %q in %q: %s", p.Name, p.VHost, pe.Detail)
+			}
+			return fmt.Errorf("policy %q in %q: %w", p.Name, p.VHost, err)
 		}
 		policies[i] = pd
 	}

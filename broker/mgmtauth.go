@@ -117,6 +117,8 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("DELETE", "/api/queues/{vhost}/{queue}/contents", s.apiPurgeQueue)
 	add("POST", "/api/exchanges/{vhost}/{exchange}/publish", s.apiPublish)
 	add("POST", "/api/queues/{vhost}/{queue}/get", s.apiGet)
+	add("POST", "/api/queues/{vhost}/{queue}/redrive", s.apiRedrive)
+	add("POST", "/api/queues/{vhost}/{queue}/peek", s.apiPeek)
 	add("GET", "/api/bindings", s.apiBindings)
 	add("GET", "/api/bindings/{vhost}", s.apiBindings)
 	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiBindingsBetween)

@@ -732,6 +732,28 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]bool{"routed": routed})
 }
 
+// messageJSON is a got message as the API shows it: its payload
+// (truncated to truncate bytes unless negative) as a string, or base64
+// when enc asks or it is not UTF-8.
+func messageJSON(d queue.Delivery, remaining int, enc string, truncate int) map[string]any {
+	payload := d.Msg.Body
+	if truncate >= 0 && len(payload) > truncate {
+		payload = payload[:truncate]
+	}
+	var props any = propsJSON(d.Msg.Props)
+	if len(props.(map[string]any)) == 0 {
+		props = []any{} // RabbitMQ's empty property list
+	}
+	m := map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered, "exchange": d.Msg.Exchange,
+		"routing_key": d.Msg.RoutingKey, "message_count": remaining, "properties": props}
+	if enc == "base64" || !utf8.Valid(payload) {
+		m["payload"], m["payload_encoding"] = base64.StdEncoding.EncodeToString(payload), "base64"
+	} else {
+		m["payload"], m["payload_encoding"] = string(payload), "string"
+	}
+	return m
+}
+
 // apiGet is POST /api/queues/{vh}/{q}/get: up to count messages, then
 // acked, requeued or rejected as ackmode says.
 func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
@@ -777,22 +799,7 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		ds = append(ds, d)
-		payload := d.Msg.Body
-		if truncate >= 0 && len(payload) > truncate {
-			payload = payload[:truncate]
-		}
-		var props any = propsJSON(d.Msg.Props)
-		if len(props.(map[string]any)) == 0 {
-			props = []any{} // RabbitMQ's empty property list
-		}
-		m := map[string]any{"payload_bytes": len(d.Msg.Body), "redelivered": d.Redelivered, "exchange": d.Msg.Exchange,
-			"routing_key": d.Msg.RoutingKey, "message_count": remaining, "properties": props}
-		if enc == "base64" || !utf8.Valid(payload) {
-			m["payload"], m["payload_encoding"] = base64.StdEncoding.EncodeToString(payload), "base64"
-		} else {
-			m["payload"], m["payload_encoding"] = string(payload), "string"
-		}
-		out = append(out, m)
+		out = append(out, messageJSON(d, remaining, enc, truncate))
 	}
 	if len(ds) > 0 {
 		switch mode {

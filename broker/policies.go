@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -197,7 +198,12 @@ func (s *Server) policiesHandlers(operator bool) (list, get, put, del http.Handl
 		def, _ := body["definition"].(map[string]any)
 		p, err := vhost.NewPolicyDef(name, pattern, applyTo, prio, def, operator)
 		if err != nil {
-			badRequest(w, err.Error())
+			var pe *vhost.PolicyError
+			if errors.As(err, &pe) {
+				badRequest(w, pe.Reason())
+			} else {
+				badRequest(w, err.Error())
+			}
 			return
 		}
 		had, err := s.putPolicy(st, operator, name, p)

@@ -193,7 +193,7 @@ func TestLoadDefinitionsAtStart(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "no destination queue") {
 		t.Fatalf("bad file: %v\n%s", err, out)
 	}
-	addr := testutil.FreeAddr(t)
+	addr := testutil.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--data-dir", filepath.Join(dir, "d2"), "--listen", addr, "--load-definitions", good)

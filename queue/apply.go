@@ -28,8 +28,10 @@ func (q *Queue) apply(o *op) outcome {
 	case opRequeue:
 		q.settled(o.ds)
 		for _, d := range o.ds {
-			d.Redelivered = true
-			d.Count++
+			if o.flags&flagUncounted == 0 {
+				d.Redelivered = true
+				d.Count++
+			}
 			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
 				q.deadLetter(d, ReasonDeliveryLimit)
 				continue

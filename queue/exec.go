@@ -115,6 +115,7 @@ const (
 	flagIfUnused = 1 << iota
 	flagIfEmpty
 	flagNoAck
+	flagUncounted // opRequeue: returned unchanged (Return)
 )
 
 type result struct {

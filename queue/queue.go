@@ -422,6 +422,13 @@ func (q *Queue) Requeue(ds []Delivery, fl *Flushes) {
 	q.postInline(op{kind: opRequeue, ds: ds}, fl)
 }
 
+// Return puts got messages back as they were: not flagged redelivered,
+// their delivery count unchanged (a peek, or a redrive that could not
+// move them).
+func (q *Queue) Return(ds []Delivery) {
+	q.postInline(op{kind: opRequeue, ds: ds, flags: flagUncounted}, nil)
+}
+
 // Discard drops delivered messages (reject or nack without requeue); they
 // are dead-lettered when the queue has a dead-letter exchange.
 func (q *Queue) Discard(ds []Delivery, fl *Flushes) {

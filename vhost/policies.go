@@ -60,6 +60,19 @@ var limitArgs = map[string]bool{"x-message-ttl": true, "x-expires": true, "x-max
 // operatorKeys are the keys an operator policy may set (numeric caps).
 var operatorKeys = map[string]bool{"message-ttl": true, "expires": true, "max-length": true, "max-length-bytes": true, "delivery-limit": true}
 
+// PolicyError is a policy RabbitMQ's validation refuses; Reason is the
+// reason it gives ("Validation failed\n\n...\n").
+type PolicyError struct{ Detail string }
+
+func (e *PolicyError) Error() string { return "invalid policy: " + e.Detail }
+
+// Reason is RabbitMQ's text for the refusal.
+func (e *PolicyError) Reason() string { return "Validation failed\n\n" + e.Detail + "\n" }
+
+func invalidPolicy(format string, args ...any) error {
+	return &PolicyError{Detail: fmt.Sprintf(format, args...)}
+}
+
 // NewPolicyDef checks a policy as RabbitMQ's validation does (its
 // reasons) and compiles its pattern.
 func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]any, operator bool) (*PolicyDef, error) {
@@ -69,14 +82,14 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 	switch applyTo {
 	case "queues", "classic_queues", "exchanges", "all":
 	default:
-		return nil, fmt.Errorf("Validation failed\n\napply-to '%s' unrecognised; should be 'queues', 'exchanges' or 'all'\n", applyTo)
+		return nil, invalidPolicy("apply-to '%s' unrecognised; should be 'queues', 'exchanges' or 'all'", applyTo)
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, fmt.Errorf("Validation failed\n\n<<%q>> is not a valid regular expression\n", pattern)
+		return nil, invalidPolicy("<<%q>> is not a valid regular expression", pattern)
 	}
 	if len(def) == 0 {
-		return nil, fmt.Errorf("Validation failed\n\nno policy settings given\n")
+		return nil, invalidPolicy("no policy settings given")
 	}
 	var unknown []string
 	for k, v := range def {
@@ -101,12 +114,12 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 			bad = s != "default" && s != "lazy"
 		}
 		if bad {
-			return nil, fmt.Errorf("Validation failed\n\n%s %v is invalid\n", k, v)
+			return nil, invalidPolicy("%s %v is invalid", k, v)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("Validation failed\n\n[%s] are not recognised policy settings\n", strings.Join(unknown, ","))
+		return nil, invalidPolicy("[%s] are not recognised policy settings", strings.Join(unknown, ","))
 	}
 	return &PolicyDef{Name: name, Pattern: pattern, ApplyTo: applyTo, Priority: priority, Definition: def, re: re}, nil
 }

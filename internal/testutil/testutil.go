@@ -265,15 +265,3 @@ func (r *Raw) ExpectEOF(timeout time.Duration) {
 		}
 	}
 }
-
-// FreeAddr is a 127.0.0.1 address with a port free a moment ago, for a
-// broker binary a test starts.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}

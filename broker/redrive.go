@@ -1,0 +1,167 @@
+package broker
+
+import (
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
+)
+
+// DLQ redrive and peek (railmq's own routes; RabbitMQ has neither).
+//
+// POST /api/queues/{vh}/{q}/redrive moves the messages of a dead-letter
+// queue back to where they died: each is published to its
+// x-first-death-exchange with the routing keys of its first x-death entry
+// (or to the target_exchange and target_routing_key given), with its
+// properties and x-death history as they are, confirmed into the target
+// before it is removed from the source (a broker killed mid-way has moved
+// some: the rest are still in the source, at least once). Messages
+// without a route stay, in order. Body (all optional): {"max": N,
+// "rate": messages per second, "target_exchange": "x",
+// "target_routing_key": "k"}; answer: {"moved", "unroutable", "remaining"}.
+//
+// POST /api/queues/{vh}/{q}/peek {"count": N} shows the first messages,
+// as get does, and leaves them as they were: not redelivered, their
+// delivery count unchanged.
+
+// deathOrigin reads where a dead-lettered message came from: the
+// x-first-death-exchange and the first x-death entry's routing keys.
+func deathOrigin(props []byte) (exchange string, keys []string, ok bool) {
+	p, err := amqp.DecodeProperties(props)
+	if err != nil || p.Headers == nil {
+		return "", nil, false
+	}
+	ex, isStr := p.Headers["x-first-death-exchange"].(string)
+	if !isStr {
+		return "", nil, false
+	}
+	if deaths, _ := p.Headers["x-death"].([]any); len(deaths) > 0 {
+		// The oldest death is the last entry (RabbitMQ prepends).
+		if first, ok := deaths[len(deaths)-1].(amqp.Table); ok {
+			if rks, ok := first["routing-keys"].([]any); ok {
+				for _, k := range rks {
+					if s, ok := k.(string); ok {
+						keys = append(keys, s)
+					}
+				}
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return "", nil, false
+	}
+	return ex, keys, true
+}
+
+func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	g := s.reg.Grant(st.v.Name(), apiUser(r).Name)
+	if err := g.Check(auth.Read, "queue", q.Name()); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	max, hasMax := intArg(body["max"])
+	rate, _ := body["rate"].(float64)
+	tx, hasTX := str(body, "target_exchange")
+	tk, _ := str(body, "target_routing_key")
+	moved, unroutable := 0, 0
+	var kept []queue.Delivery
+	defer func() { q.Return(kept) }() // the unmoved go back, as they were
+	var gap time.Duration
+	if rate > 0 {
+		gap = time.Duration(float64(time.Second) / rate)
+	}
+	for !hasMax || moved+unroutable < max {
+		if r.Context().Err() != nil {
+			break
+		}
+		d, got, _, err := q.Get(false)
+		if err != nil || !got {
+			break
+		}
+		ex, keys, known := deathOrigin(d.Msg.Props)
+		if hasTX {
+			ex, keys, known = tx, []string{tk}, true
+		}
+		if !known || g.Check(auth.Write, "exchange", ex) != nil {
+			unroutable++
+			kept = append(kept, d)
+			continue
+		}
+		m := *d.Msg // the same properties and body, published anew
+		m.Exchange, m.RoutingKey = ex, keys[0]
+		m.ID, m.Shared, m.Inline = 0, false, false
+		m.Enqueued = time.Now().UnixNano()
+		var sc vhost.Scratch
+		sc.Extra = keys[1:]
+		qs, err := st.v.Route(ex, keys[0], &sc)
+		if err != nil || len(qs) == 0 {
+			unroutable++
+			kept = append(kept, d)
+			continue
+		}
+		conf := &waitConf{n: 1, done: make(chan struct{})}
+		routed, waited := vhost.FanOut(st.v.Store(), &m, qs, false, func(n int) queue.Confirmer {
+			conf.n = n
+			return conf
+		}, nil)
+		if waited {
+			<-conf.done
+		}
+		if !routed || (waited && conf.err != nil) {
+			unroutable++
+			kept = append(kept, d)
+			continue
+		}
+		q.Ack([]queue.Delivery{d}, nil) // confirmed into the target: now it leaves the source
+		moved++
+		if gap > 0 {
+			time.Sleep(gap)
+		}
+	}
+	s.log.Info("redrive", zap.String("vhost", st.v.Name()), zap.String("queue", q.Name()), zap.Int("moved", moved), zap.Int("unroutable", unroutable))
+	writeJSON(w, map[string]any{"moved": moved, "unroutable": unroutable, "remaining": q.Ready() + int64(len(kept))})
+}
+
+func (s *Server) apiPeek(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
+		amqpToHTTP(w, err)
+		return
+	}
+	count, ok := intArg(body["count"])
+	if !ok {
+		count = 1
+	}
+	var ds []queue.Delivery
+	out := []map[string]any{}
+	for len(ds) < count {
+		d, got, remaining, err := q.Get(false)
+		if err != nil || !got {
+			break
+		}
+		ds = append(ds, d)
+		out = append(out, messageJSON(d, remaining, "auto", -1))
+	}
+	q.Return(ds)
+	writeJSON(w, out)
+}
