@@ -52,7 +52,7 @@ func blockedReason(bits uint32) string {
 func (s *Server) alarmBits() uint32 {
 	bits := s.alarms.Load()
 	if bits&alarmMemory == 0 {
-		if used := s.memory.Load(); used > s.opts.MemoryHighWatermark {
+		if used := s.memory.Load(); used > s.watermark.Load() {
 			s.memTrip.Store(used)
 			if s.alarms.Or(alarmMemory)&alarmMemory == 0 {
 				select {
@@ -159,14 +159,14 @@ func (s *Server) monitor() {
 func (s *Server) checkMemory() {
 	used := s.memory.Load()
 	if r := s.opts.PagingRatio; r > 0 && r < 1 {
-		paging := float64(used) > r*float64(s.opts.MemoryHighWatermark)
+		paging := float64(used) > r*float64(s.watermark.Load())
 		if paging != s.paging.Load() {
 			s.paging.Store(paging)
 			s.log.Info("memory paging ratio", zap.Bool("paging", paging), zap.String("used", humanBytes(used)),
-				zap.String("threshold", humanBytes(int64(r*float64(s.opts.MemoryHighWatermark)))))
+				zap.String("threshold", humanBytes(int64(r*float64(s.watermark.Load())))))
 		}
 	}
-	if used <= s.opts.MemoryHighWatermark {
+	if used <= s.watermark.Load() {
 		s.alarms.And(^alarmMemory)
 		return
 	}
@@ -234,7 +234,7 @@ func (s *Server) logAlarms() {
 	bits := s.alarms.Load()
 	changed := bits ^ s.mon.logged
 	s.mon.logged = bits
-	limit := max(s.opts.MemoryHighWatermark, 0)
+	limit := max(s.watermark.Load(), 0)
 	if changed&alarmMemory != 0 {
 		if bits&alarmMemory != 0 {
 			used := s.memTrip.Load()
@@ -269,4 +269,16 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// SetMemoryHighWatermark changes the memory high watermark at run time
+// (rabbitmqctl set_vm_memory_high_watermark): the alarm follows it at the
+// next check, within AlarmCheckInterval.
+func (s *Server) SetMemoryHighWatermark(bytes int64) {
+	old := s.watermark.Swap(bytes)
+	s.log.Info("memory high watermark set", zap.String("limit", humanBytes(max(bytes, 0))), zap.String("was", humanBytes(max(old, 0))))
+	select {
+	case s.alarmWake <- struct{}{}:
+	default:
+	}
 }

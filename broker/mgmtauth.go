@@ -84,6 +84,7 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/overview", s.apiOverview)
 	add("GET", "/api/nodes", s.apiNodes)
 	add("GET", "/api/nodes/{node}", s.apiNode)
+	add("PUT", "/api/vm-memory-high-watermark", admin(s.apiSetWatermark))
 	add("GET", "/api/vhosts", s.apiVHosts)
 	add("GET", "/api/vhosts/{vhost}", s.apiVHost)
 	add("PUT", "/api/vhosts/{vhost}", admin(s.apiPutVHost))

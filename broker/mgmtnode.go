@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -122,7 +123,7 @@ func (s *Server) nodeJSON() map[string]any {
 	bits := s.alarms.Load()
 	return map[string]any{
 		"name": s.nodeName(), "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
-		"mem_used": processRSS(), "mem_used_details": rate0, "mem_limit": s.opts.MemoryHighWatermark, "mem_alarm": bits&alarmMemory != 0,
+		"mem_used": processRSS(), "mem_used_details": rate0, "mem_limit": s.watermark.Load(), "mem_alarm": bits&alarmMemory != 0,
 		"mem_calculation_strategy": "rss",
 		"disk_free":                s.diskFreeNow.Load(), "disk_free_details": rate0, "disk_free_limit": s.opts.DiskFreeLimit, "disk_free_alarm": bits&alarmDisk != 0,
 		"fd_used": fdUsed, "fd_used_details": rate0, "fd_total": fdTotal,
@@ -148,4 +149,34 @@ func (s *Server) apiNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, s.nodeJSON())
+}
+
+// apiSetWatermark is PUT /api/vm-memory-high-watermark {"value": "0.4"}
+// (railmq's own; rabbitmqctl set_vm_memory_high_watermark): a fraction
+// of memory or an absolute size, as --vm-memory-high-watermark takes.
+func (s *Server) apiSetWatermark(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || keysMissing(w, body, "value") {
+		return
+	}
+	var text string
+	switch v := body["value"].(type) {
+	case string:
+		text = v
+	case float64:
+		text = strconv.FormatFloat(v, 'f', -1, 64)
+		if !strings.Contains(text, ".") && v < 1 {
+			text += ".0"
+		}
+	}
+	wm, err := ParseWatermark(text, TotalMemory())
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	if wm == 0 {
+		wm = -1 // 0 keeps the alarm on, as RabbitMQ's watermark 0 does
+	}
+	s.SetMemoryHighWatermark(wm)
+	w.WriteHeader(http.StatusNoContent)
 }

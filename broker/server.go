@@ -60,6 +60,7 @@ type Server struct {
 	qstats      queueStats    // message rates (mgmtstats.go)
 	sampled     chan struct{} // closed when the rates sampler has exited
 	diskFreeNow atomic.Uint64 // the disk check's last figure, for /api/nodes
+	watermark   atomic.Int64  // the memory high watermark in force (SetMemoryHighWatermark)
 	startedAt   time.Time
 }
 
@@ -82,6 +83,7 @@ func New(opts Options) (*Server, error) {
 		sampled:   make(chan struct{}),
 		startedAt: time.Now(),
 	}
+	s.watermark.Store(opts.MemoryHighWatermark)
 	if err := s.initTLS(); err != nil {
 		return nil, err
 	}
@@ -265,7 +267,7 @@ func (s *Server) alarmed() bool { return s.alarmBits() != 0 }
 // publisher. Before the monitor starts.
 func (s *Server) startAlarms() {
 	total := TotalMemory()
-	wm := max(s.opts.MemoryHighWatermark, 0)
+	wm := max(s.watermark.Load(), 0)
 	s.log.Info("memory high watermark", zap.String("limit", humanBytes(wm)), zap.String("total", humanBytes(total)),
 		zap.Int64("limit_bytes", wm), zap.Int64("total_bytes", total))
 	s.mon.diskOn = s.opts.DiskFreeLimit > 0

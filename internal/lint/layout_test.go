@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 var free = map[string]bool{
 	"cmd/railmq":        true,
 	"cmd/railmq-perf":   true,
+	"cmd/railmqctl":     true,
 	"conformance":       true,
 	"internal/lint":     true,
 	"internal/testutil": true,
