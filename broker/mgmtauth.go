@@ -82,6 +82,9 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	}
 	add("GET", "/api/whoami", s.apiWhoami)
 	add("GET", "/api/overview", s.apiOverview)
+	add("GET", "/api/channels", s.apiChannels)
+	add("GET", "/api/consumers", s.apiConsumers)
+	add("GET", "/api/consumers/{vhost}", s.apiConsumers)
 	add("GET", "/api/nodes", s.apiNodes)
 	add("GET", "/api/nodes/{node}", s.apiNode)
 	add("PUT", "/api/vm-memory-high-watermark", admin(s.apiSetWatermark))

@@ -480,3 +480,24 @@ func (c *Channel) Close() {
 		x.q.Cancel(x.Consumer)
 	}
 }
+
+// ConsumerInfo is what the management API shows of a consumer.
+type ConsumerInfo struct {
+	Tag       string
+	Queue     string
+	NoAck     bool
+	Exclusive bool
+	Prefetch  int
+}
+
+// Info is what the management API shows of the channel: its consumers,
+// its unacked deliveries and its global prefetch. Any goroutine may call
+// it.
+func (c *Channel) Info() (cons []ConsumerInfo, unacked, globalPrefetch int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.consumers {
+		cons = append(cons, ConsumerInfo{Tag: x.Tag, Queue: x.q.Name(), NoAck: x.NoAck, Exclusive: x.Exclusive, Prefetch: x.Prefetch})
+	}
+	return cons, c.outstanding, c.globalPrefetch
+}

@@ -404,3 +404,52 @@ func TestOverviewAndNodesShape(t *testing.T) {
 		t.Fatalf("GET /api/nodes/{name}: %d", code)
 	}
 }
+
+// /api/channels and /api/consumers show a connection's channels and its
+// consumers with RabbitMQ's fields (also run against RabbitMQ).
+func TestChannelsAndConsumers(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "chan-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch1, _ := c.Channel()
+	ch2, _ := c.Channel()
+	q, err := ch1.QueueDeclare("", false, true, true, false, nil)
+	must(t, err)
+	must(t, ch2.Qos(10, 0, false))
+	_, err = ch2.Consume(q.Name, "ctag-1", false, false, false, false, nil)
+	must(t, err)
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		var chans []struct {
+			Name              string
+			Number            int
+			ConnectionDetails struct{ Name string } `json:"connection_details"`
+		}
+		a.call("GET", "/api/channels", "guest", "guest", nil, &chans)
+		n := 0
+		for _, ch := range chans {
+			if strings.HasSuffix(ch.Name, ")") && ch.ConnectionDetails.Name != "" && ch.Number >= 1 {
+				n++
+			}
+		}
+		return n >= 2
+	}, "two channels listed")
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		var cons []struct {
+			ConsumerTag   string `json:"consumer_tag"`
+			AckRequired   bool   `json:"ack_required"`
+			PrefetchCount int    `json:"prefetch_count"`
+			Queue         struct{ Name, Vhost string }
+		}
+		a.call("GET", "/api/consumers/%2F", "guest", "guest", nil, &cons)
+		for _, x := range cons {
+			if x.ConsumerTag == "ctag-1" && x.AckRequired && x.PrefetchCount == 10 && x.Queue.Name == q.Name && x.Queue.Vhost == "/" {
+				return true
+			}
+		}
+		return false
+	}, "the consumer listed")
+}
