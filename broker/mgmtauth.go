@@ -83,6 +83,9 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/whoami", s.apiWhoami)
 	add("GET", "/api/overview", s.apiOverview)
 	add("GET", "/api/channels", s.apiChannels)
+	add("GET", "/api/connections/{name}", s.apiConnection)
+	add("GET", "/api/queues/{vhost}/{queue}/bindings", s.apiQueueBindings)
+	add("GET", "/api/exchanges/{vhost}/{exchange}/bindings/{side}", s.apiExchangeBindings)
 	add("GET", "/api/consumers", s.apiConsumers)
 	add("GET", "/api/consumers/{vhost}", s.apiConsumers)
 	add("GET", "/api/nodes", s.apiNodes)
@@ -175,7 +178,7 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 			}
 			ok := true
 			for i, p := range rt.path {
-				if (!strings.HasPrefix(p, "{") && p != segs[i]) || (p == "{dtype}" && segs[i] != "e" && segs[i] != "q") {
+				if (!strings.HasPrefix(p, "{") && p != segs[i]) || (p == "{dtype}" && segs[i] != "e" && segs[i] != "q") || (p == "{side}" && segs[i] != "source" && segs[i] != "destination") {
 					ok = false
 					break
 				}

@@ -813,3 +813,54 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, out)
 }
+
+// apiConnection is GET /api/connections/{name}.
+func (s *Server) apiConnection(w http.ResponseWriter, r *http.Request) {
+	u := apiUser(r)
+	for _, c := range s.openConns() {
+		if ci := *c.info.Load(); ci.Name == r.PathValue("name") && (seesAll(u) || ci.User == u.Name) {
+			ci.State = s.connState(c)
+			writeJSON(w, ci)
+			return
+		}
+	}
+	notFound(w)
+}
+
+// apiQueueBindings is GET /api/queues/{vh}/{q}/bindings: the bindings to
+// the queue, the default exchange's first.
+func (s *Server) apiQueueBindings(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := s.findQueue(w, r)
+	if !ok {
+		return
+	}
+	out := []map[string]any{}
+	for _, b := range allBindings(st) {
+		if b["destination"] == q.Name() && b["destination_type"] == "queue" {
+			out = append(out, b)
+		}
+	}
+	writeList(w, r, out)
+}
+
+// apiExchangeBindings is GET /api/exchanges/{vh}/{x}/bindings/source (the
+// exchange's own bindings) or .../destination (those to it).
+func (s *Server) apiExchangeBindings(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.objectVHost(w, r)
+	if !ok {
+		return
+	}
+	x := r.PathValue("exchange")
+	if st.v.Exchange(x) == nil {
+		notFound(w)
+		return
+	}
+	out := []map[string]any{}
+	for _, b := range allBindings(st) {
+		if r.PathValue("side") == "source" && b["source"] == x ||
+			r.PathValue("side") == "destination" && b["destination"] == x && b["destination_type"] == "exchange" {
+			out = append(out, b)
+		}
+	}
+	writeList(w, r, out)
+}

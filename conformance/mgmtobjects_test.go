@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -452,4 +453,66 @@ func TestChannelsAndConsumers(t *testing.T) {
 		}
 		return false
 	}, "the consumer listed")
+}
+
+// A queue's bindings and an exchange's as source and destination, and one
+// connection by name (also run against RabbitMQ).
+func TestObjectBindingsAndConnection(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	t.Cleanup(func() {
+		for _, p := range []string{"/api/exchanges/%2F/eb-x", "/api/exchanges/%2F/eb-y", "/api/queues/%2F/eb-q"} {
+			a.call("DELETE", p, "guest", "guest", nil, nil)
+		}
+	})
+	a.admin("PUT", "/api/exchanges/%2F/eb-x", map[string]any{"type": "topic"}, 201)
+	a.admin("PUT", "/api/exchanges/%2F/eb-y", map[string]any{"type": "fanout"}, 201)
+	a.admin("PUT", "/api/queues/%2F/eb-q", map[string]any{}, 201)
+	a.admin("POST", "/api/bindings/%2F/e/eb-x/q/eb-q", map[string]any{"routing_key": "k"}, 201)
+	a.admin("POST", "/api/bindings/%2F/e/eb-x/e/eb-y", map[string]any{"routing_key": "z"}, 201)
+	keys := func(path string) string {
+		var bs []struct {
+			Source      string
+			Destination string
+			RoutingKey  string `json:"routing_key"`
+		}
+		a.call("GET", path, "guest", "guest", nil, &bs)
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.Source+">"+b.Destination+":"+b.RoutingKey)
+		}
+		return strings.Join(out, ",")
+	}
+	for path, want := range map[string]string{
+		"/api/queues/%2F/eb-q/bindings":                ">eb-q:eb-q,eb-x>eb-q:k",
+		"/api/exchanges/%2F/eb-x/bindings/source":      "eb-x>eb-q:k,eb-x>eb-y:z",
+		"/api/exchanges/%2F/eb-y/bindings/destination": "eb-x>eb-y:z",
+	} {
+		if got := keys(path); got != want {
+			t.Errorf("GET %s: %s, want %s", path, got, want)
+		}
+	}
+	c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "by-name"}})
+	must(t, err)
+	defer c.Close()
+	var name string
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var conns []struct {
+			Name             string
+			ClientProperties struct {
+				ConnectionName string `json:"connection_name"`
+			} `json:"client_properties"`
+		}
+		a.call("GET", "/api/connections", "guest", "guest", nil, &conns)
+		for _, x := range conns {
+			if x.ClientProperties.ConnectionName == "by-name" {
+				name = x.Name
+			}
+		}
+		return name != ""
+	}, "the connection listed")
+	var one struct{ Name, User string }
+	if code := a.call("GET", "/api/connections/"+neturl.PathEscape(name), "guest", "guest", nil, &one); code != 200 || one.Name != name || one.User != "guest" {
+		t.Fatalf("GET /api/connections/{name}: %d %+v", code, one)
+	}
 }
