@@ -367,6 +367,13 @@ func (s *Server) deleteVHost(name string) (bool, error) {
 			b.DeleteDef(defTopicPerm, vhost.DefName(name, t.User, t.Exchange))
 		}
 	}
+	pols, ops := st.v.Policies()
+	for _, p := range pols {
+		b.DeleteDef(defPolicy, vhost.DefName(name, p.Name))
+	}
+	for _, p := range ops {
+		b.DeleteDef(defOpPolicy, vhost.DefName(name, p.Name))
+	}
 	s.reg.DeleteVHost(name)
 	if err := s.store.CommitSync(b); err != nil {
 		return true, err

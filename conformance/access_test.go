@@ -166,6 +166,7 @@ func TestVHostsAndUsersAtRunTime(t *testing.T) {
 	if err != nil || !ok || string(d.Body) != "in orders" {
 		t.Fatalf("message after restart: %v %v %q", ok, err, d.Body)
 	}
+	a.admin("PUT", "/api/policies/orders/cap", map[string]any{"pattern": ".*", "definition": map[string]any{"max-length": 5}}, 201)
 	closed := c.NotifyClose(make(chan *rmq.Error, 1))
 	a.admin("DELETE", "/api/vhosts/orders", nil, 204)
 	select {
@@ -182,6 +183,15 @@ func TestVHostsAndUsersAtRunTime(t *testing.T) {
 	r.restart()
 	_, err = rmq.Dial("amqp://alice:pw@" + r.b.Addr + "/orders")
 	amqpErr(t, err, 530, "NOT_ALLOWED - vhost orders not found")
+	// A vhost made again with the name is a new one: nothing of the old.
+	a = newAPI(t, r.b)
+	a.admin("PUT", "/api/vhosts/orders", map[string]any{}, 201)
+	r.restart()
+	a = newAPI(t, r.b)
+	var pols []any
+	if a.call("GET", "/api/policies/orders", "guest", "guest", nil, &pols); len(pols) != 0 {
+		t.Fatalf("the deleted vhost's policies came back: %v", pols)
+	}
 }
 
 // Every AMQP method that checks a permission refuses, with RabbitMQ's
