@@ -189,6 +189,14 @@ func TestManagementPublishAndGet(t *testing.T) {
 	if e.Reason != "404 NOT_FOUND - no exchange 'nope' in vhost '/'" {
 		t.Fatalf("publish to a missing exchange: %+v", e)
 	}
+	var qb struct {
+		Bytes      int64 `json:"message_bytes"`
+		BytesReady int64 `json:"message_bytes_ready"`
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { // RabbitMQ: once its stats catch up
+		a.call("GET", "/api/queues/%2F/pg-q", "guest", "guest", nil, &qb)
+		return qb.Bytes == 9 && qb.BytesReady == 9
+	}, "message_bytes of hello and the 4-byte payload: %+v", qb)
 	type msg struct {
 		Payload         string
 		PayloadEncoding string `json:"payload_encoding"`

@@ -283,7 +283,6 @@ func (q *Queue) account(n int64) {
 	}
 }
 
-// handedOut counts d as delivered and unacked.
 // counted counts a delivery (to a consumer, or got).
 func (q *Queue) counted(d *Delivery) {
 	q.nDeliverGet.Add(1)
@@ -292,9 +291,11 @@ func (q *Queue) counted(d *Delivery) {
 	}
 }
 
+// handedOut counts d as delivered and unacked.
 func (q *Queue) handedOut(d *Delivery) {
 	q.unacked++
 	q.unackedBytes += d.Msg.MemSize()
+	q.unackedBody += int64(len(d.Msg.Body))
 }
 
 // settled uncounts deliveries acked, rejected or returned.
@@ -302,5 +303,6 @@ func (q *Queue) settled(ds []Delivery) {
 	q.unacked -= len(ds)
 	for i := range ds {
 		q.unackedBytes -= ds[i].Msg.MemSize()
+		q.unackedBody -= int64(len(ds[i].Msg.Body))
 	}
 }

@@ -238,6 +238,7 @@ type Queue struct {
 	rr           int
 	unacked      int
 	unackedBytes int64 // MemSize of the unacked deliveries (part of held)
+	unackedBody  int64 // body bytes of the unacked deliveries
 	hadConsumer  bool
 	held         int64 // MemSize of the messages held in memory, ready and unacked
 	readyBytes   int64 // body bytes of ready messages, in memory or not
@@ -279,10 +280,11 @@ type Queue struct {
 	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
 
 	// Published for metrics without a round trip.
-	readyN    atomic.Int64
-	headAt    atomic.Int64
-	unackedN  atomic.Int64
-	consumerN atomic.Int32
+	readyBytesN, unackedBytesN atomic.Int64 // body bytes
+	readyN                     atomic.Int64
+	headAt                     atomic.Int64
+	unackedN                   atomic.Int64
+	consumerN                  atomic.Int32
 }
 
 // New starts a queue.
@@ -512,6 +514,9 @@ func (q *Queue) SetPolicy(p Policy) error {
 	return q.call(op{kind: opPolicy, pol: &p}).err
 }
 
+// Bytes are the body bytes of the ready and the unacked messages.
+func (q *Queue) Bytes() (ready, unacked int64) { return q.readyBytesN.Load(), q.unackedBytesN.Load() }
+
 // Counters are the queue's message counts since it started: messages
 // taken in, delivered to consumers or got, acked, and redelivered.
 func (q *Queue) Counters() (publish, deliverGet, ack, redeliver int64) {
@@ -530,6 +535,8 @@ func (q *Queue) Done() <-chan struct{} { return q.stopped }
 func (q *Queue) publishCounts() {
 	q.readyN.Store(int64(q.readyLen()))
 	q.unackedN.Store(int64(q.unacked))
+	q.readyBytesN.Store(q.readyBytes)
+	q.unackedBytesN.Store(q.unackedBody)
 	q.consumerN.Store(int32(len(q.consumers)))
 	var head int64
 	for i := range q.lanes {
