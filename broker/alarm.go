@@ -154,10 +154,14 @@ func (s *Server) monitor() {
 	}
 }
 
-// checkMemory sets or clears the memory alarm by what queues hold.
-// Monitor only.
+// checkMemory sets or clears the memory alarm by what queues hold (and
+// the process's RSS with MemoryStrategy "rss"). The monitor, and
+// SetMemoryHighWatermark: what it touches is atomic.
 func (s *Server) checkMemory() {
 	used := s.memory.Load()
+	if s.opts.MemoryStrategy == "rss" {
+		used = max(used, processRSS())
+	}
 	if r := s.opts.PagingRatio; r > 0 && r < 1 {
 		paging := float64(used) > r*float64(s.watermark.Load())
 		if paging != s.paging.Load() {
@@ -277,6 +281,9 @@ func humanBytes(n int64) string {
 func (s *Server) SetMemoryHighWatermark(bytes int64) {
 	old := s.watermark.Swap(bytes)
 	s.log.Info("memory high watermark set", zap.String("limit", humanBytes(max(bytes, 0))), zap.String("was", humanBytes(max(old, 0))))
+	// In force when this returns, as rabbitmqctl's: the check runs here
+	// (its state is atomic), the monitor logs what changed.
+	s.checkMemory()
 	select {
 	case s.alarmWake <- struct{}{}:
 	default:

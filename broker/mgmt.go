@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -33,15 +32,11 @@ func connectionName(nc net.Conn) string {
 }
 
 // ManagementHandler serves the subset of RabbitMQ's management HTTP API
-// that clients and their test suites use: listing connections and closing
-// one (DELETE /api/connections/{name}), listing queues with their counts.
-// Requests authenticate with HTTP basic auth against the broker's users.
+// that clients, their test suites and operators' tools use (the routes:
+// accessRouter). Requests authenticate with HTTP basic auth against the
+// broker's users.
 func (s *Server) ManagementHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/connections/{$}", s.apiConnections)
-	mux.HandleFunc("GET /api/connections", s.apiConnections)
-	mux.HandleFunc("DELETE /api/connections/{name}", s.apiCloseConnection)
-	return s.withUser(s.accessRouter(mux))
+	return s.withUser(s.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) })))
 }
 
 // writeJSON answers v as JSON; a value that cannot be encoded is a 500
@@ -108,10 +103,7 @@ func (s *Server) connState(c *conn) string {
 }
 
 func (s *Server) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if n, err := url.PathUnescape(name); err == nil {
-		name = n
-	}
+	name := r.PathValue("name") // unescaped by the router
 	reason := r.Header.Get("X-Reason")
 	if reason == "" {
 		reason = "Closed via management plugin"

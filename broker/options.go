@@ -47,6 +47,13 @@ type Options struct {
 	// memory and page the rest, so that the alarm is the last resort. 0
 	// means 0.5 (RabbitMQ's default); 1 or more turns it off.
 	PagingRatio float64
+	// MemoryStrategy is what the memory alarm compares with the
+	// watermark (RabbitMQ's vm_memory_calculation_strategy): "held" (the
+	// default), the memory held for clients (bodies queued, assembled,
+	// in uncommitted transactions); or "rss", the whole process's resident
+	// memory when that is more, as RabbitMQ's default measures it (checked
+	// by the alarm monitor, every AlarmCheckInterval).
+	MemoryStrategy string
 	// DiskFreeLimit is the free space on DataDir's filesystem under which
 	// publishing connections are blocked (RabbitMQ's disk alarm). 0 means
 	// DefaultDiskFreeLimit (50 MB); negative turns the disk alarm off.

@@ -385,3 +385,30 @@ func TestConnectionStateInManagementAPI(t *testing.T) {
 	free.Store(1 << 40)
 	want("running", "running")
 }
+
+// With --vm-memory-calculation-strategy rss the memory alarm measures the
+// process, as RabbitMQ's default does: a watermark below the broker's own
+// resident memory blocks a publisher though no message is held, and
+// raising the watermark at run time (rabbitmqctl
+// set_vm_memory_high_watermark: Server.SetMemoryHighWatermark) clears it.
+func TestMemoryStrategyRSS(t *testing.T) {
+	b, dial := alarmBroker(t, broker.Options{MemoryHighWatermark: 1 << 20, MemoryStrategy: "rss", PagingRatio: 1})
+	pub := dial()
+	blocked := watchBlocked(pub)
+	ch := openChannel(t, pub)
+	q, err := ch.QueueDeclare("", false, false, true, false, nil)
+	must(t, err)
+	// The monitor sees the RSS within its interval; a publish after that
+	// is blocked.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		_ = ch.Publish("", q.Name, false, false, rmq.Publishing{Body: []byte("x")})
+		return len(blocked.all()) >= 1
+	}, "connection.blocked")
+	if first := blocked.all()[0]; !first.Active || first.Reason != "low on memory" {
+		t.Fatalf("got %+v, want connection.blocked \"low on memory\"", first)
+	}
+	b.Server.SetMemoryHighWatermark(1 << 40)
+	if second := blocked.waitFor(t, 2, "connection.unblocked")[1]; second.Active {
+		t.Fatalf("got %+v, want connection.unblocked", second)
+	}
+}

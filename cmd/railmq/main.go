@@ -51,6 +51,7 @@ func run(args []string) int {
 	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
 	maxMessage := fs.Uint64("max-message-size", broker.DefaultMaxMessageSize, "largest accepted message body (bytes)")
+	memStrategy := fs.String("vm-memory-calculation-strategy", "held", "what the memory alarm measures: held (memory held for clients: bodies queued, assembled, in transactions) or rss (the process's resident memory when more, RabbitMQ's default)")
 	pagingRatio := fs.Float64("vm-memory-high-watermark-paging-ratio", 0.5, "above this fraction of the memory watermark queues keep only a small window in memory and page the rest (1 or more: off)")
 	watermark := fs.String("vm-memory-high-watermark", "0.4", "block publishers while queues hold more message bodies than this: a fraction of memory (0.4, 40%; of the cgroup's limit when lower) or a size (512MiB, 2GB, 1073741824); 0 blocks them always")
 	diskLimit := fs.String("disk-free-limit", "50MB", "block publishers while the data directory's filesystem has less free: a size (50MB, 1GiB, 50000000) or mem_relative:F, F times memory; 0 turns the check off")
@@ -88,6 +89,10 @@ func run(args []string) int {
 		log.Error("bad users", zap.Error(err))
 		return 2
 	}
+	if *memStrategy != "held" && *memStrategy != "rss" {
+		log.Error("vm-memory-calculation-strategy must be held or rss")
+		return 2
+	}
 	if *channelMax == 0 || *channelMax > 65535 {
 		log.Error("channel-max must be 1..65535")
 		return 2
@@ -116,6 +121,7 @@ func run(args []string) int {
 		MaxMessageSize:      *maxMessage,
 		MemoryHighWatermark: wm,
 		PagingRatio:         orOff(*pagingRatio),
+		MemoryStrategy:      *memStrategy,
 		DiskFreeLimit:       disk,
 		QueueWindow:         *window,
 		QueueWindowBytes:    int64(*windowBytes),
