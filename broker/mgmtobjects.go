@@ -298,6 +298,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		"consumers": q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
 		"message_stats": s.messageStats(q)}
+	m["consumer_utilisation"] = s.consumerUtilisation(q)
 	rb, ub := q.Bytes()
 	m["message_bytes"], m["message_bytes_ready"], m["message_bytes_unacknowledged"] = rb+ub, rb, ub
 	ap := s.vhostPolicy(vh, q)

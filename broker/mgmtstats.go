@@ -17,7 +17,9 @@ const defaultStatsInterval = 5 * time.Second
 type queueSample struct {
 	at                                int64 // unix nanos
 	publish, deliverGet, ack, redeliv int64
+	limited                           int64 // queue.LimitedNanos
 	rates                             [4]float64
+	utilisation                       float64 // consumer_utilisation over the sample, or -1
 }
 
 // queueStats holds the last sample of every queue.
@@ -35,12 +37,15 @@ func (s *Server) sample() {
 	for _, st := range s.allVHosts() {
 		for _, q := range st.v.Queues() {
 			p, d, a, r := q.Counters()
-			ns := &queueSample{at: now, publish: p, deliverGet: d, ack: a, redeliv: r}
+			ns := &queueSample{at: now, publish: p, deliverGet: d, ack: a, redeliv: r, limited: q.LimitedNanos(), utilisation: -1}
 			if old := s.qstats.m[q]; old != nil {
 				dt := float64(now-old.at) / float64(time.Second)
 				if dt > 0 {
 					ns.rates = [4]float64{float64(p-old.publish) / dt, float64(d-old.deliverGet) / dt,
 						float64(a-old.ack) / dt, float64(r-old.redeliv) / dt}
+					if q.Consumers() > 0 {
+						ns.utilisation = max(0, 1-float64(ns.limited-old.limited)/float64(now-old.at))
+					}
 				}
 			}
 			next[q] = ns
@@ -82,4 +87,16 @@ func (s *Server) messageStats(q *queue.Queue) map[string]any {
 		"ack": a, "ack_details": rate(rates[2]),
 		"redeliver": r, "redeliver_details": rate(rates[3]),
 	}
+}
+
+// consumerUtilisation is RabbitMQ's consumer_utilisation for q: the
+// fraction of the last sample in which its consumers could take messages
+// at once (nil without consumers or a sample yet).
+func (s *Server) consumerUtilisation(q *queue.Queue) any {
+	s.qstats.mu.Lock()
+	defer s.qstats.mu.Unlock()
+	if ns := s.qstats.m[q]; ns != nil && ns.utilisation >= 0 && q.Consumers() > 0 {
+		return ns.utilisation
+	}
+	return nil
 }

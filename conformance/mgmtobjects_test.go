@@ -524,3 +524,45 @@ func TestObjectBindingsAndConnection(t *testing.T) {
 		t.Fatalf("GET /api/connections/{name}: %d %+v", code, one)
 	}
 }
+
+// consumer_utilisation is the share of the last sample in which the
+// queue's consumers could take messages at once: about none for a
+// consumer at its prefetch that never acks with messages waiting, most
+// for a consumer that keeps up; null without consumers.
+func TestConsumerUtilisation(t *testing.T) {
+	testutil.InProcess(t)
+	b := testutil.Start(t, broker.Options{StatsInterval: 500 * time.Millisecond})
+	a := newAPI(t, b)
+	c := dial(t, b.URL)
+	defer c.Close()
+	ch, _ := c.Channel()
+	for _, q := range []string{"cu-stuck", "cu-idle", "cu-none"} {
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, ch.Qos(1, 0, false))
+	_, err := ch.Consume("cu-stuck", "", false, false, false, false, nil) // never acks
+	must(t, err)
+	_, err = ch.Consume("cu-idle", "", true, false, false, false, nil) // takes all at once
+	must(t, err)
+	for range 5 {
+		must(t, ch.Publish("", "cu-stuck", false, false, rmq.Publishing{Body: []byte("x")}))
+	}
+	util := func(q string) any {
+		var out map[string]any
+		a.call("GET", "/api/queues/%2F/"+q, "guest", "guest", nil, &out)
+		return out["consumer_utilisation"]
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		u, ok := util("cu-stuck").(float64)
+		return ok && u < 0.2
+	}, "a full consumer with messages waiting: utilisation %v", util("cu-stuck"))
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		u, ok := util("cu-idle").(float64)
+		return ok && u > 0.8
+	}, "a consumer with room: utilisation %v", util("cu-idle"))
+	if u := util("cu-none"); u != nil {
+		t.Fatalf("no consumers: utilisation %v, want null", u)
+	}
+}

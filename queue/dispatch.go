@@ -176,6 +176,9 @@ func (q *Queue) dispatch() {
 	for q.readyLen() > 0 {
 		c := q.nextConsumer()
 		if c == nil {
+			if len(q.consumers) > 0 && q.limitedSince.Load() == 0 {
+				q.limitedSince.Store(time.Now().UnixNano()) // consumers all full: utilisation drops
+			}
 			return
 		}
 		d, ok := q.pop(now)
@@ -201,6 +204,10 @@ func (q *Queue) deliver(c *Consumer, d Delivery) bool {
 	}
 	if c.Out != nil {
 		q.touch(c.Out)
+	}
+	if since := q.limitedSince.Load(); since != 0 {
+		q.limitedTotal.Add(time.Now().UnixNano() - since)
+		q.limitedSince.Store(0)
 	}
 	q.counted(&d)
 	if c.NoAck {

@@ -278,6 +278,9 @@ type Queue struct {
 	// into rates by the broker): taken in, delivered or got, acked,
 	// redelivered. Written by the holder of exec, read by anyone.
 	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
+	// Consumer utilisation: since when every consumer has been full with
+	// messages waiting (0: not so), and the nanoseconds spent so.
+	limitedSince, limitedTotal atomic.Int64
 
 	// Published for metrics without a round trip.
 	readyBytesN, unackedBytesN atomic.Int64 // body bytes
@@ -517,6 +520,16 @@ func (q *Queue) SetPolicy(p Policy) error {
 // Bytes are the body bytes of the ready and the unacked messages.
 func (q *Queue) Bytes() (ready, unacked int64) { return q.readyBytesN.Load(), q.unackedBytesN.Load() }
 
+// LimitedNanos is how long (ns, since the queue started) messages waited
+// while every consumer was full: what consumer_utilisation subtracts.
+func (q *Queue) LimitedNanos() int64 {
+	n := q.limitedTotal.Load()
+	if since := q.limitedSince.Load(); since != 0 {
+		n += time.Now().UnixNano() - since
+	}
+	return n
+}
+
 // Counters are the queue's message counts since it started: messages
 // taken in, delivered to consumers or got, acked, and redelivered.
 func (q *Queue) Counters() (publish, deliverGet, ack, redeliver int64) {
@@ -533,6 +546,12 @@ func (q *Queue) Consumers() int32 { return q.consumerN.Load() }
 func (q *Queue) Done() <-chan struct{} { return q.stopped }
 
 func (q *Queue) publishCounts() {
+	if q.readyLen() == 0 || len(q.consumers) == 0 {
+		if since := q.limitedSince.Load(); since != 0 { // nothing waits, or no one to take it
+			q.limitedTotal.Add(time.Now().UnixNano() - since)
+			q.limitedSince.Store(0)
+		}
+	}
 	q.readyN.Store(int64(q.readyLen()))
 	q.unackedN.Store(int64(q.unacked))
 	q.readyBytesN.Store(q.readyBytes)
