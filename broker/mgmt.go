@@ -24,6 +24,9 @@ type connInfo struct {
 	ConnectedAt      int64          `json:"connected_at"`
 	ClientProperties map[string]any `json:"client_properties"` // jsonTable: every value a client sends encodes
 	State            string         `json:"state"`
+	Node             string         `json:"node"`
+	Protocol         string         `json:"protocol"`
+	Type             string         `json:"type"`
 }
 
 // connectionName is RabbitMQ's name for a connection: "peer -> local".

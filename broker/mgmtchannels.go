@@ -46,10 +46,12 @@ func (s *Server) apiChannels(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, cr := range s.channelsOf(r) {
 		ci := cr.c.info.Load()
-		cons, unacked, global := cr.ch.Info()
+		in := cr.ch.Info()
 		out = append(out, map[string]any{"name": channelName(cr.c, cr.n), "number": cr.n, "user": ci.User, "vhost": ci.VHost,
-			"node": s.nodeName(), "state": "running", "consumer_count": len(cons), "messages_unacknowledged": unacked,
-			"global_prefetch_count": global, "connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort}})
+			"node": s.nodeName(), "state": "running", "consumer_count": len(in.Consumers), "messages_unacknowledged": in.Unacked,
+			"messages_unconfirmed": in.Unconfirmed, "prefetch_count": in.Prefetch, "global_prefetch_count": in.GlobalPrefetch,
+			"confirm": in.Confirm, "transactional": false,
+			"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort}})
 	}
 	writeList(w, r, out)
 }
@@ -66,13 +68,14 @@ func (s *Server) apiConsumers(w http.ResponseWriter, r *http.Request) {
 		if vh != "" && ci.VHost != vh {
 			continue
 		}
-		cons, _, _ := cr.ch.Info()
+		cons := cr.ch.Info().Consumers
 		sort.Slice(cons, func(i, j int) bool { return cons[i].Tag < cons[j].Tag })
 		for _, x := range cons {
 			out = append(out, map[string]any{"consumer_tag": x.Tag, "ack_required": !x.NoAck, "exclusive": x.Exclusive,
 				"prefetch_count": x.Prefetch, "active": true, "activity_status": "up", "arguments": map[string]any{},
-				"queue":           map[string]any{"name": x.Queue, "vhost": ci.VHost},
-				"channel_details": map[string]any{"name": channelName(cr.c, cr.n), "number": cr.n, "user": ci.User, "connection_name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort}})
+				"queue": map[string]any{"name": x.Queue, "vhost": ci.VHost},
+				"channel_details": map[string]any{"name": channelName(cr.c, cr.n), "number": cr.n, "user": ci.User, "connection_name": ci.Name,
+					"peer_host": ci.PeerHost, "peer_port": ci.PeerPort, "node": s.nodeName()}})
 		}
 	}
 	writeList(w, r, out)

@@ -134,8 +134,10 @@ func (s *Server) nodeJSON() map[string]any {
 			{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
 			{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
 		},
-		"partitions": []any{}, "applications": []any{}, "contexts": []any{}, "cluster_links": []any{},
-		"net_ticktime": 60, "db_dir": s.opts.DataDir,
+		"partitions": []any{}, "contexts": []any{}, "cluster_links": []any{},
+		"enabled_plugins": []string{"rabbitmq_management"},
+		"applications":    []map[string]string{{"name": "rabbit", "description": "RabbitMQ (railmq " + s.opts.Version + ")", "version": compatVersion}},
+		"net_ticktime":    60, "db_dir": s.opts.DataDir,
 	}
 }
 

@@ -91,12 +91,12 @@ func (s *Server) messageStats(q *queue.Queue) map[string]any {
 
 // consumerUtilisation is RabbitMQ's consumer_utilisation for q: the
 // fraction of the last sample in which its consumers could take messages
-// at once (nil without consumers or a sample yet).
-func (s *Server) consumerUtilisation(q *queue.Queue) any {
+// at once; 0 without consumers or a sample yet, as RabbitMQ 3.10.8 shows.
+func (s *Server) consumerUtilisation(q *queue.Queue) float64 {
 	s.qstats.mu.Lock()
 	defer s.qstats.mu.Unlock()
 	if ns := s.qstats.m[q]; ns != nil && ns.utilisation >= 0 && q.Consumers() > 0 {
 		return ns.utilisation
 	}
-	return nil
+	return 0
 }

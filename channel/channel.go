@@ -81,6 +81,11 @@ func (c *Channel) TakeFlow() *queue.Queue {
 type Channel struct {
 	cfg Config
 
+	// For Info, which any goroutine calls: the confirm mode and the
+	// prefetch for new consumers, as the reader sets them.
+	confirmA  atomic.Bool
+	prefetchA atomic.Int32
+
 	// The last publish's exchange allowed, and by which permission
 	// (access.go).
 	pubExchange string
@@ -364,6 +369,7 @@ func (c *Channel) handle(m amqp.Method) error {
 			return precondition("cannot switch from tx to confirm mode")
 		}
 		c.confirm = true
+		c.confirmA.Store(true)
 		if !m.Nowait {
 			c.send(&amqp.ConfirmSelectOk{})
 		}
@@ -490,14 +496,27 @@ type ConsumerInfo struct {
 	Prefetch  int
 }
 
+// ChannelInfo is what the management API shows of a channel.
+type ChannelInfo struct {
+	Consumers                []ConsumerInfo
+	Unacked, Unconfirmed     int
+	Prefetch, GlobalPrefetch int
+	Confirm                  bool
+}
+
 // Info is what the management API shows of the channel: its consumers,
-// its unacked deliveries and its global prefetch. Any goroutine may call
-// it.
-func (c *Channel) Info() (cons []ConsumerInfo, unacked, globalPrefetch int) {
+// its unacked deliveries and unconfirmed publishes, its prefetch and
+// confirm mode. Any goroutine may call it.
+func (c *Channel) Info() ChannelInfo {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	in := ChannelInfo{Unacked: c.outstanding, GlobalPrefetch: c.globalPrefetch,
+		Prefetch: int(c.prefetchA.Load()), Confirm: c.confirmA.Load()}
 	for _, x := range c.consumers {
-		cons = append(cons, ConsumerInfo{Tag: x.Tag, Queue: x.q.Name(), NoAck: x.NoAck, Exclusive: x.Exclusive, Prefetch: x.Prefetch})
+		in.Consumers = append(in.Consumers, ConsumerInfo{Tag: x.Tag, Queue: x.q.Name(), NoAck: x.NoAck, Exclusive: x.Exclusive, Prefetch: x.Prefetch})
 	}
-	return cons, c.outstanding, c.globalPrefetch
+	c.mu.Unlock()
+	c.cmu.Lock()
+	in.Unconfirmed = len(c.cstate)
+	c.cmu.Unlock()
+	return in
 }

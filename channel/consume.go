@@ -41,6 +41,7 @@ func (c *Channel) qos(m *amqp.BasicQos) error {
 		kick(kicks, c.cfg.Flushes)
 	} else {
 		c.prefetch = int(m.PrefetchCount)
+		c.prefetchA.Store(int32(m.PrefetchCount))
 	}
 	c.send(&amqp.BasicQosOk{})
 	return nil
