@@ -197,7 +197,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 // track records an unacked delivery with tag c.nextTag. c.mu held.
 func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery) {
 	timeout := c.cfg.ConsumerTimeout
-	if qt := q.Config().ConsumerTimeout; qt > 0 {
+	if qt := q.ConsumerTimeout(); qt > 0 {
 		timeout = qt
 	}
 	if qc != nil && qc.Timeout > 0 {

@@ -143,3 +143,35 @@ func TestTTLPolicyReachesLaterMessages(t *testing.T) {
 		t.Fatalf("a message published under the TTL policy outlived it: %q %v", d.Body, err)
 	}
 }
+
+// A policy's consumer-timeout reaches a live queue's consumers at once:
+// one holding a delivery past it gets its channel closed (406, as for
+// x-consumer-timeout). RabbitMQ 3.10.8 does not know this key (3.12 does):
+// in-process only.
+func TestConsumerTimeoutPolicyIsLive(t *testing.T) {
+	testutil.InProcess(t)
+	b := testutil.Start(t, broker.Options{TimeoutCheckInterval: 50 * time.Millisecond})
+	a := newAPI(t, b)
+	c := dial(t, b.URL)
+	defer c.Close()
+	ch, _ := c.Channel()
+	if _, err := ch.QueueDeclare("ctpol-q", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.admin("PUT", "/api/policies/%2F/ctpol", map[string]any{"pattern": "^ctpol-q$", "apply-to": "queues",
+		"definition": map[string]any{"consumer-timeout": 200}}, 201)
+	cch, _ := c.Channel()
+	closed := cch.NotifyClose(make(chan *rmq.Error, 1))
+	ds, err := cch.Consume("ctpol-q", "", false, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Publish("", "ctpol-q", false, false, rmq.Publishing{Body: []byte("held")}))
+	<-ds // held, never acked
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 406 {
+			t.Fatalf("closed with %v, want 406", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the policy's consumer timeout did not close the channel")
+	}
+}

@@ -98,6 +98,7 @@ func (q *Queue) setPolicy(p Policy) {
 		p.OnExpire = q.pol.OnExpire
 	}
 	q.pol = p
+	q.consumerTimeout.Store(int64(p.ConsumerTimeout))
 	q.trim()
 	q.expireHeads(time.Now().UnixNano())
 	q.timerAt = 0 // re-armed for the new TTL by the drain

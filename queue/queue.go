@@ -196,6 +196,10 @@ type Policy struct {
 	DeliveryLimit  int64 // x-delivery-limit; negative: none
 	SingleActive   bool  // x-single-active-consumer
 	MaxPriority    uint8 // x-max-priority; 0: not a priority queue
+	// ConsumerTimeout is x-consumer-timeout or a policy's
+	// consumer-timeout (0: the broker's); channels read it per delivery
+	// (Queue.ConsumerTimeout), so a policy reaches consumers at once.
+	ConsumerTimeout time.Duration
 	// DeadLetter is set when the queue has x-dead-letter-exchange.
 	DeadLetter DeadLetterFunc
 	// OnExpire deletes the queue from the registry when x-expires fires.
@@ -278,6 +282,7 @@ type Queue struct {
 	// into rates by the broker): taken in, delivered or got, acked,
 	// redelivered. Written by the holder of exec, read by anyone.
 	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
+	consumerTimeout                         atomic.Int64 // Policy.ConsumerTimeout, for any goroutine
 	// Consumer utilisation: since when every consumer has been full with
 	// messages waiting (0: not so), and the nanoseconds spent so.
 	limitedSince, limitedTotal atomic.Int64
@@ -340,6 +345,11 @@ func New(cfg Config) *Queue {
 		q.refill() // lands with the next holder of exec, who then arms the expiry timer
 		q.publishCounts()
 	}
+	ct := pol.ConsumerTimeout
+	if ct == 0 {
+		ct = cfg.ConsumerTimeout
+	}
+	q.consumerTimeout.Store(int64(ct))
 	q.armExpires() // before run: then only whoever holds exec arms it
 	go q.run()
 	return q
@@ -519,6 +529,10 @@ func (q *Queue) SetPolicy(p Policy) error {
 
 // Bytes are the body bytes of the ready and the unacked messages.
 func (q *Queue) Bytes() (ready, unacked int64) { return q.readyBytesN.Load(), q.unackedBytesN.Load() }
+
+// ConsumerTimeout is the queue's consumer timeout (0: the broker's), as
+// its arguments and policies set it now.
+func (q *Queue) ConsumerTimeout() time.Duration { return time.Duration(q.consumerTimeout.Load()) }
 
 // LimitedNanos is how long (ns, since the queue started) messages waited
 // while every consumer was full: what consumer_utilisation subtracts.

@@ -250,6 +250,7 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 		applied.OperatorPolicy = op.Name
 	}
 	pol := qa.policy
+	pol.ConsumerTimeout = qa.consumerTimeout
 	if qa.dlx != nil {
 		pol.DeadLetter = v.deadLetterFunc(*qa.dlx, qa.dlrk)
 	}

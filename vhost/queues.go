@@ -129,6 +129,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 		cfg.Store = spillAdapter{v.spill}
 	}
 	pol := args.policy
+	pol.ConsumerTimeout = args.consumerTimeout
 	if args.dlx != nil {
 		pol.DeadLetter = v.deadLetterFunc(*args.dlx, args.dlrk)
 	}
