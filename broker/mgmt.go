@@ -16,18 +16,27 @@ import (
 // connInfo is what the management API shows of an open connection; set
 // once the handshake is done.
 type connInfo struct {
-	Name             string         `json:"name"`
-	User             string         `json:"user"`
-	VHost            string         `json:"vhost"`
-	PeerHost         string         `json:"peer_host"`
-	PeerPort         int            `json:"peer_port"`
-	ConnectedAt      int64          `json:"connected_at"`
-	ClientProperties map[string]any `json:"client_properties"` // jsonTable: every value a client sends encodes
-	State            string         `json:"state"`
-	Node             string         `json:"node"`
-	Protocol         string         `json:"protocol"`
-	Type             string         `json:"type"`
+	Name             string     `json:"name"`
+	User             string     `json:"user"`
+	VHost            string     `json:"vhost"`
+	PeerHost         string     `json:"peer_host"`
+	PeerPort         int        `json:"peer_port"`
+	ConnectedAt      int64      `json:"connected_at"`
+	ClientProperties amqp.Table `json:"-"` // the decoded table itself: converted when shown (connJSON)
+	State            string     `json:"state"`
+	Node             string     `json:"node"`
+	Protocol         string     `json:"protocol"`
+	Type             string     `json:"type"`
 }
+
+// connJSON is a connection as the API shows it: client_properties made
+// JSON-safe (jsonTable) when shown, not held twice per connection.
+type connJSON struct {
+	connInfo
+	ClientProperties map[string]any `json:"client_properties"`
+}
+
+func (ci connInfo) view() connJSON { return connJSON{ci, jsonTable(ci.ClientProperties)} }
 
 // connectionName is RabbitMQ's name for a connection: "peer -> local".
 func connectionName(nc net.Conn) string {
@@ -75,7 +84,7 @@ func (s *Server) openConns() []*conn {
 }
 
 func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
-	out := []connInfo{}
+	out := []connJSON{}
 	u := apiUser(r)
 	for _, c := range s.openConns() {
 		ci := *c.info.Load()
@@ -83,7 +92,7 @@ func (s *Server) apiConnections(w http.ResponseWriter, r *http.Request) {
 			continue // RabbitMQ: others' connections are not shown
 		}
 		ci.State = s.connState(c)
-		out = append(out, ci)
+		out = append(out, ci.view())
 	}
 	writeList(w, r, asMaps(out))
 }

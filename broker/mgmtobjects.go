@@ -823,7 +823,7 @@ func (s *Server) apiConnection(w http.ResponseWriter, r *http.Request) {
 	for _, c := range s.openConns() {
 		if ci := *c.info.Load(); ci.Name == r.PathValue("name") && (seesAll(u) || ci.User == u.Name) {
 			ci.State = s.connState(c)
-			writeJSON(w, ci)
+			writeJSON(w, ci.view())
 			return
 		}
 	}
