@@ -143,6 +143,24 @@ func jsonTerm(v any) string {
 	return string(b)
 }
 
+// withLimit is a copy of limits with name set to *n, or removed when n is
+// nil (nil when none is left).
+func withLimit(limits map[string]int64, name string, n *int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range limits {
+		out[k] = v
+	}
+	if n != nil {
+		out[name] = *n
+	} else {
+		delete(out, name)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 func (s *Server) apiPutVHostLimit(w http.ResponseWriter, r *http.Request) {
 	vh, name := r.PathValue("vhost"), r.PathValue("name")
 	n, ok := limitValue(w, r, name, vhostLimitNames, "Validation failed\n\nUnrecognised terms [{<<%q>>,%s}] in limits\n")
@@ -163,20 +181,9 @@ func (s *Server) setVHostLimit(w http.ResponseWriter, vh, name string, n *int64)
 		return
 	}
 	rec := st.rec
-	rec.Limits = map[string]int64{}
-	for k, v := range st.rec.Limits {
-		rec.Limits[k] = v
-	}
-	if n != nil {
-		rec.Limits[name] = *n
-	} else {
-		delete(rec.Limits, name)
-	}
-	if len(rec.Limits) == 0 {
-		rec.Limits = nil
-	}
+	rec.Limits = withLimit(st.rec.Limits, name, n)
 	if _, err := s.putVHost(vh, rec); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		internalError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -204,22 +211,10 @@ func (s *Server) setUserLimit(w http.ResponseWriter, user, name string, n *int64
 		return
 	}
 	u := *old
-	u.Limits = map[string]int64{}
-	for k, v := range old.Limits {
-		u.Limits[k] = v
-	}
-	if n != nil {
-		u.Limits[name] = *n
-	} else {
-		delete(u.Limits, name)
-	}
-	if len(u.Limits) == 0 {
-		u.Limits = nil
-	}
+	u.Limits = withLimit(old.Limits, name, n)
 	b := &persist.Batch{}
 	putUserDef(b, &u)
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.PutUser(&u)

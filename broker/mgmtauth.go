@@ -46,6 +46,29 @@ func notFound(w http.ResponseWriter) {
 	apiError(w, http.StatusNotFound, "Object Not Found", "Not Found")
 }
 
+func internalError(w http.ResponseWriter, err error) {
+	apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+}
+
+// commitOr500 writes b to the store now, answering 500 when it cannot.
+func (s *Server) commitOr500(w http.ResponseWriter, b *persist.Batch) bool {
+	if err := s.store.CommitSync(b); err != nil {
+		internalError(w, err)
+		return false
+	}
+	return true
+}
+
+// answerPut ends a PUT as RabbitMQ does: 201 when it made the object, 204
+// when it updated one.
+func answerPut(w http.ResponseWriter, created bool) {
+	if created {
+		w.WriteHeader(http.StatusCreated)
+	} else {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
 func badRequest(w http.ResponseWriter, reason string) {
 	apiError(w, http.StatusBadRequest, "bad_request", reason)
 }
@@ -335,14 +358,10 @@ func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		internalError(w, err)
 		return
 	}
-	if created {
-		w.WriteHeader(http.StatusCreated)
-	} else {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	answerPut(w, created)
 }
 
 func (s *Server) apiDeleteVHost(w http.ResponseWriter, r *http.Request) {
@@ -351,7 +370,7 @@ func (s *Server) apiDeleteVHost(w http.ResponseWriter, r *http.Request) {
 	case !found:
 		notFound(w)
 	case err != nil:
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		internalError(w, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
@@ -416,7 +435,7 @@ func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case hasPass:
 		if u.Hash, err = auth.HashPassword(auth.SHA256, pass); err != nil {
-			apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+			internalError(w, err)
 			return
 		}
 	case hasHash:
@@ -430,16 +449,11 @@ func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &persist.Batch{}
 	putUserDef(b, u)
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.PutUser(u)
-	if old == nil {
-		w.WriteHeader(http.StatusCreated)
-	} else {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	answerPut(w, old == nil)
 }
 
 func (s *Server) apiDeleteUser(w http.ResponseWriter, r *http.Request) {
@@ -460,8 +474,7 @@ func (s *Server) apiDeleteUser(w http.ResponseWriter, r *http.Request) {
 			b.DeleteDef(defTopicPerm, vhost.DefName(t.VHost, name, t.Exchange))
 		}
 	}
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.DeleteUser(name)
@@ -540,16 +553,11 @@ func (s *Server) apiPutPermission(w http.ResponseWriter, r *http.Request) {
 	had := s.reg.Grant(vh, user).Permission() != nil
 	b := &persist.Batch{}
 	putPermDef(b, vh, user, p)
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.SetPermission(vh, user, p)
-	if had {
-		w.WriteHeader(http.StatusNoContent)
-	} else {
-		w.WriteHeader(http.StatusCreated)
-	}
+	answerPut(w, !had)
 }
 
 func (s *Server) apiDeletePermission(w http.ResponseWriter, r *http.Request) {
@@ -560,8 +568,7 @@ func (s *Server) apiDeletePermission(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &persist.Batch{}
 	b.DeleteDef(defPerm, vhost.DefName(vh, user))
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.ClearPermission(vh, user)
@@ -621,16 +628,11 @@ func (s *Server) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 	had := s.reg.Grant(vh, user).TopicChecked(ex)
 	b := &persist.Batch{}
 	putTopicDef(b, vh, user, tp)
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.SetTopicPermission(vh, user, tp)
-	if had {
-		w.WriteHeader(http.StatusNoContent)
-	} else {
-		w.WriteHeader(http.StatusCreated)
-	}
+	answerPut(w, !had)
 }
 
 func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request) {
@@ -647,8 +649,7 @@ func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request
 		notFound(w)
 		return
 	}
-	if err := s.store.CommitSync(b); err != nil {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+	if !s.commitOr500(w, b) {
 		return
 	}
 	s.reg.ClearTopicPermission(vh, user, "")

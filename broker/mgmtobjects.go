@@ -50,7 +50,7 @@ func (s *Server) objectVHost(w http.ResponseWriter, r *http.Request) (*vhostStat
 func amqpToHTTP(w http.ResponseWriter, err error) {
 	var e *amqp.Error
 	if !errors.As(err, &e) {
-		apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		internalError(w, err)
 		return
 	}
 	reason := e.Text
@@ -259,11 +259,7 @@ func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
 		amqpToHTTP(w, err)
 		return
 	}
-	if existed {
-		w.WriteHeader(http.StatusNoContent)
-	} else {
-		w.WriteHeader(http.StatusCreated)
-	}
+	answerPut(w, !existed)
 }
 
 func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
@@ -387,11 +383,7 @@ func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {
 		amqpToHTTP(w, err)
 		return
 	}
-	if existed {
-		w.WriteHeader(http.StatusNoContent)
-	} else {
-		w.WriteHeader(http.StatusCreated)
-	}
+	answerPut(w, !existed)
 }
 
 func (s *Server) apiDeleteQueue(w http.ResponseWriter, r *http.Request) {

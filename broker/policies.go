@@ -208,14 +208,10 @@ func (s *Server) policiesHandlers(operator bool) (list, get, put, del http.Handl
 		}
 		had, err := s.putPolicy(st, operator, name, p)
 		if err != nil {
-			apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+			internalError(w, err)
 			return
 		}
-		if had {
-			w.WriteHeader(http.StatusNoContent)
-		} else {
-			w.WriteHeader(http.StatusCreated)
-		}
+		answerPut(w, !had)
 	}
 	del = func(w http.ResponseWriter, r *http.Request) {
 		vh, name := r.PathValue("vhost"), r.PathValue("name")
@@ -234,7 +230,7 @@ func (s *Server) policiesHandlers(operator bool) (list, get, put, del http.Handl
 			return
 		}
 		if _, err := s.putPolicy(st, operator, name, nil); err != nil {
-			apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
+			internalError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -58,18 +58,33 @@ func deathOrigin(props []byte) (exchange string, keys []string, ok bool) {
 	return ex, keys, true
 }
 
-func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
+// readableQueue is the path's queue, the request's body and the API
+// user's grant, once the user may read the queue.
+func (s *Server) readableQueue(w http.ResponseWriter, r *http.Request) (*vhostState, *queue.Queue, map[string]any, *auth.Grant, bool) {
 	st, q, ok := s.findQueue(w, r)
 	if !ok {
-		return
+		return nil, nil, nil, nil, false
 	}
 	body, ok := readBody(w, r)
 	if !ok {
-		return
+		return nil, nil, nil, nil, false
 	}
 	g := s.reg.Grant(st.v.Name(), apiUser(r).Name)
 	if err := g.Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
+		return nil, nil, nil, nil, false
+	}
+	return st, q, body, g, true
+}
+
+// maxUnmoved bounds the messages a redrive holds unacked because they have
+// no route (they go back when it ends): past it the redrive stops, rather
+// than hold a whole dead-letter queue in memory.
+const maxUnmoved = 10000
+
+func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
+	st, q, body, g, ok := s.readableQueue(w, r)
+	if !ok {
 		return
 	}
 	max, hasMax := intArg(body["max"])
@@ -83,7 +98,7 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 	if rate > 0 {
 		gap = time.Duration(float64(time.Second) / rate)
 	}
-	for !hasMax || moved+unroutable < max {
+	for (!hasMax || moved+unroutable < max) && len(kept) < maxUnmoved {
 		if r.Context().Err() != nil {
 			break
 		}
@@ -136,22 +151,15 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiPeek(w http.ResponseWriter, r *http.Request) {
-	st, q, ok := s.findQueue(w, r)
+	_, q, body, _, ok := s.readableQueue(w, r)
 	if !ok {
-		return
-	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
-		amqpToHTTP(w, err)
 		return
 	}
 	count, ok := intArg(body["count"])
 	if !ok {
 		count = 1
 	}
+	count = min(count, maxUnmoved) // held unacked while shown
 	var ds []queue.Delivery
 	out := []map[string]any{}
 	for len(ds) < count {
