@@ -167,8 +167,11 @@ func TestFlowControlPublishAndConsumeOnOneConnection(t *testing.T) {
 	}()
 	var sawFlow atomic.Bool
 	stop := make(chan struct{})
-	defer close(stop)
+	var polling sync.WaitGroup
+	defer func() { close(stop); polling.Wait() }() // no poll may outlive the test's server
+	polling.Add(1)
 	go func() {
+		defer polling.Done()
 		for {
 			select {
 			case <-stop:
