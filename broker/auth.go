@@ -248,6 +248,7 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.ShareQueueIDs(&s.queueIDs)
 	vh.PageTransientTo(s.spill)
 	vh.PageUnderPressure(&s.paging)
+	vh.CountInto(&s.totals)
 	return vh
 }
 

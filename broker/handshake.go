@@ -136,6 +136,7 @@ func (c *conn) handshake() error {
 	c.info.Store(&connInfo{Name: connectionName(c.nc), User: c.user, VHost: c.vhost, PeerHost: host, PeerPort: port,
 		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties, State: "running",
 		Node: c.srv.nodeName(), Protocol: "AMQP 0-9-1", Type: "network"})
+	c.srv.connOpened.Add(1)
 	c.SendMethod(0, &amqp.ConnectionOpenOk{})
 	c.closeDeadline.Store(0)
 	return nil

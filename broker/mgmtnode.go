@@ -21,6 +21,10 @@ const compatVersion = "3.10.8"
 
 func (s *Server) nodeName() string { return "railmq@" + hostname }
 
+// NodeName is the node's name, as RabbitMQ's rabbit@host: the management
+// API's and the metrics' node and cluster name.
+func (s *Server) NodeName() string { return s.nodeName() }
+
 var exchangeTypes = func() []map[string]any {
 	var out []map[string]any
 	for _, k := range []exchange.Kind{exchange.Direct, exchange.Fanout, exchange.Headers, exchange.Topic} {

@@ -192,6 +192,7 @@ func (c *conn) removeChannel(n uint16) {
 	}
 	delete(c.channels, n)
 	c.nchan.Add(-1)
+	c.srv.chClosed.Add(1)
 	c.snapMu.Lock()
 	delete(c.snap, n)
 	c.snapMu.Unlock()
@@ -274,9 +275,11 @@ func (c *conn) openChannel(n uint16) error {
 		Logger:          c.log.base,
 		Flushes:         &c.flushes,
 		Memory:          &c.srv.memory,
+		Totals:          &c.srv.totals,
 	})
 	c.channels[n] = ch
 	c.nchan.Add(1)
+	c.srv.chOpened.Add(1)
 	c.snapMu.Lock()
 	c.snap[n] = ch
 	c.snapMu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/channel"
 	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -62,6 +63,11 @@ type Server struct {
 	diskFreeNow atomic.Uint64 // the disk check's last figure, for /api/nodes
 	watermark   atomic.Int64  // the memory high watermark in force (SetMemoryHighWatermark)
 	startedAt   time.Time
+
+	// Counted for the metrics (metrics.go).
+	totals                 queue.Totals
+	connOpened, connClosed atomic.Int64
+	chOpened, chClosed     atomic.Int64
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -187,6 +193,9 @@ func (s *Server) Addr() net.Addr {
 }
 
 func (s *Server) forget(c *conn) {
+	if c.info.Load() != nil {
+		s.connClosed.Add(1)
+	}
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()

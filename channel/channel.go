@@ -61,6 +61,9 @@ type Config struct {
 	// assembled and uncommitted transactions (publish.go). Nil: a count of
 	// the channel's own.
 	Memory *atomic.Int64
+	// Totals counts publishes, deliveries, acks and confirms for the
+	// broker's metrics (nil: counted for nobody).
+	Totals *queue.Totals
 }
 
 // Channel is one AMQP channel. HandleMethod, HandleContent and Close are
@@ -115,7 +118,8 @@ type Channel struct {
 	txOps     []txOp
 	scratch   vhost.Scratch
 	lastQueue string
-	prefetch  int // for consumers created from now on (global=false)
+	publisher bool // has published: counted in Totals.Publishers until closed
+	prefetch  int  // for consumers created from now on (global=false)
 	// flowQ is a queue this channel published into that was Behind: the
 	// connection stops reading until it catches up (TakeFlow).
 	flowQ *queue.Queue
@@ -175,6 +179,9 @@ func New(cfg Config) *Channel {
 	}
 	if cfg.Memory == nil {
 		cfg.Memory = new(atomic.Int64)
+	}
+	if cfg.Totals == nil {
+		cfg.Totals = new(queue.Totals)
 	}
 	c := &Channel{
 		cfg:       cfg,
@@ -465,6 +472,9 @@ func (c *Channel) Close() {
 		return
 	}
 	c.closed = true
+	if c.publisher {
+		c.cfg.Totals.Publishers.Add(-1)
+	}
 	c.cmu.Lock()
 	c.cclosed = true
 	c.cmu.Unlock()

@@ -222,6 +222,16 @@ func (c *Channel) publishAssembled() error {
 		Enqueued:   time.Now().UnixNano(),
 	}
 	c.buf = nil
+	t := c.cfg.Totals
+	t.Received.Add(1)
+	if c.confirm {
+		t.ReceivedConfirm.Add(1)
+	}
+	t.CountSize(len(msg.Body))
+	if !c.publisher {
+		c.publisher = true
+		t.Publishers.Add(1)
+	}
 	if err := c.allowPublish(p.Exchange, p.RoutingKey); err != nil {
 		return withMethod(err, p)
 	}
@@ -323,9 +333,7 @@ func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesV
 // every durable queue's entry for it.
 func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extra []string) error {
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToQueue+".") {
-		if !c.cfg.Replies.deliver(msg) && mandatory {
-			c.returnMsg(msg)
-		}
+		c.routed(c.cfg.Replies.deliver(msg), mandatory, msg)
 		c.confirmNow()
 		return nil
 	}
@@ -347,13 +355,25 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		}
 	}
 	c.scratch.ResetSeen()
-	if !routed && mandatory {
-		c.returnMsg(msg)
-	}
+	c.routed(routed, mandatory, msg)
 	if !waited {
 		c.confirmNow() // nothing of it needed the store
 	}
 	return nil
+}
+
+// routed counts a publish as routed or not, and returns an unroutable
+// mandatory one.
+func (c *Channel) routed(routed, mandatory bool, msg *queue.Message) {
+	switch {
+	case routed:
+		c.cfg.Totals.Routed.Add(1)
+	case mandatory:
+		c.cfg.Totals.UnroutableReturn.Add(1)
+		c.returnMsg(msg)
+	default:
+		c.cfg.Totals.UnroutableDropped.Add(1)
+	}
 }
 
 func (c *Channel) returnMsg(msg *queue.Message) {

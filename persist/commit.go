@@ -2,6 +2,7 @@ package persist
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
@@ -124,10 +125,13 @@ func (s *Store) commitPending() {
 	flush()
 	wb.Cancel() // the fresh batch flush left: an open batch pins old versions
 	if writeErr == nil {
+		t := time.Now()
 		if err := s.db.Sync(); err != nil {
 			writeErr = fmt.Errorf("fsync: %w", err)
 		}
+		s.metrics.Fsync.observe(since(t))
 	}
+	s.metrics.Batches.observe(int64(len(batch)))
 	s.syncs.Add(1)
 	s.maybePageOut()
 	if writeErr != nil {

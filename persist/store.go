@@ -52,6 +52,7 @@ type Store struct {
 
 	nextMsg atomic.Uint64
 	syncs   atomic.Uint64
+	metrics Metrics
 	freed   atomic.Int64 // message records deleted since the last GC
 	touched atomic.Int64 // bytes written or read through Badger's mmaps since the last page-out
 	reserve int64
@@ -109,7 +110,7 @@ func Open(opt Options) (*Store, error) {
 		return nil, fmt.Errorf("opening store in %s: %w", opt.Dir, err)
 	}
 	s := &Store{
-		db: db, log: opt.Logger, opt: opt,
+		db: db, log: opt.Logger, opt: opt, metrics: newMetrics(),
 		wake:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		gcStop:  make(chan struct{}),

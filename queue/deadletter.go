@@ -18,6 +18,7 @@ type DeadLetterFunc func(q *Queue, d Delivery, reason string, done func())
 // deleted only once the copies are durable.
 func (q *Queue) deadLetter(d Delivery, reason string) {
 	q.account(-d.Msg.MemSize())
+	q.cfg.Totals.countDeadLetter(reason, q.pol.DeadLetter != nil)
 	if q.pol.DeadLetter == nil {
 		q.deleteEntry(&d)
 		return

@@ -135,6 +135,9 @@ type Config struct {
 	// Memory accumulates the bytes of message bodies held by all queues,
 	// for the broker's memory watermark.
 	Memory *atomic.Int64
+	// Totals counts what the queue dead-letters, for the broker's
+	// metrics (nil: counted for nobody).
+	Totals *Totals
 	Logger *zap.Logger
 
 	// ID identifies a durable queue's entries in Store; Store is nil for
@@ -302,6 +305,9 @@ func New(cfg Config) *Queue {
 	}
 	if cfg.Memory == nil {
 		cfg.Memory = new(atomic.Int64)
+	}
+	if cfg.Totals == nil {
+		cfg.Totals = new(Totals)
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 4096

@@ -40,6 +40,9 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 			return nil, 0, 0, err
 		}
 	}
+	if !d.Passive {
+		v.totals.QueuesDeclared.Add(1)
+	}
 	q, err = v.declareQueue(d, defaults)
 	if err != nil {
 		return nil, 0, 0, err
@@ -104,6 +107,7 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 	}
 	q = queue.New(cfg)
 	v.queues[d.Name] = q
+	v.totals.QueuesCreated.Add(1)
 	if applied.Policy != "" || applied.OperatorPolicy != "" {
 		v.applied[q] = applied
 	}
@@ -119,6 +123,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Args = d.Args
 	cfg.ConsumerTimeout = args.consumerTimeout
 	cfg.Memory = v.memory
+	cfg.Totals = v.totals
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
 	cfg.Window, cfg.WindowBytes, cfg.Pressure = v.window, v.windowB, v.pressure
@@ -158,6 +163,7 @@ func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 	}
 	delete(v.queues, q.Name())
 	delete(v.applied, q)
+	v.totals.QueuesDeleted.Add(1)
 	if q.Durable() {
 		dc.DeleteDef(persist.DefQueue, DefName(v.name, q.Name()))
 		for _, id := range q.StoreIDs() {

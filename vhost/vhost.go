@@ -39,6 +39,7 @@ type VHost struct {
 	store       *persist.Store // nil: nothing is durable
 	spill       *persist.Spill // nil: non-durable queues stay in memory
 	pressure    *atomic.Bool   // see PageUnderPressure
+	totals      *queue.Totals  // see CountInto
 	nextQueueID *atomic.Uint64 // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	maxQueues   atomic.Int64   // the max-queues limit; negative: none
 	window      int
@@ -66,6 +67,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		windowB:   windowBytes,
 
 		nextQueueID: new(atomic.Uint64),
+		totals:      new(queue.Totals),
 	}
 	v.maxQueues.Store(-1)
 	for _, x := range []struct {
@@ -129,6 +131,10 @@ func (v *VHost) PageTransientTo(s *persist.Spill) { v.spill = s }
 // window while p is true (the broker's paging ratio of the memory
 // watermark is crossed). Call it before the vhost is used.
 func (v *VHost) PageUnderPressure(p *atomic.Bool) { v.pressure = p }
+
+// CountInto makes the vhost and the queues declared from now on count
+// into t, the broker's metrics. Call it before the vhost is used.
+func (v *VHost) CountInto(t *queue.Totals) { v.totals = t }
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }

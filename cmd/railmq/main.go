@@ -47,6 +47,7 @@ func run(args []string) int {
 	debugAddr := fs.String("debug-listen", "", "address for Go's pprof endpoints (/debug/pprof/); empty disables them")
 	loadDefs := fs.String("load-definitions", "", "a definitions file (RabbitMQ's format, as GET /api/definitions exports it) imported at start, as RabbitMQ's load_definitions")
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
+	promListen := fs.String("prometheus-listen", "", "address for Prometheus metrics under RabbitMQ's names, GET /metrics and /metrics/per-object (RabbitMQ's port is 15692, e.g. :15692); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
 	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
@@ -163,7 +164,7 @@ func run(args []string) int {
 			return 1
 		}
 	}
-	errc := make(chan error, len(lns)+len(tlsLns)+3)
+	errc := make(chan error, len(lns)+len(tlsLns)+4)
 	for _, ln := range lns {
 		go func() { errc <- srv.Serve(ln) }()
 	}
@@ -181,6 +182,12 @@ func run(args []string) int {
 		go func() { errc <- hs.ListenAndServe() }()
 		defer hs.Close()
 		log.Info("management API listening", zap.String("addr", *mgmt))
+	}
+	if *promListen != "" { // rabbitmq_prometheus's prometheus.tcp.port
+		ps := &http.Server{Addr: *promListen, Handler: srv.PrometheusHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- ps.ListenAndServe() }()
+		defer ps.Close()
+		log.Info("prometheus metrics listening", zap.String("addr", *promListen))
 	}
 	if *mgmtTLS != "" { // rabbitmq_management's management.ssl.port
 		hs := &http.Server{Addr: *mgmtTLS, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: srv.ManagementTLSConfig()}

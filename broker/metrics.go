@@ -1,0 +1,290 @@
+package broker
+
+import (
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/railmq/railmq/queue"
+)
+
+// Prometheus metrics under rabbitmq_prometheus's names, types and labels
+// (RabbitMQ 3.10.8's, with 4.x's rabbitmq_message_size_bytes), so that
+// the dashboards and alerts written for RabbitMQ (Grafana's
+// RabbitMQ-Overview, 10991) work unchanged; and railmq's own under
+// railmq_. Everything is read from the broker's state when scraped: the
+// hot path only adds to atomic counters (queue.Totals, the queues'
+// counters, the store's histograms).
+//
+// /metrics aggregates, as RabbitMQ's default endpoint does: queue figures
+// are sums over every queue. /metrics/per-object has the same families,
+// with the queue ones per queue (labels vhost, queue), plus per exchange
+// (vhost, exchange).
+
+// PrometheusHandler serves GET /metrics and /metrics/per-object, for
+// --prometheus-listen (RabbitMQ's port is 15692). Like rabbitmq_prometheus
+// it asks for no credentials.
+func (s *Server) PrometheusHandler() http.Handler {
+	mux := http.NewServeMux()
+	for path, perObject := range map[string]bool{"/metrics": false, "/metrics/per-object": true} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&metricsCollector{s: s, perObject: perObject},
+			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux.Handle("GET "+path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zapPromLog{s}}))
+	}
+	return mux
+}
+
+type zapPromLog struct{ s *Server }
+
+func (l zapPromLog) Println(v ...any) { l.s.log.Sugar().Warn(v...) }
+
+// metricsCollector is an unchecked collector (Describe sends nothing):
+// the families it has depend on what the broker holds.
+type metricsCollector struct {
+	s         *Server
+	perObject bool
+}
+
+func (*metricsCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Label values RabbitMQ uses.
+const (
+	protoLabel     = "amqp091"
+	classicQueue   = "rabbit_classic_queue"
+	rabbitVersions = compatVersion
+)
+
+// emitter sends const metrics, making their descriptions as it goes.
+type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e emitter) metric(name, help string, t prometheus.ValueType, v float64, labels ...string) {
+	var names, values []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		names = append(names, labels[i])
+		values = append(values, labels[i+1])
+	}
+	e.ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, names, nil), t, v, values...)
+}
+
+func (e emitter) gauge(name, help string, v float64, labels ...string) {
+	e.metric(name, help, prometheus.GaugeValue, v, labels...)
+}
+
+func (e emitter) counter(name, help string, v int64, labels ...string) {
+	e.metric(name, help, prometheus.CounterValue, float64(v), labels...)
+}
+
+func (e emitter) untyped(name, help string, v float64, labels ...string) {
+	e.metric(name, help, prometheus.UntypedValue, v, labels...)
+}
+
+func (e emitter) histogram(name, help string, count uint64, sum float64, buckets map[float64]uint64, labels ...string) {
+	var names, values []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		names = append(names, labels[i])
+		values = append(values, labels[i+1])
+	}
+	e.ch <- prometheus.MustNewConstHistogram(prometheus.NewDesc(name, help, names, nil), count, sum, buckets, values...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// queueFigures are one queue's (or the sum of every queue's) gauges.
+type queueFigures struct {
+	ready, unacked, readyBytes, unackedBytes int64
+	consumers                                int64
+	published                                int64
+}
+
+func (f *queueFigures) add(q *queue.Queue) {
+	rb, ub := q.Bytes()
+	p, _, _, _ := q.Counters()
+	f.ready += q.Ready()
+	f.unacked += q.Unacked()
+	f.readyBytes += rb
+	f.unackedBytes += ub
+	f.consumers += int64(q.Consumers())
+	f.published += p
+}
+
+func (f *queueFigures) emit(e emitter, labels ...string) {
+	e.gauge("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", float64(f.ready), labels...)
+	e.gauge("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged", float64(f.unacked), labels...)
+	e.gauge("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth", float64(f.ready+f.unacked), labels...)
+	e.gauge("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages", float64(f.readyBytes+f.unackedBytes), labels...)
+	e.gauge("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", float64(f.readyBytes), labels...)
+	e.gauge("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages", float64(f.unackedBytes), labels...)
+	e.gauge("rabbitmq_queue_consumers", "Consumers on a queue", float64(f.consumers), labels...)
+	e.counter("rabbitmq_queue_messages_published_total", "Total number of messages published to queues", f.published, labels...)
+}
+
+func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	s, e := m.s, emitter{ch}
+	node := s.nodeName()
+	e.untyped("rabbitmq_identity_info", "RabbitMQ node & cluster identity info", 1,
+		"rabbitmq_node", node, "rabbitmq_cluster", node, "rabbitmq_cluster_permanent_id", "railmq-cluster-"+node)
+	e.untyped("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info", 1,
+		"rabbitmq_version", rabbitVersions, "prometheus_plugin_version", rabbitVersions,
+		"prometheus_client_version", "client_golang", "erlang_version", runtime.Version(),
+		"product_name", "railmq", "product_version", s.opts.Version)
+	e.gauge("rabbitmq_erlang_uptime_seconds", "Node uptime", time.Since(s.startedAt).Seconds())
+
+	// Connections, channels and their churn.
+	conns := s.openConns()
+	nch, unackedCh, unconfirmed := 0, 0, 0
+	for _, c := range conns {
+		c.snapMu.Lock()
+		for _, chn := range c.snap {
+			in := chn.Info()
+			nch++
+			unackedCh += in.Unacked
+			unconfirmed += in.Unconfirmed
+		}
+		c.snapMu.Unlock()
+	}
+	e.gauge("rabbitmq_connections", "Connections currently open", float64(len(conns)))
+	e.gauge("rabbitmq_channels", "Channels currently open", float64(nch))
+	e.counter("rabbitmq_connections_opened_total", "Total number of connections opened", s.connOpened.Load())
+	e.counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", s.connClosed.Load())
+	e.counter("rabbitmq_channels_opened_total", "Total number of channels opened", s.chOpened.Load())
+	e.counter("rabbitmq_channels_closed_total", "Total number of channels closed", s.chClosed.Load())
+	t := &s.totals
+	e.counter("rabbitmq_queues_declared_total", "Total number of queues declared", t.QueuesDeclared.Load())
+	e.counter("rabbitmq_queues_created_total", "Total number of queues created", t.QueuesCreated.Load())
+	e.counter("rabbitmq_queues_deleted_total", "Total number of queues deleted", t.QueuesDeleted.Load())
+
+	// Queues: summed, or one series each.
+	var all queueFigures
+	nq, oldest := 0, 0.0
+	now := time.Now().UnixNano()
+	for _, st := range s.allVHosts() {
+		vh := st.v.Name()
+		for _, q := range st.v.Queues() {
+			nq++
+			age := 0.0
+			if at := q.HeadEnqueuedAt(); at > 0 {
+				age = max(0, float64(now-at)/1e9)
+			}
+			oldest = max(oldest, age)
+			if !m.perObject {
+				all.add(q)
+				continue
+			}
+			var f queueFigures
+			f.add(q)
+			all.consumers += f.consumers
+			lv := []string{"vhost", vh, "queue", q.Name()}
+			f.emit(e, lv...)
+			e.gauge("rabbitmq_queue_consumer_utilisation", "Consumer utilisation", s.consumerUtilisation(q), lv...)
+			if at := q.HeadEnqueuedAt(); at > 0 {
+				e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
+			}
+			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
+		}
+		if m.perObject {
+			for _, x := range st.v.Exchanges() {
+				e.gauge("railmq_exchange_bindings", "Bindings whose source is the exchange", float64(len(x.Bindings())),
+					"vhost", vh, "exchange", x.Name, "type", x.Kind.String())
+			}
+		}
+	}
+	if !m.perObject {
+		all.emit(e)
+		e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message of any queue (0 when none has one)", oldest)
+	}
+	e.gauge("rabbitmq_queues", "Queues available", float64(nq))
+	e.gauge("rabbitmq_consumers", "Consumers currently connected", float64(all.consumers))
+	e.gauge("rabbitmq_channel_consumers", "Consumers on a channel", float64(all.consumers))
+	e.gauge("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages", float64(unackedCh))
+	e.gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", float64(unconfirmed))
+
+	// The node's resources and alarms.
+	fdUsed, fdTotal := fdCounts()
+	bits := s.alarms.Load()
+	e.gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", float64(processRSS()))
+	e.gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", float64(s.watermark.Load()))
+	e.gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", float64(s.diskFreeNow.Load()))
+	e.gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes", float64(s.opts.DiskFreeLimit))
+	e.gauge("rabbitmq_process_open_fds", "Open file descriptors", float64(fdUsed))
+	e.gauge("rabbitmq_process_max_fds", "Open file descriptors limit", float64(fdTotal))
+	e.gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", float64(len(conns)))
+	e.gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", float64(fdTotal*9/10))
+	e.untyped("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect", b2f(bits&alarmMemory != 0))
+	e.untyped("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect", b2f(bits&alarmDisk != 0))
+	e.untyped("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", 0)
+
+	// Message counts since start (rabbit_global_counters).
+	p := []string{"protocol", protoLabel}
+	pq := []string{"protocol", protoLabel, "queue_type", classicQueue}
+	e.counter("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", t.Received.Load(), p...)
+	e.counter("rabbitmq_global_messages_received_confirm_total", "Total number of messages received from publishers expecting confirmations", t.ReceivedConfirm.Load(), p...)
+	e.counter("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", t.Routed.Load(), p...)
+	e.counter("rabbitmq_global_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", t.UnroutableDropped.Load(), p...)
+	e.counter("rabbitmq_global_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", t.UnroutableReturn.Load(), p...)
+	e.counter("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", t.Confirmed.Load(), p...)
+	manualC, autoC := t.DeliveredConsume[0].Load(), t.DeliveredConsume[1].Load()
+	manualG, autoG := t.DeliveredGet[0].Load(), t.DeliveredGet[1].Load()
+	e.counter("rabbitmq_global_messages_delivered_total", "Total number of messages delivered to consumers", manualC+autoC+manualG+autoG, pq...)
+	e.counter("rabbitmq_global_messages_delivered_consume_manual_ack_total", "Total number of messages delivered to consumers using basic.consume with manual acknowledgment", manualC, pq...)
+	e.counter("rabbitmq_global_messages_delivered_consume_auto_ack_total", "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment", autoC, pq...)
+	e.counter("rabbitmq_global_messages_delivered_get_manual_ack_total", "Total number of messages delivered to consumers using basic.get with manual acknowledgment", manualG, pq...)
+	e.counter("rabbitmq_global_messages_delivered_get_auto_ack_total", "Total number of messages delivered to consumers using basic.get with automatic acknowledgment", autoG, pq...)
+	e.counter("rabbitmq_global_messages_get_empty_total", "Total number of times basic.get operations fetched no message", t.GetEmpty.Load(), pq...)
+	e.counter("rabbitmq_global_messages_redelivered_total", "Total number of messages redelivered to consumers", t.Redelivered.Load(), pq...)
+	e.counter("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", t.Acknowledged.Load(), pq...)
+	for i, reason := range queue.DeadLetterReasons {
+		name := "rabbitmq_global_messages_dead_lettered_" + reason + "_total"
+		help := "Total number of messages dead-lettered due to " + reason
+		for j, strategy := range [2]string{"disabled", "at_most_once"} {
+			e.counter(name, help, t.DeadLettered[i][j].Load(), "queue_type", classicQueue, "dead_letter_strategy", strategy)
+		}
+	}
+	e.gauge("rabbitmq_global_publishers", "Current number of publishers", float64(t.Publishers.Load()), p...)
+	e.gauge("rabbitmq_global_consumers", "Current number of consumers", float64(all.consumers), p...)
+	count, sum, buckets := sizeHistogram(t)
+	e.histogram("rabbitmq_message_size_bytes", "Size of messages received from publishers", count, sum, buckets, p...)
+
+	// railmq's own.
+	lsm, vlog := s.store.Size()
+	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(lsm), "part", "lsm")
+	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(vlog), "part", "vlog")
+	sm := s.store.Metrics()
+	c, sumB, b := sm.Batches.Snapshot()
+	e.histogram("railmq_store_group_commit_batches", "Batches written by one group commit (one fsync)", c, sumB, b)
+	c, sumB, b = sm.Fsync.Snapshot()
+	e.histogram("railmq_store_fsync_seconds", "Duration of the store's fsyncs", c, sumB, b)
+	e.gauge("railmq_memory_held_bytes", "Bytes held for clients (queued bodies, content being assembled, transactions): what the memory alarm compares with the watermark", float64(s.memory.Load()))
+	e.gauge("railmq_paging", "1 while memory is above the paging ratio of the watermark and every queue pages beyond a small window", b2f(s.paging.Load()))
+	blocked, flow := 0, 0
+	now2 := time.Now()
+	for _, c := range conns {
+		if c.blocked.Load() {
+			blocked++
+		} else if c.inFlow(now2) {
+			flow++
+		}
+	}
+	e.gauge("railmq_connections_blocked", "Connections held back by a resource alarm (state blocked)", float64(blocked))
+	e.gauge("railmq_connections_flow", "Connections held back by flow control within the last second (state flow)", float64(flow))
+}
+
+func sizeHistogram(t *queue.Totals) (count uint64, sum float64, buckets map[float64]uint64) {
+	buckets = make(map[float64]uint64, len(queue.SizeBuckets))
+	var c uint64
+	for i, b := range queue.SizeBuckets {
+		c += uint64(t.Sizes[i].Load())
+		buckets[float64(b)] = c
+	}
+	c += uint64(t.Sizes[len(queue.SizeBuckets)].Load())
+	return c, float64(t.SizeSum.Load()), buckets
+}

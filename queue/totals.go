@@ -1,0 +1,67 @@
+package queue
+
+import "sync/atomic"
+
+// Totals are the broker's message counts since it started, for its
+// metrics (rabbitmq_global_messages_* in RabbitMQ's Prometheus names):
+// channels and queues add to them with atomic adds as they go, and the
+// metrics read them when scraped. One Totals is shared by every channel
+// and queue of a broker.
+type Totals struct {
+	Received, ReceivedConfirm                   atomic.Int64 // publishes; those on a channel in confirm mode
+	Routed, UnroutableDropped, UnroutableReturn atomic.Int64 // publishes that reached a queue; that did not
+	Confirmed                                   atomic.Int64 // basic.ack sent to publishers, per message
+	// Deliveries, by [NoAck]: to consumers, and to basic.get.
+	DeliveredConsume, DeliveredGet [2]atomic.Int64
+	GetEmpty, Redelivered          atomic.Int64
+	Publishers                     atomic.Int64 // channels open that have published
+	Acknowledged                   atomic.Int64 // deliveries acked by consumers
+	// DeadLettered counts messages that left a queue for a reason
+	// (DeadLetterReasons order), [0] with no dead-letter exchange to take
+	// them (dropped: RabbitMQ's strategy "disabled"), [1] republished to
+	// one (strategy "at_most_once").
+	DeadLettered [4][2]atomic.Int64
+
+	// Queue churn: queue.declare calls (not passive), queues created and
+	// deleted.
+	QueuesDeclared, QueuesCreated, QueuesDeleted atomic.Int64
+
+	// Sizes counts published bodies by size, in SizeBuckets (the last
+	// counts the larger ones), and SizeSum adds their bytes: the
+	// rabbitmq_message_size_bytes histogram.
+	Sizes   [len(SizeBuckets) + 1]atomic.Int64
+	SizeSum atomic.Int64
+}
+
+// DeadLetterReasons are the reasons Totals.DeadLettered counts, in order.
+var DeadLetterReasons = [4]string{ReasonExpired, ReasonMaxLen, ReasonRejected, ReasonDeliveryLimit}
+
+// SizeBuckets are the upper bounds of RabbitMQ's message size histogram
+// (rabbit_msg_size_metrics), in bytes.
+var SizeBuckets = [...]int64{100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000}
+
+// CountSize adds one published body of n bytes to the size histogram.
+func (t *Totals) CountSize(n int) {
+	i := 0
+	for i < len(SizeBuckets) && int64(n) > SizeBuckets[i] {
+		i++
+	}
+	t.Sizes[i].Add(1)
+	t.SizeSum.Add(int64(n))
+}
+
+func (t *Totals) countDeadLetter(reason string, republished bool) {
+	for i, r := range DeadLetterReasons {
+		if r == reason {
+			t.DeadLettered[i][b2i(republished)].Add(1)
+			return
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
