@@ -268,6 +268,9 @@ func (s *Server) recoverVHosts(recs map[string]vhostRec) error {
 		vh := s.openVHost(n)
 		vh.SetMaxQueues(limitOf(recs[n].Limits, "max-queues"))
 		vhs[n] = &vhostState{v: vh, rec: recs[n]}
+		if f := s.opts.RecoveryProgress; f != nil {
+			vh.ReportRecovery(func(done, total, messages int) { f(n, done, total, messages) })
+		}
 		start, err := vh.RecoverDeferred(queue.Config{}, keep)
 		if err != nil {
 			for _, o := range vhs {

@@ -45,10 +45,10 @@ func connectionName(nc net.Conn) string {
 
 // ManagementHandler serves the subset of RabbitMQ's management HTTP API
 // that clients, their test suites and operators' tools use (the routes:
-// accessRouter). Requests authenticate with HTTP basic auth against the
-// broker's users.
+// accessRouter), and the web console at / (console.go). API requests
+// authenticate with HTTP basic auth against the broker's users.
 func (s *Server) ManagementHandler() http.Handler {
-	return s.withUser(s.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) })))
+	return withConsole(s.withUser(s.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))))
 }
 
 // writeJSON answers v as JSON; a value that cannot be encoded is a 500

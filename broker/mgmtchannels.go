@@ -40,6 +40,16 @@ func (s *Server) channelsOf(r *http.Request) []chanRef {
 	return out
 }
 
+// channelState is a channel's state as RabbitMQ shows it: "flow" while
+// flow control holds its connection back, else "running" (an alarm
+// blocks the connection, not the channel).
+func channelState(connState string) string {
+	if connState == "flow" {
+		return "flow"
+	}
+	return "running"
+}
+
 func channelName(c *conn, n uint16) string { return fmt.Sprintf("%s (%d)", c.info.Load().Name, n) }
 
 func (s *Server) apiChannels(w http.ResponseWriter, r *http.Request) {
@@ -48,7 +58,7 @@ func (s *Server) apiChannels(w http.ResponseWriter, r *http.Request) {
 		ci := cr.c.info.Load()
 		in := cr.ch.Info()
 		out = append(out, map[string]any{"name": channelName(cr.c, cr.n), "number": cr.n, "user": ci.User, "vhost": ci.VHost,
-			"node": s.nodeName(), "state": "running", "consumer_count": len(in.Consumers), "messages_unacknowledged": in.Unacked,
+			"node": s.nodeName(), "state": channelState(s.connState(cr.c)), "consumer_count": len(in.Consumers), "messages_unacknowledged": in.Unacked,
 			"messages_unconfirmed": in.Unconfirmed, "prefetch_count": in.Prefetch, "global_prefetch_count": in.GlobalPrefetch,
 			"confirm": in.Confirm, "transactional": false,
 			"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort}})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/queue"
 )
 
 // /api/overview and /api/nodes: the figures operators' tools read, under
@@ -37,6 +38,7 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	u := apiUser(r)
 	var ready, unacked, pub, dlv, ack, redel int64
 	var nq, nx, ncons int
+	vis := map[*queue.Queue]bool{}
 	for _, st := range s.allVHosts() {
 		if !s.canSee(u, st.v.Name()) {
 			continue
@@ -44,6 +46,7 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 		nx += len(st.v.Exchanges()) + 1
 		for _, q := range st.v.Queues() {
 			nq++
+			vis[q] = true
 			ready += q.Ready()
 			unacked += q.Unacked()
 			ncons += int(q.Consumers())
@@ -65,19 +68,29 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	if listeners == nil {
 		listeners = []map[string]any{}
 	}
-	writeJSON(w, map[string]any{
+	rates := s.totalRates(func(q *queue.Queue) bool { return vis[q] })
+	rate := func(v float64) map[string]float64 { return map[string]float64{"rate": float64(int64(v*10)) / 10} }
+	m := map[string]any{
 		"management_version": compatVersion, "rabbitmq_version": compatVersion, "rates_mode": "basic",
 		"product_name": "railmq", "product_version": s.opts.Version,
 		"cluster_name": s.nodeName(), "node": s.nodeName(), "erlang_version": runtime.Version(),
 		"exchange_types": exchangeTypes, "disable_stats": false, "enable_queue_totals": false,
-		"message_stats": map[string]any{"publish": pub, "publish_details": rate0, "deliver_get": dlv, "deliver_get_details": rate0,
-			"ack": ack, "ack_details": rate0, "redeliver": redel, "redeliver_details": rate0},
+		"message_stats": map[string]any{"publish": pub, "publish_details": rate(rates[0]), "deliver_get": dlv, "deliver_get_details": rate(rates[1]),
+			"ack": ack, "ack_details": rate(rates[2]), "redeliver": redel, "redeliver_details": rate(rates[3])},
 		"queue_totals": map[string]any{"messages": ready + unacked, "messages_details": rate0, "messages_ready": ready,
 			"messages_ready_details": rate0, "messages_unacknowledged": unacked, "messages_unacknowledged_details": rate0},
 		"object_totals":             map[string]int{"connections": nconn, "channels": nch, "exchanges": nx, "queues": nq, "consumers": ncons},
 		"statistics_db_event_queue": 0, "listeners": listeners, "contexts": []any{},
 		"memory_used": s.memory.Load(),
-	})
+	}
+	// The totals' history is the whole broker's: for those who see it all.
+	if age, incr, ok := historyParams(r); ok && seesAll(u) {
+		qt := m["queue_totals"].(map[string]any)
+		qt["message_stats"] = m["message_stats"] // addSamples adds the rates' samples to it
+		addSamples(qt, s.overviewHistory(age, incr))
+		delete(qt, "message_stats")
+	}
+	writeJSON(w, m)
 }
 
 // processRSS is the broker's resident memory (bytes), or 0.

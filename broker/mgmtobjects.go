@@ -357,9 +357,14 @@ func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState,
 
 func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
 	st, q, ok := s.findQueue(w, r)
-	if ok {
-		writeJSON(w, s.queueJSON(st.v.Name(), q))
+	if !ok {
+		return
 	}
+	m := s.queueJSON(st.v.Name(), q)
+	if age, incr, ok := historyParams(r); ok {
+		addSamples(m, s.queueHistory(q, age, incr))
+	}
+	writeJSON(w, m)
 }
 
 func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {

@@ -108,6 +108,9 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 		if ce := v.log.Check(zap.DebugLevel, "queue recovered"); ce != nil {
 			ce.Write(zap.String("queue", d.name), zap.Int("messages", sum.Count), zap.Int("transient_dropped", sum.Dropped))
 		}
+		if v.progress != nil {
+			v.progress(i+1, len(defs.queues), nm)
+		}
 		if n := i + 1; n%recoveryProgressEvery == 0 && n < len(defs.queues) {
 			v.log.Info("recovering queues", zap.Int("queues_so_far", n), zap.Int("queues", len(defs.queues)),
 				zap.Int("messages_so_far", nm), zap.Float64("messages_per_second", perSecond(nm, start)),

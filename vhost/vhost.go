@@ -36,12 +36,13 @@ type VHost struct {
 	policies, opPolicies []*PolicyDef
 	applied              map[*queue.Queue]AppliedPolicy
 
-	store       *persist.Store // nil: nothing is durable
-	spill       *persist.Spill // nil: non-durable queues stay in memory
-	pressure    *atomic.Bool   // see PageUnderPressure
-	totals      *queue.Totals  // see CountInto
-	nextQueueID *atomic.Uint64 // shared by the broker's vhosts (ShareQueueIDs): ids key the store
-	maxQueues   atomic.Int64   // the max-queues limit; negative: none
+	store       *persist.Store                  // nil: nothing is durable
+	spill       *persist.Spill                  // nil: non-durable queues stay in memory
+	pressure    *atomic.Bool                    // see PageUnderPressure
+	totals      *queue.Totals                   // see CountInto
+	progress    func(done, total, messages int) // see ReportRecovery
+	nextQueueID *atomic.Uint64                  // shared by the broker's vhosts (ShareQueueIDs): ids key the store
+	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
 	window      int
 	windowB     int64
 }
@@ -135,6 +136,11 @@ func (v *VHost) PageUnderPressure(p *atomic.Bool) { v.pressure = p }
 // CountInto makes the vhost and the queues declared from now on count
 // into t, the broker's metrics. Call it before the vhost is used.
 func (v *VHost) CountInto(t *queue.Totals) { v.totals = t }
+
+// ReportRecovery has recovery call f after each queue it rebuilds: the
+// queues done, of how many, and the messages found so far. Call it
+// before Recover.
+func (v *VHost) ReportRecovery(f func(done, total, messages int)) { v.progress = f }
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }

@@ -107,7 +107,23 @@ func run(args []string) int {
 		log.Error("--tls-listen and --management-tls-listen need --tls-cert and --tls-key")
 		return 2
 	}
+	// The management listener comes up first: while the store recovers,
+	// the console shows how far it has got.
+	errc := make(chan error, 16)
+	startup := broker.NewStartup()
+	if *mgmt != "" {
+		ln, err := net.Listen("tcp", *mgmt)
+		if err != nil {
+			log.Error("cannot listen for the management API", zap.Error(err))
+			return 1
+		}
+		hs := &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hs.Serve(ln) }()
+		defer hs.Close()
+		log.Info("management API listening", zap.String("addr", *mgmt))
+	}
 	srv, err := broker.New(broker.Options{
+		RecoveryProgress:    startup.Progress,
 		DataDir:             *dataDir,
 		Users:               users,
 		DefaultUser:         *defUser,
@@ -164,7 +180,6 @@ func run(args []string) int {
 			return 1
 		}
 	}
-	errc := make(chan error, len(lns)+len(tlsLns)+4)
 	for _, ln := range lns {
 		go func() { errc <- srv.Serve(ln) }()
 	}
@@ -177,12 +192,7 @@ func run(args []string) int {
 		defer ds.Close()
 		log.Info("pprof listening", zap.String("addr", *debugAddr))
 	}
-	if *mgmt != "" {
-		hs := &http.Server{Addr: *mgmt, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- hs.ListenAndServe() }()
-		defer hs.Close()
-		log.Info("management API listening", zap.String("addr", *mgmt))
-	}
+	startup.Ready(srv.ManagementHandler())
 	if *promListen != "" { // rabbitmq_prometheus's prometheus.tcp.port
 		ps := &http.Server{Addr: *promListen, Handler: srv.PrometheusHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- ps.ListenAndServe() }()
