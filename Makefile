@@ -9,8 +9,8 @@ FUZZTIME  ?= 10s
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-run: build ## run the broker on :5672 with its data under ./data (guest/guest from localhost)
-	./bin/railmq --listen :5672 --data-dir ./data
+run: build ## run the broker on :5672 with its data under ./data (guest/guest from localhost), the console and API on :15672, metrics on :15692
+	./bin/railmq --listen :5672 --data-dir ./data --management-listen :15672 --prometheus-listen :15692
 
 build: ## build bin/railmq
 	$(GO) build -o bin/railmq ./cmd/railmq

@@ -143,6 +143,28 @@ func (b *browser) login(url, user, pass string) {
 	b.run("log in", chromedp.SendKeys(chromedp.CSS(`#login input[name=username]`), user),
 		chromedp.SendKeys(chromedp.CSS(`#login input[name=password]`), pass),
 		chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	// From here on (hash navigation keeps the page) script errors are
+	// collected for noErrors.
+	b.run("watch for errors", js(`window.__errs = [];
+		addEventListener('error', e => __errs.push(String(e.message)));
+		addEventListener('unhandledrejection', e => __errs.push(String(e.reason)));
+		true`))
+}
+
+// js is an action that runs a script (whose value is true).
+func js(expr string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Evaluate[bool](expr)(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// noErrors fails the test if the page threw since login.
+func (b *browser) noErrors() {
+	b.t.Helper()
+	if errs := eval[[]string](b, `window.__errs || []`); len(errs) > 0 {
+		b.t.Errorf("the console threw: %q", errs)
+	}
 }
 
 func number(s string) float64 {
@@ -266,6 +288,98 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 	br.shot("phone-connections")
+	br.noErrors()
+}
+
+// TestConsolePages drives the other pages' forms: publish from an
+// exchange's page, close a connection, create and edit a policy, add a
+// user, a vhost and permissions, export and import definitions.
+func TestConsolePages(t *testing.T) {
+	testutil.InProcess(t)
+	br := newBrowser(t)
+	b := testutil.Start(t, broker.Options{})
+	hs := httptest.NewServer(b.Server.ManagementHandler())
+	t.Cleanup(hs.Close)
+	url := hs.URL + "/?poll=300"
+	conn := dial(t, b.URL)
+	ch, err := conn.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("pages-q", false, false, false, false, nil)
+	must(t, err)
+	must(t, ch.QueueBind("pages-q", "k", "amq.direct", false, nil))
+	closed := conn.NotifyClose(make(chan *rmq.Error, 1))
+
+	br.login(url, "guest", "guest")
+	br.waitText("#total-queues", 10*time.Second, func(s string) bool { return s == "1" }, "overview")
+
+	// Publish a test message from amq.direct's page.
+	br.run("exchange page", chromedp.Navigate(url+"#/exchanges/%2F/amq.direct"), chromedp.WaitVisible(chromedp.CSS(`#exchange-bindings tbody tr`)))
+	br.run("publish", chromedp.SendKeys(chromedp.CSS(`#publish input[name=routing_key]`), "k"),
+		chromedp.SendKeys(chromedp.CSS(`#publish textarea[name=payload]`), "from the console"),
+		chromedp.Click(chromedp.CSS(`#publish button`)))
+	br.waitText("#publish-result", 5*time.Second, func(s string) bool { return s == "Message published and routed." }, "publish")
+	d, ok, err := ch.Get("pages-q", true)
+	must(t, err)
+	if !ok || string(d.Body) != "from the console" {
+		t.Errorf("pages-q got %q (ok %v), want the console's message", d.Body, ok)
+	}
+	br.shot("exchange-publish")
+
+	// Policies: create, then edit.
+	br.run("policies", chromedp.Navigate(url+"#/policies"), chromedp.WaitVisible(chromedp.CSS(`#policy-form`)))
+	br.run("new policy", chromedp.SendKeys(chromedp.CSS(`#policy-form input[name=name]`), "limit"),
+		chromedp.SendKeys(chromedp.CSS(`#policy-form input[name=pattern]`), "^pages-"),
+		chromedp.SendKeys(chromedp.CSS(`#policy-form textarea[name=definition]`), `{"max-length": 10}`),
+		chromedp.Click(chromedp.CSS(`#policy-form button.primary`)))
+	br.waitText("#policies", 5*time.Second, func(s string) bool { return strings.Contains(s, `{"max-length":10}`) }, "the policy is listed")
+	br.run("edit policy", chromedp.Click(chromedp.CSS(`#policies tbody button`)),
+		js(`document.querySelector('#policy-form textarea').value = '{"max-length": 20}'; true`),
+		chromedp.Click(chromedp.CSS(`#policy-form button.primary`)))
+	br.waitText("#policies", 5*time.Second, func(s string) bool { return strings.Contains(s, `{"max-length":20}`) }, "the policy is edited")
+	a := newAPI(t, b)
+	var q map[string]any
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		a.call("GET", "/api/queues/%2F/pages-q", "guest", "guest", nil, &q)
+		return q["policy"] == "limit"
+	}, "pages-q policy = %v, want limit", q["policy"])
+	br.shot("policies")
+
+	// Admin: a user, a vhost, permissions; the definitions export.
+	br.run("admin", chromedp.Navigate(url+"#/admin"), chromedp.WaitVisible(chromedp.CSS(`#users-table tbody tr`)))
+	br.run("add user", chromedp.SendKeys(chromedp.CSS(`#add-user input[name=name]`), "ops"),
+		chromedp.SendKeys(chromedp.CSS(`#add-user input[name=password]`), "s3cret"),
+		chromedp.SendKeys(chromedp.CSS(`#add-user input[name=tags]`), "monitoring"),
+		chromedp.Click(chromedp.CSS(`#add-user button`)))
+	br.waitText("#users-table", 5*time.Second, func(s string) bool { return strings.Contains(s, "opsmonitoring") }, "the user is listed")
+	br.run("add vhost", chromedp.SendKeys(chromedp.CSS(`#add-vhost input[name=name]`), "staging"), chromedp.Click(chromedp.CSS(`#add-vhost button`)))
+	br.waitText("#vhosts-table", 5*time.Second, func(s string) bool { return strings.Contains(s, "staging") }, "the vhost is listed")
+	br.run("set permissions", js(`(() => { const f = document.querySelector('#set-permission');
+		f.elements.user.value = 'ops'; f.elements.vhost.value = 'staging'; f.elements.write.value = '^$'; return true })()`),
+		chromedp.Click(chromedp.CSS(`#set-permission button`)))
+	br.waitText("#permissions-table", 5*time.Second, func(s string) bool { return strings.Contains(s, "opsstaging.*^$.*") }, "the permissions are listed")
+	br.run("export", chromedp.Click(chromedp.CSS(`#export`)))
+	br.waitText("#admin-result", 5*time.Second, func(s string) bool { return strings.HasPrefix(s, "Exported 1 queues") && strings.Contains(s, "2 users") }, "the export")
+	defs := filepath.Join(t.TempDir(), "defs.json")
+	testutil.WriteFile(t, defs, []byte(`{"queues": [{"name": "imported-q", "vhost": "staging", "durable": true, "auto_delete": false, "arguments": {}}]}`))
+	br.run("import", chromedp.SetUploadFiles(chromedp.CSS(`#definitions-file`), []string{defs}), chromedp.Click(chromedp.CSS(`#definitions button.primary`)))
+	br.waitText("#admin-result", 5*time.Second, func(s string) bool { return s == "Definitions imported." }, "the import")
+	if c := a.call("GET", "/api/queues/staging/imported-q", "guest", "guest", nil, nil); c != 200 {
+		t.Errorf("GET the imported queue: %d, want 200", c)
+	}
+	br.shot("admin")
+
+	// Close the test's connection from the connections page.
+	br.run("connections", chromedp.Navigate(url+"#/connections"), chromedp.WaitVisible(chromedp.CSS(`#connections tbody button`)))
+	br.run("close", chromedp.Click(chromedp.CSS(`#connections tbody button`)), chromedp.Click(chromedp.CSS(`#connections tbody button`)))
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 320 || !strings.Contains(e.Reason, "Closed via the railmq console") {
+			t.Errorf("connection closed with %v, want 320 and the console's reason", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the connection was not closed")
+	}
+	br.noErrors()
 }
 
 func queueDepth(t *testing.T, ch *rmq.Channel, name string) int {
