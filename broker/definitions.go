@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -497,15 +498,22 @@ func (s *Server) importDefinitions(d *defsFile) error {
 			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
 		}
 	}
-	for _, q := range d.Queues {
+	start := time.Now()
+	for i, q := range d.Queues {
 		if _, _, _, err := s.vhostByName(q.VHost).v.DeclareQueue(declQ(q), queue.Config{}); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
+		}
+		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Queues) {
+			s.log.Info("importing definitions: queues", zap.Int("queues_so_far", n), zap.Int("queues", len(d.Queues)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
 	for i, bd := range d.Bindings {
 		args := tableArg(map[string]any{"arguments": bd.Arguments})
 		if err := s.vhostByName(bd.VHost).v.Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
 			return fmt.Errorf("bindings[%d]: %s", i, reasonOf(err))
+		}
+		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Bindings) {
+			s.log.Info("importing definitions: bindings", zap.Int("bindings_so_far", n), zap.Int("bindings", len(d.Bindings)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
 	for i, p := range d.Policies {
@@ -515,6 +523,10 @@ func (s *Server) importDefinitions(d *defsFile) error {
 	}
 	return nil
 }
+
+// importProgressEvery is how many queues, or bindings, an import declares
+// between two progress lines in the log.
+var importProgressEvery = 1000 // a variable for tests
 
 // reasonOf is an error's text without an AMQP code name in front.
 func reasonOf(err error) string {
