@@ -224,24 +224,25 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.untyped("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", 0)
 
 	// Message counts since start (rabbit_global_counters).
+	sum := t.Sum()
 	p := []string{"protocol", protoLabel}
 	pq := []string{"protocol", protoLabel, "queue_type", classicQueue}
-	e.counter("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", t.Received.Load(), p...)
-	e.counter("rabbitmq_global_messages_received_confirm_total", "Total number of messages received from publishers expecting confirmations", t.ReceivedConfirm.Load(), p...)
-	e.counter("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", t.Routed.Load(), p...)
-	e.counter("rabbitmq_global_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", t.UnroutableDropped.Load(), p...)
-	e.counter("rabbitmq_global_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", t.UnroutableReturn.Load(), p...)
-	e.counter("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", t.Confirmed.Load(), p...)
-	manualC, autoC := t.DeliveredConsume[0].Load(), t.DeliveredConsume[1].Load()
-	manualG, autoG := t.DeliveredGet[0].Load(), t.DeliveredGet[1].Load()
+	e.counter("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", sum.Received, p...)
+	e.counter("rabbitmq_global_messages_received_confirm_total", "Total number of messages received from publishers expecting confirmations", sum.ReceivedConfirm, p...)
+	e.counter("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", sum.Routed, p...)
+	e.counter("rabbitmq_global_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", sum.UnroutableDropped, p...)
+	e.counter("rabbitmq_global_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", sum.UnroutableReturn, p...)
+	e.counter("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", sum.Confirmed, p...)
+	manualC, autoC := sum.DeliveredConsume[0], sum.DeliveredConsume[1]
+	manualG, autoG := sum.DeliveredGet[0], sum.DeliveredGet[1]
 	e.counter("rabbitmq_global_messages_delivered_total", "Total number of messages delivered to consumers", manualC+autoC+manualG+autoG, pq...)
 	e.counter("rabbitmq_global_messages_delivered_consume_manual_ack_total", "Total number of messages delivered to consumers using basic.consume with manual acknowledgment", manualC, pq...)
 	e.counter("rabbitmq_global_messages_delivered_consume_auto_ack_total", "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment", autoC, pq...)
 	e.counter("rabbitmq_global_messages_delivered_get_manual_ack_total", "Total number of messages delivered to consumers using basic.get with manual acknowledgment", manualG, pq...)
 	e.counter("rabbitmq_global_messages_delivered_get_auto_ack_total", "Total number of messages delivered to consumers using basic.get with automatic acknowledgment", autoG, pq...)
-	e.counter("rabbitmq_global_messages_get_empty_total", "Total number of times basic.get operations fetched no message", t.GetEmpty.Load(), pq...)
-	e.counter("rabbitmq_global_messages_redelivered_total", "Total number of messages redelivered to consumers", t.Redelivered.Load(), pq...)
-	e.counter("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", t.Acknowledged.Load(), pq...)
+	e.counter("rabbitmq_global_messages_get_empty_total", "Total number of times basic.get operations fetched no message", sum.GetEmpty, pq...)
+	e.counter("rabbitmq_global_messages_redelivered_total", "Total number of messages redelivered to consumers", sum.Redelivered, pq...)
+	e.counter("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", sum.Acknowledged, pq...)
 	for i, reason := range queue.DeadLetterReasons {
 		name := "rabbitmq_global_messages_dead_lettered_" + reason + "_total"
 		help := "Total number of messages dead-lettered due to " + reason
@@ -249,10 +250,10 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			e.counter(name, help, t.DeadLettered[i][j].Load(), "queue_type", classicQueue, "dead_letter_strategy", strategy)
 		}
 	}
-	e.gauge("rabbitmq_global_publishers", "Current number of publishers", float64(t.Publishers.Load()), p...)
+	e.gauge("rabbitmq_global_publishers", "Current number of publishers", float64(sum.Publishers), p...)
 	e.gauge("rabbitmq_global_consumers", "Current number of consumers", float64(all.consumers), p...)
-	count, sum, buckets := sizeHistogram(t)
-	e.histogram("rabbitmq_message_size_bytes", "Size of messages received from publishers", count, sum, buckets, p...)
+	count, size, buckets := sizeHistogram(&sum)
+	e.histogram("rabbitmq_message_size_bytes", "Size of messages received from publishers", count, size, buckets, p...)
 
 	// railmq's own.
 	lsm, vlog := s.store.Size()
@@ -278,13 +279,13 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge("railmq_connections_flow", "Connections held back by flow control within the last second (state flow)", float64(flow))
 }
 
-func sizeHistogram(t *queue.Totals) (count uint64, sum float64, buckets map[float64]uint64) {
+func sizeHistogram(t *queue.Sums) (count uint64, sum float64, buckets map[float64]uint64) {
 	buckets = make(map[float64]uint64, len(queue.SizeBuckets))
 	var c uint64
 	for i, b := range queue.SizeBuckets {
-		c += uint64(t.Sizes[i].Load())
+		c += uint64(t.Sizes[i])
 		buckets[float64(b)] = c
 	}
-	c += uint64(t.Sizes[len(queue.SizeBuckets)].Load())
-	return c, float64(t.SizeSum.Load()), buckets
+	c += uint64(t.Sizes[len(queue.SizeBuckets)])
+	return c, float64(t.SizeSum), buckets
 }

@@ -140,11 +140,11 @@ func (s *Server) sample() {
 			delete(s.qstats.watched, q) // deleted
 		}
 	}
-	t := &s.totals
-	tot.publish = t.Received.Load()
-	tot.deliverGet = t.DeliveredConsume[0].Load() + t.DeliveredConsume[1].Load() + t.DeliveredGet[0].Load() + t.DeliveredGet[1].Load()
-	tot.ack = t.Acknowledged.Load()
-	tot.redelivers = t.Redelivered.Load()
+	t := s.totals.Sum()
+	tot.publish = t.Received
+	tot.deliverGet = t.DeliveredConsume[0] + t.DeliveredConsume[1] + t.DeliveredGet[0] + t.DeliveredGet[1]
+	tot.ack = t.Acknowledged
+	tot.redelivers = t.Redelivered
 	s.qstats.overview.add(tot)
 	s.qstats.m = next
 }

@@ -84,7 +84,7 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	for _, b := range bs {
 		switch {
 		case kind == ackAck:
-			c.cfg.Totals.Acknowledged.Add(int64(len(b.ds)))
+			c.counts.Acknowledged.Add(int64(len(b.ds)))
 			b.q.Ack(b.ds, c.cfg.Flushes)
 		case requeue:
 			b.q.Requeue(b.ds, c.cfg.Flushes)

@@ -118,13 +118,15 @@ type Channel struct {
 	txOps     []txOp
 	scratch   vhost.Scratch
 	lastQueue string
-	publisher bool // has published: counted in Totals.Publishers until closed
+	publisher bool // has published: counted in Publishers until closed
 	prefetch  int  // for consumers created from now on (global=false)
 	// flowQ is a queue this channel published into that was Behind: the
 	// connection stops reading until it catches up (TakeFlow).
 	flowQ *queue.Queue
 
 	store queue.Store // nil when nothing is durable
+
+	counts *queue.Counts // the metrics' shard of this channel's connection
 
 	// Confirms in flight. cmu guards cstate (the outcome of each publish
 	// from tag cbase on), readyUpTo (confirms due but not yet sent) and
@@ -187,6 +189,7 @@ func New(cfg Config) *Channel {
 		cfg:       cfg,
 		consumers: make(map[string]*consumer),
 	}
+	c.counts = cfg.Totals.Shard(cfg.ConnID)
 	if cfg.VHost != nil {
 		c.store = cfg.VHost.Store()
 	}
@@ -473,7 +476,7 @@ func (c *Channel) Close() {
 	}
 	c.closed = true
 	if c.publisher {
-		c.cfg.Totals.Publishers.Add(-1)
+		c.counts.Publishers.Add(-1)
 	}
 	c.cmu.Lock()
 	c.cclosed = true

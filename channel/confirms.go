@@ -140,6 +140,6 @@ func (c *Channel) sendAcks(tag uint64) {
 		return
 	}
 	c.send(&amqp.BasicAck{DeliveryTag: tag, Multiple: tag-c.ackedUpTo > 1})
-	c.cfg.Totals.Confirmed.Add(int64(tag - c.ackedUpTo))
+	c.counts.Confirmed.Add(int64(tag - c.ackedUpTo))
 	c.ackedUpTo = tag
 }

@@ -181,9 +181,9 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 		c.globalUnacked++
 		c.track(q, qc, d)
 	}
-	c.cfg.Totals.DeliveredConsume[b2i(qc.NoAck)].Add(1)
+	c.counts.DeliveredConsume[b2i(qc.NoAck)].Add(1)
 	if d.Redelivered {
-		c.cfg.Totals.Redelivered.Add(1)
+		c.counts.Redelivered.Add(1)
 	}
 	c.deliver = amqp.BasicDeliver{ConsumerTag: qc.Tag, DeliveryTag: c.nextTag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey}
@@ -286,13 +286,13 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 		return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
 	}
 	if !ok {
-		c.cfg.Totals.GetEmpty.Add(1)
+		c.counts.GetEmpty.Add(1)
 		c.send(&amqp.BasicGetEmpty{})
 		return nil
 	}
-	c.cfg.Totals.DeliveredGet[b2i(m.NoAck)].Add(1)
+	c.counts.DeliveredGet[b2i(m.NoAck)].Add(1)
 	if d.Redelivered {
-		c.cfg.Totals.Redelivered.Add(1)
+		c.counts.Redelivered.Add(1)
 	}
 	c.mu.Lock()
 	c.nextTag++

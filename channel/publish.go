@@ -222,7 +222,7 @@ func (c *Channel) publishAssembled() error {
 		Enqueued:   time.Now().UnixNano(),
 	}
 	c.buf = nil
-	t := c.cfg.Totals
+	t := c.counts
 	t.Received.Add(1)
 	if c.confirm {
 		t.ReceivedConfirm.Add(1)
@@ -367,12 +367,12 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 func (c *Channel) routed(routed, mandatory bool, msg *queue.Message) {
 	switch {
 	case routed:
-		c.cfg.Totals.Routed.Add(1)
+		c.counts.Routed.Add(1)
 	case mandatory:
-		c.cfg.Totals.UnroutableReturn.Add(1)
+		c.counts.UnroutableReturn.Add(1)
 		c.returnMsg(msg)
 	default:
-		c.cfg.Totals.UnroutableDropped.Add(1)
+		c.counts.UnroutableDropped.Add(1)
 	}
 }
 
