@@ -358,7 +358,9 @@ func TestConsolePages(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#set-permission button`)))
 	br.waitText("#permissions-table", 5*time.Second, func(s string) bool { return strings.Contains(s, "opsstaging.*^$.*") }, "the permissions are listed")
 	br.run("export", chromedp.Click(chromedp.CSS(`#export`)))
-	br.waitText("#admin-result", 5*time.Second, func(s string) bool { return strings.HasPrefix(s, "Exported 1 queues") && strings.Contains(s, "2 users") }, "the export")
+	br.waitText("#admin-result", 5*time.Second, func(s string) bool {
+		return strings.HasPrefix(s, "Exported 1 queues") && strings.Contains(s, "2 users")
+	}, "the export")
 	defs := filepath.Join(t.TempDir(), "defs.json")
 	testutil.WriteFile(t, defs, []byte(`{"queues": [{"name": "imported-q", "vhost": "staging", "durable": true, "auto_delete": false, "arguments": {}}]}`))
 	br.run("import", chromedp.SetUploadFiles(chromedp.CSS(`#definitions-file`), []string{defs}), chromedp.Click(chromedp.CSS(`#definitions button.primary`)))
