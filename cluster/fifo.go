@@ -1,0 +1,528 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+)
+
+// Fifo is a quorum queue's replicated state, as RabbitMQ's rabbit_fifo:
+// every change is a command in the queue's Raft log, applied in log order
+// on every member, so that all members hold the same messages, the same
+// consumers and the same assignment of messages to consumers. Apply is a
+// pure function of the state and the command: no clock (the leader stamps
+// the time into the commands that need it), no randomness, no I/O. What
+// a command makes happen outside the state machine (deliveries to
+// consumers, dead-lettering, the answer to a publisher) comes back as
+// Effects, which only the leader carries out.
+//
+// A Fifo is owned by its Raft FSM adapter, which applies commands one at
+// a time; it is not safe for concurrent use.
+type Fifo struct {
+	cfg FifoConfig
+
+	nextID uint64               // ids of enqueued messages, from 1
+	msgs   map[uint64]*fifoMsg  // every message held: ready or checked out
+	ready  []uint64             // ready ids in delivery order: returns first (RabbitMQ's returns queue), then by id
+	cons   map[string]*fifoCons // consumers by tag
+	order  []string             // consumer tags in arrival order, for round robin
+	next   int                  // index into order of the consumer served next
+	bytes  int64                // body bytes held
+}
+
+// FifoConfig is what a quorum queue's arguments set.
+type FifoConfig struct {
+	// DeliveryLimit is x-delivery-limit: a message returned more often
+	// is dead-lettered (RabbitMQ 4's default 20; negative: none).
+	DeliveryLimit int64
+	// MaxLength and MaxLengthBytes are x-max-length(-bytes) (0: none);
+	// RejectPublish is x-overflow reject-publish (else drop-head).
+	MaxLength, MaxLengthBytes int64
+	RejectPublish             bool
+	// MessageTTL is x-message-ttl in milliseconds (0: none).
+	MessageTTL int64
+}
+
+// DefaultDeliveryLimit is RabbitMQ 4's default x-delivery-limit for
+// quorum queues.
+const DefaultDeliveryLimit = 20
+
+type fifoMsg struct {
+	ID         uint64
+	Exchange   string
+	RoutingKey string
+	Props      []byte
+	Body       []byte
+	Enqueued   int64  // unix ms, stamped by the leader
+	Expires    int64  // unix ms, 0: never
+	Deliveries uint32 // times delivered and returned (x-delivery-count)
+	Returned   bool   // delivered before: the next delivery is redelivered
+	Consumer   string // checked out by, "" when ready
+}
+
+type fifoCons struct {
+	Tag      string
+	Prefetch int // 0: unlimited
+	Out      int // checked out, not yet settled
+}
+
+// Command kinds, the first byte of an encoded command.
+const (
+	cmdEnqueue byte = iota + 1
+	cmdCheckout
+	cmdCancel
+	cmdSettle
+	cmdReturn
+	cmdDiscard
+	cmdPurge
+	cmdTick
+)
+
+// Command is one change to a Fifo: what the Raft log holds, encoded by
+// Encode. Which fields count depends on the kind.
+type Command struct {
+	Kind     byte
+	Now      int64 // unix ms, stamped by the leader: enqueue time, tick time
+	Msg      Message
+	Consumer string
+	Prefetch int
+	IDs      []uint64
+}
+
+// Message is an enqueued message.
+type Message struct {
+	Exchange, RoutingKey string
+	Props, Body          []byte
+	TTL                  int64 // the message's expiration property, ms (0: none)
+}
+
+// Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge and Tick make
+// commands.
+func Enqueue(now int64, m Message) Command { return Command{Kind: cmdEnqueue, Now: now, Msg: m} }
+func Checkout(tag string, prefetch int) Command {
+	return Command{Kind: cmdCheckout, Consumer: tag, Prefetch: prefetch}
+}
+func Cancel(tag string) Command { return Command{Kind: cmdCancel, Consumer: tag} }
+func Settle(tag string, ids ...uint64) Command {
+	return Command{Kind: cmdSettle, Consumer: tag, IDs: ids}
+}
+func Return(tag string, ids ...uint64) Command {
+	return Command{Kind: cmdReturn, Consumer: tag, IDs: ids}
+}
+func Discard(tag string, ids ...uint64) Command {
+	return Command{Kind: cmdDiscard, Consumer: tag, IDs: ids}
+}
+func Purge() Command         { return Command{Kind: cmdPurge} }
+func Tick(now int64) Command { return Command{Kind: cmdTick, Now: now} }
+
+// Delivery is a message checked out to a consumer.
+type Delivery struct {
+	Consumer    string
+	ID          uint64
+	Msg         *Message
+	Redelivered bool
+	Count       uint32 // returns so far (x-delivery-count)
+}
+
+// DeadLetter is a message that left the queue for a reason (queue's
+// Reason* names).
+type DeadLetter struct {
+	Msg    *Message
+	Reason string
+}
+
+// Effects are what applying a command makes happen outside the state
+// machine. Accepted answers an enqueue (false: refused by reject-publish,
+// the publisher is nacked); Purged counts the messages a purge removed.
+type Effects struct {
+	Deliveries  []Delivery
+	DeadLetters []DeadLetter
+	Accepted    bool
+	Purged      int
+}
+
+// Dead-letter reasons, as x-death writes them.
+const (
+	ReasonRejected      = "rejected"
+	ReasonExpired       = "expired"
+	ReasonMaxLen        = "maxlen"
+	ReasonDeliveryLimit = "delivery_limit"
+)
+
+// ErrBadCommand is an encoded command that does not decode.
+var ErrBadCommand = errors.New("cluster: malformed command")
+
+// NewFifo returns an empty quorum queue state.
+func NewFifo(cfg FifoConfig) *Fifo {
+	return &Fifo{cfg: cfg, nextID: 1, msgs: map[uint64]*fifoMsg{}, cons: map[string]*fifoCons{}}
+}
+
+// Len is the number of messages held, ready and checked out.
+func (f *Fifo) Len() int { return len(f.msgs) }
+
+// Ready is the number of ready messages.
+func (f *Fifo) Ready() int { return len(f.ready) }
+
+// Bytes is the body bytes held.
+func (f *Fifo) Bytes() int64 { return f.bytes }
+
+// Apply applies one command and returns its effects.
+func (f *Fifo) Apply(c Command) Effects {
+	var e Effects
+	switch c.Kind {
+	case cmdEnqueue:
+		e.Accepted = f.enqueue(c.Now, c.Msg, &e)
+	case cmdCheckout:
+		if k := f.cons[c.Consumer]; k != nil {
+			k.Prefetch = c.Prefetch
+		} else {
+			f.cons[c.Consumer] = &fifoCons{Tag: c.Consumer, Prefetch: c.Prefetch}
+			f.order = append(f.order, c.Consumer)
+		}
+	case cmdCancel:
+		if f.cons[c.Consumer] == nil {
+			break
+		}
+		// Its checked-out messages return, redelivered, in id order.
+		var ids []uint64
+		for id, m := range f.msgs {
+			if m.Consumer == c.Consumer {
+				ids = append(ids, id)
+			}
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		f.returnMsgs(c.Consumer, ids, &e)
+		delete(f.cons, c.Consumer)
+		for i, t := range f.order {
+			if t == c.Consumer {
+				f.order = append(f.order[:i], f.order[i+1:]...)
+				if f.next > i {
+					f.next--
+				}
+				break
+			}
+		}
+	case cmdSettle:
+		for _, id := range c.IDs {
+			if m := f.checkedOut(c.Consumer, id); m != nil {
+				f.remove(m)
+			}
+		}
+	case cmdReturn:
+		f.returnMsgs(c.Consumer, c.IDs, &e)
+	case cmdDiscard:
+		for _, id := range c.IDs {
+			if m := f.checkedOut(c.Consumer, id); m != nil {
+				f.remove(m)
+				e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonRejected})
+			}
+		}
+	case cmdPurge:
+		for _, id := range f.ready {
+			f.remove(f.msgs[id])
+			e.Purged++
+		}
+		f.ready = f.ready[:0]
+	case cmdTick:
+		f.expire(c.Now, &e)
+	}
+	f.checkout(&e)
+	return e
+}
+
+func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
+	if f.cfg.RejectPublish && f.full(int64(len(m.Body))) {
+		return false
+	}
+	fm := &fifoMsg{ID: f.nextID, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Enqueued: now}
+	ttl := f.cfg.MessageTTL
+	if m.TTL > 0 && (ttl == 0 || m.TTL < ttl) {
+		ttl = m.TTL
+	}
+	if ttl > 0 {
+		fm.Expires = now + ttl
+	}
+	f.nextID++
+	f.msgs[fm.ID] = fm
+	f.ready = append(f.ready, fm.ID)
+	f.bytes += int64(len(fm.Body))
+	// drop-head: the oldest ready messages make room.
+	for !f.cfg.RejectPublish && f.over() && len(f.ready) > 0 {
+		head := f.msgs[f.ready[0]]
+		f.ready = f.ready[1:]
+		f.remove(head)
+		e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: head.message(), Reason: ReasonMaxLen})
+	}
+	return true
+}
+
+// full reports whether a message of n bytes would take the queue over a
+// limit (reject-publish refuses it).
+func (f *Fifo) full(n int64) bool {
+	return (f.cfg.MaxLength > 0 && int64(len(f.ready)) >= f.cfg.MaxLength) ||
+		(f.cfg.MaxLengthBytes > 0 && f.bytes+n > f.cfg.MaxLengthBytes)
+}
+
+func (f *Fifo) over() bool {
+	return (f.cfg.MaxLength > 0 && int64(len(f.ready)) > f.cfg.MaxLength) ||
+		(f.cfg.MaxLengthBytes > 0 && f.bytes > f.cfg.MaxLengthBytes)
+}
+
+func (f *Fifo) checkedOut(tag string, id uint64) *fifoMsg {
+	m := f.msgs[id]
+	if m == nil || m.Consumer != tag || tag == "" {
+		return nil
+	}
+	return m
+}
+
+// remove forgets a message that is checked out or already off the ready
+// list.
+func (f *Fifo) remove(m *fifoMsg) {
+	if m.Consumer != "" {
+		if k := f.cons[m.Consumer]; k != nil {
+			k.Out--
+		}
+	}
+	delete(f.msgs, m.ID)
+	f.bytes -= int64(len(m.Body))
+}
+
+// returnMsgs puts checked-out messages back at the head of the ready
+// list, in the order given, counting the delivery; one returned more than
+// the delivery limit allows is dead-lettered instead.
+func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
+	var back []uint64
+	for _, id := range ids {
+		m := f.checkedOut(tag, id)
+		if m == nil {
+			continue
+		}
+		if k := f.cons[tag]; k != nil {
+			k.Out--
+		}
+		m.Consumer = ""
+		m.Deliveries++
+		m.Returned = true
+		if f.cfg.DeliveryLimit >= 0 && int64(m.Deliveries) > f.cfg.DeliveryLimit {
+			delete(f.msgs, m.ID)
+			f.bytes -= int64(len(m.Body))
+			e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonDeliveryLimit})
+			continue
+		}
+		back = append(back, id)
+	}
+	// Returns go before the rest, after earlier returns still waiting.
+	i := 0
+	for i < len(f.ready) && f.msgs[f.ready[i]].Returned {
+		i++
+	}
+	f.ready = append(f.ready[:i], append(back, f.ready[i:]...)...)
+}
+
+// expire dead-letters the ready messages at the head whose TTL has run
+// out at now (as RabbitMQ, expiry happens at the head).
+func (f *Fifo) expire(now int64, e *Effects) {
+	for len(f.ready) > 0 {
+		m := f.msgs[f.ready[0]]
+		if m.Expires == 0 || m.Expires > now {
+			return
+		}
+		f.ready = f.ready[1:]
+		f.remove(m)
+		e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonExpired})
+	}
+}
+
+// checkout hands ready messages to consumers with room, round robin.
+func (f *Fifo) checkout(e *Effects) {
+	for len(f.ready) > 0 && len(f.order) > 0 {
+		var k *fifoCons
+		for n := 0; n < len(f.order); n++ {
+			c := f.cons[f.order[(f.next+n)%len(f.order)]]
+			if c.Prefetch == 0 || c.Out < c.Prefetch {
+				k = c
+				f.next = (f.next + n + 1) % len(f.order)
+				break
+			}
+		}
+		if k == nil {
+			return
+		}
+		m := f.msgs[f.ready[0]]
+		f.ready = f.ready[1:]
+		m.Consumer = k.Tag
+		k.Out++
+		e.Deliveries = append(e.Deliveries, Delivery{Consumer: k.Tag, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+	}
+}
+
+func (m *fifoMsg) message() *Message {
+	return &Message{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body}
+}
+
+// --- snapshots --------------------------------------------------------------
+
+// fifoImage is a Fifo as a snapshot holds it.
+type fifoImage struct {
+	Cfg    FifoConfig
+	NextID uint64
+	Msgs   []fifoMsg
+	Ready  []uint64
+	Cons   []fifoCons
+	Order  []string
+	Next   int
+}
+
+// Snapshot writes the whole state to w (Raft's snapshot, from which a
+// member that fell behind, or a new one, is restored).
+func (f *Fifo) Snapshot(w io.Writer) error {
+	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next}
+	ids := make([]uint64, 0, len(f.msgs))
+	for id := range f.msgs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		img.Msgs = append(img.Msgs, *f.msgs[id])
+	}
+	for _, t := range f.order {
+		img.Cons = append(img.Cons, *f.cons[t])
+	}
+	return gob.NewEncoder(w).Encode(&img)
+}
+
+// RestoreFifo reads a state written by Snapshot.
+func RestoreFifo(r io.Reader) (*Fifo, error) {
+	var img fifoImage
+	if err := gob.NewDecoder(r).Decode(&img); err != nil {
+		return nil, fmt.Errorf("cluster: restoring a quorum queue: %w", err)
+	}
+	f := NewFifo(img.Cfg)
+	f.nextID, f.ready, f.order, f.next = img.NextID, img.Ready, img.Order, img.Next
+	for i := range img.Msgs {
+		m := img.Msgs[i]
+		f.msgs[m.ID] = &m
+		f.bytes += int64(len(m.Body))
+	}
+	for i := range img.Cons {
+		c := img.Cons[i]
+		f.cons[c.Tag] = &c
+	}
+	return f, nil
+}
+
+// --- command encoding -------------------------------------------------------
+
+// Encode appends c's encoding to b: the kind, then its fields
+// (big-endian, strings and bytes length-prefixed).
+func (c *Command) Encode(b []byte) []byte {
+	b = append(b, c.Kind)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.Now))
+	switch c.Kind {
+	case cmdEnqueue:
+		b = appendBytes(b, []byte(c.Msg.Exchange))
+		b = appendBytes(b, []byte(c.Msg.RoutingKey))
+		b = appendBytes(b, c.Msg.Props)
+		b = appendBytes(b, c.Msg.Body)
+		b = binary.BigEndian.AppendUint64(b, uint64(c.Msg.TTL))
+	case cmdCheckout:
+		b = appendBytes(b, []byte(c.Consumer))
+		b = binary.BigEndian.AppendUint32(b, uint32(c.Prefetch))
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard:
+		b = appendBytes(b, []byte(c.Consumer))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.IDs)))
+		for _, id := range c.IDs {
+			b = binary.BigEndian.AppendUint64(b, id)
+		}
+	}
+	return b
+}
+
+// DecodeCommand decodes what Encode wrote. Bytes fields share p.
+func DecodeCommand(p []byte) (Command, error) {
+	var c Command
+	if len(p) < 9 {
+		return c, ErrBadCommand
+	}
+	c.Kind = p[0]
+	c.Now = int64(binary.BigEndian.Uint64(p[1:]))
+	r := reader{p: p[9:]}
+	switch c.Kind {
+	case cmdEnqueue:
+		c.Msg.Exchange = string(r.bytes())
+		c.Msg.RoutingKey = string(r.bytes())
+		c.Msg.Props = r.bytes()
+		c.Msg.Body = r.bytes()
+		c.Msg.TTL = int64(r.u64())
+	case cmdCheckout:
+		c.Consumer = string(r.bytes())
+		c.Prefetch = int(r.u32())
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard:
+		c.Consumer = string(r.bytes())
+		n := r.u32()
+		if uint64(n)*8 > uint64(len(r.p)) {
+			return c, ErrBadCommand
+		}
+		c.IDs = make([]uint64, n)
+		for i := range c.IDs {
+			c.IDs[i] = r.u64()
+		}
+	case cmdPurge, cmdTick:
+	default:
+		return c, ErrBadCommand
+	}
+	if r.bad || len(r.p) != 0 {
+		return c, ErrBadCommand
+	}
+	return c, nil
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
+
+type reader struct {
+	p   []byte
+	bad bool
+}
+
+func (r *reader) take(n uint64) []byte {
+	if r.bad || uint64(len(r.p)) < n {
+		r.bad = true
+		return nil
+	}
+	v := r.p[:n:n]
+	r.p = r.p[n:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if v := r.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if v := r.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (r *reader) bytes() []byte {
+	n := r.u32()
+	if r.bad {
+		return nil
+	}
+	v := r.take(uint64(n))
+	if len(v) == 0 {
+		return nil
+	}
+	return v
+}

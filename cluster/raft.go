@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// QueueFSM is a quorum queue's Fifo as hashicorp/raft's state machine:
+// raft applies committed log entries to it in order, on every member, and
+// takes and restores its snapshots. Consensus, replication, elections and
+// snapshots are the library's; the queue's semantics are Fifo's.
+type QueueFSM struct {
+	mu sync.Mutex // guards f: raft's FSM goroutine applies, others read
+	f  *Fifo
+	// OnApply, if set, is called on raft's FSM goroutine with each
+	// command's effects, in log order (the leader carries them out).
+	OnApply func(index uint64, e Effects)
+}
+
+// NewQueueFSM returns the state machine of an empty queue.
+func NewQueueFSM(cfg FifoConfig) *QueueFSM { return &QueueFSM{f: NewFifo(cfg)} }
+
+// Apply applies a committed entry; its result (Effects, or an error for
+// an entry that does not decode) is the ApplyFuture's Response.
+func (q *QueueFSM) Apply(l *raft.Log) any {
+	c, err := DecodeCommand(l.Data)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	e := q.f.Apply(c)
+	q.mu.Unlock()
+	if q.OnApply != nil {
+		q.OnApply(l.Index, e)
+	}
+	return e
+}
+
+// Snapshot copies the state out; raft persists it while applying goes on.
+func (q *QueueFSM) Snapshot() (raft.FSMSnapshot, error) {
+	var buf bytes.Buffer
+	q.mu.Lock()
+	err := q.f.Snapshot(&buf)
+	q.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return fsmSnapshot(buf.Bytes()), nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (q *QueueFSM) Restore(r io.ReadCloser) error {
+	defer r.Close()
+	f, err := RestoreFifo(r)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	q.f = f
+	q.mu.Unlock()
+	return nil
+}
+
+// Stats are the queue's depth as this member has applied it.
+func (q *QueueFSM) Stats() (messages, ready int, bytes int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.f.Len(), q.f.Ready(), q.f.Bytes()
+}
+
+type fsmSnapshot []byte
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (fsmSnapshot) Release() {}

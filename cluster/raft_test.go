@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/railmq/railmq/internal/poll"
+)
+
+// member is one node of a test group: its raft, its state machine, and
+// the stores it restarts from.
+type member struct {
+	id    raft.ServerID
+	fsm   *QueueFSM
+	r     *raft.Raft
+	trans *raft.InmemTransport
+	logs  *raft.InmemStore
+	snaps *raft.InmemSnapshotStore
+}
+
+func testConfig(id raft.ServerID) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = id
+	c.HeartbeatTimeout = 100 * time.Millisecond
+	c.ElectionTimeout = 100 * time.Millisecond
+	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.SnapshotThreshold = 64 // snapshots, and restores from them, happen in the test
+	c.SnapshotInterval = 100 * time.Millisecond
+	c.TrailingLogs = 16
+	c.Logger = hclog.NewNullLogger()
+	return c
+}
+
+func (m *member) start(t *testing.T) {
+	t.Helper()
+	r, err := raft.NewRaft(testConfig(m.id), m.fsm, m.logs, m.logs, m.snaps, m.trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.r = r
+}
+
+func (m *member) stop(t *testing.T) {
+	t.Helper()
+	if err := m.r.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newGroup starts a 3-member group on in-memory transports, connected.
+func newGroup(t *testing.T, cfg FifoConfig) []*member {
+	t.Helper()
+	var ms []*member
+	var servers []raft.Server
+	for i := 0; i < 3; i++ {
+		id := raft.ServerID(fmt.Sprintf("node%d", i))
+		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
+		ms = append(ms, &member{id: id, fsm: NewQueueFSM(cfg), trans: trans, logs: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
+		servers = append(servers, raft.Server{ID: id, Address: addr})
+	}
+	for _, a := range ms {
+		for _, b := range ms {
+			if a != b {
+				a.trans.Connect(b.trans.LocalAddr(), b.trans)
+			}
+		}
+	}
+	for _, m := range ms {
+		if err := raft.BootstrapCluster(testConfig(m.id), m.logs, m.logs, m.snaps, m.trans, raft.Configuration{Servers: servers}); err != nil {
+			t.Fatal(err)
+		}
+		m.start(t)
+	}
+	t.Cleanup(func() {
+		for _, m := range ms {
+			if m.r != nil {
+				_ = m.r.Shutdown().Error()
+			}
+		}
+	})
+	return ms
+}
+
+func leader(t *testing.T, ms []*member) *member {
+	t.Helper()
+	var l *member
+	poll.Eventually(t, 10*time.Second, func() bool {
+		for _, m := range ms {
+			if m.r != nil && m.r.State() == raft.Leader {
+				l = m
+				return true
+			}
+		}
+		return false
+	}, "no leader elected")
+	return l
+}
+
+func apply(t *testing.T, m *member, c Command) Effects {
+	t.Helper()
+	f := m.r.Apply(c.Encode(nil), 5*time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatalf("apply on %s: %v", m.id, err)
+	}
+	e, ok := f.Response().(Effects)
+	if !ok {
+		t.Fatalf("apply on %s answered %v", m.id, f.Response())
+	}
+	return e
+}
+
+// TestGroupSurvivesLeaderLoss: a 3-member quorum queue on hashicorp/raft.
+// What the leader committed is on every member; the leader stopped, the
+// others elect one that has it all and go on; the old leader restarted
+// from its stores catches up (from a snapshot, as its log was compacted)
+// to the same state.
+func TestGroupSurvivesLeaderLoss(t *testing.T) {
+	ms := newGroup(t, FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
+	l := leader(t, ms)
+	for i := 0; i < 100; i++ {
+		if e := apply(t, l, Enqueue(int64(i), msg(fmt.Sprint(i)))); !e.Accepted {
+			t.Fatalf("enqueue %d refused", i)
+		}
+	}
+	e := apply(t, l, Checkout("c1", 10))
+	if len(e.Deliveries) != 10 || string(e.Deliveries[0].Msg.Body) != "0" {
+		t.Fatalf("checkout delivered %v", bodies(e.Deliveries))
+	}
+	apply(t, l, Settle("c1", e.Deliveries[0].ID, e.Deliveries[1].ID))
+	for _, m := range ms {
+		poll.Eventually(t, 5*time.Second, func() bool { n, _, _ := m.fsm.Stats(); return n == 98 }, "%s did not apply the committed entries", m.id)
+	}
+
+	l.stop(t)
+	old := l
+	l = leader(t, ms)
+	if l == old {
+		t.Fatal("the stopped member is still leader")
+	}
+	// The new leader has the consumer's assignment: its unsettled 8 are
+	// still checked out to c1; the consumer is gone with the old node, so
+	// it is cancelled and they come back, redelivered, first.
+	apply(t, l, Cancel("c1"))
+	e = apply(t, l, Checkout("c2", 3))
+	if got := bodies(e.Deliveries); fmt.Sprint(got) != "[c2:2 c2:3 c2:4]" || !e.Deliveries[0].Redelivered {
+		t.Fatalf("after the failover c2 got %v (redelivered %v), want 2 3 4 redelivered", got, e.Deliveries[0].Redelivered)
+	}
+	for i := 100; i < 200; i++ {
+		apply(t, l, Enqueue(int64(i), msg(fmt.Sprint(i))))
+	}
+	// Raft's shutdown closed its transport: a new one, at its address.
+	_, old.trans = raft.NewInmemTransport(raft.ServerAddress(old.id))
+	for _, m := range ms {
+		if m != old {
+			m.trans.Connect(old.trans.LocalAddr(), old.trans)
+			old.trans.Connect(m.trans.LocalAddr(), m.trans)
+		}
+	}
+	// As after a process restart: the state machine starts empty and raft
+	// rebuilds it from the member's snapshot and log.
+	old.fsm = NewQueueFSM(FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
+	old.start(t)
+	for _, m := range ms {
+		poll.Eventually(t, 10*time.Second, func() bool { n, _, _ := m.fsm.Stats(); return n == 198 }, "%s has not caught up: %v %v", m.id, fmt.Sprint(m.fsm.Stats()), m.r.Stats())
+	}
+	if snaps, _ := old.snaps.List(); len(snaps) == 0 {
+		t.Error("the restarted member has no snapshot: restore went untested")
+	}
+	var want string
+	for i, m := range ms {
+		n, ready, b := m.fsm.Stats()
+		got := fmt.Sprint(n, ready, b)
+		if i == 0 {
+			want = got
+		} else if got != want {
+			t.Errorf("%s holds %s, node0 %s", m.id, got, want)
+		}
+	}
+}
