@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/raft"
+)
+
+// LogStore keeps a Raft member's log and its stable state (term, vote)
+// in Badger, the store railmq keeps everything else in: hashicorp/raft's
+// LogStore and StableStore. StoreLogs returns once the entries are
+// fsynced, which is what lets a member acknowledge an append (and so a
+// leader count it toward a commit, and a publisher get its confirm) only
+// when the entry survives a crash.
+//
+// Keys: 'l' + the index (8 bytes, big-endian) for entries, so that they
+// iterate in index order; 's' + the key for stable values.
+type LogStore struct {
+	db *badger.DB
+
+	mu          sync.Mutex // guards first and last
+	first, last uint64     // 0, 0 when empty
+}
+
+// errNotFound is hashicorp/raft's "not found", which it compares by text.
+var errNotFound = errors.New("not found")
+
+// OpenLogStore opens (or creates) a log store in dir.
+func OpenLogStore(dir string) (*LogStore, error) {
+	opts := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false).
+		WithNumVersionsToKeep(1).WithMemTableSize(16 << 20).WithValueThreshold(1 << 10)
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: opening the raft log in %s: %w", dir, err)
+	}
+	s := &LogStore{db: db}
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'l'}})
+		defer it.Close()
+		it.Rewind()
+		if !it.Valid() {
+			return nil
+		}
+		s.first = binary.BigEndian.Uint64(it.Item().Key()[1:])
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'l'}, Reverse: true})
+		defer rit.Close()
+		rit.Seek([]byte{'l', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		if rit.Valid() {
+			s.last = binary.BigEndian.Uint64(rit.Item().Key()[1:])
+		}
+		return nil
+	}); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the store.
+func (s *LogStore) Close() error { return s.db.Close() }
+
+func logKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'l'}, i) }
+
+// FirstIndex is the first index in the log, 0 when empty.
+func (s *LogStore) FirstIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, nil
+}
+
+// LastIndex is the last index in the log, 0 when empty.
+func (s *LogStore) LastIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, nil
+}
+
+// GetLog reads entry index into out.
+func (s *LogStore) GetLog(index uint64, out *raft.Log) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(logKey(index))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return raft.ErrLogNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return decodeLog(v, out) })
+	})
+}
+
+// StoreLog stores one entry.
+func (s *LogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs stores entries and fsyncs them before it returns.
+func (s *LogStore) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, l := range logs {
+		if err := wb.Set(logKey(l.Index), encodeLog(l)); err != nil {
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("cluster: fsync of the raft log: %w", err)
+	}
+	s.mu.Lock()
+	if s.first == 0 || logs[0].Index < s.first {
+		s.first = logs[0].Index
+	}
+	if n := logs[len(logs)-1].Index; n > s.last {
+		s.last = n
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// DeleteRange deletes the entries from min to max, inclusive (raft
+// compacts the log after a snapshot, and a follower drops a conflicting
+// tail).
+func (s *LogStore) DeleteRange(min, max uint64) error {
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for i := min; i <= max; i++ {
+		if err := wb.Delete(logKey(i)); err != nil {
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	if err := s.db.Sync(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case min <= s.first && max >= s.last:
+		s.first, s.last = 0, 0
+	case min <= s.first:
+		s.first = max + 1
+	case max >= s.last:
+		s.last = min - 1
+	}
+	return nil
+}
+
+// Set stores a stable value, fsynced.
+func (s *LogStore) Set(key, val []byte) error {
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(append([]byte{'s'}, key...), val) }); err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+// Get reads a stable value; a missing one is raft's "not found".
+func (s *LogStore) Get(key []byte) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(append([]byte{'s'}, key...))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return errNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	return out, err
+}
+
+// SetUint64 stores a stable number.
+func (s *LogStore) SetUint64(key []byte, v uint64) error {
+	return s.Set(key, binary.BigEndian.AppendUint64(nil, v))
+}
+
+// GetUint64 reads a stable number.
+func (s *LogStore) GetUint64(key []byte) (uint64, error) {
+	v, err := s.Get(key)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("cluster: stable value %q is %d bytes, not 8", key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// An entry: index, term, type, appended-at (unix ns), then data and
+// extensions, each length-prefixed.
+func encodeLog(l *raft.Log) []byte {
+	b := make([]byte, 0, 33+8+len(l.Data)+len(l.Extensions))
+	b = binary.BigEndian.AppendUint64(b, l.Index)
+	b = binary.BigEndian.AppendUint64(b, l.Term)
+	b = append(b, byte(l.Type))
+	var at int64
+	if !l.AppendedAt.IsZero() {
+		at = l.AppendedAt.UnixNano()
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(at))
+	b = appendBytes(b, l.Data)
+	return appendBytes(b, l.Extensions)
+}
+
+func decodeLog(v []byte, l *raft.Log) error {
+	r := reader{p: v}
+	l.Index = r.u64()
+	l.Term = r.u64()
+	t := r.take(1)
+	at := int64(r.u64())
+	data := r.bytes()
+	ext := r.bytes()
+	if r.bad || len(r.p) != 0 {
+		return errors.New("cluster: a raft log entry does not decode")
+	}
+	l.Type = raft.LogType(t[0])
+	l.Data = append([]byte(nil), data...)
+	l.Extensions = append([]byte(nil), ext...)
+	l.AppendedAt = time.Time{}
+	if at != 0 {
+		l.AppendedAt = time.Unix(0, at)
+	}
+	return nil
+}
