@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// A node of a railmq cluster: the inter-node listener (Mux) and the
+// metadata store, one Raft group over every node that replicates the
+// definitions (vhosts, users, permissions, exchanges, bindings, policies,
+// queue definitions: RabbitMQ 4's Khepri model) as keys and values.
+
+// NodeConfig configures a node.
+type NodeConfig struct {
+	Name    string            // this node's name (--node-name)
+	Listen  string            // the inter-node address (--cluster-listen)
+	Peers   map[string]string // every node's name and inter-node address, this one's too (--cluster-peers)
+	Secret  []byte            // the cluster's shared secret (--cluster-secret-file)
+	DataDir string            // the node's raft state lives under DataDir/cluster
+	// Timing, for tests; zero: hashicorp/raft's defaults.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	Logger                            hclog.Logger // nil: none
+}
+
+// Node is a running cluster node.
+type Node struct {
+	cfg   NodeConfig
+	mux   *Mux
+	trans *raft.NetworkTransport
+	logs  *LogStore
+	meta  *MetaFSM
+	r     *raft.Raft
+}
+
+// ErrNotLeader is a write to the metadata store on a node that is not
+// its leader.
+var ErrNotLeader = errors.New("cluster: not the leader")
+
+// ParsePeers reads --cluster-peers: name=host:port,name=host:port.
+func ParsePeers(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		name, addr, ok := strings.Cut(p, "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("cluster: peer %q: want name=host:port", p)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("cluster: peer %q: %w", p, err)
+		}
+		out[name] = addr
+	}
+	return out, nil
+}
+
+// StartNode starts a node: it listens, opens its raft state (bootstrapping
+// the metadata group with Peers on first start) and joins the election.
+func StartNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Name == "" || len(cfg.Secret) == 0 {
+		return nil, errors.New("cluster: a node needs a name and the cluster secret")
+	}
+	if cfg.Peers[cfg.Name] == "" {
+		return nil, fmt.Errorf("cluster: the peers do not name this node, %q", cfg.Name)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret), meta: NewMetaFSM()}
+	fail := func(err error) (*Node, error) {
+		n.close()
+		return nil, err
+	}
+	layer, err := n.mux.Layer("meta")
+	if err != nil {
+		return fail(err)
+	}
+	n.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, cfg.Peers[cfg.Name]}, 3, 10*time.Second, cfg.Logger)
+	dir := filepath.Join(cfg.DataDir, "cluster", "meta")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	if n.logs, err = OpenLogStore(filepath.Join(dir, "log")); err != nil {
+		return fail(err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, cfg.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.Name)
+	rc.Logger = cfg.Logger
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout/2
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	existing, err := raft.HasExistingState(n.logs, n.logs, snaps)
+	if err != nil {
+		return fail(err)
+	}
+	if !existing {
+		// Every node bootstraps with the same configuration: raft accepts
+		// identical bootstraps, and whichever wins the first election leads.
+		var servers []raft.Server
+		names := make([]string, 0, len(cfg.Peers))
+		for name := range cfg.Peers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			servers = append(servers, raft.Server{ID: raft.ServerID(name), Address: raft.ServerAddress(cfg.Peers[name])})
+		}
+		if err := raft.BootstrapCluster(rc, n.logs, n.logs, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
+			return fail(err)
+		}
+	}
+	if n.r, err = raft.NewRaft(rc, n.meta, n.logs, n.logs, snaps, n.trans); err != nil {
+		return fail(err)
+	}
+	return n, nil
+}
+
+// advertised is a stream layer whose Addr is the address peers know the
+// node by (the listener may be on ":port").
+type advertised struct {
+	raft.StreamLayer
+	addr string
+}
+
+func (a *advertised) Addr() net.Addr { return advertisedAddr(a.addr) }
+
+type advertisedAddr string
+
+func (advertisedAddr) Network() string  { return "tcp" }
+func (a advertisedAddr) String() string { return string(a) }
+
+// Close leaves the election and closes the listener and the state.
+func (n *Node) Close() error { return n.close() }
+
+func (n *Node) close() error {
+	var errs []error
+	if n.r != nil {
+		errs = append(errs, n.r.Shutdown().Error())
+	}
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	}
+	if n.mux != nil {
+		errs = append(errs, n.mux.Close())
+	}
+	if n.logs != nil {
+		errs = append(errs, n.logs.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Member is a node as the metadata group's configuration has it.
+type Member struct {
+	Name, Addr string
+	Voter      bool
+}
+
+// Status is what a node knows of the cluster.
+type Status struct {
+	Name, State, Leader string
+	Term, Applied       uint64
+	Members             []Member
+}
+
+// Status reports the node's view of the cluster.
+func (n *Node) Status() Status {
+	st := Status{Name: n.cfg.Name, State: n.r.State().String(), Applied: n.r.AppliedIndex()}
+	_, id := n.r.LeaderWithID()
+	st.Leader = string(id)
+	if f := n.r.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			st.Members = append(st.Members, Member{Name: string(s.ID), Addr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		}
+	}
+	fmt.Sscan(n.r.Stats()["term"], &st.Term)
+	return st
+}
+
+// Put stores a definition on every node; it returns once a quorum has it
+// on disk. On a node that is not the leader it is ErrNotLeader.
+func (n *Node) Put(key string, val []byte) error { return n.applyMeta(metaCmd{Op: metaPut, Key: key, Val: val}) }
+
+// Delete removes a definition.
+func (n *Node) Delete(key string) error { return n.applyMeta(metaCmd{Op: metaDelete, Key: key}) }
+
+func (n *Node) applyMeta(c metaCmd) error {
+	if n.r.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(&c); err != nil {
+		return err
+	}
+	f := n.r.Apply(buf.Bytes(), 10*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return err
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Get reads a definition as this node has applied it.
+func (n *Node) Get(key string) ([]byte, bool) { return n.meta.Get(key) }
+
+// --- the metadata state machine ---------------------------------------------------
+
+const (
+	metaPut byte = iota + 1
+	metaDelete
+)
+
+type metaCmd struct {
+	Op  byte
+	Key string
+	Val []byte
+}
+
+// MetaFSM is the metadata store's state machine: keys and values.
+type MetaFSM struct {
+	mu sync.RWMutex // guards m: raft applies, anyone reads
+	m  map[string][]byte
+}
+
+// NewMetaFSM returns an empty store.
+func NewMetaFSM() *MetaFSM { return &MetaFSM{m: map[string][]byte{}} }
+
+// Apply applies a committed command.
+func (f *MetaFSM) Apply(l *raft.Log) any {
+	var c metaCmd
+	if err := gob.NewDecoder(bytes.NewReader(l.Data)).Decode(&c); err != nil {
+		return fmt.Errorf("cluster: a metadata command does not decode: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch c.Op {
+	case metaPut:
+		f.m[c.Key] = c.Val
+	case metaDelete:
+		delete(f.m, c.Key)
+	default:
+		return fmt.Errorf("cluster: unknown metadata operation %d", c.Op)
+	}
+	return nil
+}
+
+// Get reads a key.
+func (f *MetaFSM) Get(key string) ([]byte, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	v, ok := f.m[key]
+	return v, ok
+}
+
+// Snapshot copies the store out.
+func (f *MetaFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	keys := make([]string, 0, len(f.m))
+	for k := range f.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var buf bytes.Buffer
+	enc := gob.NewEncoder(&buf)
+	if err := enc.Encode(len(keys)); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if err := enc.Encode(metaCmd{Op: metaPut, Key: k, Val: f.m[k]}); err != nil {
+			return nil, err
+		}
+	}
+	return fsmSnapshot(buf.Bytes()), nil
+}
+
+// Restore replaces the store with a snapshot's.
+func (f *MetaFSM) Restore(r io.ReadCloser) error {
+	defer r.Close()
+	dec := gob.NewDecoder(r)
+	var n int
+	if err := dec.Decode(&n); err != nil {
+		return err
+	}
+	m := make(map[string][]byte, n)
+	for i := 0; i < n; i++ {
+		var c metaCmd
+		if err := dec.Decode(&c); err != nil {
+			return err
+		}
+		m[c.Key] = c.Val
+	}
+	f.mu.Lock()
+	f.m = m
+	f.mu.Unlock()
+	return nil
+}

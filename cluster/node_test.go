@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/railmq/railmq/internal/poll"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestMuxRefusesAWrongSecret: a peer that does not know the secret gets
+// no connection to any group.
+func TestMuxRefusesAWrongSecret(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMux(ln, []byte("right"))
+	defer m.Close()
+	l, err := m.Layer("meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	bad := &Mux{secret: []byte("wrong")}
+	c, err := bad.dial(ln.Addr().String(), "meta", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("the wrong secret's connection: read %v, want EOF (closed)", err)
+	}
+	c.Close()
+	select {
+	case <-accepted:
+		t.Fatal("a connection with the wrong secret was accepted")
+	case <-time.After(200 * time.Millisecond):
+	}
+	good := &Mux{secret: []byte("right")}
+	c, err = good.dial(ln.Addr().String(), "meta", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case a := <-accepted:
+		a.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("the right secret's connection was not accepted")
+	}
+}
+
+func startNodes(t *testing.T, n int) ([]*Node, []NodeConfig) {
+	t.Helper()
+	peers := map[string]string{}
+	for i := 0; i < n; i++ {
+		peers[fmt.Sprintf("rabbit%d", i)] = freeAddr(t)
+	}
+	var nodes []*Node
+	var cfgs []NodeConfig
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("rabbit%d", i)
+		cfg := NodeConfig{Name: name, Listen: peers[name], Peers: peers, Secret: []byte("cookie"), DataDir: t.TempDir(),
+			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}
+		nd, err := StartNode(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, nd)
+		cfgs = append(cfgs, cfg)
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			if nd != nil {
+				_ = nd.Close()
+			}
+		}
+	})
+	return nodes, cfgs
+}
+
+func nodeLeader(t *testing.T, nodes []*Node) (int, *Node) {
+	t.Helper()
+	i := -1
+	poll.Eventually(t, 15*time.Second, func() bool {
+		for j, nd := range nodes {
+			if nd != nil && nd.Status().State == "Leader" {
+				i = j
+				return true
+			}
+		}
+		return false
+	}, "no leader elected")
+	return i, nodes[i]
+}
+
+// TestNodesReplicateMetadata: three nodes over real TCP elect a leader;
+// a definition put on it is on every node; the leader stopped, another
+// takes over and writes go on; the stopped node started again from its
+// data dir catches up.
+func TestNodesReplicateMetadata(t *testing.T) {
+	nodes, cfgs := startNodes(t, 3)
+	li, l := nodeLeader(t, nodes)
+	for _, nd := range nodes {
+		st := nd.Status()
+		if len(st.Members) != 3 {
+			t.Fatalf("%s sees members %v", st.Name, st.Members)
+		}
+	}
+	if err := l.Put("queue//orders", []byte(`{"durable":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	follower := nodes[(li+1)%3]
+	if err := follower.Put("x", nil); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("put on a follower: %v, want ErrNotLeader", err)
+	}
+	for _, nd := range nodes {
+		poll.Eventually(t, 5*time.Second, func() bool { v, ok := nd.Get("queue//orders"); return ok && strings.Contains(string(v), "durable") }, "%s lacks the definition", nd.cfg.Name)
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[li] = nil
+	_, l2 := nodeLeader(t, nodes)
+	if l2.Status().Name == cfgs[li].Name {
+		t.Fatal("the stopped node leads")
+	}
+	if err := l2.Put("queue//invoices", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Delete("queue//orders"); err != nil {
+		t.Fatal(err)
+	}
+	back, err := StartNode(cfgs[li])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[li] = back
+	poll.Eventually(t, 10*time.Second, func() bool {
+		_, gone := back.Get("queue//orders")
+		_, here := back.Get("queue//invoices")
+		return here && !gone
+	}, "the restarted node did not catch up")
+}
