@@ -203,7 +203,9 @@ func (n *Node) Status() Status {
 
 // Put stores a definition on every node; it returns once a quorum has it
 // on disk. On a node that is not the leader it is ErrNotLeader.
-func (n *Node) Put(key string, val []byte) error { return n.applyMeta(metaCmd{Op: metaPut, Key: key, Val: val}) }
+func (n *Node) Put(key string, val []byte) error {
+	return n.applyMeta(metaCmd{Op: metaPut, Key: key, Val: val})
+}
 
 // Delete removes a definition.
 func (n *Node) Delete(key string) error { return n.applyMeta(metaCmd{Op: metaDelete, Key: key}) }
