@@ -104,6 +104,9 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 		routes = append(routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
 	}
 	add("GET", "/api/whoami", s.apiWhoami)
+	add("GET", "/api/cluster", s.apiCluster)
+	add("PUT", "/api/cluster/members/{name}", admin(s.apiPutClusterMember))
+	add("DELETE", "/api/cluster/members/{name}", admin(s.apiDeleteClusterMember))
 	add("GET", "/api/overview", s.apiOverview)
 	add("GET", "/api/channels", s.apiChannels)
 	add("GET", "/api/connections", s.apiConnections)
@@ -289,7 +292,7 @@ func (s *Server) vhostJSON(st *vhostState) map[string]any {
 	zero := map[string]float64{"rate": 0}
 	return map[string]any{"name": st.v.Name(), "description": st.rec.Description, "tags": tags,
 		"default_queue_type": "undefined", "metadata": map[string]any{"description": st.rec.Description, "tags": tags},
-		"tracing": false, "cluster_state": map[string]string{"railmq@" + hostname: "running"},
+		"tracing": false, "cluster_state": map[string]string{s.nodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
 }

@@ -25,7 +25,7 @@ func healthFailed(w http.ResponseWriter, body map[string]any) {
 func (s *Server) alarmList() []map[string]string {
 	var out []map[string]string
 	bits := s.alarms.Load()
-	node := "railmq@" + hostname
+	node := s.nodeName()
 	if bits&alarmMemory != 0 {
 		out = append(out, map[string]string{"node": node, "resource": "memory"})
 	}

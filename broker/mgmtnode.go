@@ -20,7 +20,12 @@ import (
 
 const compatVersion = "3.10.8"
 
-func (s *Server) nodeName() string { return "railmq@" + hostname }
+func (s *Server) nodeName() string {
+	if c := s.opts.Cluster; c != nil {
+		return c.Name
+	}
+	return "railmq@" + hostname
+}
 
 // NodeName is the node's name, as RabbitMQ's rabbit@host: the management
 // API's and the metrics' node and cluster name.

@@ -289,7 +289,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 	c := q.Config()
 	ready, unacked := q.Ready(), q.Unacked()
 	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
-		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": "railmq@" + hostname, "type": "classic",
+		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": s.nodeName(), "type": "classic",
 		"state": "running", "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
 		"consumers": q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,

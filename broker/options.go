@@ -5,12 +5,18 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/cluster"
 )
 
 // Options configure a Server. The zero value of a field means its default.
 type Options struct {
 	// DataDir holds the store.
 	DataDir string
+	// Cluster, when set, makes the broker a node of a railmq cluster
+	// (--node-name, --cluster-listen, --cluster-peers,
+	// --cluster-secret-file): its DataDir is the broker's.
+	Cluster *cluster.NodeConfig
 	// Users maps user names to passwords: administrators with every
 	// permission in DefaultVHost, created with a fresh store instead of
 	// DefaultUser, and added (or their passwords reset) on a store that

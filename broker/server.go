@@ -16,6 +16,7 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
@@ -63,6 +64,8 @@ type Server struct {
 	diskFreeNow atomic.Uint64 // the disk check's last figure, for /api/nodes
 	watermark   atomic.Int64  // the memory high watermark in force (SetMemoryHighWatermark)
 	startedAt   time.Time
+
+	node *cluster.Node // nil: not clustered
 
 	// Counted for the metrics (metrics.go).
 	totals                 queue.Totals
@@ -122,6 +125,18 @@ func New(opts Options) (*Server, error) {
 		VersionMajor: 0, VersionMinor: 9, ServerProperties: s.serverProperties(),
 		Mechanisms: "AMQPLAIN PLAIN", Locales: "en_US",
 	})
+	if c := opts.Cluster; c != nil {
+		cfg := *c
+		cfg.DataDir = opts.DataDir
+		node, err := cluster.StartNode(cfg)
+		if err != nil {
+			spill.Close()
+			store.Close()
+			return nil, err
+		}
+		s.node = node
+		s.log.Info("cluster node started", zap.String("node", cfg.Name), zap.String("cluster_listen", cfg.Listen), zap.Int("peers", len(cfg.Peers)), zap.Bool("join", cfg.Join))
+	}
 	s.tuneMemoryLimit()
 	s.startAlarms()
 	go s.sweep()
@@ -247,6 +262,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if err := s.spill.Close(); err != nil {
 		s.log.Error("closing the page files of non-durable queues", zap.Error(err))
+	}
+	if s.node != nil {
+		if err := s.node.Close(); err != nil {
+			s.log.Error("leaving the cluster", zap.Error(err))
+		}
 	}
 	if err := s.store.Close(); err != nil {
 		s.log.Error("closing store", zap.Error(err))

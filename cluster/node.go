@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
 )
 
 // A node of a railmq cluster: the inter-node listener (Mux) and the
@@ -30,9 +31,13 @@ type NodeConfig struct {
 	Peers   map[string]string // every node's name and inter-node address, this one's too (--cluster-peers)
 	Secret  []byte            // the cluster's shared secret (--cluster-secret-file)
 	DataDir string            // the node's raft state lives under DataDir/cluster
+	// Join: a node started to join a running cluster (--cluster-join)
+	// does not bootstrap; it waits for a member to add it (AddMember).
+	Join bool
 	// Timing, for tests; zero: hashicorp/raft's defaults.
 	HeartbeatTimeout, ElectionTimeout time.Duration
-	Logger                            hclog.Logger // nil: none
+	// Logger gets raft's warnings and errors (nil: none).
+	Logger *zap.Logger
 }
 
 // Node is a running cluster node.
@@ -77,8 +82,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Peers[cfg.Name] == "" {
 		return nil, fmt.Errorf("cluster: the peers do not name this node, %q", cfg.Name)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
+	hl := hclog.NewNullLogger()
+	if cfg.Logger != nil {
+		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -93,7 +99,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	n.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, cfg.Peers[cfg.Name]}, 3, 10*time.Second, cfg.Logger)
+	n.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, cfg.Peers[cfg.Name]}, 3, 10*time.Second, hl)
 	dir := filepath.Join(cfg.DataDir, "cluster", "meta")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
@@ -101,13 +107,13 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.logs, err = OpenLogStore(filepath.Join(dir, "log")); err != nil {
 		return fail(err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, cfg.Logger)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
 	if err != nil {
 		return fail(err)
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.Name)
-	rc.Logger = cfg.Logger
+	rc.Logger = hl
 	if cfg.HeartbeatTimeout > 0 {
 		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout/2
 	}
@@ -118,7 +124,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if !existing {
+	if !existing && !cfg.Join {
 		// Every node bootstraps with the same configuration: raft accepts
 		// identical bootstraps, and whichever wins the first election leads.
 		var servers []raft.Server
@@ -138,6 +144,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return fail(err)
 	}
 	return n, nil
+}
+
+// zapWriter passes raft's log lines (hclog's text) to zap as warnings.
+type zapWriter struct{ log *zap.Logger }
+
+func (w zapWriter) Write(p []byte) (int, error) {
+	w.log.Warn("raft", zap.String("line", strings.TrimSpace(string(p))))
+	return len(p), nil
 }
 
 // advertised is a stream layer whose Addr is the address peers know the
@@ -229,6 +243,23 @@ func (n *Node) applyMeta(c metaCmd) error {
 		return err
 	}
 	return nil
+}
+
+// AddMember adds a node (started with Join) to the cluster as a voter;
+// on the leader only.
+func (n *Node) AddMember(name, addr string) error {
+	if n.r.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	return n.r.AddVoter(raft.ServerID(name), raft.ServerAddress(addr), 0, 30*time.Second).Error()
+}
+
+// RemoveMember removes a node from the cluster; on the leader only.
+func (n *Node) RemoveMember(name string) error {
+	if n.r.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	return n.r.RemoveServer(raft.ServerID(name), 0, 30*time.Second).Error()
 }
 
 // Get reads a definition as this node has applied it.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/cluster"
 )
 
 var version = "0.1.0"
@@ -63,6 +65,11 @@ func run(args []string) int {
 	tlsVerify := fs.String("tls-verify", "verify_none", "client certificates: verify_none (none is asked for) or verify_peer (peer: a certificate the client sends must verify against --tls-ca, and EXTERNAL logs it in as its CN)")
 	tlsFail := fs.Bool("tls-fail-if-no-peer-cert", false, "with verify_peer, also refuse a client that sends no certificate")
 	mgmtTLS := fs.String("management-tls-listen", "", "address for the management API over HTTPS with --tls-cert (e.g. :15671); empty disables it")
+	nodeName := fs.String("node-name", "", "this node's name in a cluster (as RabbitMQ's rabbit@host); needed with --cluster-listen")
+	clusterListen := fs.String("cluster-listen", "", "address for the other cluster nodes (RabbitMQ's inter-node port is 25672), e.g. 127.0.0.1:25672; empty: not clustered")
+	clusterPeers := fs.String("cluster-peers", "", "every node of the cluster, this one too, as name=host:port,name=host:port (the first start bootstraps the cluster from it)")
+	clusterSecret := fs.String("cluster-secret-file", "", "file holding the cluster's shared secret (RabbitMQ's Erlang cookie); every node needs the same")
+	clusterJoin := fs.Bool("cluster-join", false, "start to join a running cluster instead of bootstrapping one: a member adds this node (railmqctl cluster join)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
 		fs.PrintDefaults()
@@ -107,6 +114,25 @@ func run(args []string) int {
 		log.Error("--tls-listen and --management-tls-listen need --tls-cert and --tls-key")
 		return 2
 	}
+	var clusterCfg *cluster.NodeConfig
+	if *clusterListen != "" {
+		if *nodeName == "" || *clusterPeers == "" || *clusterSecret == "" {
+			log.Error("--cluster-listen needs --node-name, --cluster-peers and --cluster-secret-file")
+			return 2
+		}
+		peers, err := cluster.ParsePeers(*clusterPeers)
+		if err != nil {
+			log.Error("bad --cluster-peers", zap.Error(err))
+			return 2
+		}
+		secret, err := os.ReadFile(*clusterSecret)
+		if err != nil || len(bytes.TrimSpace(secret)) == 0 {
+			log.Error("cannot read the cluster secret", zap.String("file", *clusterSecret), zap.Error(err))
+			return 2
+		}
+		clusterCfg = &cluster.NodeConfig{Name: *nodeName, Listen: *clusterListen, Peers: peers, Secret: bytes.TrimSpace(secret),
+			Join: *clusterJoin, Logger: log}
+	}
 	// The management listener comes up first: while the store recovers,
 	// the console shows how far it has got.
 	errc := make(chan error, 16)
@@ -124,6 +150,7 @@ func run(args []string) int {
 	}
 	srv, err := broker.New(broker.Options{
 		RecoveryProgress:    startup.Progress,
+		Cluster:             clusterCfg,
 		DataDir:             *dataDir,
 		Users:               users,
 		DefaultUser:         *defUser,

@@ -356,7 +356,37 @@ func newRoot(c *client) *cobra.Command {
 			}
 			return c.show(raw, []string{"name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm", "uptime"})
 		}}
-	root.AddCommand(list, declare, del, purge, get, peek, publish, redrive, closeConn, addUser, setTags, setPerms, setPolicy, clearPolicy, export, imp, status)
+	clusterCmd := &cobra.Command{Use: "cluster status|join|leave", Short: "the cluster: its members and leader; add or remove a node (on the leader's API)"}
+	clusterCmd.AddCommand(
+		&cobra.Command{Use: "status", Short: "this node's view of the cluster: state, leader, members", Args: cobra.NoArgs,
+			RunE: func(_ *cobra.Command, _ []string) error {
+				raw, err := c.do("GET", "/api/cluster", nil)
+				if err != nil {
+					return err
+				}
+				var st struct {
+					Name, State, Leader string
+					Term                uint64
+					Members             []map[string]any
+				}
+				if err := json.Unmarshal(raw, &st); err != nil {
+					return err
+				}
+				fmt.Printf("node %s: %s, term %d, leader %s\n", st.Name, st.State, st.Term, st.Leader)
+				b, _ := json.Marshal(st.Members)
+				return c.show(b, []string{"name", "address", "voter", "leader"})
+			}},
+		&cobra.Command{Use: "join NAME ADDRESS", Short: "add a node started with --cluster-join (its name and --cluster-listen address)", Args: cobra.ExactArgs(2),
+			RunE: func(_ *cobra.Command, a []string) error {
+				_, err := c.do("PUT", "/api/cluster/members/"+url.PathEscape(a[0]), map[string]any{"address": a[1]})
+				return err
+			}},
+		&cobra.Command{Use: "leave NAME", Short: "remove a node from the cluster", Args: cobra.ExactArgs(1),
+			RunE: func(_ *cobra.Command, a []string) error {
+				_, err := c.do("DELETE", "/api/cluster/members/"+url.PathEscape(a[0]), nil)
+				return err
+			}})
+	root.AddCommand(list, declare, del, purge, get, peek, publish, redrive, closeConn, addUser, setTags, setPerms, setPolicy, clearPolicy, export, imp, status, clusterCmd)
 	return root
 }
 

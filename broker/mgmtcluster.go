@@ -1,0 +1,74 @@
+package broker
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/railmq/railmq/cluster"
+)
+
+// The cluster, on the management API (railmq's own routes; RabbitMQ's
+// CLI does this with rabbitmqctl cluster_status, join_cluster and
+// forget_cluster_node):
+//
+//	GET    /api/cluster                 this node's view: name, state, leader, term, members
+//	PUT    /api/cluster/members/{name}  {"address": "host:port"}: add a node started with --cluster-join (on the leader)
+//	DELETE /api/cluster/members/{name}  remove a node (on the leader)
+//
+// A write on a node that is not the leader is a 409 that names the
+// leader, for the caller to retry there.
+
+func (s *Server) apiCluster(w http.ResponseWriter, _ *http.Request) {
+	if s.node == nil {
+		writeJSON(w, map[string]any{"name": s.nodeName(), "clustered": false, "state": "Leader", "leader": s.nodeName(),
+			"members": []map[string]any{{"name": s.nodeName(), "voter": true}}})
+		return
+	}
+	writeJSON(w, clusterJSON(s.node.Status()))
+}
+
+func clusterJSON(st cluster.Status) map[string]any {
+	members := []map[string]any{}
+	for _, m := range st.Members {
+		members = append(members, map[string]any{"name": m.Name, "address": m.Addr, "voter": m.Voter, "leader": m.Name == st.Leader})
+	}
+	return map[string]any{"name": st.Name, "clustered": true, "state": st.State, "leader": st.Leader, "term": st.Term,
+		"applied_index": st.Applied, "members": members}
+}
+
+func (s *Server) apiPutClusterMember(w http.ResponseWriter, r *http.Request) {
+	if !s.clustered(w) {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok || keysMissing(w, body, "address") {
+		return
+	}
+	addr, _ := str(body, "address")
+	s.clusterAnswer(w, s.node.AddMember(r.PathValue("name"), addr), http.StatusCreated)
+}
+
+func (s *Server) apiDeleteClusterMember(w http.ResponseWriter, r *http.Request) {
+	if s.clustered(w) {
+		s.clusterAnswer(w, s.node.RemoveMember(r.PathValue("name")), http.StatusNoContent)
+	}
+}
+
+func (s *Server) clustered(w http.ResponseWriter) bool {
+	if s.node == nil {
+		badRequest(w, "this node is not clustered (start it with --cluster-listen and --cluster-peers)")
+		return false
+	}
+	return true
+}
+
+func (s *Server) clusterAnswer(w http.ResponseWriter, err error, ok int) {
+	switch {
+	case err == nil:
+		w.WriteHeader(ok)
+	case errors.Is(err, cluster.ErrNotLeader):
+		apiError(w, http.StatusConflict, "not_leader", "this node is not the cluster's leader; the leader is "+s.node.Status().Leader)
+	default:
+		internalError(w, err)
+	}
+}

@@ -1,0 +1,138 @@
+package conformance
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// clusterNode is one broker of a test cluster, with its management API.
+type clusterNode struct {
+	name, addr string
+	b          *testutil.Broker
+	stop       func()
+	api        string
+}
+
+func startClusterNode(t *testing.T, name string, peers map[string]string, join bool) *clusterNode {
+	t.Helper()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: t.TempDir(), Cluster: &cluster.NodeConfig{
+		Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"), Join: join,
+		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
+	hs := httptest.NewServer(b.Server.ManagementHandler())
+	t.Cleanup(hs.Close)
+	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL}
+}
+
+// TestClusterMembership: three brokers started with the same peers form
+// a cluster (railmqctl cluster status on each: three members, one
+// leader); a fourth started with --cluster-join is added with railmqctl
+// cluster join on the leader (a follower refuses, naming the leader), and
+// removed with cluster leave; the leader stopped, the others elect one.
+func TestClusterMembership(t *testing.T) {
+	testutil.InProcess(t)
+	ctl := testutil.Command(t, "railmqctl")
+	run := func(api string, args ...string) (string, error) {
+		out, err := exec.Command(ctl, append([]string{"--url", api}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	leaderOf := func(ns []*clusterNode) (lead *clusterNode) {
+		t.Helper()
+		testutil.Eventually(t, 15*time.Second, func() bool {
+			seen := map[string]int{}
+			for _, n := range ns {
+				out, err := run(n.api, "cluster", "status")
+				if err != nil {
+					return false
+				}
+				for _, n2 := range ns {
+					if strings.Contains(out, "leader "+n2.name+"\n") {
+						seen[n2.name]++
+						if seen[n2.name] == len(ns) {
+							lead = n2
+						}
+					}
+				}
+			}
+			return lead != nil
+		}, "the nodes do not agree on a leader")
+		return lead
+	}
+	lead := leaderOf(nodes)
+	out, _ := run(lead.api, "cluster", "status")
+	for _, n := range nodes {
+		if !strings.Contains(out, n.name) || !strings.Contains(out, n.addr) {
+			t.Errorf("cluster status lacks %s at %s:\n%s", n.name, n.addr, out)
+		}
+	}
+	t.Logf("cluster status on the leader:\n%s", out)
+
+	// A fourth node joins, and leaves.
+	peers4 := map[string]string{"rabbit4@localhost": testutil.FreePort(t)}
+	fourth := startClusterNode(t, "rabbit4@localhost", peers4, true)
+	var follower *clusterNode
+	for _, n := range nodes {
+		if n != lead {
+			follower = n
+		}
+	}
+	if out, err := run(follower.api, "cluster", "join", fourth.name, fourth.addr); err == nil || !strings.Contains(out, "the leader is "+lead.name) {
+		t.Errorf("join on a follower: %v\n%s\nwant a refusal naming the leader", err, out)
+	}
+	if out, err := run(lead.api, "cluster", "join", fourth.name, fourth.addr); err != nil {
+		t.Fatalf("join: %v\n%s", err, out)
+	}
+	all := append(append([]*clusterNode{}, nodes...), fourth)
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		for _, n := range all {
+			out, err := run(n.api, "cluster", "status")
+			if err != nil {
+				return false
+			}
+			for _, m := range all {
+				if !strings.Contains(out, m.name+"  "+m.addr) {
+					return false
+				}
+			}
+		}
+		return true
+	}, "not every node sees the fourth")
+	if out, _ := run(fourth.api, "cluster", "status"); !strings.Contains(out, "leader "+lead.name) {
+		t.Errorf("the joined node does not follow the leader:\n%s", out)
+	}
+	if out, err := run(lead.api, "cluster", "leave", fourth.name); err != nil {
+		t.Fatalf("leave: %v\n%s", err, out)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		out, err := run(lead.api, "cluster", "status")
+		return err == nil && !strings.Contains(out, "rabbit4")
+	}, "the fourth is still a member")
+	fourth.stop()
+
+	// The leader goes: the other two elect one of themselves.
+	lead.stop()
+	var rest []*clusterNode
+	for _, n := range nodes {
+		if n != lead {
+			rest = append(rest, n)
+		}
+	}
+	if l2 := leaderOf(rest); l2 == lead {
+		t.Fatal("the stopped node still leads")
+	}
+}
