@@ -36,6 +36,8 @@ type NodeConfig struct {
 	Join bool
 	// Timing, for tests; zero: hashicorp/raft's defaults.
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// WriteTimeout bounds a write (zero: 10 s).
+	WriteTimeout time.Duration
 	// Logger gets raft's warnings and errors (nil: none).
 	Logger *zap.Logger
 }
@@ -48,11 +50,18 @@ type Node struct {
 	logs  *LogStore
 	meta  *MetaFSM
 	r     *raft.Raft
+	rpc   raft.StreamLayer // followers' metadata writes, forwarded to the leader
+	rpcWG sync.WaitGroup   // the rpc server and its connections
 }
 
-// ErrNotLeader is a write to the metadata store on a node that is not
-// its leader.
+// ErrNotLeader is a change that only the leader makes (membership) asked
+// of another node.
 var ErrNotLeader = errors.New("cluster: not the leader")
+
+// ErrNoLeader is a write while this node knows no leader: it is on the
+// minority side of a partition, or an election is under way. Nothing was
+// written.
+var ErrNoLeader = errors.New("cluster: no leader (no quorum reachable)")
 
 // ParsePeers reads --cluster-peers: name=host:port,name=host:port.
 func ParsePeers(s string) (map[string]string, error) {
@@ -143,6 +152,11 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.r, err = raft.NewRaft(rc, n.meta, n.logs, n.logs, snaps, n.trans); err != nil {
 		return fail(err)
 	}
+	if n.rpc, err = n.mux.Layer("meta-rpc"); err != nil {
+		return fail(err)
+	}
+	n.rpcWG.Add(1)
+	go n.serveRPC()
 	return n, nil
 }
 
@@ -173,6 +187,9 @@ func (n *Node) Close() error { return n.close() }
 
 func (n *Node) close() error {
 	var errs []error
+	if n.rpc != nil {
+		_ = n.rpc.Close()
+	}
 	if n.r != nil {
 		errs = append(errs, n.r.Shutdown().Error())
 	}
@@ -182,6 +199,7 @@ func (n *Node) close() error {
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())
 	}
+	n.rpcWG.Wait() // the mux closed the rpc connections
 	if n.logs != nil {
 		errs = append(errs, n.logs.Close())
 	}
@@ -216,33 +234,144 @@ func (n *Node) Status() Status {
 }
 
 // Put stores a definition on every node; it returns once a quorum has it
-// on disk. On a node that is not the leader it is ErrNotLeader.
+// on disk and this node has applied it (a read here sees it). A follower
+// forwards the write to the leader; with no leader known it fails with
+// ErrNoLeader and writes nothing.
 func (n *Node) Put(key string, val []byte) error {
-	return n.applyMeta(metaCmd{Op: metaPut, Key: key, Val: val})
+	return n.write(metaCmd{Op: metaPut, Key: key, Val: val})
 }
 
-// Delete removes a definition.
-func (n *Node) Delete(key string) error { return n.applyMeta(metaCmd{Op: metaDelete, Key: key}) }
+// Delete removes a definition, as Put writes one.
+func (n *Node) Delete(key string) error { return n.write(metaCmd{Op: metaDelete, Key: key}) }
 
-func (n *Node) applyMeta(c metaCmd) error {
-	if n.r.State() != raft.Leader {
-		return ErrNotLeader
+// writeTimeout is how long a write may take by default, forwarded or not
+// (an election in between included).
+const writeTimeout = 10 * time.Second
+
+func (n *Node) timeout() time.Duration {
+	if n.cfg.WriteTimeout > 0 {
+		return n.cfg.WriteTimeout
 	}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&c); err != nil {
-		return err
-	}
-	f := n.r.Apply(buf.Bytes(), 10*time.Second)
-	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return ErrNotLeader
+	return writeTimeout
+}
+
+func (n *Node) write(c metaCmd) error {
+	deadline := time.Now().Add(n.timeout())
+	for {
+		index, err := n.writeOnce(c)
+		if err == nil {
+			return n.waitApplied(index, deadline)
 		}
-		return err
+		// The leader changed under the write: try the new one.
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if err, ok := f.Response().(error); ok {
-		return err
+}
+
+func (n *Node) writeOnce(c metaCmd) (uint64, error) {
+	if n.r.State() == raft.Leader {
+		return n.applyMeta(c)
+	}
+	addr, _ := n.r.LeaderWithID()
+	if addr == "" {
+		return 0, ErrNoLeader
+	}
+	return n.forward(string(addr), c)
+}
+
+// waitApplied waits until this node has applied index.
+func (n *Node) waitApplied(index uint64, deadline time.Time) error {
+	for n.r.AppliedIndex() < index {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: entry %d committed but not yet applied here", index)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 	return nil
+}
+
+func (n *Node) applyMeta(c metaCmd) (uint64, error) {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(&c); err != nil {
+		return 0, err
+	}
+	f := n.r.Apply(buf.Bytes(), n.timeout())
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, ErrNotLeader
+		}
+		return 0, err
+	}
+	if err, ok := f.Response().(error); ok {
+		return 0, err
+	}
+	return f.Index(), nil
+}
+
+// rpcReply answers a forwarded write: the index it was committed at, or
+// why not.
+type rpcReply struct {
+	Index     uint64
+	Err       string
+	NotLeader bool
+}
+
+// forward sends a write to the leader at addr.
+func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
+	conn, err := n.rpc.Dial(raft.ServerAddress(addr), 5*time.Second)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: forwarding to the leader at %s: %w", addr, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(n.timeout()))
+	if err := gob.NewEncoder(conn).Encode(&c); err != nil {
+		return 0, err
+	}
+	var r rpcReply
+	if err := gob.NewDecoder(conn).Decode(&r); err != nil {
+		return 0, fmt.Errorf("cluster: the leader at %s: %w", addr, err)
+	}
+	switch {
+	case r.NotLeader:
+		return 0, ErrNotLeader
+	case r.Err != "":
+		return 0, errors.New(r.Err)
+	}
+	return r.Index, nil
+}
+
+// serveRPC applies the writes followers forward, one connection each.
+func (n *Node) serveRPC() {
+	defer n.rpcWG.Done()
+	for {
+		conn, err := n.rpc.Accept()
+		if err != nil {
+			return
+		}
+		n.rpcWG.Add(1)
+		go func() {
+			defer n.rpcWG.Done()
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(n.timeout()))
+			var c metaCmd
+			if err := gob.NewDecoder(conn).Decode(&c); err != nil {
+				return
+			}
+			var r rpcReply
+			if n.r.State() != raft.Leader {
+				r.NotLeader = true
+			} else if idx, err := n.applyMeta(c); errors.Is(err, ErrNotLeader) {
+				r.NotLeader = true
+			} else if err != nil {
+				r.Err = err.Error()
+			} else {
+				r.Index = idx
+			}
+			_ = gob.NewEncoder(conn).Encode(&r)
+		}()
+	}
 }
 
 // AddMember adds a node (started with Join) to the cluster as a voter;

@@ -81,7 +81,7 @@ func startNodes(t *testing.T, n int) ([]*Node, []NodeConfig) {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("rabbit%d", i)
 		cfg := NodeConfig{Name: name, Listen: peers[name], Peers: peers, Secret: []byte("cookie"), DataDir: t.TempDir(),
-			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}
+			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, WriteTimeout: 3 * time.Second}
 		nd, err := StartNode(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -130,9 +130,14 @@ func TestNodesReplicateMetadata(t *testing.T) {
 	if err := l.Put("queue//orders", []byte(`{"durable":true}`)); err != nil {
 		t.Fatal(err)
 	}
+	// A follower forwards a write to the leader, and has applied it when
+	// Put returns.
 	follower := nodes[(li+1)%3]
-	if err := follower.Put("x", nil); !errors.Is(err, ErrNotLeader) {
-		t.Errorf("put on a follower: %v, want ErrNotLeader", err)
+	if err := follower.Put("user/ops", []byte("x")); err != nil {
+		t.Fatalf("put on a follower: %v", err)
+	}
+	if v, ok := follower.Get("user/ops"); !ok || string(v) != "x" {
+		t.Errorf("the follower does not read its own write: %q %v", v, ok)
 	}
 	for _, nd := range nodes {
 		poll.Eventually(t, 5*time.Second, func() bool { v, ok := nd.Get("queue//orders"); return ok && strings.Contains(string(v), "durable") }, "%s lacks the definition", nd.cfg.Name)
@@ -162,4 +167,23 @@ func TestNodesReplicateMetadata(t *testing.T) {
 		_, here := back.Get("queue//invoices")
 		return here && !gone
 	}, "the restarted node did not catch up")
+
+	// Alone, a node writes nothing: the minority refuses.
+	var alone *Node
+	for i, nd := range nodes {
+		if i == li {
+			alone = nd
+			continue
+		}
+		_ = nd.Close()
+		nodes[i] = nil
+	}
+	start := time.Now()
+	if err := alone.Put("queue//lost", []byte("{}")); err == nil {
+		t.Fatal("a node without a quorum accepted a write")
+	}
+	if _, ok := alone.Get("queue//lost"); ok {
+		t.Error("the refused write is visible")
+	}
+	t.Logf("the lone node refused the write after %v", time.Since(start).Round(time.Millisecond))
 }
