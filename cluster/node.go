@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -281,9 +282,11 @@ func (n *Node) writeOnce(c metaCmd) (uint64, error) {
 	return n.forward(string(addr), c)
 }
 
-// waitApplied waits until this node has applied index.
+// waitApplied waits until this node's state machine has applied index
+// (raft's AppliedIndex counts entries handed to it, which may not have
+// been applied yet).
 func (n *Node) waitApplied(index uint64, deadline time.Time) error {
-	for n.r.AppliedIndex() < index {
+	for n.meta.applied.Load() < index {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cluster: entry %d committed but not yet applied here", index)
 		}
@@ -409,8 +412,9 @@ type metaCmd struct {
 
 // MetaFSM is the metadata store's state machine: keys and values.
 type MetaFSM struct {
-	mu sync.RWMutex // guards m: raft applies, anyone reads
-	m  map[string][]byte
+	mu      sync.RWMutex // guards m: raft applies, anyone reads
+	m       map[string][]byte
+	applied atomic.Uint64 // the last index applied (or restored)
 }
 
 // NewMetaFSM returns an empty store.
@@ -418,6 +422,7 @@ func NewMetaFSM() *MetaFSM { return &MetaFSM{m: map[string][]byte{}} }
 
 // Apply applies a committed command.
 func (f *MetaFSM) Apply(l *raft.Log) any {
+	defer f.applied.Store(l.Index)
 	var c metaCmd
 	if err := gob.NewDecoder(bytes.NewReader(l.Data)).Decode(&c); err != nil {
 		return fmt.Errorf("cluster: a metadata command does not decode: %w", err)
@@ -454,6 +459,11 @@ func (f *MetaFSM) Snapshot() (raft.FSMSnapshot, error) {
 	sort.Strings(keys)
 	var buf bytes.Buffer
 	enc := gob.NewEncoder(&buf)
+	// The index the snapshot is at (raft takes it between two applies),
+	// then the keys.
+	if err := enc.Encode(f.applied.Load()); err != nil {
+		return nil, err
+	}
 	if err := enc.Encode(len(keys)); err != nil {
 		return nil, err
 	}
@@ -469,7 +479,11 @@ func (f *MetaFSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *MetaFSM) Restore(r io.ReadCloser) error {
 	defer r.Close()
 	dec := gob.NewDecoder(r)
+	var at uint64
 	var n int
+	if err := dec.Decode(&at); err != nil {
+		return err
+	}
 	if err := dec.Decode(&n); err != nil {
 		return err
 	}
@@ -484,5 +498,6 @@ func (f *MetaFSM) Restore(r io.ReadCloser) error {
 	f.mu.Lock()
 	f.m = m
 	f.mu.Unlock()
+	f.applied.Store(at)
 	return nil
 }
