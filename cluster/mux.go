@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 type Mux struct {
 	ln     net.Listener
 	secret []byte
+	tls    *tls.Config // nil: plain TCP between nodes
 
 	mu     sync.Mutex // guards groups, conns and closed
 	groups map[string]*layer
@@ -46,9 +48,12 @@ const (
 	maxGroupName  = 255
 )
 
-// NewMux serves ln for the groups registered with Layer.
-func NewMux(ln net.Listener, secret []byte) *Mux {
-	m := &Mux{ln: ln, secret: secret, groups: map[string]*layer{}, conns: map[*muxConn]struct{}{}, done: make(chan struct{})}
+// NewMux serves ln for the groups registered with Layer. With tlsCfg,
+// connections between nodes are TLS both ways (tlsCfg serves and
+// presents the node's certificate and verifies the peer's), and the
+// secret's challenge runs inside it.
+func NewMux(ln net.Listener, secret []byte, tlsCfg *tls.Config) *Mux {
+	m := &Mux{ln: ln, secret: secret, tls: tlsCfg, groups: map[string]*layer{}, conns: map[*muxConn]struct{}{}, done: make(chan struct{})}
 	m.wg.Add(1)
 	go m.accept()
 	return m
@@ -106,6 +111,15 @@ func (m *Mux) accept() {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
+			if m.tls != nil {
+				tc := tls.Server(c, m.tls)
+				_ = tc.SetDeadline(time.Now().Add(handshakeWait))
+				if err := tc.Handshake(); err != nil {
+					c.Close()
+					return
+				}
+				c = tc
+			}
 			group, err := m.handshakeIn(c)
 			if err != nil {
 				c.Close()
@@ -175,6 +189,18 @@ func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) 
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(handshakeWait))
+	if m.tls != nil {
+		cfg := m.tls.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("cluster: TLS with %s: %w", addr, err)
+		}
+		c = tc
+	}
 	challenge := make([]byte, challengeLen)
 	if _, err := io.ReadFull(c, challenge); err != nil {
 		c.Close()

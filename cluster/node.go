@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -32,6 +33,11 @@ type NodeConfig struct {
 	Peers   map[string]string // every node's name and inter-node address, this one's too (--cluster-peers)
 	Secret  []byte            // the cluster's shared secret (--cluster-secret-file)
 	DataDir string            // the node's raft state lives under DataDir/cluster
+	// TLS, when set, encrypts and authenticates the links between nodes
+	// (--cluster-tls): its certificate is presented both as server and
+	// as client, and peers' are verified against its RootCAs and
+	// ClientCAs (ClientAuth should require them).
+	TLS *tls.Config
 	// Join: a node started to join a running cluster (--cluster-join)
 	// does not bootstrap; it waits for a member to add it (AddMember).
 	Join bool
@@ -100,7 +106,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret), meta: NewMetaFSM()}
+	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM()}
 	fail := func(err error) (*Node, error) {
 		n.close()
 		return nil, err

@@ -33,7 +33,7 @@ func TestMuxRefusesAWrongSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewMux(ln, []byte("right"))
+	m := NewMux(ln, []byte("right"), nil)
 	defer m.Close()
 	l, err := m.Layer("meta")
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,6 +71,7 @@ func run(args []string) int {
 	clusterListen := fs.String("cluster-listen", "", "address for the other cluster nodes (RabbitMQ's inter-node port is 25672), e.g. 127.0.0.1:25672; empty: not clustered")
 	clusterPeers := fs.String("cluster-peers", "", "every node of the cluster, this one too, as name=host:port,name=host:port (the first start bootstraps the cluster from it)")
 	clusterSecret := fs.String("cluster-secret-file", "", "file holding the cluster's shared secret (RabbitMQ's Erlang cookie); every node needs the same")
+	clusterTLS := fs.Bool("cluster-tls", false, "TLS between cluster nodes, both ways, with --tls-cert and --tls-key (valid for server and client auth) verified against --tls-ca")
 	clusterJoin := fs.Bool("cluster-join", false, "start to join a running cluster instead of bootstrapping one: a member adds this node (railmqctl cluster join)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
@@ -132,6 +135,14 @@ func run(args []string) int {
 		}
 		clusterCfg = &cluster.NodeConfig{Name: *nodeName, Listen: *clusterListen, Peers: peers, Secret: bytes.TrimSpace(secret),
 			Join: *clusterJoin, Logger: log}
+		if *clusterTLS {
+			cfg, err := clusterTLSConfig(*tlsCert, *tlsKey, *tlsCA)
+			if err != nil {
+				log.Error("bad --cluster-tls", zap.Error(err))
+				return 2
+			}
+			clusterCfg.TLS = cfg
+		}
 	}
 	// The management listener comes up first: while the store recovers,
 	// the console shows how far it has got.
@@ -402,4 +413,26 @@ func orOff(r float64) float64 {
 		return 1
 	}
 	return r
+}
+
+// clusterTLSConfig is the TLS between nodes: the node's certificate, as
+// server and as client, and peers verified against the CA both ways.
+func clusterTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" || caFile == "" {
+		return nil, errors.New("--cluster-tls needs --tls-cert, --tls-key and --tls-ca")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", caFile)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert}, nil
 }

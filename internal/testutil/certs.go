@@ -76,7 +76,15 @@ func (ca *CA) Pool() *x509.CertPool {
 // subject CN cn (tests tell two apart by it).
 func (ca *CA) Server(t testing.TB, cn string) KeyPair {
 	t.Helper()
-	return ca.issue(t, pkix.Name{CommonName: cn}, x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
+	return ca.issue(t, pkix.Name{CommonName: cn}, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, x509.ExtKeyUsageServerAuth)
+}
+
+// Node issues a cluster node's certificate: for localhost and 127.0.0.1,
+// good as a server's and as a client's (nodes dial each other).
+func (ca *CA) Node(t testing.TB, cn string) KeyPair {
+	t.Helper()
+	return ca.issue(t, pkix.Name{CommonName: cn}, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
 
 // Client issues a client certificate whose subject has one CN per name,
@@ -87,10 +95,10 @@ func (ca *CA) Client(t testing.TB, cns ...string) KeyPair {
 	for _, cn := range cns {
 		name.ExtraNames = append(name.ExtraNames, pkix.AttributeTypeAndValue{Type: oidCommonName, Value: cn})
 	}
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil, nil)
+	return ca.issue(t, name, nil, nil, x509.ExtKeyUsageClientAuth)
 }
 
-func (ca *CA) issue(t testing.TB, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) KeyPair {
+func (ca *CA) issue(t testing.TB, subject pkix.Name, dns []string, ips []net.IP, usages ...x509.ExtKeyUsage) KeyPair {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -99,7 +107,7 @@ func (ca *CA) issue(t testing.TB, subject pkix.Name, usage x509.ExtKeyUsage, dns
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usages,
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}
