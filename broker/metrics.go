@@ -275,6 +275,21 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			flow++
 		}
 	}
+	if s.node != nil {
+		st := s.node.Status()
+		voters := 0
+		for _, m := range st.Members {
+			if m.Voter {
+				voters++
+			}
+		}
+		e.gauge("railmq_cluster_members", "Voting members of the cluster's metadata group, as this node knows them", float64(voters))
+		e.gauge("railmq_cluster_leader", "1 while this node leads the metadata group", b2f(st.State == "Leader"))
+		e.gauge("railmq_cluster_term", "The metadata group's Raft term", float64(st.Term))
+		e.gauge("railmq_cluster_commit_index", "The metadata group's commit index, as this node knows it", float64(st.Commit))
+		e.gauge("railmq_cluster_applied_index", "The metadata group's last entry applied on this node", float64(st.Applied))
+		e.gauge("railmq_cluster_last_contact_seconds", "Since this follower last heard from the leader (0 on the leader, -1 never)", st.LastContact.Seconds())
+	}
 	e.gauge("railmq_connections_blocked", "Connections held back by a resource alarm (state blocked)", float64(blocked))
 	e.gauge("railmq_connections_flow", "Connections held back by flow control within the last second (state flow)", float64(flow))
 }

@@ -33,7 +33,8 @@ func clusterJSON(st cluster.Status) map[string]any {
 		members = append(members, map[string]any{"name": m.Name, "address": m.Addr, "voter": m.Voter, "leader": m.Name == st.Leader})
 	}
 	return map[string]any{"name": st.Name, "clustered": true, "state": st.State, "leader": st.Leader, "term": st.Term,
-		"applied_index": st.Applied, "members": members}
+		"commit_index": st.Commit, "applied_index": st.Applied, "last_log_index": st.LastLog,
+		"last_contact_seconds": st.LastContact.Seconds(), "members": members}
 }
 
 func (s *Server) apiPutClusterMember(w http.ResponseWriter, r *http.Request) {

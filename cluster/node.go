@@ -223,12 +223,14 @@ type Member struct {
 type Status struct {
 	Name, State, Leader string
 	Term, Applied       uint64
+	Commit, LastLog     uint64        // the commit index this node knows, its last log index
+	LastContact         time.Duration // since a follower last heard from the leader (0 on the leader; -1: never)
 	Members             []Member
 }
 
 // Status reports the node's view of the cluster.
 func (n *Node) Status() Status {
-	st := Status{Name: n.cfg.Name, State: n.r.State().String(), Applied: n.r.AppliedIndex()}
+	st := Status{Name: n.cfg.Name, State: n.r.State().String()}
 	_, id := n.r.LeaderWithID()
 	st.Leader = string(id)
 	if f := n.r.GetConfiguration(); f.Error() == nil {
@@ -236,7 +238,18 @@ func (n *Node) Status() Status {
 			st.Members = append(st.Members, Member{Name: string(s.ID), Addr: string(s.Address), Voter: s.Suffrage == raft.Voter})
 		}
 	}
-	fmt.Sscan(n.r.Stats()["term"], &st.Term)
+	stats := n.r.Stats()
+	fmt.Sscan(stats["term"], &st.Term)
+	fmt.Sscan(stats["commit_index"], &st.Commit)
+	fmt.Sscan(stats["last_log_index"], &st.LastLog)
+	st.Applied = n.meta.applied.Load()
+	switch lc := stats["last_contact"]; lc {
+	case "0":
+	case "never":
+		st.LastContact = -1
+	default:
+		st.LastContact, _ = time.ParseDuration(lc)
+	}
 	return st
 }
 

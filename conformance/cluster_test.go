@@ -81,6 +81,18 @@ func TestClusterMembership(t *testing.T) {
 		}
 	}
 	t.Logf("cluster status on the leader:\n%s", out)
+	for _, n := range nodes {
+		ps := httptest.NewServer(n.b.Server.PrometheusHandler())
+		m := getMetrics(t, ps.URL+"/metrics")
+		ps.Close()
+		want := 0.0
+		if n == lead {
+			want = 1
+		}
+		if m.series["railmq_cluster_members"] != 3 || m.series["railmq_cluster_leader"] != want || m.series["railmq_cluster_term"] < 1 {
+			t.Errorf("%s's metrics: members %v leader %v term %v", n.name, m.series["railmq_cluster_members"], m.series["railmq_cluster_leader"], m.series["railmq_cluster_term"])
+		}
+	}
 
 	// A fourth node joins, and leaves.
 	peers4 := map[string]string{"rabbit4@localhost": testutil.FreePort(t)}
