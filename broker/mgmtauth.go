@@ -452,10 +452,9 @@ func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &persist.Batch{}
 	putUserDef(b, u)
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.PutUser(u) }) {
 		return
 	}
-	s.reg.PutUser(u)
 	answerPut(w, old == nil)
 }
 
@@ -477,12 +476,13 @@ func (s *Server) apiDeleteUser(w http.ResponseWriter, r *http.Request) {
 			b.DeleteDef(defTopicPerm, vhost.DefName(t.VHost, name, t.Exchange))
 		}
 	}
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() {
+		s.reg.DeleteUser(name)
+		s.closeConnsWhere(func(c *conn) bool { return c.user == name },
+			amqp.Errorf(amqp.ConnectionForced, "user '%s' is deleted", name), "user deleted")
+	}) {
 		return
 	}
-	s.reg.DeleteUser(name)
-	s.closeConnsWhere(func(c *conn) bool { return c.user == name },
-		amqp.Errorf(amqp.ConnectionForced, "user '%s' is deleted", name), "user deleted")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -556,10 +556,9 @@ func (s *Server) apiPutPermission(w http.ResponseWriter, r *http.Request) {
 	had := s.reg.Grant(vh, user).Permission() != nil
 	b := &persist.Batch{}
 	putPermDef(b, vh, user, p)
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.SetPermission(vh, user, p) }) {
 		return
 	}
-	s.reg.SetPermission(vh, user, p)
 	answerPut(w, !had)
 }
 
@@ -571,10 +570,9 @@ func (s *Server) apiDeletePermission(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &persist.Batch{}
 	b.DeleteDef(defPerm, vhost.DefName(vh, user))
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.ClearPermission(vh, user) }) {
 		return
 	}
-	s.reg.ClearPermission(vh, user)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -631,10 +629,9 @@ func (s *Server) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 	had := s.reg.Grant(vh, user).TopicChecked(ex)
 	b := &persist.Batch{}
 	putTopicDef(b, vh, user, tp)
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.SetTopicPermission(vh, user, tp) }) {
 		return
 	}
-	s.reg.SetTopicPermission(vh, user, tp)
 	answerPut(w, !had)
 }
 
@@ -652,10 +649,9 @@ func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request
 		notFound(w)
 		return
 	}
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.ClearTopicPermission(vh, user, "") }) {
 		return
 	}
-	s.reg.ClearTopicPermission(vh, user, "")
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -128,6 +128,7 @@ func New(opts Options) (*Server, error) {
 	if c := opts.Cluster; c != nil {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
+		cfg.OnApply = s.applyReplicated
 		node, err := cluster.StartNode(cfg)
 		if err != nil {
 			spill.Close()

@@ -45,6 +45,10 @@ type NodeConfig struct {
 	HeartbeatTimeout, ElectionTimeout time.Duration
 	// WriteTimeout bounds a write (zero: 10 s).
 	WriteTimeout time.Duration
+	// OnApply, when set, is told every committed metadata change, in log
+	// order, on raft's FSM goroutine; after the node restores a snapshot,
+	// every key (as puts) and the keys gone (as deletes).
+	OnApply func(ops []Op)
 	// Logger gets raft's warnings and errors (nil: none).
 	Logger *zap.Logger
 }
@@ -107,6 +111,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM()}
+	n.meta.onApply = cfg.OnApply
 	fail := func(err error) (*Node, error) {
 		n.close()
 		return nil, err
@@ -263,6 +268,9 @@ func (n *Node) Put(key string, val []byte) error {
 
 // Delete removes a definition, as Put writes one.
 func (n *Node) Delete(key string) error { return n.write(metaCmd{Op: metaDelete, Key: key}) }
+
+// Write applies ops together, on every node, as Put does one.
+func (n *Node) Write(ops []Op) error { return n.write(metaCmd{Op: metaBatch, Ops: ops}) }
 
 // writeTimeout is how long a write may take by default, forwarded or not
 // (an election in between included).
@@ -421,12 +429,23 @@ func (n *Node) Get(key string) ([]byte, bool) { return n.meta.Get(key) }
 const (
 	metaPut byte = iota + 1
 	metaDelete
+	metaBatch
 )
 
+// metaCmd is one metadata log entry: a single put or delete (Op, Key,
+// Val), or a batch of them applied together (Ops).
 type metaCmd struct {
 	Op  byte
 	Key string
 	Val []byte
+	Ops []Op
+}
+
+// Op is one change of a metadata write: Key set to Val, or deleted.
+type Op struct {
+	Key    string
+	Val    []byte
+	Delete bool
 }
 
 // MetaFSM is the metadata store's state machine: keys and values.
@@ -434,6 +453,10 @@ type MetaFSM struct {
 	mu      sync.RWMutex // guards m: raft applies, anyone reads
 	m       map[string][]byte
 	applied atomic.Uint64 // the last index applied (or restored)
+	// onApply, when set, is told each committed change, in log order, on
+	// raft's FSM goroutine (the broker applies them to its registry and
+	// store). After a Restore it is told every key, as puts.
+	onApply func(ops []Op)
 }
 
 // NewMetaFSM returns an empty store.
@@ -446,15 +469,27 @@ func (f *MetaFSM) Apply(l *raft.Log) any {
 	if err := gob.NewDecoder(bytes.NewReader(l.Data)).Decode(&c); err != nil {
 		return fmt.Errorf("cluster: a metadata command does not decode: %w", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	ops := c.Ops
 	switch c.Op {
 	case metaPut:
-		f.m[c.Key] = c.Val
+		ops = []Op{{Key: c.Key, Val: c.Val}}
 	case metaDelete:
-		delete(f.m, c.Key)
+		ops = []Op{{Key: c.Key, Delete: true}}
+	case metaBatch:
 	default:
 		return fmt.Errorf("cluster: unknown metadata operation %d", c.Op)
+	}
+	f.mu.Lock()
+	for _, o := range ops {
+		if o.Delete {
+			delete(f.m, o.Key)
+		} else {
+			f.m[o.Key] = o.Val
+		}
+	}
+	f.mu.Unlock()
+	if f.onApply != nil {
+		f.onApply(ops)
 	}
 	return nil
 }
@@ -515,8 +550,36 @@ func (f *MetaFSM) Restore(r io.ReadCloser) error {
 		m[c.Key] = c.Val
 	}
 	f.mu.Lock()
+	old := f.m
 	f.m = m
 	f.mu.Unlock()
 	f.applied.Store(at)
+	if f.onApply != nil {
+		var ops []Op
+		for k := range old {
+			if _, ok := m[k]; !ok {
+				ops = append(ops, Op{Key: k, Delete: true})
+			}
+		}
+		for k, v := range m {
+			ops = append(ops, Op{Key: k, Val: v})
+		}
+		sort.Slice(ops, func(i, j int) bool { return ops[i].Key < ops[j].Key })
+		f.onApply(ops)
+	}
 	return nil
+}
+
+// Keys lists the keys with prefix and their values, in key order.
+func (f *MetaFSM) Keys(prefix string) []Op {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Op
+	for k, v := range f.m {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, Op{Key: k, Val: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
 }

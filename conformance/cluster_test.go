@@ -5,8 +5,11 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/cluster"
@@ -147,4 +150,84 @@ func TestClusterMembership(t *testing.T) {
 	if l2 := leaderOf(rest); l2 == lead {
 		t.Fatal("the stopped node still leads")
 	}
+}
+
+// TestClusterReplicatesUsers: users and permissions are cluster-wide. A
+// user added on one node's API and given permissions on another's logs
+// in over AMQP on the third; deleted on the third, its connection there
+// is closed and it cannot log in anywhere.
+func TestClusterReplicatesUsers(t *testing.T) {
+	testutil.InProcess(t)
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	a := make([]*api, 3)
+	for i, n := range nodes {
+		a[i] = &api{t: t, url: n.api}
+	}
+	// Once there is a leader, writes on any node go through.
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		return a[0].call("PUT", "/api/users/app", "guest", "guest", map[string]any{"password": "app-pw", "tags": ""}, nil) == 201
+	}, "PUT user on node 1 did not succeed")
+	testutil.Eventually(t, 5*time.Second, func() bool { return a[1].call("GET", "/api/users/app", "guest", "guest", nil, nil) == 200 },
+		"node 2 does not see the user")
+	if c := a[1].call("PUT", "/api/permissions/%2F/app", "guest", "guest", map[string]any{"configure": "^app-", "write": ".*", "read": ".*"}, nil); c != 201 {
+		t.Fatalf("PUT permissions on node 2: %d", c)
+	}
+	// Node 3 applies the writes as they reach it (a node sees a write
+	// when it has applied it; the writer, before its API answers).
+	url3 := "amqp://app:app-pw@" + nodes[2].b.Addr + "/"
+	var conn *rmq.Connection
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		c, err := rmq.Dial(url3)
+		conn = c
+		return err == nil
+	}, "the replicated user cannot log in on node 3")
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	must(t, err)
+	if _, err := ch.QueueDeclare("app-jobs", false, true, false, false, nil); err != nil {
+		t.Fatalf("the replicated user cannot declare on node 3: %v", err)
+	}
+	if _, err := ch.QueueDeclare("other", false, true, false, false, nil); err == nil {
+		t.Fatal("the replicated permission allowed configure outside ^app-")
+	}
+	closed := conn.NotifyClose(make(chan *rmq.Error, 1))
+	if c := a[2].call("DELETE", "/api/users/app", "guest", "guest", nil, nil); c != 204 {
+		t.Fatalf("DELETE user on node 3: %d", c)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 320 {
+			t.Errorf("the deleted user's connection closed with %v, want 320", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the deleted user's connection stayed open")
+	}
+	// In parallel: a refused login is answered after RabbitMQ's delay.
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for deadline := time.Now().Add(15 * time.Second); ; {
+				c, err := rmq.Dial("amqp://app:app-pw@" + n.b.Addr + "/")
+				if err != nil {
+					return
+				}
+				c.Close()
+				if time.Now().After(deadline) {
+					t.Errorf("the deleted user still logs in on node %d", i+1)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
 }

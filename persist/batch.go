@@ -115,6 +115,19 @@ func (b *Batch) DeleteDef(kind byte, name []byte) {
 	b.ops = append(b.ops, op{kind: opDelete, key: defKey(kind, name)})
 }
 
+// Defs calls f for each definition the batch puts (del false) or deletes,
+// in order, and reports whether the batch holds anything else.
+func (b *Batch) Defs(f func(kind byte, name, val []byte, del bool)) (other bool) {
+	for _, o := range b.ops {
+		if len(o.key) < 2 || o.key[0] != prefixDef || (o.kind != opSet && o.kind != opDelete) {
+			other = true
+			continue
+		}
+		f(o.key[1], o.key[2:], o.val, o.kind == opDelete)
+	}
+	return other || b.load != nil
+}
+
 // Len is the number of changes in the batch.
 func (b *Batch) Len() int { return len(b.ops) }
 

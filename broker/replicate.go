@@ -1,0 +1,163 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/vhost"
+)
+
+// Definitions a cluster replicates through its metadata store (issue
+// [12], in progress): users, permissions and topic permissions, so far.
+// A write goes through Raft (commitDefs) and every node, the writer too,
+// applies it when it is committed (applyReplicated): to its store, so a
+// restart finds it, and to its registry, so its connections see it. The
+// other definitions (vhosts, limits, exchanges, queues, bindings,
+// policies) are still each node's own.
+
+func replicatedKind(kind byte) bool {
+	return kind == defUser || kind == defPerm || kind == defTopicPerm
+}
+
+// metaKey is a definition's key in the metadata store.
+func metaKey(kind byte, name []byte) string { return "def:" + string(kind) + string(name) }
+
+// commitDefs commits a batch of definitions: in a cluster, the
+// replicated ones through the metadata store (they are applied here, as
+// everywhere, before it returns), the rest locally; else all locally.
+// local runs after a local commit only: in a cluster the registry learns
+// of replicated changes from applyReplicated, in log order.
+func (s *Server) commitDefs(b *persist.Batch, local func()) error {
+	if s.node == nil {
+		if err := s.store.CommitSync(b); err != nil {
+			return err
+		}
+		if local != nil {
+			local()
+		}
+		return nil
+	}
+	var ops []cluster.Op
+	rest := &persist.Batch{}
+	if other := b.Defs(func(kind byte, name, val []byte, del bool) {
+		if !replicatedKind(kind) {
+			if del {
+				rest.DeleteDef(kind, name)
+			} else {
+				rest.PutDef(kind, name, val)
+			}
+			return
+		}
+		ops = append(ops, cluster.Op{Key: metaKey(kind, name), Val: val, Delete: del})
+	}); other {
+		return fmt.Errorf("broker: a definitions batch with other writes cannot be replicated")
+	}
+	if rest.Len() > 0 {
+		if err := s.store.CommitSync(rest); err != nil {
+			return err
+		}
+	}
+	if len(ops) == 0 {
+		if local != nil {
+			local()
+		}
+		return nil
+	}
+	return s.node.Write(ops)
+}
+
+// commitDefsOr500 is commitDefs for an API handler: false after a 500.
+func (s *Server) commitDefsOr500(w http.ResponseWriter, b *persist.Batch, local func()) bool {
+	if err := s.commitDefs(b, local); err != nil {
+		internalError(w, err)
+		return false
+	}
+	return true
+}
+
+// applyReplicated applies committed metadata changes on this node (raft's
+// FSM goroutine calls it, in log order).
+func (s *Server) applyReplicated(ops []cluster.Op) {
+	b := &persist.Batch{}
+	for _, o := range ops {
+		if len(o.Key) < 5 || o.Key[:4] != "def:" {
+			continue
+		}
+		kind, name := o.Key[4], []byte(o.Key[5:])
+		if o.Delete {
+			b.DeleteDef(kind, name)
+		} else {
+			b.PutDef(kind, name, o.Val)
+		}
+		if err := s.applyDef(kind, name, o.Val, o.Delete); err != nil {
+			s.log.Error("replicated definition not applied", zap.String("key", o.Key), zap.Error(err))
+		}
+	}
+	if b.Len() > 0 {
+		if err := s.store.CommitSync(b); err != nil {
+			s.log.Error("replicated definitions not stored", zap.Error(err))
+		}
+	}
+}
+
+// applyDef applies one replicated definition to the registry.
+func (s *Server) applyDef(kind byte, name, val []byte, del bool) error {
+	parts, err := vhost.SplitDefName(name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case kind == defUser && len(parts) == 1:
+		if del {
+			s.reg.DeleteUser(parts[0])
+			s.closeConnsWhere(func(c *conn) bool { return c.user == parts[0] },
+				amqp.Errorf(amqp.ConnectionForced, "user '%s' is deleted", parts[0]), "user deleted")
+			return nil
+		}
+		var r userRec
+		if err := json.Unmarshal(val, &r); err != nil {
+			return err
+		}
+		h, err := auth.DecodeHash(r.Algo, r.Hash)
+		if err != nil {
+			return err
+		}
+		s.reg.PutUser(&auth.User{Name: parts[0], Hash: h, Algo: r.Algo, Tags: r.Tags, Limits: r.Limits})
+	case kind == defPerm && len(parts) == 2:
+		if del {
+			s.reg.ClearPermission(parts[0], parts[1])
+			return nil
+		}
+		var r permRec
+		if err := json.Unmarshal(val, &r); err != nil {
+			return err
+		}
+		p, err := auth.NewPermission(r.Configure, r.Write, r.Read)
+		if err != nil {
+			return err
+		}
+		s.reg.SetPermission(parts[0], parts[1], p)
+	case kind == defTopicPerm && len(parts) == 3:
+		if del {
+			s.reg.ClearTopicPermission(parts[0], parts[1], parts[2])
+			return nil
+		}
+		var r topicRec
+		if err := json.Unmarshal(val, &r); err != nil {
+			return err
+		}
+		tp, err := auth.NewTopicPermission(parts[2], r.Write, r.Read, parts[1], parts[0])
+		if err != nil {
+			return err
+		}
+		s.reg.SetTopicPermission(parts[0], parts[1], tp)
+	}
+	return nil
+}
