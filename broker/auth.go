@@ -12,6 +12,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
@@ -313,8 +314,18 @@ func (s *Server) allVHosts() []*vhostState {
 type vhostMap = atomic.Pointer[map[string]*vhostState]
 
 // putVHost adds a vhost, or updates its description, tags and limits.
-// It reports whether it was new.
+// It reports whether it was new. In a cluster every node does it, as the
+// change is committed (replicate.go).
 func (s *Server) putVHost(name string, rec vhostRec) (bool, error) {
+	if s.node != nil {
+		_, existed := (*s.vhosts.Load())[name]
+		v, _ := json.Marshal(rec)
+		return !existed, s.node.Write([]cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Val: v}})
+	}
+	return s.putVHostLocal(name, rec)
+}
+
+func (s *Server) putVHostLocal(name string, rec vhostRec) (bool, error) {
 	s.vhMu.Lock()
 	defer s.vhMu.Unlock()
 	old := *s.vhosts.Load()
@@ -341,8 +352,18 @@ func (s *Server) putVHost(name string, rec vhostRec) (bool, error) {
 
 // deleteVHost closes the vhost's connections (320, as RabbitMQ), then
 // deletes everything in it and its permissions. It reports whether there
-// was one.
+// was one. In a cluster every node does it, as the change is committed.
 func (s *Server) deleteVHost(name string) (bool, error) {
+	if s.node != nil {
+		if s.vhostByName(name) == nil {
+			return false, nil
+		}
+		return true, s.node.Write([]cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Delete: true}})
+	}
+	return s.deleteVHostLocal(name)
+}
+
+func (s *Server) deleteVHostLocal(name string) (bool, error) {
 	s.vhMu.Lock()
 	defer s.vhMu.Unlock()
 	old := *s.vhosts.Load()

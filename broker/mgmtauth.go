@@ -356,9 +356,7 @@ func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		p, _ := auth.NewPermission(".*", ".*", ".*")
 		b := &persist.Batch{}
 		putPermDef(b, name, apiUser(r).Name, p)
-		if err = s.store.CommitSync(b); err == nil {
-			s.reg.SetPermission(name, apiUser(r).Name, p)
-		}
+		err = s.commitDefs(b, func() { s.reg.SetPermission(name, apiUser(r).Name, p) })
 	}
 	if err != nil {
 		internalError(w, err)

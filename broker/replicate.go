@@ -15,15 +15,16 @@ import (
 )
 
 // Definitions a cluster replicates through its metadata store (issue
-// [12], in progress): users, permissions and topic permissions, so far.
+// [12], in progress): vhosts (with their limits), users, permissions and
+// topic permissions, so far.
 // A write goes through Raft (commitDefs) and every node, the writer too,
 // applies it when it is committed (applyReplicated): to its store, so a
 // restart finds it, and to its registry, so its connections see it. The
-// other definitions (vhosts, limits, exchanges, queues, bindings,
-// policies) are still each node's own.
+// other definitions (exchanges, queues, bindings, policies) are still
+// each node's own.
 
 func replicatedKind(kind byte) bool {
-	return kind == defUser || kind == defPerm || kind == defTopicPerm
+	return kind == defUser || kind == defPerm || kind == defTopicPerm || kind == defVHost
 }
 
 // metaKey is a definition's key in the metadata store.
@@ -114,6 +115,17 @@ func (s *Server) applyDef(kind byte, name, val []byte, del bool) error {
 		return err
 	}
 	switch {
+	case kind == defVHost && len(parts) == 1:
+		if del {
+			_, err := s.deleteVHostLocal(parts[0])
+			return err
+		}
+		var r vhostRec
+		if err := json.Unmarshal(val, &r); err != nil {
+			return err
+		}
+		_, err := s.putVHostLocal(parts[0], r)
+		return err
 	case kind == defUser && len(parts) == 1:
 		if del {
 			s.reg.DeleteUser(parts[0])

@@ -231,3 +231,52 @@ func TestClusterReplicatesUsers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestClusterReplicatesVHosts: a vhost made on one node exists on all,
+// with its maker's permissions; deleted on another, its connections
+// everywhere are closed (320).
+func TestClusterReplicatesVHosts(t *testing.T) {
+	testutil.InProcess(t)
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	a := make([]*api, 3)
+	for i, n := range nodes {
+		a[i] = &api{t: t, url: n.api}
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		return a[1].call("PUT", "/api/vhosts/orders", "guest", "guest", map[string]any{"description": "orders team"}, nil) == 201
+	}, "PUT vhost on node 2 did not succeed")
+	var conn *rmq.Connection
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var v map[string]any
+		if a[2].call("GET", "/api/vhosts/orders", "guest", "guest", nil, &v) != 200 || v["description"] != "orders team" {
+			return false
+		}
+		c, err := rmq.Dial("amqp://guest:guest@" + nodes[2].b.Addr + "/orders")
+		conn = c
+		return err == nil
+	}, "node 3 lacks the vhost or guest's permissions in it")
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *rmq.Error, 1))
+	if c := a[0].call("DELETE", "/api/vhosts/orders", "guest", "guest", nil, nil); c != 204 {
+		t.Fatalf("DELETE vhost on node 1: %d", c)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 320 {
+			t.Errorf("node 3's connection to the deleted vhost closed with %v, want 320", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("node 3's connection to the deleted vhost stayed open")
+	}
+	for i := range nodes {
+		testutil.Eventually(t, 5*time.Second, func() bool { return a[i].call("GET", "/api/vhosts/orders", "guest", "guest", nil, nil) == 404 },
+			"node %d still has the vhost", i+1)
+	}
+}
