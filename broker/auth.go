@@ -358,7 +358,14 @@ func (s *Server) deleteVHost(name string) (bool, error) {
 		if s.vhostByName(name) == nil {
 			return false, nil
 		}
-		return true, s.node.Write([]cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Delete: true}})
+		// Its permissions and policies go with it, from the store too.
+		ops := []cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Delete: true}}
+		for _, kind := range []byte{defPerm, defTopicPerm, defPolicy, defOpPolicy} {
+			for _, o := range s.node.Keys(metaKey(kind, vhost.DefName(name))) {
+				ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
+			}
+		}
+		return true, s.node.Write(ops)
 	}
 	return s.deleteVHostLocal(name)
 }

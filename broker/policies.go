@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/vhost"
 )
@@ -83,6 +84,26 @@ func (s *Server) loadPolicies() error {
 // putPolicy adds, replaces (p) or removes (p nil, name given) a policy
 // of st; it reports whether one of that name was there.
 func (s *Server) putPolicy(st *vhostState, operator bool, name string, p *vhost.PolicyDef) (bool, error) {
+	if s.node != nil {
+		// In a cluster every node applies it, as it is committed.
+		had := false
+		pols, ops := st.v.Policies()
+		if operator {
+			pols = ops
+		}
+		for _, x := range pols {
+			had = had || x.Name == name
+		}
+		op := cluster.Op{Key: metaKey(policyKind(operator), vhost.DefName(st.v.Name(), name)), Delete: p == nil}
+		if p != nil {
+			op.Val, _ = json.Marshal(policyRec{Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
+		}
+		return had, s.node.Write([]cluster.Op{op})
+	}
+	return s.putPolicyLocal(st, operator, name, p)
+}
+
+func (s *Server) putPolicyLocal(st *vhostState, operator bool, name string, p *vhost.PolicyDef) (bool, error) {
 	s.vhMu.Lock() // one policy change at a time
 	defer s.vhMu.Unlock()
 	pols, ops := st.v.Policies()

@@ -15,16 +15,16 @@ import (
 )
 
 // Definitions a cluster replicates through its metadata store (issue
-// [12], in progress): vhosts (with their limits), users, permissions and
-// topic permissions, so far.
+// [12], in progress): vhosts (with their limits), users, permissions,
+// topic permissions, policies and operator policies, so far.
 // A write goes through Raft (commitDefs) and every node, the writer too,
 // applies it when it is committed (applyReplicated): to its store, so a
 // restart finds it, and to its registry, so its connections see it. The
-// other definitions (exchanges, queues, bindings, policies) are still
-// each node's own.
+// other definitions (exchanges, queues, bindings) are still each node's
+// own.
 
 func replicatedKind(kind byte) bool {
-	return kind == defUser || kind == defPerm || kind == defTopicPerm || kind == defVHost
+	return kind == defUser || kind == defPerm || kind == defTopicPerm || kind == defVHost || kind == defPolicy || kind == defOpPolicy
 }
 
 // metaKey is a definition's key in the metadata store.
@@ -125,6 +125,24 @@ func (s *Server) applyDef(kind byte, name, val []byte, del bool) error {
 			return err
 		}
 		_, err := s.putVHostLocal(parts[0], r)
+		return err
+	case (kind == defPolicy || kind == defOpPolicy) && len(parts) == 2:
+		st := s.vhostByName(parts[0])
+		if st == nil {
+			return nil // its vhost is gone, and its policies with it
+		}
+		var p *vhost.PolicyDef
+		if !del {
+			var r policyRec
+			if err := json.Unmarshal(val, &r); err != nil {
+				return err
+			}
+			var err error
+			if p, err = vhost.NewPolicyDef(parts[1], r.Pattern, r.ApplyTo, r.Priority, r.Definition, kind == defOpPolicy); err != nil {
+				return err
+			}
+		}
+		_, err := s.putPolicyLocal(st, kind == defOpPolicy, parts[1], p)
 		return err
 	case kind == defUser && len(parts) == 1:
 		if del {

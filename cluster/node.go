@@ -421,6 +421,10 @@ func (n *Node) RemoveMember(name string) error {
 	return n.r.RemoveServer(raft.ServerID(name), 0, 30*time.Second).Error()
 }
 
+// Keys lists the definitions whose keys start with prefix, as this node
+// has applied them, in key order.
+func (n *Node) Keys(prefix string) []Op { return n.meta.Keys(prefix) }
+
 // Get reads a definition as this node has applied it.
 func (n *Node) Get(key string) ([]byte, bool) { return n.meta.Get(key) }
 

@@ -280,3 +280,43 @@ func TestClusterReplicatesVHosts(t *testing.T) {
 			"node %d still has the vhost", i+1)
 	}
 }
+
+// TestClusterReplicatesPolicies: a policy set on one node applies to the
+// queues of another; cleared, it no longer does.
+func TestClusterReplicatesPolicies(t *testing.T) {
+	testutil.InProcess(t)
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	a1, a3 := &api{t: t, url: nodes[0].api}, &api{t: t, url: nodes[2].api}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		return a1.call("PUT", "/api/policies/%2F/cap", "guest", "guest", map[string]any{"pattern": "^capped", "definition": map[string]any{"max-length": 2}, "apply-to": "queues"}, nil) == 201
+	}, "PUT policy on node 1 did not succeed")
+	conn := dial(t, nodes[2].b.URL)
+	ch, err := conn.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("capped-q", false, false, false, false, nil)
+	must(t, err)
+	var q map[string]any
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		a3.call("GET", "/api/queues/%2F/capped-q", "guest", "guest", nil, &q)
+		return q["policy"] == "cap"
+	}, "node 3's queue has policy %v, want cap", q["policy"])
+	for i := 0; i < 5; i++ {
+		must(t, ch.Publish("", "capped-q", false, false, rmq.Publishing{Body: []byte("x")}))
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool { qi, err := ch.QueueDeclarePassive("capped-q", false, false, false, false, nil); return err == nil && qi.Messages == 2 },
+		"node 3's queue is not held to the replicated max-length of 2")
+	if c := a3.call("DELETE", "/api/policies/%2F/cap", "guest", "guest", nil, nil); c != 204 {
+		t.Fatalf("DELETE policy on node 3: %d", c)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var q1 map[string]any
+		return a1.call("GET", "/api/policies/%2F/cap", "guest", "guest", nil, &q1) == 404
+	}, "node 1 still has the policy")
+}
