@@ -310,7 +310,10 @@ func TestClusterReplicatesPolicies(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		must(t, ch.Publish("", "capped-q", false, false, rmq.Publishing{Body: []byte("x")}))
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { qi, err := ch.QueueDeclarePassive("capped-q", false, false, false, false, nil); return err == nil && qi.Messages == 2 },
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		qi, err := ch.QueueDeclarePassive("capped-q", false, false, false, false, nil)
+		return err == nil && qi.Messages == 2
+	},
 		"node 3's queue is not held to the replicated max-length of 2")
 	if c := a3.call("DELETE", "/api/policies/%2F/cap", "guest", "guest", nil, nil); c != 204 {
 		t.Fatalf("DELETE policy on node 3: %d", c)
