@@ -465,21 +465,29 @@ func (s *Server) importDefinitions(d *defsFile) error {
 			return err
 		}
 	}
+	// Stored, then in the registry (in a cluster: replicated, and applied
+	// by every node as committed).
 	b := &persist.Batch{}
 	for _, u := range d.Users {
-		nu := users[u.Name]
-		putUserDef(b, nu)
-		s.reg.PutUser(nu)
+		putUserDef(b, users[u.Name])
 	}
 	for i, p := range d.Permissions {
 		putPermDef(b, p.VHost, p.User, perms[i])
-		s.reg.SetPermission(p.VHost, p.User, perms[i])
 	}
 	for i, p := range d.TopicPermissions {
 		putTopicDef(b, p.VHost, p.User, topics[i])
-		s.reg.SetTopicPermission(p.VHost, p.User, topics[i])
 	}
-	if err := s.store.CommitSync(b); err != nil {
+	if err := s.commitDefs(b, func() {
+		for _, u := range d.Users {
+			s.reg.PutUser(users[u.Name])
+		}
+		for i, p := range d.Permissions {
+			s.reg.SetPermission(p.VHost, p.User, perms[i])
+		}
+		for i, p := range d.TopicPermissions {
+			s.reg.SetTopicPermission(p.VHost, p.User, topics[i])
+		}
+	}); err != nil {
 		return err
 	}
 	for vh, m := range limits {

@@ -214,9 +214,8 @@ func (s *Server) setUserLimit(w http.ResponseWriter, user, name string, n *int64
 	u.Limits = withLimit(old.Limits, name, n)
 	b := &persist.Batch{}
 	putUserDef(b, &u)
-	if !s.commitOr500(w, b) {
+	if !s.commitDefsOr500(w, b, func() { s.reg.PutUser(&u) }) {
 		return
 	}
-	s.reg.PutUser(&u)
 	w.WriteHeader(http.StatusNoContent)
 }

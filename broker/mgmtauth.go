@@ -50,15 +50,6 @@ func internalError(w http.ResponseWriter, err error) {
 	apiError(w, http.StatusInternalServerError, "internal_error", err.Error())
 }
 
-// commitOr500 writes b to the store now, answering 500 when it cannot.
-func (s *Server) commitOr500(w http.ResponseWriter, b *persist.Batch) bool {
-	if err := s.store.CommitSync(b); err != nil {
-		internalError(w, err)
-		return false
-	}
-	return true
-}
-
 // answerPut ends a PUT as RabbitMQ does: 201 when it made the object, 204
 // when it updated one.
 func answerPut(w http.ResponseWriter, created bool) {

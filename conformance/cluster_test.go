@@ -323,3 +323,33 @@ func TestClusterReplicatesPolicies(t *testing.T) {
 		return a1.call("GET", "/api/policies/%2F/cap", "guest", "guest", nil, &q1) == 404
 	}, "node 1 still has the policy")
 }
+
+// TestClusterImportsDefinitionsEverywhere: a definitions import on one
+// node (a vhost, a user, its permissions) is in force on the others.
+func TestClusterImportsDefinitionsEverywhere(t *testing.T) {
+	testutil.InProcess(t)
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	a1 := &api{t: t, url: nodes[0].api}
+	defs := map[string]any{
+		"vhosts":      []any{map[string]any{"name": "billing"}},
+		"users":       []any{map[string]any{"name": "biller", "password": "b-pw", "tags": ""}},
+		"permissions": []any{map[string]any{"user": "biller", "vhost": "billing", "configure": ".*", "write": ".*", "read": ".*"}},
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		return a1.call("POST", "/api/definitions", "guest", "guest", defs, nil)/100 == 2
+	}, "the import on node 1 did not succeed")
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		c, err := rmq.Dial("amqp://biller:b-pw@" + nodes[1].b.Addr + "/billing")
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, "the imported user cannot use the imported vhost on node 2")
+}
