@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -164,7 +165,33 @@ func (s *Server) nodeJSON() map[string]any {
 }
 
 func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
-	writeList(w, r, []map[string]any{s.nodeJSON()})
+	out := []map[string]any{s.nodeJSON()}
+	out = append(out, s.otherMembers()...)
+	writeList(w, r, out)
+}
+
+// otherMembers are the cluster's other nodes as /api/nodes lists them:
+// what this node knows of them, their name and whether their inter-node
+// listener answers (a TCP connect within 300 ms). Their figures are on
+// their own API.
+func (s *Server) otherMembers() []map[string]any {
+	if s.node == nil {
+		return nil
+	}
+	var out []map[string]any
+	for _, m := range s.node.Status().Members {
+		if m.Name == s.nodeName() {
+			continue
+		}
+		up := false
+		if c, err := net.DialTimeout("tcp", m.Addr, 300*time.Millisecond); err == nil {
+			c.Close()
+			up = true
+		}
+		out = append(out, map[string]any{"name": m.Name, "type": "disc", "running": up, "cluster_links": []any{},
+			"railmq_cluster_address": m.Addr, "railmq_voter": m.Voter})
+	}
+	return out
 }
 
 func (s *Server) apiNode(w http.ResponseWriter, r *http.Request) {

@@ -97,6 +97,18 @@ func TestClusterMembership(t *testing.T) {
 		}
 	}
 
+	// /api/nodes lists every member, as rabbitmqadmin list nodes reads it.
+	var ns []map[string]any
+	(&api{t: t, url: lead.api}).call("GET", "/api/nodes", "guest", "guest", nil, &ns)
+	if len(ns) != 3 {
+		t.Errorf("/api/nodes lists %d nodes, want 3: %v", len(ns), ns)
+	}
+	for _, n := range ns {
+		if n["running"] != true {
+			t.Errorf("/api/nodes: %v is not running", n["name"])
+		}
+	}
+
 	// A fourth node joins, and leaves.
 	peers4 := map[string]string{"rabbit4@localhost": testutil.FreePort(t)}
 	fourth := startClusterNode(t, "rabbit4@localhost", peers4, true)
@@ -149,6 +161,13 @@ func TestClusterMembership(t *testing.T) {
 	}
 	if l2 := leaderOf(rest); l2 == lead {
 		t.Fatal("the stopped node still leads")
+	}
+	var ns2 []map[string]any
+	(&api{t: t, url: rest[0].api}).call("GET", "/api/nodes", "guest", "guest", nil, &ns2)
+	for _, n := range ns2 {
+		if n["name"] == lead.name && n["running"] != false {
+			t.Errorf("/api/nodes shows the stopped %s running", lead.name)
+		}
 	}
 }
 
