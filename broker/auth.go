@@ -250,6 +250,9 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.PageTransientTo(s.spill)
 	vh.PageUnderPressure(&s.paging)
 	vh.CountInto(&s.totals)
+	if s.node != nil {
+		vh.ReplicateTo(replicator{s})
+	}
 	return vh
 }
 

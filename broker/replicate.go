@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -84,14 +85,24 @@ func (s *Server) commitDefsOr500(w http.ResponseWriter, b *persist.Batch, local 
 }
 
 // applyReplicated applies committed metadata changes on this node (raft's
-// FSM goroutine calls it, in log order).
-func (s *Server) applyReplicated(ops []cluster.Op) {
+// FSM goroutine calls it, in log order). An exchange declare that its
+// checks refuse (inequivalent to one committed before it) is refused the
+// same on every node, and the refusal is the writer's answer.
+func (s *Server) applyReplicated(ops []cluster.Op) error {
 	b := &persist.Batch{}
+	var refused error
 	for _, o := range ops {
 		if len(o.Key) < 5 || o.Key[:4] != "def:" {
 			continue
 		}
 		kind, name := o.Key[4], []byte(o.Key[5:])
+		if kind == persist.DefExchange {
+			// The vhost stores what it keeps itself.
+			if err := s.applyExchange(name, o.Val, o.Delete); err != nil && refused == nil {
+				refused = err
+			}
+			continue
+		}
 		if o.Delete {
 			b.DeleteDef(kind, name)
 		} else {
@@ -106,6 +117,39 @@ func (s *Server) applyReplicated(ops []cluster.Op) {
 			s.log.Error("replicated definitions not stored", zap.Error(err))
 		}
 	}
+	return refused
+}
+
+func (s *Server) applyExchange(name, val []byte, del bool) error {
+	parts, err := vhost.SplitDefName(name)
+	if err != nil || len(parts) != 2 {
+		return nil
+	}
+	st := s.vhostByName(parts[0])
+	if st == nil {
+		return nil // its vhost is gone
+	}
+	err = st.v.ApplyExchange(parts[1], val, del)
+	var e *amqp.Error
+	if errors.As(err, &e) {
+		return &cluster.ApplyError{Code: int(e.Code), Text: e.Text}
+	}
+	if err != nil {
+		s.log.Error("replicated exchange not applied", zap.String("vhost", parts[0]), zap.String("exchange", parts[1]), zap.Error(err))
+	}
+	return nil
+}
+
+// replicator is the vhosts' way into the metadata store (vhost.Replicator).
+type replicator struct{ s *Server }
+
+func (r replicator) Replicate(kind byte, name, val []byte, del bool) error {
+	err := r.s.node.Write([]cluster.Op{{Key: metaKey(kind, name), Val: val, Delete: del}})
+	var ae *cluster.ApplyError
+	if errors.As(err, &ae) {
+		return &amqp.Error{Code: uint16(ae.Code), Text: ae.Text}
+	}
+	return err
 }
 
 // applyDef applies one replicated definition to the registry.

@@ -136,6 +136,9 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.node = node
+		for _, st := range s.allVHosts() {
+			st.v.ReplicateTo(replicator{s})
+		}
 		s.log.Info("cluster node started", zap.String("node", cfg.Name), zap.String("cluster_listen", cfg.Listen), zap.Int("peers", len(cfg.Peers)), zap.Bool("join", cfg.Join))
 	}
 	s.tuneMemoryLimit()

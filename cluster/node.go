@@ -48,7 +48,7 @@ type NodeConfig struct {
 	// OnApply, when set, is told every committed metadata change, in log
 	// order, on raft's FSM goroutine; after the node restores a snapshot,
 	// every key (as puts) and the keys gone (as deletes).
-	OnApply func(ops []Op)
+	OnApply func(ops []Op) error
 	// Logger gets raft's warnings and errors (nil: none).
 	Logger *zap.Logger
 }
@@ -287,6 +287,15 @@ func (n *Node) write(c metaCmd) error {
 	deadline := time.Now().Add(n.timeout())
 	for {
 		index, err := n.writeOnce(c)
+		var ae *ApplyError
+		if errors.As(err, &ae) {
+			// Committed, and refused by its application: the same here,
+			// once this node has applied it.
+			if werr := n.waitApplied(index, deadline); werr != nil {
+				return werr
+			}
+			return err
+		}
 		if err == nil {
 			return n.waitApplied(index, deadline)
 		}
@@ -335,7 +344,7 @@ func (n *Node) applyMeta(c metaCmd) (uint64, error) {
 		return 0, err
 	}
 	if err, ok := f.Response().(error); ok {
-		return 0, err
+		return f.Index(), err
 	}
 	return f.Index(), nil
 }
@@ -345,6 +354,7 @@ func (n *Node) applyMeta(c metaCmd) (uint64, error) {
 type rpcReply struct {
 	Index     uint64
 	Err       string
+	ErrCode   int // an ApplyError's code; 0: another error
 	NotLeader bool
 }
 
@@ -366,6 +376,8 @@ func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
 	switch {
 	case r.NotLeader:
 		return 0, ErrNotLeader
+	case r.ErrCode != 0:
+		return r.Index, &ApplyError{Code: r.ErrCode, Text: r.Err}
 	case r.Err != "":
 		return 0, errors.New(r.Err)
 	}
@@ -395,7 +407,11 @@ func (n *Node) serveRPC() {
 			} else if idx, err := n.applyMeta(c); errors.Is(err, ErrNotLeader) {
 				r.NotLeader = true
 			} else if err != nil {
-				r.Err = err.Error()
+				r.Index, r.Err = idx, err.Error()
+				var ae *ApplyError
+				if errors.As(err, &ae) {
+					r.ErrCode = ae.Code
+				}
 			} else {
 				r.Index = idx
 			}
@@ -460,8 +476,19 @@ type MetaFSM struct {
 	// onApply, when set, is told each committed change, in log order, on
 	// raft's FSM goroutine (the broker applies them to its registry and
 	// store). After a Restore it is told every key, as puts.
-	onApply func(ops []Op)
+	onApply func(ops []Op) error
 }
+
+// ApplyError is a committed change that its application refused (a
+// declare inequivalent to one committed before it): the same on every
+// node, and the writer's answer. Code and Text are the broker's (an AMQP
+// reply code and text).
+type ApplyError struct {
+	Code int
+	Text string
+}
+
+func (e *ApplyError) Error() string { return e.Text }
 
 // NewMetaFSM returns an empty store.
 func NewMetaFSM() *MetaFSM { return &MetaFSM{m: map[string][]byte{}} }
@@ -493,7 +520,9 @@ func (f *MetaFSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Unlock()
 	if f.onApply != nil {
-		f.onApply(ops)
+		if err := f.onApply(ops); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -569,7 +598,7 @@ func (f *MetaFSM) Restore(r io.ReadCloser) error {
 			ops = append(ops, Op{Key: k, Val: v})
 		}
 		sort.Slice(ops, func(i, j int) bool { return ops[i].Key < ops[j].Key })
-		f.onApply(ops)
+		_ = f.onApply(ops) // a refusal was answered when first applied
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os/exec"
@@ -371,4 +372,101 @@ func TestClusterImportsDefinitionsEverywhere(t *testing.T) {
 		}
 		return err == nil
 	}, "the imported user cannot use the imported vhost on node 2")
+}
+
+// TestClusterReplicatesExchanges: an exchange declared on one node exists
+// on all; an inequivalent redeclare on another is refused with RabbitMQ's
+// 406; two inequivalent declares racing on two nodes: one wins, the other
+// is refused, and every node has the winner; deleted on one node, it is
+// gone from all.
+func TestClusterReplicatesExchanges(t *testing.T) {
+	testutil.InProcess(t)
+	peers := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	chans := make([]*rmq.Channel, 3)
+	for i, n := range nodes {
+		c := dial(t, n.b.URL)
+		ch, err := c.Channel()
+		must(t, err)
+		chans[i] = ch
+	}
+	reopen := func(i int) {
+		c := dial(t, nodes[i].b.URL)
+		ch, err := c.Channel()
+		must(t, err)
+		chans[i] = ch
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		if err := chans[0].ExchangeDeclare("orders-x", "topic", true, false, false, false, nil); err != nil {
+			reopen(0) // no leader yet: the channel was closed
+			return false
+		}
+		return true
+	}, "declare on node 1 did not succeed")
+	for i := 1; i < 3; i++ {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			if err := chans[i].ExchangeDeclarePassive("orders-x", "topic", true, false, false, false, nil); err != nil {
+				reopen(i)
+				return false
+			}
+			return true
+		}, "node %d lacks the exchange", i+1)
+	}
+	err := chans[2].ExchangeDeclare("orders-x", "fanout", true, false, false, false, nil)
+	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'orders-x' in vhost '/': received 'fanout' but current is 'topic'")
+	reopen(2)
+
+	// Two inequivalent declares race on nodes 1 and 2.
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, kind := range []string{"direct", "fanout"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = chans[i].ExchangeDeclare("race-x", kind, true, false, false, false, nil)
+		}()
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("racing inequivalent declares: %v and %v, want exactly one refused", errs[0], errs[1])
+	}
+	winner := "direct"
+	if errs[0] != nil {
+		winner = "fanout"
+		reopen(0)
+	} else {
+		reopen(1)
+	}
+	for i := range nodes {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			if err := chans[i].ExchangeDeclarePassive("race-x", winner, true, false, false, false, nil); err != nil {
+				reopen(i)
+				return false
+			}
+			// A declare of the winner's type is equivalent there.
+			if err := chans[i].ExchangeDeclare("race-x", winner, true, false, false, false, nil); err != nil {
+				reopen(i)
+				return false
+			}
+			return true
+		}, "node %d does not have race-x as %s", i+1, winner)
+	}
+
+	must(t, chans[1].ExchangeDelete("orders-x", false, false))
+	for i := range nodes {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			err := chans[i].ExchangeDeclarePassive("orders-x", "topic", true, false, false, false, nil)
+			if err != nil {
+				reopen(i)
+			}
+			var e *rmq.Error
+			return errors.As(err, &e) && e.Code == 404
+		}, "node %d still has the deleted exchange", i+1)
+	}
 }

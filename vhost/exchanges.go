@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/railmq/railmq/amqp"
@@ -20,11 +21,69 @@ type ExchangeDecl struct {
 	Grant *auth.Grant
 }
 
+// Replicator makes definitions cluster-wide (the broker's metadata
+// store): the vhost proposes a change with Replicate, which returns once
+// the change is committed and applied on this node, with the result of
+// applying it (the same on every node: they apply the same log to the
+// same state). So far exchanges, but auto-delete ones, are replicated.
+type Replicator interface {
+	Replicate(kind byte, name, val []byte, del bool) error
+}
+
+// ReplicateTo makes the vhost's exchanges cluster-wide through r.
+func (v *VHost) ReplicateTo(r Replicator) {
+	v.mu.Lock()
+	v.repl = r
+	v.mu.Unlock()
+}
+
+func (v *VHost) replicator() Replicator {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.repl
+}
+
 // DeclareExchange declares (or checks, when passive) an exchange.
 func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 	if d.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	if r := v.replicator(); r != nil && !d.Passive && !d.AutoDelete {
+		v.mu.RLock()
+		ex := v.exchanges[d.Name]
+		_, err := v.checkExchangeDecl(d, ex)
+		v.mu.RUnlock()
+		if err != nil || ex != nil {
+			return err // refused, or an equivalent redeclare
+		}
+		return r.Replicate(persist.DefExchange, DefName(v.name, d.Name), encodeDef(amqp.Table{
+			"type": d.Type, "durable": d.Durable, "auto_delete": d.AutoDelete, "internal": d.Internal, "arguments": orEmpty(d.Args),
+		}), false)
+	}
+	return v.declareExchange(d)
+}
+
+// ApplyExchange applies a committed exchange definition on this node
+// (the broker calls it for each one, in log order, on every node): an
+// exchange declared, with the checks of a declare (so a concurrent
+// inequivalent declare fails the same way everywhere), or deleted.
+func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
+	if del {
+		return v.deleteExchange(name, false)
+	}
+	t, err := amqp.DecodeTable(val)
+	if err != nil {
+		return fmt.Errorf("exchange %q: %w", name, err)
+	}
+	args, _ := t["arguments"].(amqp.Table)
+	if len(args) == 0 {
+		args = nil
+	}
+	return v.declareExchange(ExchangeDecl{Name: name, Type: str(t["type"]), Durable: t["durable"] == true,
+		AutoDelete: t["auto_delete"] == true, Internal: t["internal"] == true, Args: args})
+}
+
+func (v *VHost) declareExchange(d ExchangeDecl) error {
 	v.defMu.Lock()
 	defer v.defMu.Unlock()
 	v.mu.Lock()
@@ -45,30 +104,9 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		}
 		return nil, nil
 	}
-	kind, ok := exchange.ParseKind(d.Type)
-	if !ok {
-		return nil, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
-	}
-	if err := allow(d.Grant, auth.Configure, "exchange", d.Name); err != nil {
+	kind, err := v.checkExchangeDecl(d, ex)
+	if err != nil || ex != nil {
 		return nil, err
-	}
-	if strings.HasPrefix(d.Name, "amq.") && ex == nil {
-		return nil, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
-	}
-	if ex != nil {
-		return nil, v.exchangeEquivalent(ex, kind, d)
-	}
-	if ae, ok := d.Args["alternate-exchange"]; ok {
-		name, isStr := ae.(string)
-		if !isStr {
-			return nil, invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
-		}
-		if err := allow(d.Grant, auth.Read, "exchange", d.Name); err != nil {
-			return nil, err
-		}
-		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
-			return nil, err
-		}
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
 	if p := best(v.policies, d.Name, false); p != nil {
@@ -79,6 +117,39 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 	return ex, nil
 }
 
+// checkExchangeDecl checks a declare of d (not passive) against ex, the
+// exchange of that name or nil, as RabbitMQ checks it, in its order: the
+// type, the permissions, the reserved prefix, equivalence with ex. v.mu
+// held, for reading at least.
+func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchange.Kind, error) {
+	kind, ok := exchange.ParseKind(d.Type)
+	if !ok {
+		return 0, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
+	}
+	if err := allow(d.Grant, auth.Configure, "exchange", d.Name); err != nil {
+		return 0, err
+	}
+	if strings.HasPrefix(d.Name, "amq.") && ex == nil {
+		return 0, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	if ex != nil {
+		return kind, v.exchangeEquivalent(ex, kind, d)
+	}
+	if ae, ok := d.Args["alternate-exchange"]; ok {
+		name, isStr := ae.(string)
+		if !isStr {
+			return 0, invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
+		}
+		if err := allow(d.Grant, auth.Read, "exchange", d.Name); err != nil {
+			return 0, err
+		}
+		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
+			return 0, err
+		}
+	}
+	return kind, nil
+}
+
 // DeleteExchange deletes an exchange; a missing one is fine (idempotent).
 func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 	if name == "" {
@@ -87,6 +158,21 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 	if strings.HasPrefix(name, "amq.") {
 		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, v.name)
 	}
+	if r := v.replicator(); r != nil {
+		v.mu.RLock()
+		ex := v.exchanges[name]
+		v.mu.RUnlock()
+		if ex != nil && !ex.AutoDelete {
+			if ifUnused && ex.HasBindings() {
+				return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
+			}
+			return r.Replicate(persist.DefExchange, DefName(v.name, name), nil, true)
+		}
+	}
+	return v.deleteExchange(name, ifUnused)
+}
+
+func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 	v.defMu.Lock()
 	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
