@@ -79,6 +79,7 @@ const (
 	cmdDiscard
 	cmdPurge
 	cmdTick
+	cmdEnqueueBatch
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -87,6 +88,7 @@ type Command struct {
 	Kind     byte
 	Now      int64 // unix ms, stamped by the leader: enqueue time, tick time
 	Msg      Message
+	Msgs     []Message // an enqueue batch: the publishes one group commit gathered
 	Consumer string
 	Prefetch int
 	IDs      []uint64
@@ -102,6 +104,13 @@ type Message struct {
 // Enqueue, Checkout, Cancel, Settle, Return, Discard, Purge and Tick make
 // commands.
 func Enqueue(now int64, m Message) Command { return Command{Kind: cmdEnqueue, Now: now, Msg: m} }
+
+// EnqueueBatch makes one log entry of several enqueues: the Raft cost of
+// an entry (an append, an fsync on each member, a round trip) is paid
+// once for all of them. They are applied in order, as separate enqueues.
+func EnqueueBatch(now int64, ms []Message) Command {
+	return Command{Kind: cmdEnqueueBatch, Now: now, Msgs: ms}
+}
 func Checkout(tag string, prefetch int) Command {
 	return Command{Kind: cmdCheckout, Consumer: tag, Prefetch: prefetch}
 }
@@ -136,11 +145,13 @@ type DeadLetter struct {
 
 // Effects are what applying a command makes happen outside the state
 // machine. Accepted answers an enqueue (false: refused by reject-publish,
-// the publisher is nacked); Purged counts the messages a purge removed.
+// the publisher is nacked); for a batch, Refused lists the positions of
+// the refused ones. Purged counts the messages a purge removed.
 type Effects struct {
 	Deliveries  []Delivery
 	DeadLetters []DeadLetter
 	Accepted    bool
+	Refused     []int
 	Purged      int
 }
 
@@ -175,6 +186,13 @@ func (f *Fifo) Apply(c Command) Effects {
 	switch c.Kind {
 	case cmdEnqueue:
 		e.Accepted = f.enqueue(c.Now, c.Msg, &e)
+	case cmdEnqueueBatch:
+		for i, m := range c.Msgs {
+			if !f.enqueue(c.Now, m, &e) {
+				e.Refused = append(e.Refused, i)
+			}
+		}
+		e.Accepted = len(e.Refused) == 0
 	case cmdCheckout:
 		if k := f.cons[c.Consumer]; k != nil {
 			k.Prefetch = c.Prefetch
@@ -424,11 +442,12 @@ func (c *Command) Encode(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Now))
 	switch c.Kind {
 	case cmdEnqueue:
-		b = appendBytes(b, []byte(c.Msg.Exchange))
-		b = appendBytes(b, []byte(c.Msg.RoutingKey))
-		b = appendBytes(b, c.Msg.Props)
-		b = appendBytes(b, c.Msg.Body)
-		b = binary.BigEndian.AppendUint64(b, uint64(c.Msg.TTL))
+		b = appendMessage(b, &c.Msg)
+	case cmdEnqueueBatch:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Msgs)))
+		for i := range c.Msgs {
+			b = appendMessage(b, &c.Msgs[i])
+		}
 	case cmdCheckout:
 		b = appendBytes(b, []byte(c.Consumer))
 		b = binary.BigEndian.AppendUint32(b, uint32(c.Prefetch))
@@ -453,11 +472,15 @@ func DecodeCommand(p []byte) (Command, error) {
 	r := reader{p: p[9:]}
 	switch c.Kind {
 	case cmdEnqueue:
-		c.Msg.Exchange = string(r.bytes())
-		c.Msg.RoutingKey = string(r.bytes())
-		c.Msg.Props = r.bytes()
-		c.Msg.Body = r.bytes()
-		c.Msg.TTL = int64(r.u64())
+		c.Msg = r.message()
+	case cmdEnqueueBatch:
+		n := r.u32()
+		if uint64(n)*28 > uint64(len(r.p)) { // a message takes 28 bytes at least
+			return c, ErrBadCommand
+		}
+		for i := uint32(0); i < n && !r.bad; i++ {
+			c.Msgs = append(c.Msgs, r.message())
+		}
 	case cmdCheckout:
 		c.Consumer = string(r.bytes())
 		c.Prefetch = int(r.u32())
@@ -479,6 +502,24 @@ func DecodeCommand(p []byte) (Command, error) {
 		return c, ErrBadCommand
 	}
 	return c, nil
+}
+
+func appendMessage(b []byte, m *Message) []byte {
+	b = appendBytes(b, []byte(m.Exchange))
+	b = appendBytes(b, []byte(m.RoutingKey))
+	b = appendBytes(b, m.Props)
+	b = appendBytes(b, m.Body)
+	return binary.BigEndian.AppendUint64(b, uint64(m.TTL))
+}
+
+func (r *reader) message() Message {
+	var m Message
+	m.Exchange = string(r.bytes())
+	m.RoutingKey = string(r.bytes())
+	m.Props = r.bytes()
+	m.Body = r.bytes()
+	m.TTL = int64(r.u64())
+	return m
 }
 
 func appendBytes(b, v []byte) []byte {

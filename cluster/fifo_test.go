@@ -125,6 +125,10 @@ func TestFifoLimitsAndTTL(t *testing.T) {
 	if e := r.Apply(Enqueue(3, msg("3"))); e.Accepted || len(e.DeadLetters) != 0 || r.Len() != 2 {
 		t.Errorf("reject-publish accepted a third: %+v, len %d", e, r.Len())
 	}
+	rb := NewFifo(FifoConfig{MaxLength: 2, RejectPublish: true})
+	if e := rb.Apply(EnqueueBatch(1, []Message{msg("a"), msg("b"), msg("c")})); e.Accepted || fmt.Sprint(e.Refused) != "[2]" || rb.Len() != 2 {
+		t.Errorf("a batch of 3 into 2 places: %+v, len %d; want the third refused", e, rb.Len())
+	}
 	x := NewFifo(FifoConfig{MessageTTL: 1000})
 	x.Apply(Enqueue(100, msg("a")))
 	x.Apply(Enqueue(200, Message{Body: []byte("b"), TTL: 50})) // its own, shorter
@@ -160,8 +164,14 @@ func randomLog(seed int64, n int) []Command {
 		var c Command
 		tag := fmt.Sprintf("c%d", rnd.Intn(3))
 		switch k := rnd.Intn(10); {
-		case k < 4:
+		case k < 3:
 			c = Enqueue(now, Message{RoutingKey: "q", Body: []byte(fmt.Sprint(len(log))), TTL: int64(rnd.Intn(2) * 200)})
+		case k == 3:
+			var ms []Message
+			for j := rnd.Intn(5); j >= 0; j-- {
+				ms = append(ms, Message{RoutingKey: "q", Body: []byte(fmt.Sprint(len(log), "/", j))})
+			}
+			c = EnqueueBatch(now, ms)
 		case k == 4:
 			c = Checkout(tag, rnd.Intn(4))
 		case k == 5:
