@@ -44,6 +44,12 @@ type queueStats struct {
 // brokers with 100,000 queues more than their queues.
 const historySpan = 10 * time.Minute
 
+// maxWatched bounds the queues whose history is kept at once, whatever
+// API clients ask for: at the default interval, 120 samples of 64 bytes
+// each, under 8 MiB in all. A queue asked for beyond it has no history
+// until others are no longer watched.
+const maxWatched = 1000
+
 type histPoint struct {
 	at                                   int64 // unix nanos
 	ready, unacked                       int64
@@ -208,7 +214,9 @@ func (s *Server) queueHistory(q *queue.Queue, age, incr time.Duration) []histPoi
 		s.qstats.watched = map[*queue.Queue]int64{}
 	}
 	now := time.Now().UnixNano()
-	s.qstats.watched[q] = now
+	if _, ok := s.qstats.watched[q]; ok || len(s.qstats.watched) < maxWatched {
+		s.qstats.watched[q] = now
+	}
 	if ns := s.qstats.m[q]; ns != nil && ns.hist != nil {
 		return ns.hist.newest(now, age, incr)
 	}

@@ -4,6 +4,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/railmq/railmq/queue"
 )
 
 // TestHistoryRing: the ring keeps the last samples, returns those within
@@ -51,5 +53,17 @@ func TestHistoryParams(t *testing.T) {
 		if age != tc.age || incr != tc.incr || ok != tc.ok {
 			t.Errorf("%q: %v, %v, %v; want %v, %v, %v", tc.query, age, incr, ok, tc.age, tc.incr, tc.ok)
 		}
+	}
+}
+
+// TestWatchedQueuesBounded: API clients cannot make the broker keep the
+// history of more than maxWatched queues.
+func TestWatchedQueuesBounded(t *testing.T) {
+	s := &Server{}
+	for i := 0; i < maxWatched+50; i++ {
+		s.queueHistory(new(queue.Queue), time.Minute, 0)
+	}
+	if n := len(s.qstats.watched); n != maxWatched {
+		t.Errorf("%d queues watched, want at most %d", n, maxWatched)
 	}
 }
