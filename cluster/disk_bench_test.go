@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,21 +100,7 @@ func benchQueueGroup(b *testing.B, batch int) {
 	cpu0 := cpuNanos()
 	start := time.Now()
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	const par = 64
-	for w := 0; w < par; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < entries; i += par {
-				if err := leader.Apply(data, 10*time.Second).Error(); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(w)
-	}
-	wg.Wait()
+	applyParallel(b, leader, data, entries)
 	b.StopTimer()
 	b.ReportMetric(float64(entries*batch)/time.Since(start).Seconds(), "enqueues/s")
 	b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N), "cpu-ns/op")

@@ -35,6 +35,21 @@ func startClusterNode(t *testing.T, name string, peers map[string]string, join b
 	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL}
 }
 
+// startCluster starts n brokers, rabbit1@localhost ..., that bootstrap a
+// cluster of them all.
+func startCluster(t *testing.T, n int) []*clusterNode {
+	t.Helper()
+	peers := map[string]string{}
+	for i := 1; i <= n; i++ {
+		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
+	}
+	var nodes []*clusterNode
+	for i := 1; i <= n; i++ {
+		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
+	}
+	return nodes
+}
+
 // TestClusterMembership: three brokers started with the same peers form
 // a cluster (railmqctl cluster status on each: three members, one
 // leader); a fourth started with --cluster-join is added with railmqctl
@@ -47,14 +62,7 @@ func TestClusterMembership(t *testing.T) {
 		out, err := exec.Command(ctl, append([]string{"--url", api}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	leaderOf := func(ns []*clusterNode) (lead *clusterNode) {
 		t.Helper()
 		testutil.Eventually(t, 15*time.Second, func() bool {
@@ -178,14 +186,7 @@ func TestClusterMembership(t *testing.T) {
 // is closed and it cannot log in anywhere.
 func TestClusterReplicatesUsers(t *testing.T) {
 	testutil.InProcess(t)
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	a := make([]*api, 3)
 	for i, n := range nodes {
 		a[i] = &api{t: t, url: n.api}
@@ -257,14 +258,7 @@ func TestClusterReplicatesUsers(t *testing.T) {
 // everywhere are closed (320).
 func TestClusterReplicatesVHosts(t *testing.T) {
 	testutil.InProcess(t)
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	a := make([]*api, 3)
 	for i, n := range nodes {
 		a[i] = &api{t: t, url: n.api}
@@ -305,14 +299,7 @@ func TestClusterReplicatesVHosts(t *testing.T) {
 // queues of another; cleared, it no longer does.
 func TestClusterReplicatesPolicies(t *testing.T) {
 	testutil.InProcess(t)
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	a1, a3 := &api{t: t, url: nodes[0].api}, &api{t: t, url: nodes[2].api}
 	testutil.Eventually(t, 15*time.Second, func() bool {
 		return a1.call("PUT", "/api/policies/%2F/cap", "guest", "guest", map[string]any{"pattern": "^capped", "definition": map[string]any{"max-length": 2}, "apply-to": "queues"}, nil) == 201
@@ -348,14 +335,7 @@ func TestClusterReplicatesPolicies(t *testing.T) {
 // node (a vhost, a user, its permissions) is in force on the others.
 func TestClusterImportsDefinitionsEverywhere(t *testing.T) {
 	testutil.InProcess(t)
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	a1 := &api{t: t, url: nodes[0].api}
 	defs := map[string]any{
 		"vhosts":      []any{map[string]any{"name": "billing"}},
@@ -381,14 +361,7 @@ func TestClusterImportsDefinitionsEverywhere(t *testing.T) {
 // gone from all.
 func TestClusterReplicatesExchanges(t *testing.T) {
 	testutil.InProcess(t)
-	peers := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		peers[fmt.Sprintf("rabbit%d@localhost", i)] = testutil.FreePort(t)
-	}
-	var nodes []*clusterNode
-	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startClusterNode(t, fmt.Sprintf("rabbit%d@localhost", i), peers, false))
-	}
+	nodes := startCluster(t, 3)
 	chans := make([]*rmq.Channel, 3)
 	for i, n := range nodes {
 		c := dial(t, n.b.URL)
