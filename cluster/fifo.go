@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 )
 
 // Fifo is a quorum queue's replicated state, as RabbitMQ's rabbit_fifo:
@@ -80,6 +81,9 @@ const (
 	cmdPurge
 	cmdTick
 	cmdEnqueueBatch
+	cmdDequeue
+	cmdDown
+	cmdBatch
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -90,8 +94,10 @@ type Command struct {
 	Msg      Message
 	Msgs     []Message // an enqueue batch: the publishes one group commit gathered
 	Consumer string
-	Prefetch int
+	Prefetch int // checkout: the consumer's prefetch; dequeue: 1 when no ack is wanted
 	IDs      []uint64
+	Cmds     []Command // a batch: the commands one pipeline round gathered
+	Keep     string    // down: tags with this prefix stay
 }
 
 // Message is an enqueued message.
@@ -125,6 +131,32 @@ func Discard(tag string, ids ...uint64) Command {
 	return Command{Kind: cmdDiscard, Consumer: tag, IDs: ids}
 }
 func Purge() Command         { return Command{Kind: cmdPurge} }
+
+// Dequeue takes the head message for basic.get, checked out to tag (or,
+// with noAck, removed at once); Effects.Deliveries holds it, if any.
+func Dequeue(tag string, noAck bool) Command {
+	c := Command{Kind: cmdDequeue, Consumer: tag}
+	if noAck {
+		c.Prefetch = 1
+	}
+	return c
+}
+
+// Down cancels every consumer whose tag starts with prefix, but those
+// whose tag starts with keep (if not empty): a node that restarted (its
+// consumers of before are gone) or that is gone, whose checked-out
+// messages return to the queue, redelivered.
+func Down(prefix, keep string) Command { return Command{Kind: cmdDown, Consumer: prefix, Keep: keep} }
+
+// DownPrefix reports the prefix a Down command cancels, and the one it
+// keeps.
+func (c *Command) DownPrefix() (prefix, keep string, ok bool) {
+	return c.Consumer, c.Keep, c.Kind == cmdDown
+}
+
+// Batch makes one log entry of several commands, applied in order;
+// Effects.Results holds each one's own effects.
+func Batch(cs []Command) Command { return Command{Kind: cmdBatch, Cmds: cs} }
 func Tick(now int64) Command { return Command{Kind: cmdTick, Now: now} }
 
 // Delivery is a message checked out to a consumer.
@@ -153,6 +185,13 @@ type Effects struct {
 	Accepted    bool
 	Refused     []int
 	Purged      int
+	// Got marks a dequeue's effects: Deliveries holds what it took (if
+	// anything), Remaining the count of ready messages left.
+	Got       bool
+	Remaining int
+	// Results are a batch's commands' effects, in order; the batch's
+	// Deliveries and DeadLetters are theirs together.
+	Results []Effects
 }
 
 // Dead-letter reasons, as x-death writes them.
@@ -182,6 +221,20 @@ func (f *Fifo) Bytes() int64 { return f.bytes }
 
 // Apply applies one command and returns its effects.
 func (f *Fifo) Apply(c Command) Effects {
+	if c.Kind == cmdBatch {
+		var e Effects
+		e.Results = make([]Effects, len(c.Cmds))
+		for i := range c.Cmds {
+			if c.Cmds[i].Kind == cmdBatch {
+				continue // not nested
+			}
+			r := f.Apply(c.Cmds[i])
+			e.Deliveries = append(e.Deliveries, r.Deliveries...)
+			e.DeadLetters = append(e.DeadLetters, r.DeadLetters...)
+			e.Results[i] = r
+		}
+		return e
+	}
 	var e Effects
 	switch c.Kind {
 	case cmdEnqueue:
@@ -201,28 +254,46 @@ func (f *Fifo) Apply(c Command) Effects {
 			f.order = append(f.order, c.Consumer)
 		}
 	case cmdCancel:
-		if f.cons[c.Consumer] == nil {
+		f.cancel(c.Consumer, &e)
+	case cmdDown:
+		down := func(t string) bool {
+			return strings.HasPrefix(t, c.Consumer) && (c.Keep == "" || !strings.HasPrefix(t, c.Keep))
+		}
+		var tags []string
+		for t := range f.cons {
+			if down(t) {
+				tags = append(tags, t)
+			}
+		}
+		// A getter's messages are checked out to a tag that is no
+		// consumer: return those too.
+		for _, m := range f.msgs {
+			if m.Consumer != "" && f.cons[m.Consumer] == nil && down(m.Consumer) {
+				tags = append(tags, m.Consumer)
+			}
+		}
+		sort.Strings(tags)
+		for i, t := range tags {
+			if i == 0 || tags[i-1] != t {
+				f.cancel(t, &e)
+			}
+		}
+	case cmdDequeue:
+		e.Got = true
+		f.expire(c.Now, &e)
+		if len(f.ready) == 0 {
 			break
 		}
-		// Its checked-out messages return, redelivered, in id order.
-		var ids []uint64
-		for id, m := range f.msgs {
-			if m.Consumer == c.Consumer {
-				ids = append(ids, id)
-			}
+		m := f.msgs[f.ready[0]]
+		f.ready = f.ready[1:]
+		e.Deliveries = append(e.Deliveries, Delivery{Consumer: c.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+		if c.Prefetch == 1 {
+			f.remove(m)
+		} else {
+			m.Consumer = c.Consumer
 		}
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-		f.returnMsgs(c.Consumer, ids, &e)
-		delete(f.cons, c.Consumer)
-		for i, t := range f.order {
-			if t == c.Consumer {
-				f.order = append(f.order[:i], f.order[i+1:]...)
-				if f.next > i {
-					f.next--
-				}
-				break
-			}
-		}
+		e.Remaining = len(f.ready)
+		return e // a getter takes what it asked for, no one else gets anything
 	case cmdSettle:
 		for _, id := range c.IDs {
 			if m := f.checkedOut(c.Consumer, id); m != nil {
@@ -249,6 +320,64 @@ func (f *Fifo) Apply(c Command) Effects {
 	}
 	f.checkout(&e)
 	return e
+}
+
+// cancel removes a consumer (or a getter's tag); its checked-out messages
+// return, redelivered, in id order.
+func (f *Fifo) cancel(tag string, e *Effects) {
+	var ids []uint64
+	for id, m := range f.msgs {
+		if m.Consumer == tag {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	f.returnMsgs(tag, ids, e)
+	if f.cons[tag] == nil {
+		return
+	}
+	delete(f.cons, tag)
+	for i, t := range f.order {
+		if t == tag {
+			f.order = append(f.order[:i], f.order[i+1:]...)
+			if f.next > i {
+				f.next--
+			}
+			break
+		}
+	}
+	if f.next >= len(f.order) {
+		f.next = 0
+	}
+}
+
+// CheckedOut lists the messages checked out to consumers whose tags
+// start with prefix, in id order (a member restored from a snapshot
+// delivers what the entries it skipped gave its consumers).
+func (f *Fifo) CheckedOut(prefix string) []Delivery {
+	var out []Delivery
+	for _, m := range f.msgs {
+		if m.Consumer != "" && strings.HasPrefix(m.Consumer, prefix) && f.cons[m.Consumer] != nil {
+			out = append(out, Delivery{Consumer: m.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Unacked is the count of messages checked out.
+func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) }
+
+// Consumers is the count of consumers.
+func (f *Fifo) Consumers() int { return len(f.cons) }
+
+// Head is when the oldest ready message was enqueued (unix ms), 0 when
+// none is ready.
+func (f *Fifo) Head() int64 {
+	if len(f.ready) == 0 {
+		return 0
+	}
+	return f.msgs[f.ready[0]].Enqueued
 }
 
 func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
@@ -457,6 +586,20 @@ func (c *Command) Encode(b []byte) []byte {
 		for _, id := range c.IDs {
 			b = binary.BigEndian.AppendUint64(b, id)
 		}
+	case cmdDequeue:
+		b = appendBytes(b, []byte(c.Consumer))
+		b = append(b, byte(c.Prefetch))
+	case cmdDown:
+		b = appendBytes(b, []byte(c.Consumer))
+		b = appendBytes(b, []byte(c.Keep))
+	case cmdBatch:
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Cmds)))
+		for i := range c.Cmds {
+			at := len(b)
+			b = append(b, 0, 0, 0, 0)
+			b = c.Cmds[i].Encode(b)
+			binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		}
 	}
 	return b
 }
@@ -493,6 +636,33 @@ func DecodeCommand(p []byte) (Command, error) {
 		c.IDs = make([]uint64, n)
 		for i := range c.IDs {
 			c.IDs[i] = r.u64()
+		}
+	case cmdDequeue:
+		c.Consumer = string(r.bytes())
+		if v := r.take(1); v != nil {
+			c.Prefetch = int(v[0] & 1)
+		}
+	case cmdDown:
+		c.Consumer = string(r.bytes())
+		c.Keep = string(r.bytes())
+	case cmdBatch:
+		n := r.u32()
+		if uint64(n)*13 > uint64(len(r.p)) { // a command takes 13 bytes at least
+			return c, ErrBadCommand
+		}
+		for i := uint32(0); i < n && !r.bad; i++ {
+			sub := r.bytes()
+			if r.bad {
+				break
+			}
+			if len(sub) > 0 && sub[0] == cmdBatch {
+				return c, ErrBadCommand // not nested
+			}
+			sc, err := DecodeCommand(sub)
+			if err != nil {
+				return c, err
+			}
+			c.Cmds = append(c.Cmds, sc)
 		}
 	case cmdPurge, cmdTick:
 	default:

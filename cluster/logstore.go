@@ -20,8 +20,13 @@ import (
 //
 // Keys: 'l' + the index (8 bytes, big-endian) for entries, so that they
 // iterate in index order; 's' + the key for stable values.
+//
+// Several groups may share one Badger (a node's quorum queues do): each
+// one's keys then start with its prefix.
 type LogStore struct {
-	db *badger.DB
+	db    *badger.DB
+	pfx   []byte
+	owned bool // Close closes db
 
 	mu          sync.Mutex // guards first and last
 	first, last uint64     // 0, 0 when empty
@@ -32,39 +37,77 @@ var errNotFound = errors.New("not found")
 
 // OpenLogStore opens (or creates) a log store in dir.
 func OpenLogStore(dir string) (*LogStore, error) {
+	db, err := OpenLogDB(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := GroupLogStore(db, nil)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// OpenLogDB opens (or creates) a Badger for raft logs in dir.
+func OpenLogDB(dir string) (*badger.DB, error) {
 	opts := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false).
 		WithNumVersionsToKeep(1).WithMemTableSize(16 << 20).WithValueThreshold(1 << 10)
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log in %s: %w", dir, err)
 	}
-	s := &LogStore{db: db}
+	return db, nil
+}
+
+// GroupLogStore is the log store of the group whose keys start with pfx
+// in db (which its owner closes).
+func GroupLogStore(db *badger.DB, pfx []byte) (*LogStore, error) {
+	s := &LogStore{db: db, pfx: pfx}
+	lp := s.key('l', nil)
 	if err := db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'l'}})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: lp})
 		defer it.Close()
 		it.Rewind()
 		if !it.Valid() {
 			return nil
 		}
-		s.first = binary.BigEndian.Uint64(it.Item().Key()[1:])
-		rit := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{'l'}, Reverse: true})
+		s.first = binary.BigEndian.Uint64(it.Item().Key()[len(lp):])
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: lp, Reverse: true})
 		defer rit.Close()
-		rit.Seek([]byte{'l', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		rit.Seek(s.logKey(^uint64(0)))
 		if rit.Valid() {
-			s.last = binary.BigEndian.Uint64(rit.Item().Key()[1:])
+			s.last = binary.BigEndian.Uint64(rit.Item().Key()[len(lp):])
 		}
 		return nil
 	}); err != nil {
-		db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close closes the store.
-func (s *LogStore) Close() error { return s.db.Close() }
+// DropGroupLog deletes a group's log and stable state from db (its queue
+// was deleted).
+func DropGroupLog(db *badger.DB, pfx []byte) error { return db.DropPrefix(pfx) }
 
-func logKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'l'}, i) }
+// Close closes the store (its Badger, when it owns it).
+func (s *LogStore) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.db.Close()
+}
+
+func (s *LogStore) key(kind byte, k []byte) []byte {
+	b := make([]byte, 0, len(s.pfx)+1+len(k))
+	b = append(append(b, s.pfx...), kind)
+	return append(b, k...)
+}
+
+func (s *LogStore) logKey(i uint64) []byte {
+	return binary.BigEndian.AppendUint64(s.key('l', nil), i)
+}
 
 // FirstIndex is the first index in the log, 0 when empty.
 func (s *LogStore) FirstIndex() (uint64, error) {
@@ -83,7 +126,7 @@ func (s *LogStore) LastIndex() (uint64, error) {
 // GetLog reads entry index into out.
 func (s *LogStore) GetLog(index uint64, out *raft.Log) error {
 	return s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(logKey(index))
+		it, err := txn.Get(s.logKey(index))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return raft.ErrLogNotFound
 		}
@@ -105,7 +148,7 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, l := range logs {
-		if err := wb.Set(logKey(l.Index), encodeLog(l)); err != nil {
+		if err := wb.Set(s.logKey(l.Index), encodeLog(l)); err != nil {
 			return err
 		}
 	}
@@ -133,7 +176,7 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for i := min; i <= max; i++ {
-		if err := wb.Delete(logKey(i)); err != nil {
+		if err := wb.Delete(s.logKey(i)); err != nil {
 			return err
 		}
 	}
@@ -158,7 +201,7 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 
 // Set stores a stable value, fsynced.
 func (s *LogStore) Set(key, val []byte) error {
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(append([]byte{'s'}, key...), val) }); err != nil {
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(s.key('s', key), val) }); err != nil {
 		return err
 	}
 	return s.db.Sync()
@@ -168,7 +211,7 @@ func (s *LogStore) Set(key, val []byte) error {
 func (s *LogStore) Get(key []byte) ([]byte, error) {
 	var out []byte
 	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(append([]byte{'s'}, key...))
+		it, err := txn.Get(s.key('s', key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return errNotFound
 		}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
@@ -62,7 +63,15 @@ type Node struct {
 	meta  *MetaFSM
 	r     *raft.Raft
 	rpc   raft.StreamLayer // followers' metadata writes, forwarded to the leader
-	rpcWG sync.WaitGroup   // the rpc server and its connections
+	rpcWG sync.WaitGroup   // the rpc servers and their connections
+	hl    hclog.Logger
+
+	// Quorum queues (group.go, grouprpc.go).
+	qrpc    raft.StreamLayer // commands forwarded to a group's leader
+	gmu     sync.Mutex       // guards qdb, groups, clients
+	qdb     *badger.DB       // every group's log, opened with the first
+	groups  map[string]*Group
+	clients map[string]*groupClient // by leader address
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked
@@ -110,7 +119,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM()}
+	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM(), hl: hl,
+		groups: map[string]*Group{}, clients: map[string]*groupClient{}}
 	n.meta.onApply = cfg.OnApply
 	fail := func(err error) (*Node, error) {
 		n.close()
@@ -132,15 +142,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.Name)
-	rc.Logger = hl
-	if cfg.HeartbeatTimeout > 0 {
-		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout, cfg.HeartbeatTimeout/2
-	}
-	if cfg.ElectionTimeout > 0 {
-		rc.ElectionTimeout = cfg.ElectionTimeout
-	}
+	rc := n.raftConfig()
 	existing, err := raft.HasExistingState(n.logs, n.logs, snaps)
 	if err != nil {
 		return fail(err)
@@ -167,10 +169,38 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.rpc, err = n.mux.Layer("meta-rpc"); err != nil {
 		return fail(err)
 	}
-	n.rpcWG.Add(1)
+	if n.qrpc, err = n.mux.Layer("qq-rpc"); err != nil {
+		return fail(err)
+	}
+	n.rpcWG.Add(2)
 	go n.serveRPC()
+	go n.serveGroupRPC()
 	return n, nil
 }
+
+// raftConfig is the raft configuration of the node's groups.
+func (n *Node) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.Name)
+	rc.Logger = n.hl
+	if n.cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout, rc.LeaderLeaseTimeout = n.cfg.HeartbeatTimeout, n.cfg.HeartbeatTimeout/2
+	}
+	if n.cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = n.cfg.ElectionTimeout
+	}
+	return rc
+}
+
+func (n *Node) log() *zap.Logger {
+	if n.cfg.Logger == nil {
+		return zap.NewNop()
+	}
+	return n.cfg.Logger
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
 
 // zapWriter passes raft's log lines (hclog's text) to zap as warnings.
 type zapWriter struct{ log *zap.Logger }
@@ -199,8 +229,29 @@ func (n *Node) Close() error { return n.close() }
 
 func (n *Node) close() error {
 	var errs []error
+	n.gmu.Lock()
+	gs := make([]*Group, 0, len(n.groups))
+	for _, g := range n.groups {
+		gs = append(gs, g)
+	}
+	n.gmu.Unlock()
+	for _, g := range gs {
+		errs = append(errs, g.Close())
+	}
 	if n.rpc != nil {
 		_ = n.rpc.Close()
+	}
+	if n.qrpc != nil {
+		_ = n.qrpc.Close()
+	}
+	n.gmu.Lock()
+	cs := make([]*groupClient, 0, len(n.clients))
+	for _, c := range n.clients {
+		cs = append(cs, c)
+	}
+	n.gmu.Unlock()
+	for _, c := range cs {
+		c.close(errNotSent)
 	}
 	if n.r != nil {
 		errs = append(errs, n.r.Shutdown().Error())
@@ -214,6 +265,9 @@ func (n *Node) close() error {
 	n.rpcWG.Wait() // the mux closed the rpc connections
 	if n.logs != nil {
 		errs = append(errs, n.logs.Close())
+	}
+	if n.qdb != nil {
+		errs = append(errs, n.qdb.Close())
 	}
 	return errors.Join(errs...)
 }

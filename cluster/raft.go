@@ -16,8 +16,12 @@ type QueueFSM struct {
 	mu sync.Mutex // guards f: raft's FSM goroutine applies, others read
 	f  *Fifo
 	// OnApply, if set, is called on raft's FSM goroutine with each
-	// command's effects, in log order (the leader carries them out).
-	OnApply func(index uint64, e Effects)
+	// command and its effects, in log order, on every member.
+	OnApply func(index uint64, c *Command, e *Effects)
+	// OnRestore, if set, is called on raft's FSM goroutine after the
+	// state was replaced by a snapshot (the entries it covers were not
+	// applied here one by one).
+	OnRestore func()
 }
 
 // NewQueueFSM returns the state machine of an empty queue.
@@ -34,7 +38,7 @@ func (q *QueueFSM) Apply(l *raft.Log) any {
 	e := q.f.Apply(c)
 	q.mu.Unlock()
 	if q.OnApply != nil {
-		q.OnApply(l.Index, e)
+		q.OnApply(l.Index, &c, &e)
 	}
 	return e
 }
@@ -61,7 +65,18 @@ func (q *QueueFSM) Restore(r io.ReadCloser) error {
 	q.mu.Lock()
 	q.f = f
 	q.mu.Unlock()
+	if q.OnRestore != nil {
+		q.OnRestore()
+	}
 	return nil
+}
+
+// View runs fn on the state as this member has applied it; fn must not
+// keep what it reads beyond the call, nor call back into q.
+func (q *QueueFSM) View(fn func(f *Fifo)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	fn(q.f)
 }
 
 // Stats are the queue's depth as this member has applied it.

@@ -1,0 +1,486 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
+)
+
+// A quorum queue is a Raft group of its own (as RabbitMQ's are: one ra
+// cluster per queue). Its voters are the queue's members (the group
+// size, x-quorum-initial-group-size); every other node of the cluster
+// follows the log as a non-voter, so that every node holds every quorum
+// queue's state and serves its consumers itself: a delivery is an effect
+// of applying an entry (Fifo.Apply), and the node whose consumer it names
+// writes it out when it applies that entry. Only commands travel to the
+// leader (forwarded over the "qq-rpc" layer when this node does not
+// lead); deliveries do not travel at all.
+//
+// Submit is the way in: commands queue up while a round is in flight and
+// go as one log entry (Batch) in the next, so batching comes from load.
+// A node's groups share one Badger for their logs (prefix per group).
+
+// GroupConfig describes a quorum queue's group.
+type GroupConfig struct {
+	ID string // unique in the cluster, for the group's life: layer "q/"+ID
+	// Voters are the members' node names; the first bootstraps the group
+	// (so it leads first: the queue's leader is the declaring node, as
+	// RabbitMQ's client-local leader locator). Other nodes follow as
+	// non-voters.
+	Voters []string
+	Fifo   FifoConfig
+	// OnApply is told each applied command and its effects on this node,
+	// in log order, on raft's FSM goroutine; leader says whether this node
+	// leads the group (it carries out the effects meant for one node only:
+	// dead-lettering). OnRestore: the state was replaced by a snapshot.
+	OnApply   func(c *Command, e *Effects, leader bool)
+	OnRestore func()
+}
+
+// Group is this node's member of a quorum queue's group.
+type Group struct {
+	n     *Node
+	cfg   GroupConfig
+	fsm   *QueueFSM
+	r     *raft.Raft
+	trans *raft.NetworkTransport
+	logs  *LogStore
+	dir   string
+
+	mu      sync.Mutex // guards pending, closed
+	pending []submitItem
+	closed  bool
+	wake    chan struct{}
+	slots   chan struct{} // rounds in flight
+	flight  chan flight   // the local leader's rounds, waited in order
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type submitItem struct {
+	c        Command
+	done     func(Effects, error)
+	deadline time.Time
+}
+
+type flight struct {
+	f     raft.ApplyFuture
+	items []submitItem
+}
+
+// Limits of a round: commands and encoded bytes per log entry, rounds in
+// flight.
+const (
+	roundCmds    = 512
+	roundBytes   = 4 << 20
+	roundsFlying = 4
+	// groupCommitTimeout is how soon followers learn of a commit when no
+	// new entry carries it (raft's CommitTimeout): a consumer on a
+	// follower gets its delivery when its node applies the entry.
+	groupCommitTimeout = 2 * time.Millisecond
+)
+
+// ErrGroupClosed is a command submitted to a group that was stopped.
+var ErrGroupClosed = errors.New("cluster: quorum queue stopped on this node")
+
+// errUnknownGroup is a forwarded command for a group the leader does not
+// have (yet, or any more).
+var errUnknownGroup = errors.New("cluster: no such quorum queue on the node")
+
+// groupPrefix is a group's keys in the shared log Badger.
+func groupPrefix(id string) []byte { return append([]byte("q"+id), 0) }
+
+func (n *Node) queueDB() (*badger.DB, error) {
+	n.gmu.Lock()
+	defer n.gmu.Unlock()
+	if n.qdb == nil {
+		dir := filepath.Join(n.cfg.DataDir, "cluster", "queues", "log")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		db, err := OpenLogDB(dir)
+		if err != nil {
+			return nil, err
+		}
+		n.qdb = db
+	}
+	return n.qdb, nil
+}
+
+// Addrs are the nodes' inter-node addresses, as the metadata group's
+// configuration has them.
+func (n *Node) Addrs() map[string]string {
+	out := map[string]string{}
+	f := n.r.GetConfiguration()
+	if f.Error() != nil {
+		return out
+	}
+	for _, s := range f.Configuration().Servers {
+		out[string(s.ID)] = string(s.Address)
+	}
+	return out
+}
+
+// StartGroup starts (or, after a restart, resumes) this node's member of
+// a quorum queue's group.
+func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
+	db, err := n.queueDB()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{n: n, cfg: cfg, fsm: NewQueueFSM(cfg.Fifo), wake: make(chan struct{}, 1),
+		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
+	g.fsm.OnApply = func(_ uint64, c *Command, e *Effects) {
+		if cfg.OnApply != nil {
+			cfg.OnApply(c, e, g.r != nil && g.r.State() == raft.Leader)
+		}
+	}
+	g.fsm.OnRestore = cfg.OnRestore
+	n.gmu.Lock()
+	if n.groups[cfg.ID] != nil {
+		n.gmu.Unlock()
+		return nil, fmt.Errorf("cluster: quorum queue group %s already started", cfg.ID)
+	}
+	n.groups[cfg.ID] = g
+	n.gmu.Unlock()
+	fail := func(err error) (*Group, error) {
+		g.shutdown()
+		return nil, err
+	}
+	layer, err := n.mux.Layer("q/" + cfg.ID)
+	if err != nil {
+		return fail(err)
+	}
+	self := n.cfg.Peers[n.cfg.Name]
+	g.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, n.hl)
+	if g.logs, err = GroupLogStore(db, groupPrefix(cfg.ID)); err != nil {
+		return fail(err)
+	}
+	g.dir = filepath.Join(n.cfg.DataDir, "cluster", "queues", cfg.ID)
+	if err := os.MkdirAll(g.dir, 0o755); err != nil {
+		return fail(err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, n.hl)
+	if err != nil {
+		return fail(err)
+	}
+	rc := n.raftConfig()
+	rc.CommitTimeout = groupCommitTimeout
+	existing, err := raft.HasExistingState(g.logs, g.logs, snaps)
+	if err != nil {
+		return fail(err)
+	}
+	if !existing && len(cfg.Voters) > 0 && cfg.Voters[0] == n.cfg.Name {
+		if err := raft.BootstrapCluster(rc, g.logs, g.logs, snaps, g.trans, g.configuration()); err != nil {
+			return fail(err)
+		}
+	}
+	if g.r, err = raft.NewRaft(rc, g.fsm, g.logs, g.logs, snaps, g.trans); err != nil {
+		return fail(err)
+	}
+	g.wg.Add(2)
+	go g.loop()
+	go g.waitLocal()
+	return g, nil
+}
+
+// configuration is the group's first configuration: its voters, and every
+// other node as a non-voter.
+func (g *Group) configuration() raft.Configuration {
+	addrs := g.n.Addrs()
+	voter := map[string]bool{}
+	var c raft.Configuration
+	for _, v := range g.cfg.Voters {
+		voter[v] = true
+		if a := addrs[v]; a != "" {
+			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(v), Address: raft.ServerAddress(a)})
+		}
+	}
+	names := make([]string, 0, len(addrs))
+	for name := range addrs {
+		if !voter[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(name), Address: raft.ServerAddress(addrs[name])})
+	}
+	return c
+}
+
+// ID is the group's id.
+func (g *Group) ID() string { return g.cfg.ID }
+
+// Leader is the name of the member that leads the group, "" if none.
+func (g *Group) Leader() string {
+	_, id := g.r.LeaderWithID()
+	return string(id)
+}
+
+// IsLeader reports whether this node leads the group.
+func (g *Group) IsLeader() bool { return g.r.State() == raft.Leader }
+
+// GroupMember is one member of a group, as this node's view has it.
+type GroupMember struct {
+	Name  string
+	Voter bool
+}
+
+// GroupStatus is this node's view of its group.
+type GroupStatus struct {
+	Leader          string
+	Members         []GroupMember
+	Term            uint64
+	Commit, Applied uint64
+}
+
+// Status reports the group as this node sees it.
+func (g *Group) Status() GroupStatus {
+	st := GroupStatus{Leader: g.Leader(), Term: g.r.CurrentTerm(), Applied: g.r.AppliedIndex(), Commit: g.r.CommitIndex()}
+	if f := g.r.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			st.Members = append(st.Members, GroupMember{Name: string(s.ID), Voter: s.Suffrage == raft.Voter})
+		}
+	}
+	return st
+}
+
+// View runs fn on the queue's state as this node has applied it.
+func (g *Group) View(fn func(f *Fifo)) { g.fsm.View(fn) }
+
+// Submit proposes c; done learns its effects once the entry is committed
+// and applied on the leader, or why it was not. It runs on another
+// goroutine and must not block. A command that never reached a leader is
+// retried until WriteTimeout; one whose fate is unknown (the leader went
+// away meanwhile) fails with the error.
+func (g *Group) Submit(c Command, done func(Effects, error)) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		if done != nil {
+			done(Effects{}, ErrGroupClosed)
+		}
+		return
+	}
+	g.pending = append(g.pending, submitItem{c: c, done: done, deadline: time.Now().Add(g.n.timeout())})
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (g *Group) requeue(items []submitItem) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		finish(items, Effects{}, ErrGroupClosed)
+		return
+	}
+	g.pending = append(items, g.pending...)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+func finish(items []submitItem, e Effects, err error) {
+	for i := range items {
+		if items[i].done == nil {
+			continue
+		}
+		switch {
+		case err != nil:
+			items[i].done(Effects{}, err)
+		case len(items) == 1 && items[0].c.Kind != cmdBatch && e.Results == nil:
+			items[i].done(e, nil)
+		case i < len(e.Results):
+			items[i].done(e.Results[i], nil)
+		default:
+			items[i].done(Effects{}, errors.New("cluster: a batch's result is missing"))
+		}
+	}
+}
+
+// loop sends the pending commands, a round at a time.
+func (g *Group) loop() {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.wake:
+		case <-g.stop:
+			return
+		}
+		for {
+			g.mu.Lock()
+			var items []submitItem
+			size := 0
+			for len(g.pending) > 0 && len(items) < roundCmds && size < roundBytes {
+				it := g.pending[0]
+				g.pending = g.pending[1:]
+				items = append(items, it)
+				size += 64 + len(it.c.Msg.Body)
+				for i := range it.c.Msgs {
+					size += 64 + len(it.c.Msgs[i].Body)
+				}
+			}
+			if len(g.pending) == 0 {
+				g.pending = nil
+			}
+			g.mu.Unlock()
+			if len(items) == 0 {
+				break
+			}
+			select {
+			case g.slots <- struct{}{}:
+			case <-g.stop:
+				finish(items, Effects{}, ErrGroupClosed)
+				return
+			}
+			g.send(items)
+		}
+	}
+}
+
+// send proposes one round; a slot is held until it is answered.
+func (g *Group) send(items []submitItem) {
+	c := items[0].c
+	if len(items) > 1 {
+		cs := make([]Command, len(items))
+		for i := range items {
+			cs[i] = items[i].c
+		}
+		c = Batch(cs)
+	}
+	data := c.Encode(nil)
+	if g.r.State() == raft.Leader {
+		g.flight <- flight{f: g.r.Apply(data, g.n.timeout()), items: items}
+		return
+	}
+	addr, id := g.r.LeaderWithID()
+	if id == "" {
+		<-g.slots
+		g.retryLater(items, ErrNoLeader)
+		return
+	}
+	g.n.forwardGroup(string(addr), g.cfg.ID, data, func(e Effects, err error) {
+		<-g.slots
+		switch {
+		case errors.Is(err, ErrNotLeader), errors.Is(err, errUnknownGroup), errors.Is(err, errNotSent):
+			g.retryLater(items, err)
+		default:
+			finish(items, e, err)
+		}
+	})
+}
+
+// retryLater sends items again shortly, but those past their deadline,
+// which fail with err.
+func (g *Group) retryLater(items []submitItem, err error) {
+	now := time.Now()
+	var again []submitItem
+	for _, it := range items {
+		if now.After(it.deadline) {
+			finish([]submitItem{it}, Effects{}, err)
+			continue
+		}
+		again = append(again, it)
+	}
+	if len(again) == 0 {
+		return
+	}
+	time.AfterFunc(20*time.Millisecond, func() { g.requeue(again) })
+}
+
+// waitLocal answers the rounds this node applied as leader, in order.
+func (g *Group) waitLocal() {
+	defer g.wg.Done()
+	for {
+		select {
+		case fl := <-g.flight:
+			err := fl.f.Error()
+			var e Effects
+			if err == nil {
+				e, _ = fl.f.Response().(Effects)
+			}
+			<-g.slots
+			switch {
+			case errors.Is(err, raft.ErrNotLeader):
+				g.retryLater(fl.items, ErrNotLeader) // never appended
+			case err != nil:
+				finish(fl.items, Effects{}, err)
+			default:
+				finish(fl.items, e, nil)
+			}
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// Close stops this node's member (the node shuts down); its state stays
+// on disk for the next start.
+func (g *Group) Close() error { return g.shutdown() }
+
+// Remove stops the member and deletes its state (the queue was deleted).
+func (g *Group) Remove() error {
+	err := g.shutdown()
+	if g.logs != nil {
+		err = errors.Join(err, DropGroupLog(g.logs.db, groupPrefix(g.cfg.ID)))
+	}
+	if g.dir != "" {
+		err = errors.Join(err, os.RemoveAll(g.dir))
+	}
+	return err
+}
+
+func (g *Group) shutdown() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	items := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+	var errs []error
+	if g.r != nil {
+		errs = append(errs, g.r.Shutdown().Error())
+	}
+	close(g.stop)
+	g.wg.Wait()
+	// Rounds still in flight: their futures were answered by Shutdown.
+	for {
+		select {
+		case fl := <-g.flight:
+			finish(fl.items, Effects{}, ErrGroupClosed)
+			continue
+		default:
+		}
+		break
+	}
+	finish(items, Effects{}, ErrGroupClosed)
+	if g.trans != nil {
+		errs = append(errs, g.trans.Close())
+	}
+	g.n.gmu.Lock()
+	if g.n.groups[g.cfg.ID] == g {
+		delete(g.n.groups, g.cfg.ID)
+	}
+	g.n.gmu.Unlock()
+	if err := errors.Join(errs...); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+		g.n.log().Warn("quorum queue member stopped with an error", zap.String("group", g.cfg.ID), zap.Error(err))
+	}
+	return nil
+}

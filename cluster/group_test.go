@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/railmq/railmq/internal/poll"
+)
+
+// groupNode is one node's member of a test group, with what it applied.
+type groupNode struct {
+	g  *Group
+	mu sync.Mutex
+	// delivered: the deliveries this node's consumers (tag prefix its
+	// name) got when it applied them.
+	delivered []Delivery
+}
+
+func (gn *groupNode) got() []Delivery {
+	gn.mu.Lock()
+	defer gn.mu.Unlock()
+	return append([]Delivery(nil), gn.delivered...)
+}
+
+func startGroup(t *testing.T, nodes []*Node, id string, voters []string) []*groupNode {
+	t.Helper()
+	out := make([]*groupNode, len(nodes))
+	for i, nd := range nodes {
+		gn := &groupNode{}
+		name := nd.Name()
+		cfg := GroupConfig{ID: id, Voters: voters, Fifo: FifoConfig{DeliveryLimit: DefaultDeliveryLimit},
+			OnApply: func(_ *Command, e *Effects, _ bool) {
+				gn.mu.Lock()
+				defer gn.mu.Unlock()
+				for _, d := range e.Deliveries {
+					if len(d.Consumer) > len(name) && d.Consumer[:len(name)+1] == name+"/" {
+						gn.delivered = append(gn.delivered, d)
+					}
+				}
+			}}
+		g, err := nd.StartGroup(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gn.g = g
+		out[i] = gn
+	}
+	return out
+}
+
+func submitWait(t *testing.T, g *Group, c Command) Effects {
+	t.Helper()
+	type res struct {
+		e   Effects
+		err error
+	}
+	ch := make(chan res, 1)
+	g.Submit(c, func(e Effects, err error) { ch <- res{e, err} })
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("submit: %v", r.err)
+		}
+		return r.e
+	case <-time.After(10 * time.Second):
+		t.Fatal("submit: no answer")
+	}
+	return Effects{}
+}
+
+// TestGroupServesFromEveryNode: a quorum queue's group on three nodes,
+// bootstrapped by its first voter; a follower's publishes are forwarded
+// to the leader and answered once committed; a consumer on another
+// follower gets its deliveries when its own node applies them; acks
+// from there settle them; a get from the third node takes the next one.
+func TestGroupServesFromEveryNode(t *testing.T) {
+	nodes, _ := startNodes(t, 3)
+	nodeLeader(t, nodes)
+	gs := startGroup(t, nodes, "q1", []string{"rabbit1", "rabbit0", "rabbit2"})
+	poll.Eventually(t, 10*time.Second, func() bool { return gs[0].g.Leader() != "" }, "no group leader")
+	if l := gs[0].g.Leader(); l != "rabbit1" {
+		t.Fatalf("leader %s, want the bootstrapping voter rabbit1", l)
+	}
+	// Publishes from a follower, many at once: they batch.
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		gs[0].g.Submit(Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i))), func(e Effects, err error) {
+			if err == nil && !e.Accepted {
+				err = fmt.Errorf("refused")
+			}
+			if err != nil {
+				errs <- err
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	submitWait(t, gs[2].g, Checkout("rabbit2/c1", 10))
+	poll.Eventually(t, 5*time.Second, func() bool { return len(gs[2].got()) == 10 }, "rabbit2's consumer got %d, want 10", len(gs[2].got()))
+	var ids []uint64
+	for _, d := range gs[2].got() {
+		ids = append(ids, d.ID)
+	}
+	submitWait(t, gs[2].g, Settle("rabbit2/c1", ids...))
+	poll.Eventually(t, 5*time.Second, func() bool { return len(gs[2].got()) == 20 }, "after the acks, %d, want 20", len(gs[2].got()))
+	if b := string(gs[2].got()[10].Msg.Body); b != "10" {
+		t.Fatalf("11th delivery %q, want 10", b)
+	}
+	submitWait(t, gs[2].g, Cancel("rabbit2/c1"))
+	e := submitWait(t, gs[0].g, Dequeue("rabbit0/get", true))
+	if !e.Got || len(e.Deliveries) != 1 || string(e.Deliveries[0].Msg.Body) != "10" || !e.Deliveries[0].Redelivered {
+		t.Fatalf("get: %+v, want message 10, redelivered", e)
+	}
+	if e.Remaining != 89 {
+		t.Fatalf("remaining %d, want 89", e.Remaining)
+	}
+	for _, gn := range gs {
+		poll.Eventually(t, 5*time.Second, func() bool {
+			var n int
+			gn.g.View(func(f *Fifo) { n = f.Len() })
+			return n == 89
+		}, "a member holds the wrong count")
+	}
+}
+
+// TestGroupDownReturnsANodesMessages: a node's consumers go (Down) and
+// their messages return, but the ones kept.
+func TestGroupDownReturnsANodesMessages(t *testing.T) {
+	nodes, _ := startNodes(t, 3)
+	nodeLeader(t, nodes)
+	gs := startGroup(t, nodes, "q2", []string{"rabbit0", "rabbit1", "rabbit2"})
+	for i := 0; i < 4; i++ {
+		submitWait(t, gs[1].g, Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i))))
+	}
+	submitWait(t, gs[1].g, Checkout("rabbit1/old/c", 1))
+	submitWait(t, gs[1].g, Checkout("rabbit1/new/c", 1))
+	submitWait(t, gs[1].g, Down("rabbit1/", "rabbit1/new/"))
+	var cons, unacked int
+	poll.Eventually(t, 5*time.Second, func() bool {
+		gs[1].g.View(func(f *Fifo) { cons, unacked = f.Consumers(), f.Unacked() })
+		return cons == 1 && unacked == 1
+	}, "after down: %d consumers, %d unacked, want 1 and 1", cons, unacked)
+}
