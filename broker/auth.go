@@ -250,7 +250,8 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.PageTransientTo(s.spill)
 	vh.PageUnderPressure(&s.paging)
 	vh.CountInto(&s.totals)
-	if s.node != nil {
+	if s.opts.Cluster != nil {
+		vh.SetQuorum(quorumMaker{s})
 		vh.ReplicateTo(replicator{s})
 	}
 	return vh

@@ -12,6 +12,7 @@ import (
 	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -96,9 +97,10 @@ func (s *Server) applyReplicated(ops []cluster.Op) error {
 			continue
 		}
 		kind, name := o.Key[4], []byte(o.Key[5:])
-		if kind == persist.DefExchange {
-			// The vhost stores what it keeps itself.
-			if err := s.applyExchange(name, o.Val, o.Delete); err != nil && refused == nil {
+		if kind == persist.DefExchange || kind == persist.DefQueue || kind == persist.DefBinding {
+			// The vhost keeps these (a quorum queue and its bindings
+			// only in the metadata store).
+			if err := s.applyVHostDef(kind, name, o.Val, o.Delete); err != nil && refused == nil {
 				refused = err
 			}
 			continue
@@ -120,16 +122,23 @@ func (s *Server) applyReplicated(ops []cluster.Op) error {
 	return refused
 }
 
-func (s *Server) applyExchange(name, val []byte, del bool) error {
+func (s *Server) applyVHostDef(kind byte, name, val []byte, del bool) error {
 	parts, err := vhost.SplitDefName(name)
-	if err != nil || len(parts) != 2 {
+	if err != nil || len(parts) < 2 {
 		return nil
 	}
 	st := s.vhostByName(parts[0])
 	if st == nil {
 		return nil // its vhost is gone
 	}
-	err = st.v.ApplyExchange(parts[1], val, del)
+	switch kind {
+	case persist.DefExchange:
+		err = st.v.ApplyExchange(parts[1], val, del)
+	case persist.DefQueue:
+		err = st.v.ApplyQuorumQueue(parts[1], val, del, queue.Config{})
+	default:
+		err = st.v.ApplyBinding(name, val, del)
+	}
 	var e *amqp.Error
 	if errors.As(err, &e) {
 		return &cluster.ApplyError{Code: int(e.Code), Text: e.Text}

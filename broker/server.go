@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ type Server struct {
 	startedAt   time.Time
 
 	node *cluster.Node // nil: not clustered
+	// Quorum queues (quorum.go): this node's, for the ticker; the
+	// incarnation tells this life's consumer tags from earlier ones'.
+	quorumMu    sync.Mutex
+	quorum      map[*quorumQueue]struct{}
+	incarnation string
 
 	// Counted for the metrics (metrics.go).
 	totals                 queue.Totals
@@ -129,6 +135,13 @@ func New(opts Options) (*Server, error) {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
 		cfg.OnApply = s.applyReplicated
+		cfg.OnNode = func(n *cluster.Node) { s.node = n }
+		s.quorum = map[*quorumQueue]struct{}{}
+		s.incarnation = strconv.FormatInt(time.Now().UnixNano(), 36)
+		for _, st := range s.allVHosts() {
+			st.v.SetQuorum(quorumMaker{s})
+			st.v.ReplicateTo(replicator{s})
+		}
 		node, err := cluster.StartNode(cfg)
 		if err != nil {
 			spill.Close()
@@ -329,6 +342,7 @@ func (s *Server) sweep() {
 	defer close(s.swept)
 	t := time.NewTicker(s.opts.TimeoutCheckInterval)
 	defer t.Stop()
+	var lastQuorumTick time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -343,6 +357,10 @@ func (s *Server) sweep() {
 			s.mu.Unlock()
 			for _, c := range conns {
 				c.checkTimeouts(now)
+			}
+			if s.node != nil && now.Sub(lastQuorumTick) >= time.Second {
+				lastQuorumTick = now
+				s.tickQuorum()
 			}
 		}
 	}

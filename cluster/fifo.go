@@ -84,6 +84,7 @@ const (
 	cmdDequeue
 	cmdDown
 	cmdBatch
+	cmdRelease
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -127,10 +128,17 @@ func Settle(tag string, ids ...uint64) Command {
 func Return(tag string, ids ...uint64) Command {
 	return Command{Kind: cmdReturn, Consumer: tag, IDs: ids}
 }
+
+// Release puts back messages checked out to tag that its node never
+// wrote out (its consumer was cancelled meanwhile): not counted as a
+// delivery, their redelivered flag as it was.
+func Release(tag string, ids ...uint64) Command {
+	return Command{Kind: cmdRelease, Consumer: tag, IDs: ids}
+}
 func Discard(tag string, ids ...uint64) Command {
 	return Command{Kind: cmdDiscard, Consumer: tag, IDs: ids}
 }
-func Purge() Command         { return Command{Kind: cmdPurge} }
+func Purge() Command { return Command{Kind: cmdPurge} }
 
 // Dequeue takes the head message for basic.get, checked out to tag (or,
 // with noAck, removed at once); Effects.Deliveries holds it, if any.
@@ -157,7 +165,7 @@ func (c *Command) DownPrefix() (prefix, keep string, ok bool) {
 // Batch makes one log entry of several commands, applied in order;
 // Effects.Results holds each one's own effects.
 func Batch(cs []Command) Command { return Command{Kind: cmdBatch, Cmds: cs} }
-func Tick(now int64) Command { return Command{Kind: cmdTick, Now: now} }
+func Tick(now int64) Command     { return Command{Kind: cmdTick, Now: now} }
 
 // Delivery is a message checked out to a consumer.
 type Delivery struct {
@@ -254,7 +262,10 @@ func (f *Fifo) Apply(c Command) Effects {
 			f.order = append(f.order, c.Consumer)
 		}
 	case cmdCancel:
-		f.cancel(c.Consumer, &e)
+		// As rabbit_fifo: no more deliveries, but what it has checked
+		// out stays so until settled or returned (a channel may ack
+		// after basic.cancel), or its node goes (Down).
+		f.removeConsumer(c.Consumer)
 	case cmdDown:
 		down := func(t string) bool {
 			return strings.HasPrefix(t, c.Consumer) && (c.Keep == "" || !strings.HasPrefix(t, c.Keep))
@@ -302,6 +313,8 @@ func (f *Fifo) Apply(c Command) Effects {
 		}
 	case cmdReturn:
 		f.returnMsgs(c.Consumer, c.IDs, &e)
+	case cmdRelease:
+		f.release(c.Consumer, c.IDs)
 	case cmdDiscard:
 		for _, id := range c.IDs {
 			if m := f.checkedOut(c.Consumer, id); m != nil {
@@ -333,6 +346,10 @@ func (f *Fifo) cancel(tag string, e *Effects) {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	f.returnMsgs(tag, ids, e)
+	f.removeConsumer(tag)
+}
+
+func (f *Fifo) removeConsumer(tag string) {
 	if f.cons[tag] == nil {
 		return
 	}
@@ -367,6 +384,16 @@ func (f *Fifo) CheckedOut(prefix string) []Delivery {
 
 // Unacked is the count of messages checked out.
 func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) }
+
+// Expired reports whether the head ready message's TTL has run out at
+// now (unix ms): a Tick would expire it.
+func (f *Fifo) Expired(now int64) bool {
+	if len(f.ready) == 0 {
+		return false
+	}
+	m := f.msgs[f.ready[0]]
+	return m.Expires != 0 && m.Expires <= now
+}
 
 // Consumers is the count of consumers.
 func (f *Fifo) Consumers() int { return len(f.cons) }
@@ -462,12 +489,53 @@ func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
 		}
 		back = append(back, id)
 	}
-	// Returns go before the rest, after earlier returns still waiting.
+	// Returns go before the rest, in id order among the returns still
+	// waiting (as rabbit_fifo returns a consumer's messages when its
+	// channel goes: oldest first, whatever order the channel's requeues
+	// and its cancel's come in).
+	if len(back) == 0 {
+		return
+	}
 	i := 0
 	for i < len(f.ready) && f.msgs[f.ready[i]].Returned {
 		i++
 	}
-	f.ready = append(f.ready[:i], append(back, f.ready[i:]...)...)
+	rs := append(append(make([]uint64, 0, i+len(back)), f.ready[:i]...), back...)
+	sort.Slice(rs, func(a, b int) bool { return rs[a] < rs[b] })
+	f.ready = append(rs, f.ready[i:]...)
+}
+
+// release puts back checked-out messages uncounted, where they were: a
+// returned one among the returns, a fresh one among the fresh, by id.
+func (f *Fifo) release(tag string, ids []uint64) {
+	var ret, fresh []uint64
+	for _, id := range ids {
+		m := f.checkedOut(tag, id)
+		if m == nil {
+			continue
+		}
+		if k := f.cons[tag]; k != nil {
+			k.Out--
+		}
+		m.Consumer = ""
+		if m.Returned {
+			ret = append(ret, id)
+		} else {
+			fresh = append(fresh, id)
+		}
+	}
+	if len(ret)+len(fresh) == 0 {
+		return
+	}
+	i := 0
+	for i < len(f.ready) && f.msgs[f.ready[i]].Returned {
+		i++
+	}
+	head := append(append(make([]uint64, 0, i+len(ret)), f.ready[:i]...), ret...)
+	rest := append(append(make([]uint64, 0, len(f.ready)-i+len(fresh)), f.ready[i:]...), fresh...)
+	sort.Slice(head, func(a, b int) bool { return head[a] < head[b] })
+	sort.Slice(rest, func(a, b int) bool { return rest[a] < rest[b] })
+	f.ready = append(head, rest...)
 }
 
 // expire dead-letters the ready messages at the head whose TTL has run
@@ -580,7 +648,7 @@ func (c *Command) Encode(b []byte) []byte {
 	case cmdCheckout:
 		b = appendBytes(b, []byte(c.Consumer))
 		b = binary.BigEndian.AppendUint32(b, uint32(c.Prefetch))
-	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard:
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
 		b = appendBytes(b, []byte(c.Consumer))
 		b = binary.BigEndian.AppendUint32(b, uint32(len(c.IDs)))
 		for _, id := range c.IDs {
@@ -627,7 +695,7 @@ func DecodeCommand(p []byte) (Command, error) {
 	case cmdCheckout:
 		c.Consumer = string(r.bytes())
 		c.Prefetch = int(r.u32())
-	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard:
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
 		c.Consumer = string(r.bytes())
 		n := r.u32()
 		if uint64(n)*8 > uint64(len(r.p)) {

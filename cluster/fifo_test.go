@@ -93,19 +93,32 @@ func TestFifoReturnAndDeliveryLimit(t *testing.T) {
 // TestFifoCancelReturnsCheckedOut: a consumer that goes (its channel
 // closed, its node lost) gives its unsettled messages back, redelivered,
 // ahead of the rest and in their order.
-func TestFifoCancelReturnsCheckedOut(t *testing.T) {
+// TestFifoCancelKeepsCheckedOut: as rabbit_fifo, a cancelled consumer
+// gets nothing more, but what it had checked out stays so: its channel
+// may still ack it (settled) or requeue it; a Down of its node returns
+// the rest, redelivered.
+func TestFifoCancelKeepsCheckedOut(t *testing.T) {
 	f := NewFifo(FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
-	for i := 1; i <= 4; i++ {
+	for i := 1; i <= 5; i++ {
 		f.Apply(Enqueue(int64(i), msg(fmt.Sprint(i))))
 	}
-	f.Apply(Checkout("a", 2)) // 1, 2
-	f.Apply(Cancel("a"))
-	e := f.Apply(Checkout("b", 0))
-	if got := bodies(e.Deliveries); !reflect.DeepEqual(got, []string{"b:1", "b:2", "b:3", "b:4"}) {
-		t.Fatalf("b got %v, want 1 2 (returned) then 3 4", got)
+	f.Apply(Checkout("n1/a", 3)) // 1, 2, 3
+	f.Apply(Cancel("n1/a"))
+	e := f.Apply(Checkout("n2/b", 0))
+	if got := bodies(e.Deliveries); !reflect.DeepEqual(got, []string{"n2/b:4", "n2/b:5"}) {
+		t.Fatalf("b got %v, want 4 5: 1 to 3 stay with the cancelled a", got)
 	}
-	if !e.Deliveries[0].Redelivered || !e.Deliveries[1].Redelivered || e.Deliveries[2].Redelivered {
-		t.Errorf("redelivered flags %v %v %v", e.Deliveries[0].Redelivered, e.Deliveries[1].Redelivered, e.Deliveries[2].Redelivered)
+	f.Apply(Settle("n1/a", 1)) // acked after the cancel
+	e = f.Apply(Return("n1/a", 2))
+	if got := bodies(e.Deliveries); !reflect.DeepEqual(got, []string{"n2/b:2"}) || !e.Deliveries[0].Redelivered {
+		t.Fatalf("after a's requeue of 2: %v, want 2 to b, redelivered", got)
+	}
+	e = f.Apply(Down("n1/", ""))
+	if got := bodies(e.Deliveries); !reflect.DeepEqual(got, []string{"n2/b:3"}) || !e.Deliveries[0].Redelivered {
+		t.Fatalf("after n1 went down: %v, want 3 to b, redelivered", got)
+	}
+	if f.Len() != 4 || f.Unacked() != 4 {
+		t.Fatalf("len %d unacked %d, want 4 and 4", f.Len(), f.Unacked())
 	}
 }
 
@@ -163,7 +176,7 @@ func randomLog(seed int64, n int) []Command {
 		now += int64(rnd.Intn(20))
 		var c Command
 		tag := fmt.Sprintf("c%d", rnd.Intn(3))
-		switch k := rnd.Intn(10); {
+		switch k := rnd.Intn(13); {
 		case k < 3:
 			c = Enqueue(now, Message{RoutingKey: "q", Body: []byte(fmt.Sprint(len(log))), TTL: int64(rnd.Intn(2) * 200)})
 		case k == 3:
@@ -175,10 +188,16 @@ func randomLog(seed int64, n int) []Command {
 		case k == 4:
 			c = Checkout(tag, rnd.Intn(4))
 		case k == 5:
-			c = Cancel(tag)
-			delete(out, tag)
+			c = Cancel(tag) // what it has out stays so
 		case k == 6:
 			c = Tick(now)
+		case k == 10:
+			c = Dequeue(tag, rnd.Intn(2) == 0)
+		case k == 11:
+			c = Down(tag, "")
+			delete(out, tag)
+		case k == 12:
+			c = Batch([]Command{Enqueue(now, Message{RoutingKey: "q", Body: []byte("b")}), Checkout(tag, 2), Tick(now)})
 		default:
 			ids := out[tag]
 			if len(ids) == 0 {
@@ -187,10 +206,13 @@ func randomLog(seed int64, n int) []Command {
 			j := rnd.Intn(len(ids))
 			id := ids[j]
 			out[tag] = append(ids[:j], ids[j+1:]...)
-			c = []Command{Settle(tag, id), Return(tag, id), Discard(tag, id)}[rnd.Intn(3)]
+			c = []Command{Settle(tag, id), Return(tag, id), Discard(tag, id), Release(tag, id)}[rnd.Intn(4)]
 		}
 		e := f.Apply(c)
 		for _, d := range e.Deliveries {
+			if c.Kind == cmdDequeue && c.Prefetch == 1 {
+				continue // taken with no ack
+			}
 			out[d.Consumer] = append(out[d.Consumer], d.ID)
 		}
 		log = append(log, c)

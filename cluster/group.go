@@ -55,17 +55,29 @@ type Group struct {
 	logs  *LogStore
 	dir   string
 
-	mu      sync.Mutex // guards pending, closed
-	pending []submitItem
+	mu      sync.Mutex   // guards pending, closed, seq, retries
+	pending []submitItem // by seq
 	closed  bool
+	seq     uint64
+	// retries counts rounds waiting to be sent again: while any does,
+	// nothing later is sent, so that commands reach the log in the
+	// order they were submitted.
+	retries int
 	wake    chan struct{}
 	slots   chan struct{} // rounds in flight
 	flight  chan flight   // the local leader's rounds, waited in order
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// Heartbeats the leader failed to send, by follower: since when
+	// (raft's observations; guarded by mu).
+	failing map[string]time.Time
+	obs     *raft.Observer
+	obsCh   chan raft.Observation
 }
 
 type submitItem struct {
+	seq      uint64
 	c        Command
 	done     func(Effects, error)
 	deadline time.Time
@@ -119,6 +131,12 @@ func (n *Node) queueDB() (*badger.DB, error) {
 // configuration has them.
 func (n *Node) Addrs() map[string]string {
 	out := map[string]string{}
+	if n.r == nil { // starting: what it was started with
+		for name, a := range n.cfg.Peers {
+			out[name] = a
+		}
+		return out
+	}
 	f := n.r.GetConfiguration()
 	if f.Error() != nil {
 		return out
@@ -132,6 +150,11 @@ func (n *Node) Addrs() map[string]string {
 // StartGroup starts (or, after a restart, resumes) this node's member of
 // a quorum queue's group.
 func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
+	n.startMu.RLock()
+	defer n.startMu.RUnlock()
+	if n.closing {
+		return nil, ErrGroupClosed
+	}
 	db, err := n.queueDB()
 	if err != nil {
 		return nil, err
@@ -186,9 +209,20 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if g.r, err = raft.NewRaft(rc, g.fsm, g.logs, g.logs, snaps, g.trans); err != nil {
 		return fail(err)
 	}
-	g.wg.Add(2)
+	g.failing = map[string]time.Time{}
+	g.obsCh = make(chan raft.Observation, 16)
+	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	g.r.RegisterObserver(g.obs)
+	g.wg.Add(3)
 	go g.loop()
 	go g.waitLocal()
+	go g.observe()
 	return g, nil
 }
 
@@ -271,7 +305,8 @@ func (g *Group) Submit(c Command, done func(Effects, error)) {
 		}
 		return
 	}
-	g.pending = append(g.pending, submitItem{c: c, done: done, deadline: time.Now().Add(g.n.timeout())})
+	g.seq++
+	g.pending = append(g.pending, submitItem{seq: g.seq, c: c, done: done, deadline: time.Now().Add(g.n.timeout())})
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -286,7 +321,10 @@ func (g *Group) requeue(items []submitItem) {
 		finish(items, Effects{}, ErrGroupClosed)
 		return
 	}
-	g.pending = append(items, g.pending...)
+	g.retries--
+	// Back in submission order, before what came later.
+	g.pending = append(append([]submitItem(nil), items...), g.pending...)
+	sort.SliceStable(g.pending, func(i, j int) bool { return g.pending[i].seq < g.pending[j].seq })
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -325,7 +363,7 @@ func (g *Group) loop() {
 			g.mu.Lock()
 			var items []submitItem
 			size := 0
-			for len(g.pending) > 0 && len(items) < roundCmds && size < roundBytes {
+			for g.retries == 0 && len(g.pending) > 0 && len(items) < roundCmds && size < roundBytes {
 				it := g.pending[0]
 				g.pending = g.pending[1:]
 				items = append(items, it)
@@ -399,6 +437,9 @@ func (g *Group) retryLater(items []submitItem, err error) {
 	if len(again) == 0 {
 		return
 	}
+	g.mu.Lock()
+	g.retries++
+	g.mu.Unlock()
 	time.AfterFunc(20*time.Millisecond, func() { g.requeue(again) })
 }
 
@@ -426,6 +467,53 @@ func (g *Group) waitLocal() {
 			return
 		}
 	}
+}
+
+// observe keeps track of the followers the leader cannot reach.
+func (g *Group) observe() {
+	defer g.wg.Done()
+	for {
+		select {
+		case o := <-g.obsCh:
+			g.mu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				if _, ok := g.failing[string(d.PeerID)]; !ok {
+					g.failing[string(d.PeerID)] = d.LastContact
+				}
+			case raft.ResumedHeartbeatObservation:
+				delete(g.failing, string(d.PeerID))
+			case raft.LeaderObservation:
+				g.failing = map[string]time.Time{} // a new term: start afresh
+			}
+			g.mu.Unlock()
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// Unreachable lists the members this node, leading, has not reached
+// for at least d.
+func (g *Group) Unreachable(d time.Duration) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for p, since := range g.failing {
+		if time.Since(since) >= d {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsUnreachable reports whether peer is among Unreachable(d).
+func (g *Group) IsUnreachable(peer string, d time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	since, ok := g.failing[peer]
+	return ok && time.Since(since) >= d
 }
 
 // Close stops this node's member (the node shuts down); its state stays
@@ -456,6 +544,9 @@ func (g *Group) shutdown() error {
 	g.mu.Unlock()
 	var errs []error
 	if g.r != nil {
+		if g.obs != nil {
+			g.r.DeregisterObserver(g.obs)
+		}
 		errs = append(errs, g.r.Shutdown().Error())
 	}
 	close(g.stop)

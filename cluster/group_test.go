@@ -115,6 +115,7 @@ func TestGroupServesFromEveryNode(t *testing.T) {
 		t.Fatalf("11th delivery %q, want 10", b)
 	}
 	submitWait(t, gs[2].g, Cancel("rabbit2/c1"))
+	submitWait(t, gs[2].g, Down("rabbit2/", "")) // what c1 had out returns
 	e := submitWait(t, gs[0].g, Dequeue("rabbit0/get", true))
 	if !e.Got || len(e.Deliveries) != 1 || string(e.Deliveries[0].Msg.Body) != "10" || !e.Deliveries[0].Redelivered {
 		t.Fatalf("get: %+v, want message 10, redelivered", e)

@@ -50,6 +50,9 @@ type NodeConfig struct {
 	// order, on raft's FSM goroutine; after the node restores a snapshot,
 	// every key (as puts) and the keys gone (as deletes).
 	OnApply func(ops []Op) error
+	// OnNode, when set, gets the node before its raft starts (and so
+	// before the first OnApply), for OnApply to start quorum queues.
+	OnNode func(n *Node)
 	// Logger gets raft's warnings and errors (nil: none).
 	Logger *zap.Logger
 }
@@ -68,8 +71,10 @@ type Node struct {
 
 	// Quorum queues (group.go, grouprpc.go).
 	qrpc    raft.StreamLayer // commands forwarded to a group's leader
-	gmu     sync.Mutex       // guards qdb, groups, clients
-	qdb     *badger.DB       // every group's log, opened with the first
+	startMu sync.RWMutex     // StartGroup read-holds it; close takes it, and sets closing
+	closing bool
+	gmu     sync.Mutex // guards qdb, groups, clients
+	qdb     *badger.DB // every group's log, opened with the first
 	groups  map[string]*Group
 	clients map[string]*groupClient // by leader address
 }
@@ -122,6 +127,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM(), hl: hl,
 		groups: map[string]*Group{}, clients: map[string]*groupClient{}}
 	n.meta.onApply = cfg.OnApply
+	if cfg.OnNode != nil {
+		cfg.OnNode(n)
+	}
 	fail := func(err error) (*Node, error) {
 		n.close()
 		return nil, err
@@ -229,6 +237,9 @@ func (n *Node) Close() error { return n.close() }
 
 func (n *Node) close() error {
 	var errs []error
+	n.startMu.Lock()
+	n.closing = true
+	n.startMu.Unlock()
 	n.gmu.Lock()
 	gs := make([]*Group, 0, len(n.groups))
 	for _, g := range n.groups {

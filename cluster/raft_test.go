@@ -144,8 +144,8 @@ func TestGroupSurvivesLeaderLoss(t *testing.T) {
 	}
 	// The new leader has the consumer's assignment: its unsettled 8 are
 	// still checked out to c1; the consumer is gone with the old node, so
-	// it is cancelled and they come back, redelivered, first.
-	apply(t, l, Cancel("c1"))
+	// its node is downed and they come back, redelivered, first.
+	apply(t, l, Down("c1", ""))
 	e = apply(t, l, Checkout("c2", 3))
 	if got := bodies(e.Deliveries); fmt.Sprint(got) != "[c2:2 c2:3 c2:4]" || !e.Deliveries[0].Redelivered {
 		t.Fatalf("after the failover c2 got %v (redelivered %v), want 2 3 4 redelivered", got, e.Deliveries[0].Redelivered)

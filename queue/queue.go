@@ -157,6 +157,8 @@ type Config struct {
 	Recovered *Recovered
 	// Policy holds the limits its arguments set (nil: none).
 	Policy *Policy
+	// Replica, when set, holds the queue's state instead (replica.go).
+	Replica Replica
 }
 
 // DefaultWindowBytes bounds the bodies a queue keeps in memory when
@@ -356,6 +358,9 @@ func New(cfg Config) *Queue {
 		ct = cfg.ConsumerTimeout
 	}
 	q.consumerTimeout.Store(int64(ct))
+	if cfg.Replica != nil {
+		return q // no goroutine, no state: the Replica has it
+	}
 	q.armExpires() // before run: then only whoever holds exec arms it
 	go q.run()
 	return q
@@ -372,7 +377,7 @@ func (q *Queue) Config() *Config { return &q.cfg }
 // carry x-delivery-count: RabbitMQ adds that header on quorum queues only,
 // and clients that take every header for a string (Watermill) refuse it.
 // The policy is fixed when the queue is made, so any goroutine may ask.
-func (q *Queue) CountsDeliveries() bool { return q.pol.DeliveryLimit >= 0 }
+func (q *Queue) CountsDeliveries() bool { return q.pol.DeliveryLimit >= 0 || q.cfg.Replica != nil }
 
 // Publish enqueues a message. It reports false if the queue is gone.
 func (q *Queue) Publish(m *Message) bool {
@@ -386,6 +391,9 @@ func (q *Queue) Publish(m *Message) bool {
 // false if the queue is gone. The caller may have to flush fl (see
 // postInline).
 func (q *Queue) PublishConfirm(m *Message, conf Confirmer, fl *Flushes) bool {
+	if r := q.cfg.Replica; r != nil {
+		return r.Publish(m, conf)
+	}
 	// Counted now, not when the queue gets to it, so that the memory
 	// alarm sees a burst as it arrives.
 	q.cfg.Memory.Add(m.MemSize())
@@ -418,6 +426,9 @@ func (q *Queue) Behind() bool {
 // CaughtUp reports whether a queue that was Behind has caught up, or is
 // gone.
 func (q *Queue) CaughtUp() bool {
+	if q.cfg.Replica != nil {
+		return true
+	}
 	if q.pendingW.Load() <= FlowBytes/2 && q.inboxN.Load() <= FlowOps/2 {
 		return true
 	}
@@ -432,14 +443,27 @@ func (q *Queue) Durable() bool { return q.cfg.Durable && q.cfg.Store != nil }
 // MayReject reports whether the queue can refuse publishes (x-overflow
 // reject-publish), so its publishers need a confirm from it.
 func (q *Queue) MayReject() bool {
+	if q.cfg.Replica != nil {
+		return true // a quorum queue confirms once its log has the message
+	}
 	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead
 }
 
 // Ack removes delivered messages for good.
-func (q *Queue) Ack(ds []Delivery, fl *Flushes) { q.postInline(op{kind: opAck, ds: ds}, fl) }
+func (q *Queue) Ack(ds []Delivery, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		r.Ack(ds)
+		return
+	}
+	q.postInline(op{kind: opAck, ds: ds}, fl)
+}
 
 // Requeue returns delivered messages to their places, flagged redelivered.
 func (q *Queue) Requeue(ds []Delivery, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		r.Requeue(ds, true)
+		return
+	}
 	q.postInline(op{kind: opRequeue, ds: ds}, fl)
 }
 
@@ -447,30 +471,55 @@ func (q *Queue) Requeue(ds []Delivery, fl *Flushes) {
 // their delivery count unchanged (a peek, or a redrive that could not
 // move them).
 func (q *Queue) Return(ds []Delivery) {
+	if r := q.cfg.Replica; r != nil {
+		r.Requeue(ds, false)
+		return
+	}
 	q.postInline(op{kind: opRequeue, ds: ds, flags: flagUncounted}, nil)
 }
 
 // Discard drops delivered messages (reject or nack without requeue); they
 // are dead-lettered when the queue has a dead-letter exchange.
 func (q *Queue) Discard(ds []Delivery, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		r.Discard(ds)
+		return
+	}
 	q.postInline(op{kind: opDiscard, ds: ds}, fl)
 }
 
 // Kick tells the queue that c has room again.
-func (q *Queue) Kick(c *Consumer, fl *Flushes) { q.postInline(op{kind: opKick, consumer: c}, fl) }
+func (q *Queue) Kick(c *Consumer, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		r.Kick(c)
+		return
+	}
+	q.postInline(op{kind: opKick, consumer: c}, fl)
+}
 
 // Touch marks the queue used (a redeclare), for x-expires.
-func (q *Queue) Touch() { q.post(op{kind: opTouch}) }
+func (q *Queue) Touch() {
+	if q.cfg.Replica == nil {
+		q.post(op{kind: opTouch})
+	}
+}
 
 // Consume adds a consumer. It fails with ErrExclusiveConsumer when the
 // queue has an exclusive consumer, or c is exclusive and others exist.
 func (q *Queue) Consume(c *Consumer) error {
+	if r := q.cfg.Replica; r != nil {
+		return r.Consume(c)
+	}
 	return q.call(op{kind: opConsume, consumer: c}).err
 }
 
 // Cancel removes a consumer; an auto-delete queue that loses its last
 // consumer is deleted before Cancel returns.
 func (q *Queue) Cancel(c *Consumer) {
+	if r := q.cfg.Replica; r != nil {
+		r.Cancel(c)
+		return
+	}
 	q.call(op{kind: opCancel, consumer: c})
 }
 
@@ -478,6 +527,9 @@ func (q *Queue) Cancel(c *Consumer) {
 // counts as unacked until Ack or Requeue. It also returns how many
 // messages remain ready.
 func (q *Queue) Get(noAck bool) (d Delivery, ok bool, remaining int, err error) {
+	if r := q.cfg.Replica; r != nil {
+		return r.Get(noAck)
+	}
 	var f uint8
 	if noAck {
 		f = flagNoAck
@@ -488,6 +540,9 @@ func (q *Queue) Get(noAck bool) (d Delivery, ok bool, remaining int, err error) 
 
 // Purge drops every ready message and returns how many.
 func (q *Queue) Purge() (int, error) {
+	if r := q.cfg.Replica; r != nil {
+		return r.Purge()
+	}
 	r := q.call(op{kind: opPurge})
 	return r.n, r.err
 }
@@ -496,6 +551,9 @@ func (q *Queue) Purge() (int, error) {
 // messages it held. ifUnused and ifEmpty refuse when it has consumers or
 // messages.
 func (q *Queue) Delete(ifUnused, ifEmpty bool) (int, error) {
+	if r := q.cfg.Replica; r != nil {
+		return r.Delete(ifUnused, ifEmpty)
+	}
 	var f uint8
 	if ifUnused {
 		f |= flagIfUnused
@@ -510,6 +568,9 @@ func (q *Queue) Delete(ifUnused, ifEmpty bool) (int, error) {
 // Stats returns the ready message and consumer counts, ordered after
 // every op already posted.
 func (q *Queue) Stats() (messages, consumers int, err error) {
+	if r := q.cfg.Replica; r != nil {
+		return r.Stats()
+	}
 	r := q.call(op{kind: opStats})
 	return r.messages, r.n, r.err
 }
@@ -530,6 +591,9 @@ func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
 // is re-armed. The priorities and single active consumer are fixed when
 // the queue is made and stay. It reports ErrDeleted if the queue is gone.
 func (q *Queue) SetPolicy(p Policy) error {
+	if q.cfg.Replica != nil {
+		return nil // a quorum queue's limits are its arguments'
+	}
 	return q.call(op{kind: opPolicy, pol: &p}).err
 }
 

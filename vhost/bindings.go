@@ -22,6 +22,53 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	if source == "" || (toExchange && dest == "") {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	v.mu.RLock()
+	r := v.repl
+	cluster := r != nil && v.replicatedBinding(exchange.Dest{Name: dest, Exchange: toExchange})
+	v.mu.RUnlock()
+	if cluster {
+		// Checked here, then proposed; every node applies it (bindHere).
+		v.mu.Lock()
+		err := v.checkBindLocked(owner, dest, toExchange, source, key, args, add)
+		v.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
+		return r.Replicate(persist.DefBinding, bindingName(v.name, source, b), encodeDef(amqp.Table{"arguments": orEmpty(args)}), !add)
+	}
+	return v.bindHere(owner, dest, toExchange, source, key, args, add)
+}
+
+// checkBindLocked makes a bind's checks without binding. v.mu held.
+func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+	if toExchange {
+		if v.exchanges[dest] == nil {
+			return v.noExchange(dest)
+		}
+	} else if q := v.queues[dest]; q == nil {
+		return v.noQueue(dest)
+	}
+	src := v.exchanges[source]
+	if src == nil {
+		return v.noExchange(source)
+	}
+	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
+	}
+	if add {
+		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
+			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
+		}
+	}
+	return nil
+}
+
+// bindHere binds (or unbinds) in this node's registry.
+func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+	if source == "" || (toExchange && dest == "") {
+		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
+	}
 	v.defMu.Lock()
 	defer v.defMu.Unlock()
 	dc := &persist.Batch{}

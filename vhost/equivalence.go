@@ -47,8 +47,12 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 	case c.Exclusive != d.Exclusive:
 		return v.locked(d.Name)
 	}
-	if t, ok := d.Args["x-queue-type"]; ok && !isClassic(t) {
-		return ineq("x-queue-type", t, "classic")
+	cur := "classic"
+	if q.Replicated() {
+		cur = "quorum"
+	}
+	if t, ok := d.Args["x-queue-type"]; ok && str(t) != cur {
+		return ineq("x-queue-type", t, cur)
 	}
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
 }

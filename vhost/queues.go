@@ -33,6 +33,9 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	if d.Name == "" && !d.Passive {
+		if IsQuorum(d.Args) {
+			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type <<\"quorum\">>")
+		}
 		d.Name = GenerateName("amq.gen-")
 	}
 	if !d.Passive {
@@ -43,7 +46,11 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	if !d.Passive {
 		v.totals.QueuesDeclared.Add(1)
 	}
-	q, err = v.declareQueue(d, defaults)
+	if r := v.replicator(); r != nil && !d.Passive && IsQuorum(d.Args) {
+		q, err = v.declareQuorum(d, r, defaults)
+	} else {
+		q, err = v.declareQueue(d, defaults)
+	}
 	if err != nil {
 		return nil, 0, 0, err
 	}

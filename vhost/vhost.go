@@ -42,6 +42,7 @@ type VHost struct {
 	totals      *queue.Totals                   // see CountInto
 	progress    func(done, total, messages int) // see ReportRecovery
 	repl        Replicator                      // see ReplicateTo; guarded by mu
+	quorum      Quorum                          // see SetQuorum; guarded by mu
 	nextQueueID *atomic.Uint64                  // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
 	window      int

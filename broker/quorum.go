@@ -1,0 +1,598 @@
+package broker
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
+)
+
+// Quorum queues on this node: each is a queue.Queue handle whose Replica
+// is a quorumQueue, over the queue's Raft group (cluster.Group). Every
+// node is in every group (voters, or non-voters beyond the group size),
+// so every node applies every entry: a publish becomes an Enqueue entry
+// (confirmed once committed), a consume a Checkout, an ack a Settle; a
+// delivery is an effect of applying an entry, written out by the node
+// whose consumer it names, when that node applies it. A consumer thus
+// follows a change of leader without noticing: the node it is on goes on
+// applying the log.
+//
+// quorumQueue.mu guards its consumers, the deliveries they have not
+// taken yet and the ids delivered here; it is taken by raft's FSM
+// goroutine (applying) and by the channels' goroutines (consume, ack,
+// kick, cancel). Channel.Deliver (which takes channel.mu and conn.outMu)
+// is called under it; nothing else is, and the channels never call into
+// a queue while holding their own locks, so the order is quorumQueue.mu,
+// then a channel's.
+
+// quorumDefaults is what a node needs to make quorum queues for a vhost.
+type quorumMaker struct {
+	s *Server
+}
+
+// defaultGroupSize is RabbitMQ's default_quorum_initial_group_size.
+const defaultGroupSize = 3
+
+// noAckCredit is how many messages a no-ack consumer has checked out at
+// once: settled as they are written, so that the rest wait in the log.
+const noAckCredit = 256
+
+var groupSpread atomic.Uint64
+
+func (m quorumMaker) Voters(size int) []string {
+	if size <= 0 {
+		size = defaultGroupSize
+	}
+	self := m.s.node.Name()
+	var others []string
+	for name := range m.s.node.Addrs() {
+		if name != self {
+			others = append(others, name)
+		}
+	}
+	sort.Strings(others)
+	// The followers are spread too: rotate who comes after this node.
+	if len(others) > 0 {
+		k := int(groupSpread.Add(1) % uint64(len(others)))
+		others = append(others[k:], others[:k]...)
+	}
+	out := append([]string{self}, others...)
+	if size < len(out) {
+		out = out[:size]
+	}
+	return out
+}
+
+func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
+	s := m.s
+	qq := &quorumQueue{s: s, prefix: s.node.Name() + "/" + s.incarnation + "/",
+		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]string{}}
+	cfg.Replica = qq
+	qq.q = queue.New(cfg)
+	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Fifo: fifoConfig(cfg.Args),
+		OnApply: qq.applied, OnRestore: qq.restored})
+	if err != nil {
+		return nil, err
+	}
+	qq.g = g
+	// Consumers of this node's earlier lives are gone: their messages
+	// return to the queue.
+	g.Submit(cluster.Down(s.node.Name()+"/", qq.prefix), nil)
+	s.quorumMu.Lock()
+	s.quorum[qq] = struct{}{}
+	s.quorumMu.Unlock()
+	return qq.q, nil
+}
+
+func (m quorumMaker) Stop(q *queue.Queue) {
+	qq, ok := q.Config().Replica.(*quorumQueue)
+	if !ok {
+		return
+	}
+	m.s.quorumMu.Lock()
+	delete(m.s.quorum, qq)
+	m.s.quorumMu.Unlock()
+	qq.mu.Lock()
+	cons := make([]*qqConsumer, 0, len(qq.byTag))
+	for _, qc := range qq.byTag {
+		cons = append(cons, qc)
+	}
+	qq.byTag, qq.byCons = map[string]*qqConsumer{}, map[*queue.Consumer]*qqConsumer{}
+	qq.gone = true
+	qq.mu.Unlock()
+	for _, qc := range cons {
+		qc.c.Sink.Cancelled(qc.c)
+	}
+	if err := qq.g.Remove(); err != nil {
+		m.s.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
+	}
+	q.Stop()
+}
+
+// fifoConfig reads a quorum queue's arguments.
+func fifoConfig(args amqp.Table) cluster.FifoConfig {
+	fc := cluster.FifoConfig{DeliveryLimit: cluster.DefaultDeliveryLimit}
+	if n, ok := amqp.Int(args["x-delivery-limit"]); ok {
+		fc.DeliveryLimit = n
+	}
+	if n, ok := amqp.Int(args["x-max-length"]); ok {
+		fc.MaxLength = n
+	}
+	if n, ok := amqp.Int(args["x-max-length-bytes"]); ok {
+		fc.MaxLengthBytes = n
+	}
+	if n, ok := amqp.Int(args["x-message-ttl"]); ok {
+		fc.MessageTTL = n
+	}
+	switch args["x-overflow"] {
+	case "reject-publish", "reject-publish-dlx":
+		fc.RejectPublish = true
+	}
+	return fc
+}
+
+type quorumQueue struct {
+	s      *Server
+	q      *queue.Queue
+	g      *cluster.Group
+	prefix string // this node's consumer tags: node/incarnation/
+
+	mu     sync.Mutex
+	byTag  map[string]*qqConsumer
+	byCons map[*queue.Consumer]*qqConsumer
+	out    map[uint64]string // delivered here, not settled: by which tag
+	next   uint64
+	gone   bool
+	// cancelled: tags of consumers cancelled here whose Cancel may not be
+	// applied yet; what the log still gives them goes back.
+	cancelled map[string]bool
+
+	published, delivered, acked, redelivered atomic.Int64
+	downed                                   map[string]bool // leader: nodes whose consumers were downed; ticker's
+}
+
+type qqConsumer struct {
+	c       *queue.Consumer
+	tag     string
+	held    bool // until the channel's first Kick (consume-ok first)
+	pending []cluster.Delivery
+}
+
+func (qq *quorumQueue) newTag(kind string) string {
+	qq.next++
+	return qq.prefix + kind + strconv.FormatUint(qq.next, 10)
+}
+
+// errNoQuorum is a command the group could not commit in time.
+func quorumError(err error) error {
+	return amqp.Errorf(amqp.InternalError, "quorum queue unavailable: %v", err)
+}
+
+func (qq *quorumQueue) wait(c cluster.Command) (cluster.Effects, error) {
+	ch := make(chan struct {
+		e   cluster.Effects
+		err error
+	}, 1)
+	qq.g.Submit(c, func(e cluster.Effects, err error) {
+		ch <- struct {
+			e   cluster.Effects
+			err error
+		}{e, err}
+	})
+	r := <-ch
+	return r.e, r.err
+}
+
+func (qq *quorumQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
+	qq.mu.Lock()
+	gone := qq.gone
+	qq.mu.Unlock()
+	if gone {
+		return false
+	}
+	now := time.Now()
+	cm := cluster.Message{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body}
+	if m.Expires > 0 {
+		cm.TTL = max((m.Expires-now.UnixNano())/int64(time.Millisecond), 1)
+	}
+	qq.published.Add(1)
+	var done func(cluster.Effects, error)
+	if conf != nil {
+		done = func(e cluster.Effects, err error) {
+			switch {
+			case err != nil:
+				conf.Done(err)
+			case !e.Accepted:
+				conf.Done(queue.ErrRejected)
+			default:
+				conf.Done(nil)
+			}
+		}
+	}
+	qq.g.Submit(cluster.Enqueue(now.UnixMilli(), cm), done)
+	return true
+}
+
+func (qq *quorumQueue) Consume(c *queue.Consumer) error {
+	qq.mu.Lock()
+	if qq.gone {
+		qq.mu.Unlock()
+		return queue.ErrDeleted
+	}
+	qc := &qqConsumer{c: c, tag: qq.newTag("c"), held: true}
+	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
+	qq.mu.Unlock()
+	if _, err := qq.wait(cluster.Checkout(qc.tag, credit(c))); err != nil {
+		qq.mu.Lock()
+		delete(qq.byTag, qc.tag)
+		delete(qq.byCons, c)
+		qq.mu.Unlock()
+		return quorumError(err)
+	}
+	return nil
+}
+
+func credit(c *queue.Consumer) int {
+	if c.NoAck {
+		return noAckCredit
+	}
+	return c.Prefetch
+}
+
+func (qq *quorumQueue) Cancel(c *queue.Consumer) {
+	qq.mu.Lock()
+	qc := qq.byCons[c]
+	if qc != nil {
+		delete(qq.byCons, c)
+		delete(qq.byTag, qc.tag)
+		if qq.cancelled == nil {
+			qq.cancelled = map[string]bool{}
+		}
+		qq.cancelled[qc.tag] = true
+	}
+	qq.mu.Unlock()
+	if qc == nil {
+		return
+	}
+	// What it had not written yet goes back; what it delivered stays
+	// checked out to it until acked or requeued (a channel may ack after
+	// basic.cancel).
+	var back []uint64
+	for _, d := range qc.pending {
+		back = append(back, d.ID)
+	}
+	_, _ = qq.wait(cluster.Cancel(qc.tag))
+	if len(back) > 0 {
+		qq.g.Submit(cluster.Release(qc.tag, back...), nil)
+	}
+	// Applied on the leader; once this node applied it too, nothing more
+	// reaches the tag.
+	time.AfterFunc(5*time.Second, func() {
+		qq.mu.Lock()
+		delete(qq.cancelled, qc.tag)
+		qq.mu.Unlock()
+	})
+}
+
+// settle sends the ids by tag as cmd makes them (Settle, Return, Discard).
+func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...uint64) cluster.Command) {
+	qq.mu.Lock()
+	byTag := map[string][]uint64{}
+	for _, d := range ds {
+		if tag, ok := qq.out[d.Seq]; ok {
+			byTag[tag] = append(byTag[tag], d.Seq)
+			delete(qq.out, d.Seq)
+		}
+	}
+	qq.mu.Unlock()
+	for tag, ids := range byTag {
+		qq.g.Submit(mk(tag, ids...), nil)
+	}
+}
+
+func (qq *quorumQueue) Ack(ds []queue.Delivery) {
+	qq.acked.Add(int64(len(ds)))
+	qq.settle(ds, cluster.Settle)
+}
+
+func (qq *quorumQueue) Requeue(ds []queue.Delivery, _ bool) {
+	qq.settle(ds, cluster.Return)
+}
+
+func (qq *quorumQueue) Discard(ds []queue.Delivery) {
+	qq.settle(ds, cluster.Discard)
+}
+
+func (qq *quorumQueue) Kick(c *queue.Consumer) {
+	qq.mu.Lock()
+	qc := qq.byCons[c]
+	var settle []uint64
+	if qc != nil {
+		qc.held = false
+		settle = qq.deliverLocked(qc)
+	}
+	qq.mu.Unlock()
+	if qc != nil {
+		qq.afterDeliver(qc, settle)
+	}
+}
+
+// deliverLocked writes qc's pending deliveries until its channel refuses
+// one; it returns the ids a no-ack consumer took (to settle). qq.mu held.
+func (qq *quorumQueue) deliverLocked(qc *qqConsumer) []uint64 {
+	var settle []uint64
+	i := 0
+	for ; i < len(qc.pending) && !qc.held; i++ {
+		d := &qc.pending[i]
+		qd := queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
+			Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
+		if !qc.c.Sink.Deliver(qc.c, qq.q, qd) {
+			break
+		}
+		qq.delivered.Add(1)
+		if d.Redelivered {
+			qq.redelivered.Add(1)
+		}
+		if qc.c.NoAck {
+			settle = append(settle, d.ID)
+		} else {
+			qq.out[d.ID] = qc.tag
+		}
+	}
+	qc.pending = qc.pending[i:]
+	if len(qc.pending) == 0 {
+		qc.pending = nil
+	}
+	return settle
+}
+
+func (qq *quorumQueue) afterDeliver(qc *qqConsumer, settle []uint64) {
+	if qc.c.Out != nil {
+		qc.c.Out.Wake()
+	}
+	if len(settle) > 0 {
+		qq.g.Submit(cluster.Settle(qc.tag, settle...), nil)
+	}
+}
+
+func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
+	qq.mu.Lock()
+	tag := qq.newTag("g")
+	qq.mu.Unlock()
+	e, err := qq.wait(cluster.Dequeue(tag, noAck))
+	if err != nil {
+		return queue.Delivery{}, false, 0, quorumError(err)
+	}
+	if len(e.Deliveries) == 0 {
+		return queue.Delivery{}, false, 0, nil
+	}
+	d := e.Deliveries[0]
+	if !noAck {
+		qq.mu.Lock()
+		qq.out[d.ID] = tag
+		qq.mu.Unlock()
+	}
+	qq.delivered.Add(1)
+	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
+		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}, true, e.Remaining, nil
+}
+
+func (qq *quorumQueue) Purge() (int, error) {
+	e, err := qq.wait(cluster.Purge())
+	if err != nil {
+		return 0, quorumError(err)
+	}
+	return e.Purged, nil
+}
+
+func (qq *quorumQueue) Stats() (messages, consumers int, err error) {
+	qq.g.View(func(f *cluster.Fifo) { messages, consumers = f.Ready(), f.Consumers() })
+	return messages, consumers, nil
+}
+
+func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
+	var n, ready, cons int
+	qq.g.View(func(f *cluster.Fifo) { n, ready, cons = f.Len(), f.Ready(), f.Consumers() })
+	if ifUnused && cons > 0 {
+		return 0, queue.ErrInUse
+	}
+	if ifEmpty && ready > 0 {
+		return 0, queue.ErrNotEmpty
+	}
+	cfg := qq.q.Config()
+	ops := []cluster.Op{{Key: metaKey(persist.DefQueue, vhost.DefName(cfg.VHost, cfg.Name)), Delete: true}}
+	for _, o := range qq.s.node.Keys(metaKey(persist.DefBinding, vhost.DefName(cfg.VHost))) {
+		if vhost.IsBindingTo([]byte(o.Key[5:]), cfg.VHost, cfg.Name) {
+			ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
+		}
+	}
+	if err := qq.s.node.Write(ops); err != nil {
+		return 0, quorumError(err)
+	}
+	return n, nil
+}
+
+// applied runs on raft's FSM goroutine for each entry this node applies.
+func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bool) {
+	var touched []*qqConsumer
+	var back map[string][]uint64
+	qq.mu.Lock()
+	for i := range e.Deliveries {
+		d := &e.Deliveries[i]
+		if !strings.HasPrefix(d.Consumer, qq.prefix) {
+			continue
+		}
+		qc := qq.byTag[d.Consumer]
+		if qc == nil {
+			if qq.cancelled[d.Consumer] { // given after its cancel: back it goes
+				if back == nil {
+					back = map[string][]uint64{}
+				}
+				back[d.Consumer] = append(back[d.Consumer], d.ID)
+			}
+			continue
+		}
+		qc.pending = append(qc.pending, *d)
+		touched = append(touched, qc)
+	}
+	if qq.downedHere(c) {
+		// This node was taken for gone (a partition); its consumers are
+		// still here: they check out again, and what they had out
+		// returns to the queue (their acks of it will not count).
+		for _, qc := range qq.byTag {
+			qc.pending = nil
+			qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
+		}
+		for id, tag := range qq.out {
+			if strings.HasPrefix(tag, qq.prefix) {
+				delete(qq.out, id)
+			}
+		}
+	}
+	type settled struct {
+		qc  *qqConsumer
+		ids []uint64
+	}
+	var after []settled
+	seen := map[*qqConsumer]bool{}
+	for _, qc := range touched {
+		if seen[qc] {
+			continue
+		}
+		seen[qc] = true
+		after = append(after, settled{qc, qq.deliverLocked(qc)})
+	}
+	qq.mu.Unlock()
+	for _, a := range after {
+		qq.afterDeliver(a.qc, a.ids)
+	}
+	for tag, ids := range back {
+		qq.g.Submit(cluster.Release(tag, ids...), nil)
+	}
+	if leader {
+		for _, dl := range e.DeadLetters {
+			vhost.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
+				Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason)
+		}
+	}
+	qq.publishCounts()
+}
+
+// downedHere reports whether c (or a command of its batch) cancelled this
+// node's current consumers.
+func (qq *quorumQueue) downedHere(c *cluster.Command) bool {
+	hit := func(c *cluster.Command) bool {
+		p, keep, ok := c.DownPrefix()
+		return ok && strings.HasPrefix(qq.prefix, p) && (keep == "" || !strings.HasPrefix(qq.prefix, keep))
+	}
+	if hit(c) {
+		return true
+	}
+	for i := range c.Cmds {
+		if hit(&c.Cmds[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// restored: the state came from a snapshot, so entries that gave this
+// node's consumers messages may not have been applied here; what is
+// checked out to them and was not delivered here is delivered now.
+func (qq *quorumQueue) restored() {
+	var ds []cluster.Delivery
+	qq.g.View(func(f *cluster.Fifo) { ds = f.CheckedOut(qq.prefix) })
+	var touched []*qqConsumer
+	qq.mu.Lock()
+	for _, d := range ds {
+		if _, done := qq.out[d.ID]; done {
+			continue
+		}
+		qc := qq.byTag[d.Consumer]
+		if qc == nil {
+			continue
+		}
+		dup := false
+		for _, p := range qc.pending {
+			dup = dup || p.ID == d.ID
+		}
+		if !dup {
+			qc.pending = append(qc.pending, d)
+			touched = append(touched, qc)
+		}
+	}
+	var after [][]uint64
+	for _, qc := range touched {
+		after = append(after, qq.deliverLocked(qc))
+	}
+	qq.mu.Unlock()
+	for i, qc := range touched {
+		qq.afterDeliver(qc, after[i])
+	}
+	qq.publishCounts()
+}
+
+func (qq *quorumQueue) publishCounts() {
+	var c queue.ReplicaCounts
+	qq.g.View(func(f *cluster.Fifo) {
+		c.Ready, c.Unacked, c.Consumers = int64(f.Ready()), int64(f.Unacked()), int32(f.Consumers())
+		c.ReadyBytes = f.Bytes()
+		if h := f.Head(); h > 0 {
+			c.Head = h * int64(time.Millisecond)
+		}
+	})
+	c.Published, c.Delivered, c.Acked, c.Redelivered = qq.published.Load(), qq.delivered.Load(), qq.acked.Load(), qq.redelivered.Load()
+	qq.q.SetCounts(c)
+}
+
+// tickQuorum runs once a second: on the leader of each quorum queue, it
+// expires messages whose TTL ran out and returns the messages of nodes
+// gone for downAfter.
+func (s *Server) tickQuorum() {
+	s.quorumMu.Lock()
+	qs := make([]*quorumQueue, 0, len(s.quorum))
+	for qq := range s.quorum {
+		qs = append(qs, qq)
+	}
+	s.quorumMu.Unlock()
+	now := time.Now().UnixMilli()
+	for _, qq := range qs {
+		if !qq.g.IsLeader() {
+			qq.downed = nil
+			continue
+		}
+		expired := false
+		qq.g.View(func(f *cluster.Fifo) { expired = f.Expired(now) })
+		if expired {
+			qq.g.Submit(cluster.Tick(now), nil)
+		}
+		for _, peer := range qq.g.Unreachable(downAfter) {
+			if qq.downed == nil {
+				qq.downed = map[string]bool{}
+			}
+			if !qq.downed[peer] {
+				qq.downed[peer] = true
+				qq.g.Submit(cluster.Down(peer+"/", ""), nil)
+			}
+		}
+		for peer := range qq.downed {
+			if !qq.g.IsUnreachable(peer, downAfter) {
+				delete(qq.downed, peer)
+			}
+		}
+	}
+}
+
+// downAfter is how long a quorum queue's leader waits for a node it
+// cannot reach before it returns the messages that node's consumers had.
+const downAfter = 10 * time.Second

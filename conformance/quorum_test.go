@@ -1,0 +1,185 @@
+package conformance
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// clusterChannels opens a channel on each node once the cluster has a
+// leader (a declare on node 1 went through).
+func clusterChannels(t *testing.T, nodes []*clusterNode) []*rmq.Channel {
+	t.Helper()
+	chans := make([]*rmq.Channel, len(nodes))
+	for i, n := range nodes {
+		c := dial(t, n.b.URL)
+		ch, err := c.Channel()
+		must(t, err)
+		chans[i] = ch
+	}
+	return chans
+}
+
+var quorumArgs = rmq.Table{"x-queue-type": "quorum"}
+
+// declareQuorum declares a quorum queue on ch, retrying while the
+// cluster elects its first leader.
+func declareQuorum(t *testing.T, url string, name string, args rmq.Table) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		c, err := rmq.Dial(url)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		_, err = ch.QueueDeclare(name, true, false, false, false, args)
+		return err == nil
+	}, "declaring quorum queue %s did not succeed", name)
+}
+
+// TestQuorumQueueServedByEveryNode: a quorum queue declared on node 1 is
+// there on every node; a publisher on node 2 gets its confirms once the
+// log has the messages; a consumer on node 3 gets them in order, acks
+// some, and the rest come back redelivered, with x-delivery-count, when
+// its channel closes; a binding made on node 3 routes publishes on node
+// 1; basic.get, purge and delete work from any node.
+func TestQuorumQueueServedByEveryNode(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "orders", quorumArgs)
+	chans := clusterChannels(t, nodes)
+	for i := range nodes {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			_, err := chans[i].QueueDeclarePassive("orders", true, false, false, false, nil)
+			if err != nil {
+				chans[i] = clusterChannels(t, nodes[i:i+1])[0]
+			}
+			return err == nil
+		}, "node %d lacks the queue", i+1)
+	}
+	// A redeclare with the same arguments is fine on any node; another
+	// type is refused as RabbitMQ refuses it.
+	_, err := chans[1].QueueDeclare("orders", true, false, false, false, quorumArgs)
+	must(t, err)
+	_, err = chans[1].QueueDeclare("orders", true, false, false, false, rmq.Table{"x-queue-type": "classic"})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'orders' in vhost '/': received 'classic' but current is 'quorum'")
+	chans = clusterChannels(t, nodes)
+
+	// Publish 200 on node 2, with confirms.
+	must(t, chans[1].Confirm(false))
+	confirms := chans[1].NotifyPublish(make(chan rmq.Confirmation, 200))
+	for i := 0; i < 200; i++ {
+		must(t, chans[1].Publish("", "orders", false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte(fmt.Sprint(i))}))
+	}
+	for i := 0; i < 200; i++ {
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				t.Fatalf("publish %d nacked", c.DeliveryTag)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 200 confirms", i)
+		}
+	}
+	// Consume on node 3: in order; ack the first 50, then close.
+	must(t, chans[2].Qos(20, 0, false))
+	ds, err := chans[2].Consume("orders", "c1", false, false, false, false, nil)
+	must(t, err)
+	for i := 0; i < 60; i++ {
+		select {
+		case d := <-ds:
+			if string(d.Body) != fmt.Sprint(i) || d.Redelivered {
+				t.Fatalf("delivery %d: %q redelivered %v, want %d, first time", i, d.Body, d.Redelivered, i)
+			}
+			if i < 50 {
+				must(t, d.Ack(false))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 60 deliveries", i)
+		}
+	}
+	must(t, chans[2].Close())
+	// 10 were delivered and not acked: they are first again, redelivered.
+	var last int
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		q, err := chans[0].QueueDeclarePassive("orders", true, false, false, false, nil)
+		last = q.Messages
+		if err != nil {
+			t.Log(err)
+		}
+		return err == nil && q.Messages == 150
+	}, "node 1 does not count 150 ready: %d", last)
+	m, ok, err := chans[0].Get("orders", false)
+	must(t, err)
+	if !ok || string(m.Body) != "50" || !m.Redelivered || m.Headers["x-delivery-count"] != int64(1) {
+		t.Fatalf("get: ok %v %q redelivered %v headers %v, want 50, redelivered, x-delivery-count 1", ok, m.Body, m.Redelivered, m.Headers)
+	}
+	must(t, m.Ack(false))
+	// A binding made on node 3 routes on node 1.
+	chans[2] = clusterChannels(t, nodes[2:])[0]
+	must(t, chans[2].QueueBind("orders", "order.new", "amq.direct", false, nil))
+	// Mandatory publishes come back until node 1 has applied the binding.
+	returns := chans[0].NotifyReturn(make(chan rmq.Return, 100))
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		must(t, chans[0].Publish("amq.direct", "order.new", true, false, rmq.Publishing{Body: []byte("routed")}))
+		select {
+		case <-returns:
+			return false
+		case <-time.After(200 * time.Millisecond):
+			return true
+		}
+	}, "a publish to amq.direct on node 1 did not reach the queue")
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		q, err := chans[1].QueueDeclarePassive("orders", true, false, false, false, nil)
+		return err == nil && q.Messages == 150
+	}, "node 2 does not count 150 ready")
+	n, err := chans[1].QueuePurge("orders", false)
+	must(t, err)
+	if n != 150 {
+		t.Fatalf("purged %d, want 150", n)
+	}
+	_, err = chans[2].QueueDelete("orders", false, false, false)
+	must(t, err)
+	for i := range nodes {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			_, err := chans[i].QueueDeclarePassive("orders", true, false, false, false, nil)
+			if err != nil {
+				chans[i] = clusterChannels(t, nodes[i:i+1])[0]
+				return true
+			}
+			return false
+		}, "node %d still has the deleted queue", i+1)
+	}
+}
+
+// TestQuorumQueueDeclareRefusals: the properties a quorum queue cannot
+// have, refused with RabbitMQ 3.10's texts.
+func TestQuorumQueueDeclareRefusals(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "ok", quorumArgs)
+	c := dial(t, nodes[0].b.URL)
+	for _, tc := range []struct {
+		name                           string
+		durable, autoDelete, exclusive bool
+		want                           string
+	}{
+		{"", true, false, false, `PRECONDITION_FAILED - Cannot declare a server-named queue for type <<"quorum">>`},
+		{"q-ad", true, true, false, "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'q-ad' in vhost '/'"},
+		{"q-ex", true, false, true, "PRECONDITION_FAILED - invalid property 'exclusive-owner' for queue 'q-ex' in vhost '/'"},
+		{"q-nd", false, false, false, "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'q-nd' in vhost '/'"},
+	} {
+		ch, err := c.Channel()
+		must(t, err)
+		_, err = ch.QueueDeclare(tc.name, tc.durable, tc.autoDelete, tc.exclusive, false, quorumArgs)
+		expectErr(t, err, 406, tc.want)
+	}
+}

@@ -1,0 +1,63 @@
+package queue
+
+// Replica carries out the operations of a queue whose state is not this
+// Queue's but a replicated log's (a quorum queue, the broker's cluster):
+// a Queue made with Config.Replica is a handle that the registry, the
+// channels and the metrics use as any other, and whose operations go to
+// the Replica. Deliveries reach consumers through their Sink, as from any
+// queue (Deliver may be called on any goroutine, never concurrently for
+// one consumer), and the consumers' owners Kick the Replica when they
+// refused one and have room again.
+type Replica interface {
+	Publish(m *Message, conf Confirmer) bool
+	Consume(c *Consumer) error
+	Cancel(c *Consumer)
+	Ack(ds []Delivery)
+	// Requeue returns deliveries; counted is false for a Return (not
+	// flagged redelivered, not counted).
+	Requeue(ds []Delivery, counted bool)
+	Discard(ds []Delivery)
+	Kick(c *Consumer)
+	Get(noAck bool) (Delivery, bool, int, error)
+	Purge() (int, error)
+	// Delete deletes the queue everywhere, with delete's checks.
+	Delete(ifUnused, ifEmpty bool) (int, error)
+	Stats() (messages, consumers int, err error)
+}
+
+// ReplicaCounts are the latest counts a Replica publishes for the
+// queue's metrics.
+type ReplicaCounts struct {
+	Ready, Unacked, ReadyBytes, UnackedBytes int64
+	Consumers                                int32
+	Head                                     int64 // unix nanos of the oldest ready message, 0 if none
+	Published, Delivered, Acked, Redelivered int64 // since this node started the queue
+}
+
+// SetCounts publishes a Replica's counts.
+func (q *Queue) SetCounts(c ReplicaCounts) {
+	q.readyN.Store(c.Ready)
+	q.unackedN.Store(c.Unacked)
+	q.readyBytesN.Store(c.ReadyBytes)
+	q.unackedBytesN.Store(c.UnackedBytes)
+	q.consumerN.Store(c.Consumers)
+	q.headAt.Store(c.Head)
+	q.nPublish.Store(c.Published)
+	q.nDeliverGet.Store(c.Delivered)
+	q.nAck.Store(c.Acked)
+	q.nRedeliver.Store(c.Redelivered)
+}
+
+// Replicated reports whether the queue is a Replica's handle.
+func (q *Queue) Replicated() bool { return q.cfg.Replica != nil }
+
+// Stop marks a Replica's handle stopped (Done closes): the queue was
+// deleted, or this node left it.
+func (q *Queue) Stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.stopped)
+	}
+}

@@ -1,0 +1,210 @@
+package vhost
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+)
+
+// Quorum queues (x-queue-type quorum) exist in a cluster only. Their
+// definitions, and the bindings to them, are cluster-wide: a declare is
+// proposed to the metadata store (Replicator) and every node applies it
+// (ApplyQuorumQueue), making its own handle of the queue, whose state is
+// the queue's Raft group's (Quorum.NewReplica). Deleting one is the
+// Replica's to propose; every node then drops its handle.
+
+// Quorum is the broker's cluster, as the registry needs it.
+type Quorum interface {
+	// Voters picks a new queue's members, size of them (0: the
+	// default), this node first (it leads first).
+	Voters(size int) []string
+	// Start makes this node's handle of a quorum queue, from cfg.
+	Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error)
+	// Stop stops this node's handle of a deleted quorum queue and drops
+	// its state here.
+	Stop(q *queue.Queue)
+}
+
+// SetQuorum gives the vhost its cluster's quorum queues.
+func (v *VHost) SetQuorum(qm Quorum) {
+	v.mu.Lock()
+	v.quorum = qm
+	v.mu.Unlock()
+}
+
+// IsQuorum reports whether a declare's arguments ask for a quorum queue.
+func IsQuorum(args amqp.Table) bool {
+	s, _ := args["x-queue-type"].(string)
+	return s == "quorum"
+}
+
+// declareQuorum declares a quorum queue (d is not passive). Nothing is
+// held while the definition is proposed: applying it takes the vhost's
+// locks on this node too.
+func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) (*queue.Queue, error) {
+	rs := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, v.name)
+	switch {
+	case d.AutoDelete:
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for %s", rs)
+	case d.Exclusive:
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for %s", rs)
+	case !d.Durable:
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for %s", rs)
+	}
+	v.mu.RLock()
+	q, qm := v.queues[d.Name], v.quorum
+	v.mu.RUnlock()
+	if q != nil {
+		return q, v.queueEquivalent(q, d)
+	}
+	if qm == nil {
+		return nil, invalidArg("x-queue-type", d.Name, v.name, "\"unsupported queue type 'quorum'\"")
+	}
+	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
+		return nil, err
+	}
+	size := 0
+	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok {
+		if n < 1 {
+			return nil, invalidArg("x-quorum-initial-group-size", d.Name, v.name, fmt.Sprintf("\"value %d must be greater than 0\"", n))
+		}
+		size = int(n)
+	}
+	if dlx, ok := d.Args["x-dead-letter-exchange"].(string); ok {
+		if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
+			return nil, err
+		}
+		if err := allow(d.Grant, auth.Write, "exchange", dlx); err != nil {
+			return nil, err
+		}
+	}
+	def := amqp.Table{"durable": true, "auto_delete": false, "arguments": orEmpty(d.Args),
+		"voters": strings.Join(qm.Voters(size), ","), "id": GenerateName("")}
+	if err := r.Replicate(persist.DefQueue, DefName(v.name, d.Name), encodeDef(def), false); err != nil {
+		return nil, err
+	}
+	v.mu.RLock()
+	q = v.queues[d.Name]
+	v.mu.RUnlock()
+	if q == nil { // deleted already, by someone quicker
+		return nil, v.noQueue(d.Name)
+	}
+	return q, nil
+}
+
+func withoutType(args amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(args))
+	for k, a := range args {
+		if k != "x-queue-type" {
+			out[k] = a
+		}
+	}
+	return out
+}
+
+// ApplyQuorumQueue applies a committed quorum queue definition on this
+// node (the broker calls it for each, in log order, on every node): the
+// queue made here, with a declare's checks against one that exists (so
+// that racing inequivalent declares fail the same everywhere), or
+// deleted with its bindings.
+func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults queue.Config) error {
+	v.defMu.Lock()
+	defer v.defMu.Unlock()
+	v.mu.Lock()
+	q, qm := v.queues[name], v.quorum
+	if del {
+		if q != nil && q.Replicated() {
+			v.removeQueueLocked(q, &persist.Batch{})
+		}
+		v.mu.Unlock()
+		if q != nil && q.Replicated() && qm != nil {
+			qm.Stop(q)
+		}
+		return nil
+	}
+	t, err := amqp.DecodeTable(val)
+	if err != nil {
+		v.mu.Unlock()
+		return fmt.Errorf("quorum queue %q: %w", name, err)
+	}
+	args, _ := t["arguments"].(amqp.Table)
+	d := QueueDecl{Name: name, Durable: true, Args: args}
+	if q != nil {
+		v.mu.Unlock()
+		return v.queueEquivalent(q, d)
+	}
+	if qm == nil {
+		v.mu.Unlock()
+		return fmt.Errorf("quorum queue %q: this node has no cluster", name)
+	}
+	qa, err := validateQueueArgs(name, v.name, withoutType(args))
+	if err != nil {
+		v.mu.Unlock()
+		return err
+	}
+	cfg := v.queueConfig(defaults, d, qa)
+	cfg.Store = nil
+	v.mu.Unlock()
+	// Started without the lock: the handle's group starts (and may
+	// apply its log at once, delivering under its own locks).
+	q, err = qm.Start(cfg, strings.Split(str(t["voters"]), ","), str(t["id"]))
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.queues[name] = q
+	v.totals.QueuesCreated.Add(1)
+	v.mu.Unlock()
+	return nil
+}
+
+// replicatedBinding reports whether a binding is cluster-wide: to a
+// quorum queue. v.mu held.
+func (v *VHost) replicatedBinding(d exchange.Dest) bool {
+	if d.Exchange {
+		return false
+	}
+	q := v.queues[d.Name]
+	return q != nil && q.Replicated()
+}
+
+// ApplyBinding applies a committed binding to a quorum queue on this
+// node.
+func (v *VHost) ApplyBinding(name, val []byte, del bool) error {
+	parts, err := SplitDefName(name)
+	if err != nil || len(parts) != 6 {
+		return fmt.Errorf("binding definition: corrupt name")
+	}
+	var args amqp.Table
+	if !del {
+		t, err := amqp.DecodeTable(val)
+		if err != nil {
+			return fmt.Errorf("binding definition: %w", err)
+		}
+		args, _ = t["arguments"].(amqp.Table)
+		if len(args) == 0 {
+			args = nil
+		}
+	}
+	return v.bindHere(0, parts[3], parts[2] == "x", parts[1], parts[4], args, !del)
+}
+
+// IsBindingTo reports whether a binding definition's name binds to the
+// queue name in vhost vh.
+func IsBindingTo(defName []byte, vh, queueName string) bool {
+	parts, err := SplitDefName(defName)
+	return err == nil && len(parts) == 6 && parts[0] == vh && parts[2] == "q" && parts[3] == queueName
+}
+
+// DeadLetter gives a quorum queue's dead message to its dead-letter
+// exchange, if it has one (the Replica calls it on the leader).
+func DeadLetter(q *queue.Queue, d queue.Delivery, reason string) {
+	if p := q.Config().Policy; p != nil && p.DeadLetter != nil {
+		p.DeadLetter(q, d, reason, nil)
+	}
+}
