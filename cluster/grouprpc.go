@@ -237,9 +237,8 @@ func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
 			return
 		}
 		a := answer{id: binary.BigEndian.Uint64(p)}
-		gid := string(p[9 : 9+int(p[8])])
 		n.gmu.Lock()
-		g := n.groups[gid]
+		g := n.groups[string(p[9:9+int(p[8])])]
 		n.gmu.Unlock()
 		switch {
 		case g == nil:

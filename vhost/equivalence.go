@@ -57,11 +57,6 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
 }
 
-func isClassic(t any) bool {
-	s, ok := t.(string)
-	return ok && s == "classic"
-}
-
 // equivalenceArgs are the queue arguments a redeclare must match
 // (RabbitMQ's rabbit_amqqueue equivalence list).
 var equivalenceArgs = []string{
