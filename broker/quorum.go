@@ -49,7 +49,15 @@ const noAckCredit = 256
 
 var groupSpread atomic.Uint64
 
-func (m quorumMaker) Voters(size int) []string {
+func (m quorumMaker) NewGroup(size int) (string, []string) {
+	id := vhost.GenerateName("")
+	m.s.quorumMu.Lock()
+	m.s.creating[id] = true
+	m.s.quorumMu.Unlock()
+	return id, m.voters(size)
+}
+
+func (m quorumMaker) voters(size int) []string {
 	if size <= 0 {
 		size = defaultGroupSize
 	}
@@ -79,7 +87,11 @@ func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue
 		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]string{}}
 	cfg.Replica = qq
 	qq.q = queue.New(cfg)
-	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Fifo: fifoConfig(cfg.Args),
+	s.quorumMu.Lock()
+	mine := s.creating[id]
+	delete(s.creating, id)
+	s.quorumMu.Unlock()
+	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
 		OnApply: qq.applied, OnRestore: qq.restored})
 	if err != nil {
 		return nil, err

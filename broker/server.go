@@ -71,6 +71,7 @@ type Server struct {
 	// incarnation tells this life's consumer tags from earlier ones'.
 	quorumMu    sync.Mutex
 	quorum      map[*quorumQueue]struct{}
+	creating    map[string]bool // groups this node proposed, to bootstrap when applied
 	incarnation string
 
 	// Counted for the metrics (metrics.go).
@@ -137,6 +138,7 @@ func New(opts Options) (*Server, error) {
 		cfg.OnApply = s.applyReplicated
 		cfg.OnNode = func(n *cluster.Node) { s.node = n }
 		s.quorum = map[*quorumQueue]struct{}{}
+		s.creating = map[string]bool{}
 		s.incarnation = strconv.FormatInt(time.Now().UnixNano(), 36)
 		for _, st := range s.allVHosts() {
 			st.v.SetQuorum(quorumMaker{s})

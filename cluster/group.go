@@ -31,11 +31,14 @@ import (
 // GroupConfig describes a quorum queue's group.
 type GroupConfig struct {
 	ID string // unique in the cluster, for the group's life: layer "q/"+ID
-	// Voters are the members' node names; the first bootstraps the group
-	// (so it leads first: the queue's leader is the declaring node, as
-	// RabbitMQ's client-local leader locator). Other nodes follow as
+	// Voters are the members' node names; other nodes follow as
 	// non-voters.
 	Voters []string
+	// Bootstrap: this node makes the group (the node that declared the
+	// queue: it leads first, as RabbitMQ's client-local leader locator).
+	// The others, and this one when it starts again, wait for the
+	// leader to reach them.
+	Bootstrap bool
 	Fifo   FifoConfig
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
@@ -201,7 +204,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if !existing && len(cfg.Voters) > 0 && cfg.Voters[0] == n.cfg.Name {
+	if !existing && cfg.Bootstrap {
 		if err := raft.BootstrapCluster(rc, g.logs, g.logs, snaps, g.trans, g.configuration()); err != nil {
 			return fail(err)
 		}

@@ -30,7 +30,7 @@ func startGroup(t *testing.T, nodes []*Node, id string, voters []string) []*grou
 	for i, nd := range nodes {
 		gn := &groupNode{}
 		name := nd.Name()
-		cfg := GroupConfig{ID: id, Voters: voters, Fifo: FifoConfig{DeliveryLimit: DefaultDeliveryLimit},
+		cfg := GroupConfig{ID: id, Voters: voters, Bootstrap: name == voters[0], Fifo: FifoConfig{DeliveryLimit: DefaultDeliveryLimit},
 			OnApply: func(_ *Command, e *Effects, _ bool) {
 				gn.mu.Lock()
 				defer gn.mu.Unlock()

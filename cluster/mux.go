@@ -27,6 +27,7 @@ import (
 // join nor write to the log. Layer gives each group its raft.StreamLayer.
 type Mux struct {
 	ln     net.Listener
+	from   *net.TCPAddr // dials from the listener's address, when it names one
 	secret []byte
 	tls    *tls.Config // nil: plain TCP between nodes
 
@@ -54,6 +55,12 @@ const (
 // secret's challenge runs inside it.
 func NewMux(ln net.Listener, secret []byte, tlsCfg *tls.Config) *Mux {
 	m := &Mux{ln: ln, secret: secret, tls: tlsCfg, groups: map[string]*layer{}, conns: map[*muxConn]struct{}{}, done: make(chan struct{})}
+	// A node listening on one address of a multi-homed host dials its
+	// peers from that address too: the link between nodes stays on the
+	// network chosen for it (and each node is known by its address).
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP != nil && !ta.IP.IsUnspecified() {
+		m.from = &net.TCPAddr{IP: ta.IP}
+	}
 	m.wg.Add(1)
 	go m.accept()
 	return m
@@ -184,7 +191,11 @@ func (m *Mux) mac(challenge, group []byte) []byte {
 
 // dial connects to a peer's Mux for group and answers its challenge.
 func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	d := net.Dialer{Timeout: timeout}
+	if m.from != nil {
+		d.LocalAddr = m.from
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

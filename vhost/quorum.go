@@ -20,9 +20,10 @@ import (
 
 // Quorum is the broker's cluster, as the registry needs it.
 type Quorum interface {
-	// Voters picks a new queue's members, size of them (0: the
-	// default), this node first (it leads first).
-	Voters(size int) []string
+	// NewGroup picks a new queue's group: an id and its members, size
+	// of them (0: the default), this node first (it makes the group, and
+	// leads it first).
+	NewGroup(size int) (id string, voters []string)
 	// Start makes this node's handle of a quorum queue, from cfg.
 	Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error)
 	// Stop stops this node's handle of a deleted quorum queue and drops
@@ -83,8 +84,9 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 			return nil, err
 		}
 	}
+	id, voters := qm.NewGroup(size)
 	def := amqp.Table{"durable": true, "auto_delete": false, "arguments": orEmpty(d.Args),
-		"voters": strings.Join(qm.Voters(size), ","), "id": GenerateName("")}
+		"voters": strings.Join(voters, ","), "id": id}
 	if err := r.Replicate(persist.DefQueue, DefName(v.name, d.Name), encodeDef(def), false); err != nil {
 		return nil, err
 	}
