@@ -306,6 +306,9 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
 	}
+	if qq, ok := c.Replica.(*quorumQueue); ok {
+		qq.describe(m)
+	}
 	return m
 }
 
@@ -361,6 +364,9 @@ func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.queueJSON(st.v.Name(), q)
+	if qq, ok := q.Config().Replica.(*quorumQueue); ok {
+		qq.describeMembers(m)
+	}
 	if age, incr, ok := historyParams(r); ok {
 		addSamples(m, s.queueHistory(q, age, incr))
 	}

@@ -608,3 +608,58 @@ func (s *Server) tickQuorum() {
 // downAfter is how long a quorum queue's leader waits for a node it
 // cannot reach before it returns the messages that node's consumers had.
 const downAfter = 10 * time.Second
+
+// describe adds what RabbitMQ's management API shows of a quorum queue:
+// its type, leader (also as node), members and the ones online (as this
+// node sees them: itself, the leader it hears from, and, when it leads,
+// every member it reaches).
+func (qq *quorumQueue) describe(m map[string]any) {
+	st := qq.g.Status()
+	m["type"] = "quorum"
+	leader := st.Leader
+	m["leader"], m["node"] = nullIfEmpty(leader), nullIfEmpty(leader)
+	members := make([]string, 0, len(st.Members))
+	online := []string{}
+	down := map[string]bool{}
+	if qq.g.IsLeader() {
+		for _, p := range qq.g.Unreachable(0) {
+			down[p] = true
+		}
+	}
+	for _, mb := range st.Members {
+		if !mb.Voter {
+			continue
+		}
+		members = append(members, mb.Name)
+		if mb.Name == qq.s.nodeName() || mb.Name == leader || (qq.g.IsLeader() && !down[mb.Name]) {
+			online = append(online, mb.Name)
+		}
+	}
+	m["members"], m["online"] = members, online
+	m["railmq_raft"] = map[string]any{"term": st.Term, "commit_index": st.Commit, "applied_index": st.Applied}
+}
+
+// describeMembers adds each member's progress through the log, asked of
+// the members themselves: replication lag is the leader's commit index
+// less a member's applied index.
+func (qq *quorumQueue) describeMembers(m map[string]any) {
+	ms := qq.g.Members(300 * time.Millisecond)
+	var commit uint64
+	for _, mb := range ms {
+		commit = max(commit, mb.Commit)
+	}
+	out := make([]map[string]any, 0, len(ms))
+	online := []string{}
+	for _, mb := range ms {
+		e := map[string]any{"name": mb.Name, "voter": mb.Voter, "online": mb.Online}
+		if mb.Online {
+			e["applied_index"], e["lag"] = mb.Applied, commit-min(commit, mb.Applied)
+			if mb.Voter {
+				online = append(online, mb.Name)
+			}
+		}
+		out = append(out, e)
+	}
+	m["online"] = online
+	m["railmq_members"] = out
+}

@@ -578,3 +578,39 @@ func (g *Group) shutdown() error {
 	}
 	return nil
 }
+
+// MemberStatus is how far one member has applied the group's log.
+type MemberStatus struct {
+	Name            string
+	Voter, Online   bool
+	Applied, Commit uint64
+}
+
+// Members asks every member how far it has applied the log (each one
+// within timeout; one that does not answer is not online).
+func (g *Group) Members(timeout time.Duration) []MemberStatus {
+	addrs := map[string]string{}
+	var out []MemberStatus
+	if f := g.r.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			addrs[string(s.ID)] = string(s.Address)
+			out = append(out, MemberStatus{Name: string(s.ID), Voter: s.Suffrage == raft.Voter})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		m := &out[i]
+		if m.Name == g.n.cfg.Name {
+			m.Online, m.Applied, m.Commit = true, g.r.AppliedIndex(), g.r.CommitIndex()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, c, err := g.n.memberIndex(addrs[m.Name], g.cfg.ID, timeout)
+			m.Online, m.Applied, m.Commit = err == nil, a, c
+		}()
+	}
+	wg.Wait()
+	return out
+}

@@ -52,10 +52,14 @@ type groupClient struct {
 	bw   *bufio.Writer
 
 	mu    sync.Mutex // guards calls, next, dead
-	calls map[uint64]func(Effects, error)
+	calls map[uint64]answered
 	next  uint64
 	dead  bool
 }
+
+// answered learns a request's answer: its status and payload, or the
+// error that kept it from coming.
+type answered func(status byte, p []byte, err error)
 
 // forwardGroup sends a round to the leader at addr; done learns the
 // outcome on another goroutine.
@@ -65,7 +69,53 @@ func (n *Node) forwardGroup(addr, group string, data []byte, done func(Effects, 
 		done(Effects{}, errNotSent)
 		return
 	}
-	c.call(group, data, done)
+	c.call(group, data, func(st byte, p []byte, err error) {
+		if err != nil {
+			done(Effects{}, err)
+			return
+		}
+		switch st {
+		case statusOK:
+			e, err := decodeEffects(p)
+			if err != nil {
+				done(Effects{}, ErrUnknownOutcome)
+				return
+			}
+			done(e, nil)
+		case statusNotLeader:
+			done(Effects{}, ErrNotLeader)
+		case statusUnknownGroup:
+			done(Effects{}, errUnknownGroup)
+		default:
+			done(Effects{}, errors.New(string(p)))
+		}
+	})
+}
+
+// MemberIndex asks the node at addr how far it has applied a group's
+// log: its applied and commit indexes.
+func (n *Node) memberIndex(addr, group string, timeout time.Duration) (applied, commit uint64, err error) {
+	c, err := n.groupClient(addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	ch := make(chan error, 1)
+	c.call("", []byte(group), func(st byte, p []byte, err error) {
+		switch {
+		case err != nil:
+		case st != statusOK || len(p) != 16:
+			err = errUnknownGroup
+		default:
+			applied, commit = binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])
+		}
+		ch <- err
+	})
+	select {
+	case err = <-ch:
+		return applied, commit, err
+	case <-time.After(timeout):
+		return 0, 0, errors.New("cluster: no answer")
+	}
 }
 
 func (n *Node) groupClient(addr string) (*groupClient, error) {
@@ -79,7 +129,7 @@ func (n *Node) groupClient(addr string) (*groupClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &groupClient{n: n, addr: addr, conn: conn, bw: bufio.NewWriterSize(conn, 64<<10), calls: map[uint64]func(Effects, error){}}
+	c = &groupClient{n: n, addr: addr, conn: conn, bw: bufio.NewWriterSize(conn, 64<<10), calls: map[uint64]answered{}}
 	n.gmu.Lock()
 	if old := n.clients[addr]; old != nil { // another round dialled first
 		n.gmu.Unlock()
@@ -93,11 +143,11 @@ func (n *Node) groupClient(addr string) (*groupClient, error) {
 	return c, nil
 }
 
-func (c *groupClient) call(group string, data []byte, done func(Effects, error)) {
+func (c *groupClient) call(group string, data []byte, done answered) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
-		done(Effects{}, errNotSent)
+		done(0, nil, errNotSent)
 		return
 	}
 	c.next++
@@ -128,7 +178,7 @@ func (c *groupClient) call(group string, data []byte, done func(Effects, error))
 		c.mu.Unlock()
 		c.close(ErrUnknownOutcome)
 		if still {
-			done(Effects{}, ErrUnknownOutcome)
+			done(0, nil, ErrUnknownOutcome)
 		}
 	}
 }
@@ -152,7 +202,7 @@ func (c *groupClient) close(err error) {
 	}
 	c.n.gmu.Unlock()
 	for _, done := range calls {
-		done(Effects{}, err)
+		done(0, nil, err)
 	}
 }
 
@@ -173,21 +223,7 @@ func (c *groupClient) read() {
 		if done == nil {
 			continue
 		}
-		switch p[8] {
-		case statusOK:
-			e, err := decodeEffects(p[9:])
-			if err != nil {
-				done(Effects{}, ErrUnknownOutcome)
-				continue
-			}
-			done(e, nil)
-		case statusNotLeader:
-			done(Effects{}, ErrNotLeader)
-		case statusUnknownGroup:
-			done(Effects{}, errUnknownGroup)
-		default:
-			done(Effects{}, errors.New(string(p[9:])))
-		}
+		done(p[8], p[9:], nil)
 	}
 }
 
@@ -224,6 +260,7 @@ type answer struct {
 	id     uint64
 	f      raft.ApplyFuture // nil: status says it all
 	status byte
+	extra  []byte // statusOK without f: the answer's payload
 }
 
 func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
@@ -237,6 +274,18 @@ func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
 			return
 		}
 		a := answer{id: binary.BigEndian.Uint64(p)}
+		if p[8] == 0 { // no group: a question about the one the data names
+			n.gmu.Lock()
+			g := n.groups[string(p[9:])]
+			n.gmu.Unlock()
+			if g == nil {
+				a.status = statusUnknownGroup
+			} else {
+				a.extra = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, g.r.AppliedIndex()), g.r.CommitIndex())
+			}
+			answers <- a
+			continue
+		}
 		n.gmu.Lock()
 		g := n.groups[string(p[9:9+int(p[8])])]
 		n.gmu.Unlock()
@@ -276,6 +325,7 @@ func (n *Node) answerRounds(conn net.Conn, answers <-chan answer) {
 			}
 		} else {
 			buf = append(buf, a.status)
+			buf = append(buf, a.extra...)
 		}
 		if broken {
 			continue // drain, so that the reader is not stuck

@@ -89,6 +89,31 @@ func TestQuorumQueueServedByEveryNode(t *testing.T) {
 			t.Fatalf("%d of 200 confirms", i)
 		}
 	}
+	// The management API of any node shows the queue's type, leader
+	// (the declaring node), members and their progress.
+	a := &api{t: t, url: nodes[1].api}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var qj struct {
+			Type, Leader, Node string
+			Members, Online    []string
+			Messages           int
+			RailmqMembers      []struct {
+				Name   string
+				Online bool
+				Lag    *uint64
+			} `json:"railmq_members"`
+		}
+		if a.call("GET", "/api/queues/%2F/orders", "guest", "guest", nil, &qj) != 200 {
+			return false
+		}
+		lagged := false
+		for _, m := range qj.RailmqMembers {
+			lagged = lagged || !m.Online || m.Lag == nil || *m.Lag != 0
+		}
+		return qj.Type == "quorum" && qj.Leader == nodes[0].name && qj.Node == qj.Leader &&
+			len(qj.Members) == 3 && len(qj.Online) == 3 && qj.Messages == 200 && len(qj.RailmqMembers) == 3 && !lagged
+	}, "GET /api/queues/%%2F/orders on node 2 does not show a quorum queue led by node 1 with 3 members caught up")
+
 	// Consume on node 3: in order; ack the first 50, then close.
 	must(t, chans[2].Qos(20, 0, false))
 	ds, err := chans[2].Consume("orders", "c1", false, false, false, false, nil)
