@@ -39,7 +39,7 @@ type GroupConfig struct {
 	// The others, and this one when it starts again, wait for the
 	// leader to reach them.
 	Bootstrap bool
-	Fifo   FifoConfig
+	Fifo      FifoConfig
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
 	// leads the group (it carries out the effects meant for one node only:
