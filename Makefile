@@ -4,7 +4,7 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test clean
+.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test cluster-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 crash-test: ## kill -9 the real binary under load CRASH_ROUNDS times (default 200) and check nothing confirmed is lost
 	RAILMQ_CRASH_ROUNDS=$(or $(CRASH_ROUNDS),200) $(GO) test -count=1 -timeout 60m -run '^TestCrashRecovery$$' -v ./conformance
+
+cluster-test: ## fault rounds on a 3-node cluster (kill -9 leader/follower, restart, empty data dir, partition) CLUSTER_ROUNDS times (default 100), checked by a history of every message
+	RAILMQ_CLUSTER_ROUNDS=$(or $(CLUSTER_ROUNDS),100) $(GO) test -count=1 -timeout 120m -run '^TestClusterFaults$$' -v ./conformance
 
 bench: ## run the benchmarks (codecs, routing)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

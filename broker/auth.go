@@ -364,7 +364,7 @@ func (s *Server) deleteVHost(name string) (bool, error) {
 		}
 		// Its permissions and policies go with it, from the store too.
 		ops := []cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Delete: true}}
-		for _, kind := range []byte{defPerm, defTopicPerm, defPolicy, defOpPolicy} {
+		for _, kind := range []byte{defPerm, defTopicPerm, defPolicy, defOpPolicy, persist.DefExchange, persist.DefQueue, persist.DefBinding} {
 			for _, o := range s.node.Keys(metaKey(kind, vhost.DefName(name))) {
 				ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
 			}

@@ -84,7 +84,7 @@ func (m quorumMaker) voters(size int) []string {
 func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
 	s := m.s
 	qq := &quorumQueue{s: s, prefix: s.node.Name() + "/" + s.incarnation + "/",
-		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]string{}}
+		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]outEntry{}}
 	cfg.Replica = qq
 	qq.q = queue.New(cfg)
 	s.quorumMu.Lock()
@@ -162,7 +162,11 @@ type quorumQueue struct {
 	mu     sync.Mutex
 	byTag  map[string]*qqConsumer
 	byCons map[*queue.Consumer]*qqConsumer
-	out    map[uint64]string // delivered here, not settled: by which tag
+	// out: what this node handed out (to a consumer or a get), by id:
+	// the tag it is checked out to, and whether its ack was sent. An
+	// entry stays until the log shows the message elsewhere (reconcile),
+	// so that a snapshot restored meanwhile does not hand it out again.
+	out map[uint64]outEntry
 	next   uint64
 	gone   bool
 	// cancelled: tags of consumers cancelled here whose Cancel may not be
@@ -171,6 +175,13 @@ type quorumQueue struct {
 
 	published, delivered, acked, redelivered atomic.Int64
 	downed                                   map[string]bool // leader: nodes whose consumers were downed; ticker's
+	orphans                                  map[uint64]bool // reconcile's: seen at the last tick
+}
+
+type outEntry struct {
+	tag     string
+	settled bool // acked: the Settle is on its way
+	late    bool // reconcile saw it settled and still checked out once
 }
 
 type qqConsumer struct {
@@ -180,9 +191,11 @@ type qqConsumer struct {
 	pending []cluster.Delivery
 }
 
+// newTag makes a tag of this node's life; the final dot keeps one tag
+// from being a prefix of another (Down takes prefixes). qq.mu held.
 func (qq *quorumQueue) newTag(kind string) string {
 	qq.next++
-	return qq.prefix + kind + strconv.FormatUint(qq.next, 10)
+	return qq.prefix + kind + strconv.FormatUint(qq.next, 10) + "."
 }
 
 // errNoQuorum is a command the group could not commit in time.
@@ -249,6 +262,8 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 		delete(qq.byTag, qc.tag)
 		delete(qq.byCons, c)
 		qq.mu.Unlock()
+		// The checkout may have been applied all the same: reconcile
+		// finds the consumer nobody here has and takes it down.
 		return quorumError(err)
 	}
 	return nil
@@ -300,10 +315,18 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...uint64) cluster.Command) {
 	qq.mu.Lock()
 	byTag := map[string][]uint64{}
+	ack := mk == nil
+	if ack {
+		mk = cluster.Settle
+	}
 	for _, d := range ds {
-		if tag, ok := qq.out[d.Seq]; ok {
-			byTag[tag] = append(byTag[tag], d.Seq)
-			delete(qq.out, d.Seq)
+		if e, ok := qq.out[d.Seq]; ok && !e.settled {
+			byTag[e.tag] = append(byTag[e.tag], d.Seq)
+			if ack {
+				qq.out[d.Seq] = outEntry{tag: e.tag, settled: true}
+			} else {
+				delete(qq.out, d.Seq)
+			}
 		}
 	}
 	qq.mu.Unlock()
@@ -314,7 +337,7 @@ func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...ui
 
 func (qq *quorumQueue) Ack(ds []queue.Delivery) {
 	qq.acked.Add(int64(len(ds)))
-	qq.settle(ds, cluster.Settle)
+	qq.settle(ds, nil) // nil: an ack (Settle, remembered until applied)
 }
 
 func (qq *quorumQueue) Requeue(ds []queue.Delivery, _ bool) {
@@ -358,7 +381,7 @@ func (qq *quorumQueue) deliverLocked(qc *qqConsumer) []uint64 {
 		if qc.c.NoAck {
 			settle = append(settle, d.ID)
 		} else {
-			qq.out[d.ID] = qc.tag
+			qq.out[d.ID] = outEntry{tag: qc.tag}
 		}
 	}
 	qc.pending = qc.pending[i:]
@@ -391,7 +414,7 @@ func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
 	d := e.Deliveries[0]
 	if !noAck {
 		qq.mu.Lock()
-		qq.out[d.ID] = tag
+		qq.out[d.ID] = outEntry{tag: tag}
 		qq.mu.Unlock()
 	}
 	qq.delivered.Add(1)
@@ -465,8 +488,8 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 			qc.pending = nil
 			qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
 		}
-		for id, tag := range qq.out {
-			if strings.HasPrefix(tag, qq.prefix) {
+		for id, e := range qq.out {
+			if strings.HasPrefix(e.tag, qq.prefix) {
 				delete(qq.out, id)
 			}
 		}
@@ -579,6 +602,7 @@ func (s *Server) tickQuorum() {
 	s.quorumMu.Unlock()
 	now := time.Now().UnixMilli()
 	for _, qq := range qs {
+		qq.reconcile()
 		if !qq.g.IsLeader() {
 			qq.downed = nil
 			continue
@@ -662,4 +686,62 @@ func (qq *quorumQueue) describeMembers(m map[string]any) {
 	}
 	m["online"] = online
 	m["railmq_members"] = out
+}
+
+// reconcile (once a second, on every node) takes down what the log holds
+// for this node's life that no one here has any more: a consumer whose
+// checkout's answer was lost (its consume failed, but the checkout was
+// applied) has its messages returned; a message checked out to a tag
+// that is no consumer (cancelled, or a get) and that no channel here
+// holds, seen so at two ticks running, is returned.
+func (qq *quorumQueue) reconcile() {
+	var tags []string
+	var orph []cluster.Delivery
+	var dead []string
+	release, resettle := map[string][]uint64{}, map[string][]uint64{}
+	qq.mu.Lock()
+	// What the log no longer has checked out to the tag it was handed
+	// to is done with; an ack the log has not taken after two ticks is
+	// sent again (its Settle was lost with a leader).
+	qq.g.View(func(f *cluster.Fifo) {
+		tags, orph = f.ConsumerTags(qq.prefix), f.Orphans(qq.prefix)
+		for id, e := range qq.out {
+			switch {
+			case f.Owner(id) != e.tag:
+				delete(qq.out, id)
+			case e.settled && e.late:
+				resettle[e.tag] = append(resettle[e.tag], id)
+			case e.settled:
+				qq.out[id] = outEntry{tag: e.tag, settled: true, late: true}
+			}
+		}
+	})
+	for _, t := range tags {
+		if qq.byTag[t] == nil && !qq.cancelled[t] {
+			dead = append(dead, t)
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, d := range orph {
+		if _, held := qq.out[d.ID]; held || qq.cancelled[d.Consumer] {
+			continue
+		}
+		seen[d.ID] = true
+		if qq.orphans[d.ID] {
+			release[d.Consumer] = append(release[d.Consumer], d.ID)
+		}
+	}
+	qq.orphans = seen
+	qq.mu.Unlock()
+	for _, t := range dead {
+		qq.g.Submit(cluster.Down(t, ""), nil)
+	}
+	for t, ids := range resettle {
+		qq.g.Submit(cluster.Settle(t, ids...), nil)
+	}
+	// Returned, counted and flagged: such a message may have been
+	// delivered, and acked with an ack that never reached the log.
+	for t, ids := range release {
+		qq.g.Submit(cluster.Return(t, ids...), nil)
+	}
 }

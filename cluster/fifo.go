@@ -382,6 +382,39 @@ func (f *Fifo) CheckedOut(prefix string) []Delivery {
 	return out
 }
 
+// ConsumerTags lists the consumers whose tags start with prefix.
+func (f *Fifo) ConsumerTags(prefix string) []string {
+	var out []string
+	for _, t := range f.order {
+		if strings.HasPrefix(t, prefix) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Orphans lists the messages checked out to tags that start with prefix
+// and are no consumer's (a cancelled consumer's, a getter's), by id.
+func (f *Fifo) Orphans(prefix string) []Delivery {
+	var out []Delivery
+	for _, m := range f.msgs {
+		if m.Consumer != "" && f.cons[m.Consumer] == nil && strings.HasPrefix(m.Consumer, prefix) {
+			out = append(out, Delivery{Consumer: m.Consumer, ID: m.ID})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Owner is the tag message id is checked out to, "" if it is ready or
+// gone.
+func (f *Fifo) Owner(id uint64) string {
+	if m := f.msgs[id]; m != nil {
+		return m.Consumer
+	}
+	return ""
+}
+
 // Unacked is the count of messages checked out.
 func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) }
 

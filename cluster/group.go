@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -54,6 +55,9 @@ type Group struct {
 	cfg   GroupConfig
 	fsm   *QueueFSM
 	r     *raft.Raft
+	// live is r once NewRaft returned: what the node's rpc server and
+	// the FSM hook (which run before StartGroup returns) may use.
+	live  atomic.Pointer[raft.Raft]
 	trans *raft.NetworkTransport
 	logs  *LogStore
 	dir   string
@@ -166,7 +170,8 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
 	g.fsm.OnApply = func(_ uint64, c *Command, e *Effects) {
 		if cfg.OnApply != nil {
-			cfg.OnApply(c, e, g.r != nil && g.r.State() == raft.Leader)
+			r := g.live.Load()
+			cfg.OnApply(c, e, r != nil && r.State() == raft.Leader)
 		}
 	}
 	g.fsm.OnRestore = cfg.OnRestore
@@ -212,6 +217,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if g.r, err = raft.NewRaft(rc, g.fsm, g.logs, g.logs, snaps, g.trans); err != nil {
 		return fail(err)
 	}
+	g.live.Store(g.r)
 	g.failing = map[string]time.Time{}
 	g.obsCh = make(chan raft.Observation, 16)
 	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
@@ -613,4 +619,12 @@ func (g *Group) Members(timeout time.Duration) []MemberStatus {
 	}
 	wg.Wait()
 	return out
+}
+
+// raft is the group's raft once started, nil before (or for a nil g).
+func (g *Group) raft() *raft.Raft {
+	if g == nil {
+		return nil
+	}
+	return g.live.Load()
 }

@@ -278,10 +278,10 @@ func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
 			n.gmu.Lock()
 			g := n.groups[string(p[9:])]
 			n.gmu.Unlock()
-			if g == nil {
+			if r := g.raft(); r == nil {
 				a.status = statusUnknownGroup
 			} else {
-				a.extra = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, g.r.AppliedIndex()), g.r.CommitIndex())
+				a.extra = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, r.AppliedIndex()), r.CommitIndex())
 			}
 			answers <- a
 			continue
@@ -289,13 +289,14 @@ func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
 		n.gmu.Lock()
 		g := n.groups[string(p[9:9+int(p[8])])]
 		n.gmu.Unlock()
+		r := g.raft()
 		switch {
-		case g == nil:
+		case r == nil:
 			a.status = statusUnknownGroup
-		case g.r.State() != raft.Leader:
+		case r.State() != raft.Leader:
 			a.status = statusNotLeader
 		default:
-			a.f = g.r.Apply(p[9+int(p[8]):], n.timeout())
+			a.f = r.Apply(p[9+int(p[8]):], n.timeout())
 		}
 		answers <- a
 	}

@@ -115,8 +115,17 @@ func (v *VHost) Destroy() error {
 			v.removeExchangeLocked(ex, dc)
 		}
 	}
+	qm := v.quorum
 	v.mu.Unlock()
 	for _, q := range qs {
+		if q.Replicated() {
+			// Every node drops its own handle: the vhost's deletion is
+			// applied on each, with its quorum queues' definitions.
+			if qm != nil {
+				qm.Stop(q)
+			}
+			continue
+		}
 		_, _ = q.Delete(false, false)
 	}
 	if v.store == nil || dc.Len() == 0 {
@@ -234,6 +243,10 @@ func (v *VHost) Close() {
 	v.queues = map[string]*queue.Queue{}
 	v.mu.Unlock()
 	for _, q := range qs {
+		if q.Replicated() {
+			q.Stop() // the queue lives on in the cluster; the node closes its group
+			continue
+		}
 		_, _ = q.Delete(false, false)
 	}
 }

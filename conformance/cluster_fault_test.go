@@ -1,0 +1,746 @@
+package conformance
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// The cluster's fault suite (make cluster-test): three railmq processes
+// on loopback, every link between them through a fault-injecting proxy,
+// a quorum queue under publishers with confirms and acking consumers that
+// hop from node to node as nodes fail. Each round injects one fault: kill
+// -9 the queue's leader, kill -9 a follower, restart a node with its
+// data, restart one with an empty data dir, or cut one node off from the
+// other two. A history of every message (published, confirmed, refused,
+// each delivery, acked) decides at the end, not a count: no confirmed
+// message may be lost, a message acked and delivered again must come
+// flagged redelivered, nothing unpublished or corrupted may arrive, and
+// the cut-off node must refuse publishes rather than confirm them.
+
+// clusterRounds is how many fault rounds TestClusterFaults runs: a few in
+// `make test`, RAILMQ_CLUSTER_ROUNDS (100 in `make cluster-test`)
+// otherwise.
+func clusterRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("RAILMQ_CLUSTER_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 5
+}
+
+// faultProxy carries one node's inter-node traffic; it knows the sending
+// node by its source address (nodes dial from their cluster-listen
+// address), so it can cut a node off both ways.
+type faultProxy struct {
+	ln     net.Listener
+	dst    int    // the node it leads to
+	target string // that node's cluster-listen address
+	net    *faultNet
+}
+
+type faultNet struct {
+	mu    sync.Mutex
+	cut   map[int]bool        // nodes cut off from the others
+	conns map[net.Conn][2]int // live links: source, destination node
+	ips   map[string]int      // source IP -> node
+	wg    sync.WaitGroup      // proxy goroutines
+	lns   []net.Listener
+}
+
+func (f *faultNet) isolate(n int, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut[n] = on
+	if !on {
+		return
+	}
+	for c, sd := range f.conns {
+		if sd[0] == n || sd[1] == n {
+			c.Close()
+			delete(f.conns, c)
+		}
+	}
+}
+
+func (f *faultNet) serve(p *faultProxy) {
+	defer f.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		ip, _, _ := net.SplitHostPort(in.RemoteAddr().String())
+		f.mu.Lock()
+		src, known := f.ips[ip]
+		blocked := !known || f.cut[src] || f.cut[p.dst]
+		f.mu.Unlock()
+		if blocked {
+			in.Close()
+			continue
+		}
+		out, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		f.mu.Lock()
+		if f.cut[src] || f.cut[p.dst] { // cut while dialling
+			f.mu.Unlock()
+			in.Close()
+			out.Close()
+			continue
+		}
+		f.conns[in], f.conns[out] = [2]int{src, p.dst}, [2]int{src, p.dst}
+		f.mu.Unlock()
+		f.wg.Add(2)
+		pipe := func(a, b net.Conn) {
+			defer f.wg.Done()
+			_, _ = io.Copy(a, b)
+			a.Close()
+			b.Close()
+			f.mu.Lock()
+			delete(f.conns, a)
+			delete(f.conns, b)
+			f.mu.Unlock()
+		}
+		go pipe(in, out)
+		go pipe(out, in)
+	}
+}
+
+func (f *faultNet) close() {
+	for _, ln := range f.lns {
+		ln.Close()
+	}
+	f.mu.Lock()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// faultNode is one railmq process of the suite.
+type faultNode struct {
+	i                         int
+	name, dir                 string
+	amqp, mgmt, listen, peers string
+	secret                    string
+	cmd                       *exec.Cmd
+	logs                      *bytes.Buffer
+}
+
+func (n *faultNode) url() string { return "amqp://guest:guest@" + n.amqp + "/" }
+
+func (n *faultNode) start(t *testing.T, bin string, join bool) {
+	t.Helper()
+	args := []string{"--listen", n.amqp, "--data-dir", n.dir, "--log-level", "warn",
+		"--node-name", n.name, "--cluster-listen", n.listen, "--cluster-peers", n.peers,
+		"--cluster-secret-file", n.secret, "--management-listen", n.mgmt}
+	if join {
+		args = append(args, "--cluster-join")
+	}
+	n.cmd = exec.Command(bin, args...)
+	n.logs = &bytes.Buffer{}
+	n.cmd.Stderr = n.logs
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitListening(t, n.amqp, 30*time.Second)
+}
+
+func (n *faultNode) kill() {
+	if n.cmd != nil {
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+		n.cmd = nil
+	}
+}
+
+func (n *faultNode) stop(t *testing.T) {
+	if n.cmd != nil {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		if err := waitExit(t, n.cmd, 30*time.Second); err != nil {
+			t.Logf("%s exited: %v\n%s", n.name, err, n.logs.String())
+		}
+		n.cmd = nil
+	}
+}
+
+// queueView is what a node's management API says of the quorum queue.
+type queueView struct {
+	Leader        string
+	Messages      int
+	Unacked       int `json:"messages_unacknowledged"`
+	Consumers     int
+	RailmqMembers []struct {
+		Name   string
+		Online bool
+		Lag    *uint64
+	} `json:"railmq_members"`
+}
+
+func (n *faultNode) queue(q string) (queueView, bool) {
+	var v queueView
+	req, _ := http.NewRequest("GET", "http://"+n.mgmt+"/api/queues/%2F/"+q, nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return v, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return v, false
+	}
+	return v, true
+}
+
+// history is every message's story, as the clients saw it.
+type history struct {
+	mu        sync.Mutex
+	published map[uint64]bool
+	confirmed map[uint64]bool
+	refused   map[uint64]bool // nacked, or the connection went first
+	acked     map[uint64]bool
+	returned  map[uint64]bool // unroutable (mandatory): confirmed, but by AMQP not enqueued
+	delivered map[uint64]int
+	// Violations found as they happened.
+	unflagged, unknown, corrupted []uint64
+	minority                      []uint64 // confirmed by a node that was cut off
+}
+
+func (h *history) deliver(body []byte, redelivered bool) (uint64, bool) {
+	id, ok := parseCrashBody(body)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !ok:
+		h.corrupted = append(h.corrupted, id)
+		return 0, false
+	case !h.published[id]:
+		h.unknown = append(h.unknown, id)
+	case h.acked[id] && !redelivered:
+		h.unflagged = append(h.unflagged, id)
+	}
+	h.delivered[id]++
+	return id, true
+}
+
+type faultLoad struct {
+	h       *history
+	nodes   []*faultNode
+	up      func() []int // nodes a client may use now
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	next    atomic.Uint64
+	queue   string
+	publish atomic.Int64
+}
+
+func (l *faultLoad) pick(k int) *faultNode {
+	up := l.up()
+	if len(up) == 0 {
+		return nil
+	}
+	return l.nodes[up[k%len(up)]]
+}
+
+func (l *faultLoad) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// publisher publishes with confirms, a window of them in flight, from
+// whichever node is up, reconnecting when its node goes.
+func (l *faultLoad) publisher(p int) {
+	defer l.wg.Done()
+	for k := p; !l.stopped(); k++ {
+		n := l.pick(k)
+		if n == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		l.publishOn(n.url(), nil)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// publishOn publishes until its connection fails or the load stops (or
+// until, if until is set, it is closed); it records each outcome.
+func (l *faultLoad) publishOn(url string, until chan struct{}) {
+	c, err := rmq.DialConfig(url, rmq.Config{Dial: rmq.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil || ch.Confirm(false) != nil {
+		return
+	}
+	returns := ch.NotifyReturn(make(chan rmq.Return, 64))
+	go func() {
+		for r := range returns {
+			if id, ok := parseCrashBody(r.Body); ok {
+				l.h.mu.Lock()
+				l.h.returned[id] = true
+				l.h.mu.Unlock()
+			}
+		}
+	}()
+	type sent struct {
+		id uint64
+		dc *rmq.DeferredConfirmation
+	}
+	var window []sent
+	settle := func(s sent) {
+		ok := s.dc.Wait()
+		l.h.mu.Lock()
+		if ok {
+			l.h.confirmed[s.id] = true
+		} else {
+			l.h.refused[s.id] = true
+		}
+		l.h.mu.Unlock()
+	}
+	defer func() {
+		c.Close() // what is still in flight is refused: the connection is gone
+		for _, s := range window {
+			settle(s)
+		}
+	}()
+	for !l.stopped() {
+		if until != nil {
+			select {
+			case <-until:
+				return
+			default:
+			}
+		}
+		id := l.next.Add(1)
+		l.h.mu.Lock()
+		l.h.published[id] = true
+		l.h.mu.Unlock()
+		dc, err := ch.PublishWithDeferredConfirm("", l.queue, true /* mandatory */, false,
+			rmq.Publishing{DeliveryMode: rmq.Persistent, Body: crashBody(id, 64+int(id%256))})
+		if err != nil {
+			l.h.mu.Lock()
+			l.h.refused[id] = true
+			l.h.mu.Unlock()
+			return
+		}
+		l.publish.Add(1)
+		window = append(window, sent{id, dc})
+		if len(window) >= 32 {
+			settle(window[0])
+			window = window[1:]
+		}
+		if c.IsClosed() {
+			return
+		}
+	}
+}
+
+// consumer consumes and acks from whichever node is up.
+func (l *faultLoad) consumer(k int) {
+	defer l.wg.Done()
+	for ; !l.stopped(); k++ {
+		n := l.pick(k)
+		if n == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		l.consumeOn(n.url())
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (l *faultLoad) consumeOn(url string) {
+	c, err := rmq.DialConfig(url, rmq.Config{Dial: rmq.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil || ch.Qos(20, 0, false) != nil {
+		return
+	}
+	ds, err := ch.Consume(l.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return
+	}
+	for {
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				return
+			}
+			id, good := l.h.deliver(d.Body, d.Redelivered)
+			if !good {
+				continue
+			}
+			if d.Ack(false) != nil {
+				return
+			}
+			l.h.mu.Lock()
+			l.h.acked[id] = true
+			l.h.mu.Unlock()
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+// TestClusterFaults runs the fault rounds (see the top of the file).
+func TestClusterFaults(t *testing.T) {
+	testutil.InProcess(t)
+	if testing.Short() {
+		t.Skip("starts three broker processes")
+	}
+	bin := testutil.Binary(t)
+	rounds := clusterRounds()
+	verbose := testing.Verbose()
+	secret := filepath.Join(t.TempDir(), "cookie")
+	testutil.WriteFile(t, secret, []byte("fault-suite-secret"))
+	fn := &faultNet{cut: map[int]bool{}, conns: map[net.Conn][2]int{}, ips: map[string]int{}}
+	defer fn.close()
+	nodes := make([]*faultNode, 3)
+	var proxies []*faultProxy
+	var peers []string
+	for i := range nodes {
+		ip := fmt.Sprintf("127.0.0.%d", 11+i)
+		l, err := net.Listen("tcp", ip+":0") // the node's cluster-listen port, taken and freed
+		if err != nil {
+			t.Skipf("cannot listen on %s: %v", ip, err)
+		}
+		listen := l.Addr().String()
+		l.Close()
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn.lns = append(fn.lns, pl)
+		fn.ips[ip] = i
+		p := &faultProxy{ln: pl, dst: i, target: listen, net: fn}
+		proxies = append(proxies, p)
+		nodes[i] = &faultNode{i: i, name: fmt.Sprintf("rabbit%d@localhost", i+1), dir: t.TempDir(),
+			amqp: testutil.FreePort(t), mgmt: testutil.FreePort(t), listen: listen, secret: secret}
+		peers = append(peers, nodes[i].name+"="+pl.Addr().String())
+	}
+	for _, p := range proxies {
+		fn.wg.Add(1)
+		go fn.serve(p)
+	}
+	for _, n := range nodes {
+		n.peers = strings.Join(peers, ",")
+		n.start(t, bin, false)
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.kill()
+		}
+	}()
+	const qname = "fault-q"
+	declareQuorum(t, nodes[0].url(), qname, quorumArgs)
+
+	h := &history{published: map[uint64]bool{}, confirmed: map[uint64]bool{}, refused: map[uint64]bool{},
+		acked: map[uint64]bool{}, returned: map[uint64]bool{}, delivered: map[uint64]int{}}
+	var upMu sync.Mutex
+	down := map[int]bool{} // killed, or cut off: clients keep away
+	up := func() []int {
+		upMu.Lock()
+		defer upMu.Unlock()
+		var out []int
+		for i := range nodes {
+			if !down[i] {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	setDown := func(i int, d bool) {
+		upMu.Lock()
+		down[i] = d
+		upMu.Unlock()
+	}
+
+	// caughtUp waits until every member is online and has applied the
+	// whole log, as a live node reports it.
+	var caughtAt time.Time
+	caughtUp := func(within time.Duration) bool {
+		deadline := time.Now().Add(within)
+		for time.Now().Before(deadline) {
+			for _, i := range up() {
+				v, ok := nodes[i].queue(qname)
+				if !ok || v.Leader == "" || len(v.RailmqMembers) != 3 {
+					continue
+				}
+				all := true
+				for _, m := range v.RailmqMembers {
+					all = all && m.Online && m.Lag != nil && *m.Lag < 100
+				}
+				if all {
+					caughtAt = time.Now()
+					return true
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return false
+	}
+	load := &faultLoad{h: h, nodes: nodes, up: up, stop: make(chan struct{}), queue: qname}
+	// Every node has the queue before anything is published: a publish
+	// to a queue a node does not have yet is dropped, and confirmed.
+	if !caughtUp(30 * time.Second) {
+		t.Fatal("the cluster did not come up with the queue on every member")
+	}
+	for p := range 2 {
+		load.wg.Add(2)
+		go load.publisher(p)
+		go load.consumer(p + 1)
+	}
+	stopLoad := sync.OnceFunc(func() { close(load.stop); load.wg.Wait() })
+	defer stopLoad()
+
+	leaderOf := func() int {
+		for _, i := range up() {
+			if v, ok := nodes[i].queue(qname); ok && v.Leader != "" {
+				for j, n := range nodes {
+					if n.name == v.Leader {
+						return j
+					}
+				}
+			}
+		}
+		return -1
+	}
+	// served publishes on a node of the majority (not victim) until a
+	// publish is confirmed: the time from since until then is how long
+	// the cluster took to serve again.
+	served := func(since time.Time, victim int, within time.Duration) (time.Duration, bool) {
+		deadline := since.Add(within)
+		for k := 0; time.Now().Before(deadline); k++ {
+			n := nodes[(victim+1+k%2)%3]
+			c, err := rmq.DialConfig(n.url(), rmq.Config{Dial: rmq.DefaultDial(time.Second)})
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			ok := func() bool {
+				defer c.Close()
+				ch, err := c.Channel()
+				if err != nil || ch.Confirm(false) != nil {
+					return false
+				}
+				id := load.next.Add(1)
+				h.mu.Lock()
+				h.published[id] = true
+				h.mu.Unlock()
+				dc, err := ch.PublishWithDeferredConfirm("", qname, false, false,
+					rmq.Publishing{DeliveryMode: rmq.Persistent, Body: crashBody(id, 64)})
+				if err != nil {
+					return false
+				}
+				select {
+				case <-dc.Done():
+				case <-time.After(2 * time.Second):
+					if verbose {
+						t.Logf("probe on %s: no confirm within 2 s (%v after the fault)", n.name, time.Since(since))
+					}
+					return false // still waiting: try again, on the other node
+				}
+				acked := dc.Acked()
+				h.mu.Lock()
+				if acked {
+					h.confirmed[id] = true
+				} else {
+					h.refused[id] = true
+				}
+				h.mu.Unlock()
+				return acked
+			}()
+			if ok {
+				return time.Since(since), true
+			}
+		}
+		return 0, false
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition"}
+	count := map[string]int{}
+	var worst time.Duration
+	minorityProbes := 0 // under h.mu
+	var minorityDone chan struct{}
+	for round := 0; round < rounds; round++ {
+		kind := kinds[round%len(kinds)]
+		leader := leaderOf()
+		if leader < 0 {
+			t.Fatalf("round %d: no leader known", round)
+		}
+		victim := leader
+		if kind != "kill-leader" {
+			victim = (leader + 1 + rng.IntN(2)) % 3
+		}
+		if kind == "restart" || kind == "wipe" || kind == "partition" {
+			victim = rng.IntN(3)
+		}
+		n := nodes[victim]
+		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond) // load runs
+		at := time.Now()
+		setDown(victim, true)
+		switch kind {
+		case "kill-leader", "kill-follower":
+			n.kill()
+		case "restart":
+			n.stop(t)
+		case "wipe":
+			n.kill()
+			if err := os.RemoveAll(n.dir); err != nil {
+				t.Fatal(err)
+			}
+		case "partition":
+			fn.isolate(victim, true)
+			// A publisher on the cut-off node: nothing it sends may be
+			// confirmed while the node is alone.
+			minorityDone = make(chan struct{})
+			go func(n *faultNode, done chan struct{}) {
+				defer close(done)
+				probe := &faultLoad{h: &history{published: map[uint64]bool{}, confirmed: map[uint64]bool{}, refused: map[uint64]bool{},
+					acked: map[uint64]bool{}, returned: map[uint64]bool{}, delivered: map[uint64]int{}}, stop: load.stop, queue: qname}
+				probe.next.Store(1 << 62)
+				time.Sleep(1500 * time.Millisecond) // a leader there has lost its lease
+				until := make(chan struct{})
+				time.AfterFunc(1500*time.Millisecond, func() { close(until) })
+				probe.publishOn(n.url(), until)
+				probe.h.mu.Lock()
+				defer probe.h.mu.Unlock()
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				for id := range probe.h.confirmed {
+					h.minority = append(h.minority, id)
+				}
+				minorityProbes += len(probe.h.published)
+			}(n, minorityDone)
+		}
+		took, ok := served(at, victim, 15*time.Second)
+		if !ok {
+			t.Fatalf("round %d (%s of %s): no confirm within 15 s of the fault", round, kind, n.name)
+		}
+		worst = max(worst, took)
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		if minorityDone != nil {
+			<-minorityDone
+			minorityDone = nil
+		}
+		switch kind {
+		case "partition":
+			fn.isolate(victim, false)
+		case "wipe":
+			n.start(t, bin, true) // an empty node re-joins: the leader brings it up to date
+		default:
+			n.start(t, bin, false)
+		}
+		setDown(victim, false)
+		count[kind]++
+		healed := time.Now()
+		if !caughtUp(60 * time.Second) {
+			var views []string
+			for _, m := range nodes {
+				v, ok := m.queue(qname)
+				views = append(views, fmt.Sprintf("%s: %v %+v", m.name, ok, v))
+			}
+			if os.Getenv("RAILMQ_CLUSTER_DUMP") != "" {
+				_ = nodes[0].cmd.Process.Signal(syscall.SIGQUIT)
+				time.Sleep(time.Second)
+				_ = os.WriteFile(os.Getenv("RAILMQ_CLUSTER_DUMP"), nodes[0].logs.Bytes(), 0o644)
+			}
+			t.Fatalf("round %d (%s of %s): the members did not catch up within 60 s\n%s\nits log:\n%s", round, kind, n.name, strings.Join(views, "\n"), n.logs.String())
+		}
+		if verbose {
+			t.Logf("round %d: %s of %s: served again after %v, caught up %v after healing", round, kind, n.name, took, caughtAt.Sub(healed))
+		}
+	}
+	stopLoad()
+
+	// Drain what is left, from every node in turn, and check the history.
+	for _, i := range []int{0, 1, 2} {
+		c := dial(t, nodes[i].url())
+		ch, err := c.Channel()
+		must(t, err)
+		must(t, ch.Qos(500, 0, false))
+		ds, err := ch.Consume(qname, "drain", false, false, false, false, nil)
+		must(t, err)
+	drain:
+		for {
+			select {
+			case d := <-ds:
+				id, good := h.deliver(d.Body, d.Redelivered)
+				must(t, d.Ack(false))
+				if good {
+					h.mu.Lock()
+					h.acked[id] = true
+					h.mu.Unlock()
+				}
+			case <-time.After(2 * time.Second):
+				break drain
+			}
+		}
+		c.Close()
+	}
+	for _, n := range nodes {
+		v, _ := n.queue(qname)
+		t.Logf("after the drain, %s sees %+v", n.name, v)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var lost, dups []uint64
+	for id := range h.confirmed {
+		if h.delivered[id] == 0 && !h.returned[id] {
+			lost = append(lost, id)
+		}
+	}
+	for id, k := range h.delivered {
+		if k > 1 {
+			dups = append(dups, id)
+		}
+	}
+	t.Logf("%d fault rounds %v; %d published, %d confirmed, %d refused, %d returned unroutable, %d delivered (%d more than once), "+
+		"%d minority-side probes; the slowest return to service took %v",
+		rounds, count, len(h.published), len(h.confirmed), len(h.refused), len(h.returned), len(h.delivered), len(dups), minorityProbes, worst)
+	if len(lost) > 0 {
+		t.Errorf("%d confirmed messages lost, ids %v", len(lost), someIDs(lost))
+	}
+	if len(h.unflagged) > 0 {
+		t.Errorf("%d acked messages came back without the redelivered flag, ids %v", len(h.unflagged), someIDs(h.unflagged))
+	}
+	if len(h.unknown) > 0 || len(h.corrupted) > 0 {
+		t.Errorf("deliveries of unpublished ids %v, corrupted bodies %d", someIDs(h.unknown), len(h.corrupted))
+	}
+	if len(h.minority) > 0 {
+		t.Errorf("the cut-off node confirmed %d publishes, ids %v", len(h.minority), someIDs(h.minority))
+	}
+	if len(h.confirmed) < 100*rounds/5 {
+		t.Errorf("only %d confirmed publishes over %d rounds: the load did not run", len(h.confirmed), rounds)
+	}
+}
