@@ -166,9 +166,9 @@ type quorumQueue struct {
 	// the tag it is checked out to, and whether its ack was sent. An
 	// entry stays until the log shows the message elsewhere (reconcile),
 	// so that a snapshot restored meanwhile does not hand it out again.
-	out map[uint64]outEntry
-	next   uint64
-	gone   bool
+	out  map[uint64]outEntry
+	next uint64
+	gone bool
 	// cancelled: tags of consumers cancelled here whose Cancel may not be
 	// applied yet; what the log still gives them goes back.
 	cancelled map[string]bool

@@ -51,10 +51,10 @@ type GroupConfig struct {
 
 // Group is this node's member of a quorum queue's group.
 type Group struct {
-	n     *Node
-	cfg   GroupConfig
-	fsm   *QueueFSM
-	r     *raft.Raft
+	n   *Node
+	cfg GroupConfig
+	fsm *QueueFSM
+	r   *raft.Raft
 	// live is r once NewRaft returned: what the node's rpc server and
 	// the FSM hook (which run before StartGroup returns) may use.
 	live  atomic.Pointer[raft.Raft]
