@@ -190,6 +190,13 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 				e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
 			}
 			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
+			if qq, ok := q.Config().Replica.(*quorumQueue); ok {
+				st := qq.g.Status()
+				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(st.Term), lv...)
+				e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(st.Commit), lv...)
+				e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(st.Applied), lv...)
+				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(qq.g.IsLeader()), lv...)
+			}
 		}
 		if m.perObject {
 			for _, x := range st.v.Exchanges() {

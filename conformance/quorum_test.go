@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -114,6 +115,20 @@ func TestQuorumQueueServedByEveryNode(t *testing.T) {
 			len(qj.Members) == 3 && len(qj.Online) == 3 && qj.Messages == 200 && len(qj.RailmqMembers) == 3 && !lagged
 	}, "GET /api/queues/%%2F/orders on node 2 does not show a quorum queue led by node 1 with 3 members caught up")
 
+	// Its Raft figures are in the per-object metrics, under RabbitMQ's
+	// names; node 1 leads it.
+	for i, n := range nodes[:2] {
+		ps := httptest.NewServer(n.b.Server.PrometheusHandler())
+		m := getMetrics(t, ps.URL+"/metrics/per-object")
+		ps.Close()
+		if m.series[`rabbitmq_raft_log_commit_index{queue="orders",vhost="/"}`] < 1 || m.types["rabbitmq_raft_term_total"] != "counter" {
+			t.Errorf("node %d: no raft figures for the queue", i+1)
+		}
+		if lead := m.series[`railmq_quorum_queue_leader{queue="orders",vhost="/"}`]; lead != b2f(i == 0) {
+			t.Errorf("node %d: railmq_quorum_queue_leader %v", i+1, lead)
+		}
+	}
+
 	// Consume on node 3: in order; ack the first 50, then close.
 	must(t, chans[2].Qos(20, 0, false))
 	ds, err := chans[2].Consume("orders", "c1", false, false, false, false, nil)
@@ -207,4 +222,11 @@ func TestQuorumQueueDeclareRefusals(t *testing.T) {
 		_, err = ch.QueueDeclare(tc.name, tc.durable, tc.autoDelete, tc.exclusive, false, quorumArgs)
 		expectErr(t, err, 406, tc.want)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -22,6 +23,7 @@ const (
 // config is the parsed command line; it is echoed in the JSON report.
 type config struct {
 	URI             string        `json:"uri"`
+	QueueType       string        `json:"queue_type,omitempty"`
 	Producers       int           `json:"producers"`
 	Consumers       int           `json:"consumers"`
 	Size            int           `json:"size"`
@@ -74,7 +76,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("railmq-perf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.URI, "uri", "amqp://guest:guest@127.0.0.1:5672/", "AMQP URI of the broker")
+	fs.StringVar(&c.URI, "uri", "amqp://guest:guest@127.0.0.1:5672/", "AMQP URI of the broker; several, comma-separated (a cluster's nodes): connections go to them in turn")
+	fs.StringVar(&c.QueueType, "queue-type", "", "declare the queues with this x-queue-type (quorum; empty: none)")
 	fs.IntVar(&c.Producers, "producers", 1, "number of producers, one connection each")
 	fs.IntVar(&c.Consumers, "consumers", 1, "number of consumers, one connection each (0: publish only)")
 	fs.IntVar(&c.Size, "size", 16, fmt.Sprintf("message body size in bytes (at least the %d-byte header)", headerSize))
@@ -122,8 +125,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 }
 
 func (c *config) validate() error {
-	if _, err := amqp.ParseURI(c.URI); err != nil {
-		return fmt.Errorf("--uri: %w", err)
+	for _, u := range strings.Split(c.URI, ",") {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return fmt.Errorf("--uri: %w", err)
+		}
 	}
 	switch {
 	case c.Producers < 0, c.Consumers < 0, c.Confirm < 0, c.Prefetch < 0,

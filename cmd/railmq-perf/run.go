@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,6 +47,7 @@ type runner struct {
 	errMu  sync.Mutex // serialises stderr lines
 	stderr io.Writer
 	errors atomic.Int64
+	dials  atomic.Int64 // connections opened: which --uri the next one takes
 	// closing is set once the tool starts closing its connections: amqp091-go
 	// may then report the broker's socket close after connection.close-ok as
 	// a 501 error, which is not one.
@@ -91,7 +93,9 @@ func (r *runner) fail(format string, args ...any) {
 func (r *runner) dial(name string) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props["connection_name"] = name
-	conn, err := amqp.DialConfig(r.cfg.URI, amqp.Config{
+	uris := strings.Split(r.cfg.URI, ",")
+	uri := uris[int(r.dials.Add(1)-1)%len(uris)]
+	conn, err := amqp.DialConfig(uri, amqp.Config{
 		Heartbeat:  r.cfg.Heartbeat,
 		Locale:     "en_US",
 		Properties: props,
@@ -235,7 +239,11 @@ func (r *runner) declare() error {
 		return fmt.Errorf("declare exchange %s: %w", ex, err)
 	}
 	for _, q := range r.queues {
-		dq, err := r.ctrlCh.QueueDeclare(q.name, cfg.Persistent /* durable */, false /* autoDelete */, false /* exclusive */, false /* noWait */, nil)
+		var args amqp.Table
+		if cfg.QueueType != "" {
+			args = amqp.Table{"x-queue-type": cfg.QueueType}
+		}
+		dq, err := r.ctrlCh.QueueDeclare(q.name, cfg.Persistent /* durable */, false /* autoDelete */, false /* exclusive */, false /* noWait */, args)
 		if err != nil {
 			return fmt.Errorf("declare queue %s (durable=%t): %w", q.name, cfg.Persistent, err)
 		}
