@@ -230,3 +230,58 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// TestQuorumQueueMinorityRefuses: a node left alone (the other two
+// stopped) does not confirm publishes to a quorum queue; it nacks them
+// once the write times out, and a client closing meanwhile is not held
+// up by the publishes in flight.
+func TestQuorumQueueMinorityRefuses(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "lonely", quorumArgs)
+	chans := clusterChannels(t, nodes)
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		_, err := chans[2].QueueDeclarePassive("lonely", true, false, false, false, nil)
+		if err != nil {
+			chans[2] = clusterChannels(t, nodes[2:])[0]
+		}
+		return err == nil
+	}, "node 3 lacks the queue")
+	nodes[0].stop()
+	nodes[1].stop()
+	ch := chans[2]
+	must(t, ch.Confirm(false))
+	confirms := ch.NotifyPublish(make(chan rmq.Confirmation, 10))
+	for i := 0; i < 5; i++ {
+		must(t, ch.Publish("", "lonely", false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte("x")}))
+	}
+	select {
+	case c := <-confirms:
+		if c.Ack {
+			t.Fatalf("publish %d confirmed by a node without a quorum", c.DeliveryTag)
+		}
+	case <-time.After(1500 * time.Millisecond):
+	}
+	// Closing with publishes in flight is prompt.
+	c2 := dial(t, nodes[2].b.URL)
+	ch2, err := c2.Channel()
+	must(t, err)
+	must(t, ch2.Confirm(false))
+	must(t, ch2.Publish("", "lonely", false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte("y")}))
+	start := time.Now()
+	must(t, c2.Close())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("closing a connection with a publish in flight took %v", d)
+	}
+	// The first five are nacked when the write times out.
+	for i := 0; i < 5; i++ {
+		select {
+		case c := <-confirms:
+			if c.Ack {
+				t.Fatalf("publish %d confirmed by a node without a quorum", c.DeliveryTag)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of 5 nacks", i)
+		}
+	}
+}
