@@ -607,6 +607,10 @@ func (s *Server) tickQuorum() {
 			qq.downed = nil
 			continue
 		}
+		if added, removed := qq.g.SyncMembers(); len(added)+len(removed) > 0 {
+			s.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
+				zap.Strings("added", added), zap.Strings("removed", removed))
+		}
 		expired := false
 		qq.g.View(func(f *cluster.Fifo) { expired = f.Expired(now) })
 		if expired {

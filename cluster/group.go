@@ -628,3 +628,38 @@ func (g *Group) raft() *raft.Raft {
 	}
 	return g.live.Load()
 }
+
+// SyncMembers, on the leader, makes the group follow the cluster's
+// membership: a node that joined the cluster follows the log as a
+// non-voter (so that it serves the queue too); a node that left it
+// leaves the group. It reports what it changed.
+func (g *Group) SyncMembers() (added, removed []string) {
+	if g.r.State() != raft.Leader {
+		return nil, nil
+	}
+	f := g.r.GetConfiguration()
+	if f.Error() != nil {
+		return nil, nil
+	}
+	addrs := g.n.Addrs()
+	if len(addrs) == 0 {
+		return nil, nil
+	}
+	have := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		have[string(s.ID)] = true
+		if _, ok := addrs[string(s.ID)]; !ok && string(s.ID) != g.n.cfg.Name {
+			if g.r.RemoveServer(s.ID, 0, 5*time.Second).Error() == nil {
+				removed = append(removed, string(s.ID))
+			}
+		}
+	}
+	for name, a := range addrs {
+		if !have[name] {
+			if g.r.AddNonvoter(raft.ServerID(name), raft.ServerAddress(a), 0, 5*time.Second).Error() == nil {
+				added = append(added, name)
+			}
+		}
+	}
+	return added, removed
+}

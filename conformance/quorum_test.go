@@ -285,3 +285,57 @@ func TestQuorumQueueMinorityRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorumQueueOnAJoinedNode: a node that joins the cluster after a
+// quorum queue was declared follows its log too (the queue's leader adds
+// it), and serves it: what was published before it joined is got there.
+func TestQuorumQueueOnAJoinedNode(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "early", quorumArgs)
+	ch := clusterChannels(t, nodes[:1])[0]
+	must(t, ch.Confirm(false))
+	confirms := ch.NotifyPublish(make(chan rmq.Confirmation, 10))
+	for i := 0; i < 10; i++ {
+		must(t, ch.Publish("", "early", false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte(fmt.Sprint(i))}))
+	}
+	for i := 0; i < 10; i++ {
+		if c := <-confirms; !c.Ack {
+			t.Fatal("nacked")
+		}
+	}
+	fourth := startClusterNode(t, "rabbit4@localhost", map[string]string{"rabbit4@localhost": testutil.FreePort(t)}, true)
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		for _, n := range nodes {
+			if (&api{t: t, url: n.api}).call("PUT", "/api/cluster/members/rabbit4@localhost", "guest", "guest",
+				map[string]any{"address": fourth.addr}, nil) == 201 {
+				return true
+			}
+		}
+		return false
+	}, "no node added the fourth")
+	var got []string
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		c, err := rmq.Dial(fourth.b.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		q, err := ch.QueueDeclarePassive("early", true, false, false, false, nil)
+		if err != nil || q.Messages != 10 {
+			return false
+		}
+		m, ok, err := ch.Get("early", true)
+		if err == nil && ok {
+			got = append(got, string(m.Body))
+		}
+		return ok
+	}, "the fourth node does not serve the queue")
+	if got[0] != "0" {
+		t.Fatalf("got %q from the fourth node, want the first message, 0", got[0])
+	}
+}
