@@ -128,6 +128,9 @@ func (m quorumMaker) Stop(q *queue.Queue) {
 	if err := qq.g.Remove(); err != nil {
 		m.s.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
 	}
+	if mem := q.Config().Memory; mem != nil {
+		mem.Add(-qq.memory.Swap(0))
+	}
 	q.Stop()
 }
 
@@ -176,6 +179,9 @@ type quorumQueue struct {
 	published, delivered, acked, redelivered atomic.Int64
 	downed                                   map[string]bool // leader: nodes whose consumers were downed; ticker's
 	orphans                                  map[uint64]bool // reconcile's: seen at the last tick
+	// memory: the body bytes this node's copy holds, as counted into the
+	// broker's memory figure (the watermark sees quorum queues too).
+	memory atomic.Int64
 }
 
 type outEntry struct {
@@ -579,8 +585,10 @@ func (qq *quorumQueue) restored() {
 
 func (qq *quorumQueue) publishCounts() {
 	var c queue.ReplicaCounts
+	var held int64
 	qq.g.View(func(f *cluster.Fifo) {
 		c.Ready, c.Unacked, c.Consumers = int64(f.Ready()), int64(f.Unacked()), int32(f.Consumers())
+		held = f.Bytes()
 		c.ReadyBytes = f.Bytes()
 		if h := f.Head(); h > 0 {
 			c.Head = h * int64(time.Millisecond)
@@ -588,6 +596,9 @@ func (qq *quorumQueue) publishCounts() {
 	})
 	c.Published, c.Delivered, c.Acked, c.Redelivered = qq.published.Load(), qq.delivered.Load(), qq.acked.Load(), qq.redelivered.Load()
 	qq.q.SetCounts(c)
+	if m := qq.q.Config().Memory; m != nil {
+		m.Add(held - qq.memory.Swap(held))
+	}
 }
 
 // tickQuorum runs once a second: on the leader of each quorum queue, it
