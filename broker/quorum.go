@@ -92,11 +92,10 @@ func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue
 	delete(s.creating, id)
 	s.quorumMu.Unlock()
 	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
-		OnApply: qq.applied, OnRestore: qq.restored})
+		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
 	}
-	qq.g = g
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
 	g.Submit(cluster.Down(s.node.Name()+"/", qq.prefix), nil)

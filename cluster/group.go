@@ -47,6 +47,9 @@ type GroupConfig struct {
 	// dead-lettering). OnRestore: the state was replaced by a snapshot.
 	OnApply   func(c *Command, e *Effects, leader bool)
 	OnRestore func()
+	// OnCreate, when set, gets the group before its raft starts (and so
+	// before OnApply and OnRestore run, which may use it).
+	OnCreate func(g *Group)
 }
 
 // Group is this node's member of a quorum queue's group.
@@ -205,6 +208,9 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	}
 	rc := n.raftConfig()
 	rc.CommitTimeout = groupCommitTimeout
+	if cfg.OnCreate != nil {
+		cfg.OnCreate(g)
+	}
 	existing, err := raft.HasExistingState(g.logs, g.logs, snaps)
 	if err != nil {
 		return fail(err)

@@ -314,6 +314,10 @@ func (l *faultLoad) publishOn(url string, until chan struct{}) {
 		dc *rmq.DeferredConfirmation
 	}
 	var window []sent
+	// A steady rate the consumers keep up with: the backlog stays small,
+	// so that every round finds the cluster in the same state.
+	const rate = 1500 // per publisher, per second
+	began, n := time.Now(), 0
 	settle := func(s sent) {
 		ok := s.dc.Wait()
 		l.h.mu.Lock()
@@ -351,6 +355,9 @@ func (l *faultLoad) publishOn(url string, until chan struct{}) {
 			return
 		}
 		l.publish.Add(1)
+		if n++; until == nil && time.Duration(n)*time.Second/rate > time.Since(began) {
+			time.Sleep(time.Duration(n)*time.Second/rate - time.Since(began))
+		}
 		window = append(window, sent{id, dc})
 		if len(window) >= 32 {
 			settle(window[0])
@@ -383,7 +390,7 @@ func (l *faultLoad) consumeOn(url string) {
 	}
 	defer c.Close()
 	ch, err := c.Channel()
-	if err != nil || ch.Qos(20, 0, false) != nil {
+	if err != nil || ch.Qos(100, 0, false) != nil {
 		return
 	}
 	ds, err := ch.Consume(l.queue, "", false, false, false, false, nil)
