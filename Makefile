@@ -48,10 +48,13 @@ bench: ## run the benchmarks (codecs, routing)
 bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S9 (ROUNDS, DURATION, S6_MESSAGES...: see bench/compare.sh); writes bench/RESULTS.md; AGAINST=REV: vs railmq at git revision REV instead, into bench/RESULTS-against.md
 	GO="$(GO)" bash bench/compare.sh
 
+bench-cluster: ## a 3-node railmq cluster vs a 3-node RabbitMQ cluster, S3's workload on a quorum queue (ROUNDS, DURATION); writes bench/RESULTS-cluster.md
+	GO="$(GO)" bash bench/cluster.sh
+
 bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on any lost or duplicated message
 	GO="$(GO)" bash bench/compare.sh --smoke
 
-.PHONY: bench-compare bench-smoke
+.PHONY: bench-compare bench-cluster bench-smoke
 
 compat: ## compat-amqp091, compat-amqplib and compat-clients against a fresh railmq; fails if any has an unexpected failure
 	@rc=0; \

@@ -677,10 +677,16 @@ func TestClusterFaults(t *testing.T) {
 				v, ok := m.queue(qname)
 				views = append(views, fmt.Sprintf("%s: %v %+v", m.name, ok, v))
 			}
-			if os.Getenv("RAILMQ_CLUSTER_DUMP") != "" {
-				_ = nodes[0].cmd.Process.Signal(syscall.SIGQUIT)
+			if dump := os.Getenv("RAILMQ_CLUSTER_DUMP"); dump != "" { // goroutine stacks of every node
+				for _, m := range nodes {
+					if m.cmd != nil {
+						_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+					}
+				}
 				time.Sleep(time.Second)
-				_ = os.WriteFile(os.Getenv("RAILMQ_CLUSTER_DUMP"), nodes[0].logs.Bytes(), 0o644)
+				for _, m := range nodes {
+					_ = os.WriteFile(dump+"."+m.name, m.logs.Bytes(), 0o644)
+				}
 			}
 			t.Fatalf("round %d (%s of %s): the members did not catch up within 60 s\n%s\nits log:\n%s", round, kind, n.name, strings.Join(views, "\n"), n.logs.String())
 		}
