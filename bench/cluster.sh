@@ -36,6 +36,14 @@ cpu_ticks() { # pids...: user+system clock ticks of them all
 	echo "$t"
 }
 HZ=$(getconf CLK_TCK)
+waitport() { # port
+	local i
+	for ((i = 0; i < 600; i++)); do
+		port_open 127.0.0.1 "$1" && return 0
+		sleep 0.1
+	done
+	die "nothing accepts connections on 127.0.0.1:$1 after 60 s"
+}
 
 say "building railmq and railmq-perf"
 "$GO" build -trimpath -ldflags=-s -o "$TMP/railmq" ./cmd/railmq
@@ -60,7 +68,7 @@ start_railmqs() { # dir
 		PIDS+=($!)
 		uris+="amqp://guest:guest@127.0.0.1:$((5790 + i))/,"
 	done
-	for i in 1 2 3; do wait_listening $((5790 + i)) 60; done
+	for i in 1 2 3; do waitport $((5790 + i)); done
 	URIS=${uris%,}
 }
 stop_railmqs() {
@@ -110,7 +118,7 @@ start_rabbits() { # dir
 		rabbitctl "$i" join_cluster rabbit1@localhost
 		rabbitctl "$i" start_app
 	done
-	for i in 1 2 3; do wait_listening $((5780 + i)) 60; done
+	for i in 1 2 3; do waitport $((5780 + i)); done
 	URIS=${uris%,}
 	# The guest user may log in from loopback only: these are loopback.
 }

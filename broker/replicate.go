@@ -152,6 +152,10 @@ func (s *Server) applyVHostDef(kind byte, name, val []byte, del bool) error {
 // replicator is the vhosts' way into the metadata store (vhost.Replicator).
 type replicator struct{ s *Server }
 
+// Sync is a barrier: it returns once this node has applied everything
+// committed before it (an empty write through the leader).
+func (r replicator) Sync() error { return r.s.node.Write(nil) }
+
 func (r replicator) Replicate(kind byte, name, val []byte, del bool) error {
 	err := r.s.node.Write([]cluster.Op{{Key: metaKey(kind, name), Val: val, Delete: del}})
 	var ae *cluster.ApplyError

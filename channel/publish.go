@@ -340,6 +340,9 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	c.scratch.RawHeaders = headers
 	c.scratch.Extra = extra
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
+	if err != nil && c.cfg.VHost.SyncMiss() { // declared on another node a moment ago?
+		qs, err = c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
+	}
 	if err != nil {
 		return err
 	}

@@ -339,3 +339,26 @@ func TestQuorumQueueOnAJoinedNode(t *testing.T) {
 		t.Fatalf("got %q from the fourth node, want the first message, 0", got[0])
 	}
 }
+
+// TestClusterDeclareThenUseElsewhere: what a client declares on one node
+// it may use on another at once, as with RabbitMQ (whose declares are
+// synchronous cluster-wide): a consume, a bind and a publish on node 2
+// right after the declares on node 1 find the queue and the exchange.
+func TestClusterDeclareThenUseElsewhere(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "warmup", quorumArgs)
+	chans := clusterChannels(t, nodes)
+	for i := 0; i < 20; i++ {
+		q, x := fmt.Sprintf("q-%d", i), fmt.Sprintf("x-%d", i)
+		_, err := chans[0].QueueDeclare(q, true, false, false, false, quorumArgs)
+		must(t, err)
+		must(t, chans[0].ExchangeDeclare(x, "direct", true, false, false, false, nil))
+		must(t, chans[1].QueueBind(q, "k", x, false, nil))
+		_, err = chans[2].Consume(q, "", true, false, false, false, nil)
+		must(t, err)
+		must(t, chans[1].Publish(x, "k", false, false, rmq.Publishing{Body: []byte("x")}))
+		_, err = chans[2].QueueDeclarePassive(q, true, false, false, false, nil)
+		must(t, err)
+	}
+}

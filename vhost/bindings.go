@@ -24,6 +24,12 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	}
 	v.mu.RLock()
 	r := v.repl
+	missing := v.exchanges[source] == nil || (toExchange && v.exchanges[dest] == nil) || (!toExchange && v.queues[dest] == nil)
+	v.mu.RUnlock()
+	if r != nil && missing {
+		v.synced()
+	}
+	v.mu.RLock()
 	cluster := r != nil && v.replicatedBinding(exchange.Dest{Name: dest, Exchange: toExchange})
 	v.mu.RUnlock()
 	if cluster {

@@ -48,6 +48,14 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 	if d.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	if d.Passive {
+		v.mu.RLock()
+		missing := v.exchanges[d.Name] == nil
+		v.mu.RUnlock()
+		if missing {
+			v.synced()
+		}
+	}
 	if r := v.replicator(); r != nil && !d.Passive && !d.AutoDelete {
 		v.mu.RLock()
 		ex := v.exchanges[d.Name]

@@ -46,6 +46,14 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	if !d.Passive {
 		v.totals.QueuesDeclared.Add(1)
 	}
+	if d.Passive {
+		v.mu.RLock()
+		missing := v.queues[d.Name] == nil
+		v.mu.RUnlock()
+		if missing {
+			v.synced()
+		}
+	}
 	if r := v.replicator(); r != nil && !d.Passive && IsQuorum(d.Args) {
 		q, err = v.declareQuorum(d, r, defaults)
 	} else {

@@ -57,7 +57,7 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	}
 	ex := v.exchanges[name]
 	if ex == nil {
-		return nil, v.noExchange(name)
+		return nil, v.noExchange(name) // a publisher's miss: see SyncMiss
 	}
 	if ex.Internal {
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", name, v.name)

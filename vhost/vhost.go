@@ -160,6 +160,21 @@ func (v *VHost) noExchange(name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", name, v.name)
 }
 
+// synced, in a cluster, waits until this node has applied every
+// definition committed before now (a barrier through the metadata
+// store), and reports whether it did: a miss is looked up again, so that
+// what a client declared on one node is there when it goes on on
+// another, as in RabbitMQ, whose declares are synchronous cluster-wide.
+// Misses only: a lookup that finds pays nothing.
+func (v *VHost) synced() bool {
+	s, ok := v.replicator().(interface{ Sync() error })
+	return ok && s.Sync() == nil
+}
+
+// SyncMiss is synced for a publisher whose exchange was not found (the
+// channel calls it, holding no lock, before it closes the channel).
+func (v *VHost) SyncMiss() bool { return v.synced() }
+
 func (v *VHost) noQueue(name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, v.name)
 }
@@ -175,6 +190,11 @@ func (v *VHost) Queue(owner uint64, name string) (*queue.Queue, error) {
 	v.mu.RLock()
 	q := v.queues[name]
 	v.mu.RUnlock()
+	if q == nil && v.synced() {
+		v.mu.RLock()
+		q = v.queues[name]
+		v.mu.RUnlock()
+	}
 	if q == nil {
 		return nil, v.noQueue(name)
 	}
