@@ -12,8 +12,9 @@ help: ## list the targets
 run: build ## run the broker on :5672 with its data under ./data (guest/guest from localhost), the console and API on :15672, metrics on :15692
 	./bin/railmq --listen :5672 --data-dir ./data --management-listen :15672 --prometheus-listen :15692
 
-build: ## build bin/railmq
+build: ## build bin/railmq and bin/railmqctl
 	$(GO) build -o bin/railmq ./cmd/railmq
+	$(GO) build -o bin/railmqctl ./cmd/railmqctl
 
 test: ## run every test (unit, fuzz seeds, conformance over real TCP) under the race detector
 	$(GO) test -count=1 -race $(PKGS)
