@@ -675,7 +675,16 @@ func TestClusterFaults(t *testing.T) {
 			var views []string
 			for _, m := range nodes {
 				v, ok := m.queue(qname)
-				views = append(views, fmt.Sprintf("%s: %v %+v", m.name, ok, v))
+				var lags []string
+				for _, mb := range v.RailmqMembers {
+					lag := "?"
+					if mb.Lag != nil {
+						lag = strconv.FormatUint(*mb.Lag, 10)
+					}
+					lags = append(lags, fmt.Sprintf("%s online=%v lag=%s", mb.Name, mb.Online, lag))
+				}
+				views = append(views, fmt.Sprintf("%s: answered=%v leader=%s messages=%d unacked=%d consumers=%d members: %s",
+					m.name, ok, v.Leader, v.Messages, v.Unacked, v.Consumers, strings.Join(lags, "; ")))
 			}
 			if dump := os.Getenv("RAILMQ_CLUSTER_DUMP"); dump != "" { // goroutine stacks of every node
 				for _, m := range nodes {
