@@ -35,7 +35,7 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	if cluster {
 		// Checked here, then proposed; every node applies it (bindHere).
 		v.mu.Lock()
-		err := v.checkBindLocked(owner, dest, toExchange, source, key, args, add)
+		_, err := v.checkBindLocked(owner, dest, toExchange, source, args, add)
 		v.mu.Unlock()
 		if err != nil {
 			return err
@@ -46,28 +46,35 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	return v.bindHere(owner, dest, toExchange, source, key, args, add)
 }
 
-// checkBindLocked makes a bind's checks without binding. v.mu held.
-func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+// checkBindLocked makes a bind's checks, in RabbitMQ's order, and
+// returns the source exchange. v.mu held.
+func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, source string, args amqp.Table, add bool) (*exchange.Exchange, error) {
 	if toExchange {
 		if v.exchanges[dest] == nil {
-			return v.noExchange(dest)
+			return nil, v.noExchange(dest)
 		}
-	} else if q := v.queues[dest]; q == nil {
-		return v.noQueue(dest)
+	} else {
+		q := v.queues[dest]
+		if q == nil {
+			return nil, v.noQueue(dest)
+		}
+		if c := q.Config(); c.Exclusive && c.Owner != owner {
+			return nil, v.locked(dest)
+		}
 	}
 	src := v.exchanges[source]
 	if src == nil {
-		return v.noExchange(source)
+		return nil, v.noExchange(source)
 	}
 	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
-		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
+		return nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
 	}
 	if add {
 		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
-			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
 		}
 	}
-	return nil
+	return src, nil
 }
 
 // bindHere binds (or unbinds) in this node's registry.
@@ -88,31 +95,12 @@ func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key
 }
 
 func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {
-	if toExchange {
-		if v.exchanges[dest] == nil {
-			return v.noExchange(dest)
-		}
-	} else {
-		q := v.queues[dest]
-		if q == nil {
-			return v.noQueue(dest)
-		}
-		if c := q.Config(); c.Exclusive && c.Owner != owner {
-			return v.locked(dest)
-		}
-	}
-	src := v.exchanges[source]
-	if src == nil {
-		return v.noExchange(source)
-	}
-	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
-		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
+	src, err := v.checkBindLocked(owner, dest, toExchange, source, args, add)
+	if err != nil {
+		return err
 	}
 	b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
 	if add {
-		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
-			return amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
-		}
 		if src.Bind(b) && v.durableBinding(src, b.Dest) {
 			v.putBindingDef(dc, source, b)
 		}
