@@ -32,6 +32,9 @@ type Fifo struct {
 	order  []string             // consumer tags in arrival order, for round robin
 	next   int                  // index into order of the consumer served next
 	bytes  int64                // body bytes held
+	// index is the Raft log index of the last entry applied (QueueFSM
+	// keeps it; 0 for a Fifo used without a log).
+	index uint64
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -623,12 +626,13 @@ type fifoImage struct {
 	Cons   []fifoCons
 	Order  []string
 	Next   int
+	Index  uint64
 }
 
 // Snapshot writes the whole state to w (Raft's snapshot, from which a
 // member that fell behind, or a new one, is restored).
 func (f *Fifo) Snapshot(w io.Writer) error {
-	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next}
+	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next, Index: f.index}
 	ids := make([]uint64, 0, len(f.msgs))
 	for id := range f.msgs {
 		ids = append(ids, id)
@@ -650,7 +654,7 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 		return nil, fmt.Errorf("cluster: restoring a quorum queue: %w", err)
 	}
 	f := NewFifo(img.Cfg)
-	f.nextID, f.ready, f.order, f.next = img.NextID, img.Ready, img.Order, img.Next
+	f.nextID, f.ready, f.order, f.next, f.index = img.NextID, img.Ready, img.Order, img.Next, img.Index
 	for i := range img.Msgs {
 		m := img.Msgs[i]
 		f.msgs[m.ID] = &m

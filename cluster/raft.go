@@ -29,13 +29,24 @@ func NewQueueFSM(cfg FifoConfig) *QueueFSM { return &QueueFSM{f: NewFifo(cfg)} }
 
 // Apply applies a committed entry; its result (Effects, or an error for
 // an entry that does not decode) is the ApplyFuture's Response.
+//
+// An entry the state already reflects is skipped. hashicorp/raft
+// restores whatever snapshot a leader sends, even one older than what
+// this member applied (a snapshot sent again after a timed-out answer),
+// and then applies the entries after it once more; applying them twice
+// would hand the same messages out twice, as first deliveries.
 func (q *QueueFSM) Apply(l *raft.Log) any {
 	c, err := DecodeCommand(l.Data)
 	if err != nil {
 		return err
 	}
 	q.mu.Lock()
+	if l.Index <= q.f.index {
+		q.mu.Unlock()
+		return Effects{}
+	}
 	e := q.f.Apply(c)
+	q.f.index = l.Index
 	q.mu.Unlock()
 	if q.OnApply != nil {
 		q.OnApply(l.Index, &c, &e)
@@ -55,7 +66,8 @@ func (q *QueueFSM) Snapshot() (raft.FSMSnapshot, error) {
 	return fsmSnapshot(buf.Bytes()), nil
 }
 
-// Restore replaces the state with a snapshot's.
+// Restore replaces the state with a snapshot's, unless this member has
+// applied further already (see Apply): then the state stays as it is.
 func (q *QueueFSM) Restore(r io.ReadCloser) error {
 	defer r.Close()
 	f, err := RestoreFifo(r)
@@ -63,6 +75,10 @@ func (q *QueueFSM) Restore(r io.ReadCloser) error {
 		return err
 	}
 	q.mu.Lock()
+	if f.index < q.f.index {
+		q.mu.Unlock()
+		return nil
+	}
 	q.f = f
 	q.mu.Unlock()
 	if q.OnRestore != nil {

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -182,3 +184,79 @@ func TestGroupSurvivesLeaderLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestFSMSkipsWhatItApplied: hashicorp/raft restores any snapshot a
+// leader sends, even one older than what the member applied, and then
+// applies the entries after it again. The state machine keeps its newer
+// state and skips the entries it has: no message is handed out twice.
+func TestFSMSkipsWhatItApplied(t *testing.T) {
+	q := NewQueueFSM(FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
+	var got []uint64
+	q.OnApply = func(_ uint64, _ *Command, e *Effects) {
+		for _, d := range e.Deliveries {
+			got = append(got, d.ID)
+		}
+	}
+	restores := 0
+	q.OnRestore = func() { restores++ }
+	entries := []Command{
+		Checkout("c1", 10),
+		Enqueue(1, Message{Body: []byte("a")}),
+		Enqueue(2, Message{Body: []byte("b")}),
+		Enqueue(3, Message{Body: []byte("c")}),
+		Enqueue(4, Message{Body: []byte("d")}),
+	}
+	apply := func(i int) {
+		t.Helper()
+		if e, ok := q.Apply(&raft.Log{Index: uint64(i + 1), Data: entries[i].Encode(nil)}).(Effects); !ok {
+			t.Fatalf("entry %d: no effects", i+1)
+		} else if i >= len(got) && len(e.Deliveries) > 1 {
+			t.Fatalf("entry %d: %d deliveries", i+1, len(e.Deliveries))
+		}
+	}
+	for i := 0; i < 3; i++ {
+		apply(i)
+	}
+	snap, err := q.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < len(entries); i++ {
+		apply(i)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("first deliveries %v, want [1 2 3 4]", got)
+	}
+	// The older snapshot (index 3) arrives; raft then applies 4 and 5 again.
+	if err := q.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < len(entries); i++ {
+		apply(i)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4]" || restores != 0 {
+		t.Fatalf("after the older snapshot: deliveries %v (want [1 2 3 4]), %d restores (want 0)", got, restores)
+	}
+	if _, ready, _ := q.Stats(); ready != 0 {
+		t.Fatalf("%d ready, want 0", ready)
+	}
+	// A fresh member restored from it starts at index 3 and applies on.
+	q2 := NewQueueFSM(FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
+	if err := q2.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := q2.Apply(&raft.Log{Index: 4, Data: entries[3].Encode(nil)}).(Effects)
+	if len(e.Deliveries) != 1 || e.Deliveries[0].ID != 3 {
+		t.Fatalf("a member restored at index 3 applying entry 4: %+v", e.Deliveries)
+	}
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (*memSink) ID() string    { return "mem" }
+func (*memSink) Cancel() error { return nil }
+func (*memSink) Close() error  { return nil }

@@ -225,12 +225,29 @@ type history struct {
 	// Violations found as they happened.
 	unflagged, unknown, corrupted []uint64
 	minority                      []uint64 // confirmed by a node that was cut off
+	// Where each id was first delivered, the faults as they came, and
+	// how the first few unflagged ones came about: a failure explains
+	// itself.
+	t0     time.Time
+	first  map[uint64]string
+	events []string
+	why    []string
 }
 
-func (h *history) deliver(body []byte, redelivered bool) (uint64, bool) {
+// at is the time since the history began, as the reports give it.
+func (h *history) at() string { return fmt.Sprintf("%.2fs", time.Since(h.t0).Seconds()) }
+
+func (h *history) event(format string, args ...any) {
+	h.mu.Lock()
+	h.events = append(h.events, h.at()+" "+fmt.Sprintf(format, args...))
+	h.mu.Unlock()
+}
+
+func (h *history) deliver(body []byte, redelivered bool, where string) (uint64, bool) {
 	id, ok := parseCrashBody(body)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	where += " at " + h.at()
 	switch {
 	case !ok:
 		h.corrupted = append(h.corrupted, id)
@@ -239,6 +256,12 @@ func (h *history) deliver(body []byte, redelivered bool) (uint64, bool) {
 		h.unknown = append(h.unknown, id)
 	case h.acked[id] && !redelivered:
 		h.unflagged = append(h.unflagged, id)
+		if len(h.why) < 5 {
+			h.why = append(h.why, fmt.Sprintf("id %d: first %s, acked; again %s", id, h.first[id], where))
+		}
+	}
+	if h.first != nil && h.first[id] == "" {
+		h.first[id] = where
 	}
 	h.delivered[id]++
 	return id, true
@@ -253,6 +276,7 @@ type faultLoad struct {
 	next    atomic.Uint64
 	queue   string
 	publish atomic.Int64
+	conns   atomic.Int64
 }
 
 func (l *faultLoad) pick(k int) *faultNode {
@@ -378,13 +402,14 @@ func (l *faultLoad) consumer(k int) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		l.consumeOn(n.url())
+		l.consumeOn(n)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-func (l *faultLoad) consumeOn(url string) {
-	c, err := rmq.DialConfig(url, rmq.Config{Dial: rmq.DefaultDial(2 * time.Second)})
+func (l *faultLoad) consumeOn(n *faultNode) {
+	conn := l.conns.Add(1)
+	c, err := rmq.DialConfig(n.url(), rmq.Config{Dial: rmq.DefaultDial(2 * time.Second)})
 	if err != nil {
 		return
 	}
@@ -403,7 +428,7 @@ func (l *faultLoad) consumeOn(url string) {
 			if !ok {
 				return
 			}
-			id, good := l.h.deliver(d.Body, d.Redelivered)
+			id, good := l.h.deliver(d.Body, d.Redelivered, fmt.Sprintf("on %s conn %d tag %d", n.name, conn, d.DeliveryTag))
 			if !good {
 				continue
 			}
@@ -472,7 +497,8 @@ func TestClusterFaults(t *testing.T) {
 	declareQuorum(t, nodes[0].url(), qname, quorumArgs)
 
 	h := &history{published: map[uint64]bool{}, confirmed: map[uint64]bool{}, refused: map[uint64]bool{},
-		acked: map[uint64]bool{}, returned: map[uint64]bool{}, delivered: map[uint64]int{}}
+		acked: map[uint64]bool{}, returned: map[uint64]bool{}, delivered: map[uint64]int{},
+		t0: time.Now(), first: map[uint64]string{}}
 	var upMu sync.Mutex
 	down := map[int]bool{} // killed, or cut off: clients keep away
 	up := func() []int {
@@ -615,6 +641,7 @@ func TestClusterFaults(t *testing.T) {
 		n := nodes[victim]
 		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond) // load runs
 		at := time.Now()
+		h.event("round %d: %s of %s (leader %s)", round, kind, n.name, nodes[leader].name)
 		setDown(victim, true)
 		switch kind {
 		case "kill-leader", "kill-follower":
@@ -668,6 +695,7 @@ func TestClusterFaults(t *testing.T) {
 		default:
 			n.start(t, bin, false)
 		}
+		h.event("round %d: %s back", round, n.name)
 		setDown(victim, false)
 		count[kind]++
 		healed := time.Now()
@@ -717,7 +745,7 @@ func TestClusterFaults(t *testing.T) {
 		for {
 			select {
 			case d := <-ds:
-				id, good := h.deliver(d.Body, d.Redelivered)
+				id, good := h.deliver(d.Body, d.Redelivered, "on "+nodes[i].name+" draining")
 				must(t, d.Ack(false))
 				if good {
 					h.mu.Lock()
@@ -754,7 +782,8 @@ func TestClusterFaults(t *testing.T) {
 		t.Errorf("%d confirmed messages lost, ids %v", len(lost), someIDs(lost))
 	}
 	if len(h.unflagged) > 0 {
-		t.Errorf("%d acked messages came back without the redelivered flag, ids %v", len(h.unflagged), someIDs(h.unflagged))
+		t.Errorf("%d acked messages came back without the redelivered flag, ids %v\n%s\nthe faults:\n%s",
+			len(h.unflagged), someIDs(h.unflagged), strings.Join(h.why, "\n"), strings.Join(h.events, "\n"))
 	}
 	if len(h.unknown) > 0 || len(h.corrupted) > 0 {
 		t.Errorf("deliveries of unpublished ids %v, corrupted bodies %d", someIDs(h.unknown), len(h.corrupted))
