@@ -306,8 +306,11 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
 	}
-	if qq, ok := c.Replica.(*quorumQueue); ok {
-		qq.describe(m)
+	switch r := c.Replica.(type) {
+	case *quorumQueue:
+		r.describe(m)
+	case *classicProxy:
+		m["node"] = r.home // its messages are there; this node forwards
 	}
 	return m
 }

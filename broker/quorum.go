@@ -106,6 +106,10 @@ func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue
 }
 
 func (m quorumMaker) Stop(q *queue.Queue) {
+	if p, ok := q.Config().Replica.(*classicProxy); ok {
+		p.stop()
+		return
+	}
 	qq, ok := q.Config().Replica.(*quorumQueue)
 	if !ok {
 		return
@@ -339,6 +343,9 @@ func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...ui
 		qq.g.Submit(mk(tag, ids...), nil)
 	}
 }
+
+// CountsDeliveries: a quorum queue's redeliveries carry x-delivery-count.
+func (qq *quorumQueue) CountsDeliveries() bool { return true }
 
 func (qq *quorumQueue) Ack(ds []queue.Delivery) {
 	qq.acked.Add(int64(len(ds)))

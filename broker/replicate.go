@@ -12,7 +12,6 @@ import (
 	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
-	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -135,7 +134,7 @@ func (s *Server) applyVHostDef(kind byte, name, val []byte, del bool) error {
 	case persist.DefExchange:
 		err = st.v.ApplyExchange(parts[1], val, del)
 	case persist.DefQueue:
-		err = st.v.ApplyQuorumQueue(parts[1], val, del, queue.Config{})
+		err = st.v.ApplyQueue(parts[1], val, del)
 	default:
 		err = st.v.ApplyBinding(name, val, del)
 	}

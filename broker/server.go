@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
@@ -73,6 +74,13 @@ type Server struct {
 	quorum      map[*quorumQueue]struct{}
 	creating    map[string]bool // groups this node proposed, to bootstrap when applied
 	incarnation string
+	// Classic queues homed on other nodes (remote.go): the links to
+	// their homes, and this node's handles of them.
+	linkMu    sync.Mutex
+	links     map[string]*peerLink
+	proxies   map[*classicProxy]struct{}
+	sessions  map[*linkSession]struct{}
+	linkLayer raft.StreamLayer
 
 	// Counted for the metrics (metrics.go).
 	totals                 queue.Totals
@@ -138,6 +146,7 @@ func New(opts Options) (*Server, error) {
 		cfg.OnApply = s.applyReplicated
 		cfg.OnNode = func(n *cluster.Node) { s.node = n }
 		s.quorum = map[*quorumQueue]struct{}{}
+		s.links, s.proxies, s.sessions = map[string]*peerLink{}, map[*classicProxy]struct{}{}, map[*linkSession]struct{}{}
 		s.creating = map[string]bool{}
 		s.incarnation = strconv.FormatInt(time.Now().UnixNano(), 36)
 		for _, st := range s.allVHosts() {
@@ -151,6 +160,13 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.node = node
+		if s.linkLayer, err = node.Link("cq-rpc"); err != nil {
+			_ = node.Close()
+			spill.Close()
+			store.Close()
+			return nil, err
+		}
+		go s.serveLinks(s.linkLayer)
 		for _, st := range s.allVHosts() {
 			st.v.ReplicateTo(replicator{s})
 		}
@@ -283,6 +299,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Error("closing the page files of non-durable queues", zap.Error(err))
 	}
 	if s.node != nil {
+		s.closeLinks()
 		if err := s.node.Close(); err != nil {
 			s.log.Error("leaving the cluster", zap.Error(err))
 		}
@@ -363,6 +380,7 @@ func (s *Server) sweep() {
 			if s.node != nil && now.Sub(lastQuorumTick) >= time.Second {
 				lastQuorumTick = now
 				s.tickQuorum()
+				s.tickProxies()
 			}
 		}
 	}

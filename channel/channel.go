@@ -316,7 +316,7 @@ func (c *Channel) handle(m amqp.Method) error {
 		}
 		n, err := q.Purge()
 		if err != nil {
-			return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
+			return c.queueGone(err, name)
 		}
 		return c.answer(nil, m.NoWait, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
 	case *amqp.QueueDelete:

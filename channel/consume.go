@@ -82,7 +82,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 		if errors.Is(err, queue.ErrExclusiveConsumer) {
 			return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", name, c.cfg.VHost.Name())
 		}
-		return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
+		return c.queueGone(err, name)
 	}
 	c.mu.Lock()
 	c.consumers[tag] = &consumer{Consumer: qc, q: q}
@@ -283,7 +283,7 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	d, ok, remaining, err := q.Get(m.NoAck)
 	if err != nil {
-		return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
+		return c.queueGone(err, name)
 	}
 	if !ok {
 		c.counts.GetEmpty.Add(1)
@@ -337,4 +337,15 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// queueGone is the channel error for a queue operation that failed: the
+// queue's own 404 if it has one (a classic queue whose home node is
+// down says so), else "no queue".
+func (c *Channel) queueGone(err error, name string) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return ae
+	}
+	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
 }

@@ -340,7 +340,10 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	c.scratch.RawHeaders = headers
 	c.scratch.Extra = extra
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
-	if err != nil && c.cfg.VHost.SyncMiss() { // declared on another node a moment ago?
+	if (err != nil || len(qs) == 0 && msg.Exchange == "") && c.cfg.VHost.SyncMiss() {
+		// Declared on another node a moment ago? (A queue named on the
+		// default exchange too: RabbitMQ's declares are synchronous on
+		// every node, and clients rely on it.)
 		qs, err = c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	}
 	if err != nil {

@@ -207,6 +207,11 @@ func (n *Node) log() *zap.Logger {
 	return n.cfg.Logger
 }
 
+// Link registers a service of the caller's on the node's cluster link
+// (authenticated with the cluster secret, as raft's traffic is) and
+// returns its listener and dialler.
+func (n *Node) Link(name string) (raft.StreamLayer, error) { return n.mux.Layer(name) }
+
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 

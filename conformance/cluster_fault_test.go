@@ -700,32 +700,9 @@ func TestClusterFaults(t *testing.T) {
 		count[kind]++
 		healed := time.Now()
 		if !caughtUp(60 * time.Second) {
-			var views []string
-			for _, m := range nodes {
-				v, ok := m.queue(qname)
-				var lags []string
-				for _, mb := range v.RailmqMembers {
-					lag := "?"
-					if mb.Lag != nil {
-						lag = strconv.FormatUint(*mb.Lag, 10)
-					}
-					lags = append(lags, fmt.Sprintf("%s online=%v lag=%s", mb.Name, mb.Online, lag))
-				}
-				views = append(views, fmt.Sprintf("%s: answered=%v leader=%s messages=%d unacked=%d consumers=%d members: %s",
-					m.name, ok, v.Leader, v.Messages, v.Unacked, v.Consumers, strings.Join(lags, "; ")))
-			}
-			if dump := os.Getenv("RAILMQ_CLUSTER_DUMP"); dump != "" { // goroutine stacks of every node
-				for _, m := range nodes {
-					if m.cmd != nil {
-						_ = m.cmd.Process.Signal(syscall.SIGQUIT)
-					}
-				}
-				time.Sleep(time.Second)
-				for _, m := range nodes {
-					_ = os.WriteFile(dump+"."+m.name, m.logs.Bytes(), 0o644)
-				}
-			}
-			t.Fatalf("round %d (%s of %s): the members did not catch up within 60 s\n%s\nits log:\n%s", round, kind, n.name, strings.Join(views, "\n"), n.logs.String())
+			views := describeNodes(nodes, qname)
+			dumpNodes(nodes)
+			t.Fatalf("round %d (%s of %s): the members did not catch up within 60 s\n%s\nits log:\n%s", round, kind, n.name, views, n.logs.String())
 		}
 		if verbose {
 			t.Logf("round %d: %s of %s: served again after %v, caught up %v after healing", round, kind, n.name, took, caughtAt.Sub(healed))
@@ -758,10 +735,7 @@ func TestClusterFaults(t *testing.T) {
 		}
 		c.Close()
 	}
-	for _, n := range nodes {
-		v, _ := n.queue(qname)
-		t.Logf("after the drain, %s sees %+v", n.name, v)
-	}
+	t.Logf("after the drain:\n%s", describeNodes(nodes, qname))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var lost, dups []uint64
@@ -779,6 +753,7 @@ func TestClusterFaults(t *testing.T) {
 		"%d minority-side probes; the slowest return to service took %v",
 		rounds, count, len(h.published), len(h.confirmed), len(h.refused), len(h.returned), len(h.delivered), len(dups), minorityProbes, worst)
 	if len(lost) > 0 {
+		dumpNodes(nodes)
 		t.Errorf("%d confirmed messages lost, ids %v", len(lost), someIDs(lost))
 	}
 	if len(h.unflagged) > 0 {
@@ -793,5 +768,43 @@ func TestClusterFaults(t *testing.T) {
 	}
 	if len(h.confirmed) < 100*rounds/5 {
 		t.Errorf("only %d confirmed publishes over %d rounds: the load did not run", len(h.confirmed), rounds)
+	}
+}
+
+// describeNodes is what each node's API says of the queue: its leader,
+// counts, and each member's lag.
+func describeNodes(nodes []*faultNode, qname string) string {
+	var views []string
+	for _, m := range nodes {
+		v, ok := m.queue(qname)
+		var lags []string
+		for _, mb := range v.RailmqMembers {
+			lag := "?"
+			if mb.Lag != nil {
+				lag = strconv.FormatUint(*mb.Lag, 10)
+			}
+			lags = append(lags, fmt.Sprintf("%s online=%v lag=%s", mb.Name, mb.Online, lag))
+		}
+		views = append(views, fmt.Sprintf("%s: answered=%v leader=%s messages=%d unacked=%d consumers=%d members: %s",
+			m.name, ok, v.Leader, v.Messages, v.Unacked, v.Consumers, strings.Join(lags, "; ")))
+	}
+	return strings.Join(views, "\n")
+}
+
+// dumpNodes, with RAILMQ_CLUSTER_DUMP=FILE, writes each node's log and
+// goroutine stacks to FILE.<node>.
+func dumpNodes(nodes []*faultNode) {
+	dump := os.Getenv("RAILMQ_CLUSTER_DUMP")
+	if dump == "" {
+		return
+	}
+	for _, m := range nodes {
+		if m.cmd != nil {
+			_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+		}
+	}
+	time.Sleep(time.Second)
+	for _, m := range nodes {
+		_ = os.WriteFile(dump+"."+m.name, m.logs.Bytes(), 0o644)
 	}
 }

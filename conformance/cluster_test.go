@@ -23,16 +23,29 @@ type clusterNode struct {
 	b          *testutil.Broker
 	stop       func()
 	api        string
+	dir        string
+	peers      map[string]string
 }
 
 func startClusterNode(t *testing.T, name string, peers map[string]string, join bool) *clusterNode {
 	t.Helper()
-	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: t.TempDir(), Cluster: &cluster.NodeConfig{
+	return startClusterNodeIn(t, t.TempDir(), name, peers, join)
+}
+
+// restart starts a stopped node again on its data.
+func (n *clusterNode) restart(t *testing.T) *clusterNode {
+	t.Helper()
+	return startClusterNodeIn(t, n.dir, n.name, n.peers, false)
+}
+
+func startClusterNodeIn(t *testing.T, dir, name string, peers map[string]string, join bool) *clusterNode {
+	t.Helper()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir, Cluster: &cluster.NodeConfig{
 		Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"), Join: join,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	t.Cleanup(hs.Close)
-	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL}
+	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL, dir: dir, peers: peers}
 }
 
 // startCluster starts n brokers, rabbit1@localhost ..., that bootstrap a

@@ -377,7 +377,9 @@ func (q *Queue) Config() *Config { return &q.cfg }
 // carry x-delivery-count: RabbitMQ adds that header on quorum queues only,
 // and clients that take every header for a string (Watermill) refuse it.
 // The policy is fixed when the queue is made, so any goroutine may ask.
-func (q *Queue) CountsDeliveries() bool { return q.pol.DeliveryLimit >= 0 || q.cfg.Replica != nil }
+func (q *Queue) CountsDeliveries() bool {
+	return q.pol.DeliveryLimit >= 0 || (q.cfg.Replica != nil && q.cfg.Replica.CountsDeliveries())
+}
 
 // Publish enqueues a message. It reports false if the queue is gone.
 func (q *Queue) Publish(m *Message) bool {

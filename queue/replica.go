@@ -23,6 +23,9 @@ type Replica interface {
 	// Delete deletes the queue everywhere, with delete's checks.
 	Delete(ifUnused, ifEmpty bool) (int, error)
 	Stats() (messages, consumers int, err error)
+	// CountsDeliveries reports whether redeliveries carry
+	// x-delivery-count (a quorum queue's do).
+	CountsDeliveries() bool
 }
 
 // ReplicaCounts are the latest counts a Replica publishes for the

@@ -56,6 +56,8 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	}
 	if r := v.replicator(); r != nil && !d.Passive && IsQuorum(d.Args) {
 		q, err = v.declareQuorum(d, r, defaults)
+	} else if r != nil && !d.Passive && v.sharedDecl(d) {
+		q, err = v.declareShared(d, r, defaults)
 	} else {
 		q, err = v.declareQueue(d, defaults)
 	}
@@ -64,6 +66,10 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	}
 	messages, consumers, err = q.Stats()
 	if err != nil { // deleted under us (auto-delete): as if it never was
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return nil, 0, 0, ae // its home node is down
+		}
 		return nil, 0, 0, v.noQueue(d.Name)
 	}
 	return q, messages, consumers, nil
@@ -94,7 +100,7 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 		}
 		return q, false, v.queueEquivalent(q, d)
 	}
-	if d.Passive {
+	if d.Passive || v.closed {
 		return nil, false, v.noQueue(d.Name)
 	}
 	if n := v.maxQueues.Load(); n >= 0 && int64(len(v.queues)) >= n {
@@ -159,7 +165,10 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 }
 
 // forgetQueue removes an auto-deleted queue (called on its goroutine).
-func (v *VHost) forgetQueue(q *queue.Queue) { v.removeQueue(q) }
+func (v *VHost) forgetQueue(q *queue.Queue) {
+	v.removeQueue(q)
+	go v.dropHome(q) // not on the queue's goroutine: a write through Raft
+}
 
 // removeQueue takes a deleted queue out of the registry and the store.
 func (v *VHost) removeQueue(q *queue.Queue) {
@@ -207,8 +216,11 @@ func (v *VHost) DeleteQueue(owner uint64, name string, ifUnused, ifEmpty bool) (
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", name, v.name)
 	case errors.Is(err, queue.ErrDeleted):
 		return 0, nil
+	case err != nil: // the home's or the log's refusal, in its words
+		return 0, err
 	}
 	v.removeQueue(q)
+	v.dropHome(q)
 	return n, nil
 }
 

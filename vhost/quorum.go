@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -26,9 +27,14 @@ type Quorum interface {
 	NewGroup(size int) (id string, voters []string)
 	// Start makes this node's handle of a quorum queue, from cfg.
 	Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error)
-	// Stop stops this node's handle of a deleted quorum queue and drops
-	// its state here.
+	// Stop stops this node's handle of a deleted quorum queue (or of a
+	// classic queue homed elsewhere) and drops its state here.
 	Stop(q *queue.Queue)
+	// Self is this node's name.
+	Self() string
+	// Proxy makes this node's handle of a classic queue homed on the
+	// node home (classic.go).
+	Proxy(cfg queue.Config, home string) *queue.Queue
 }
 
 // SetQuorum gives the vhost its cluster's quorum queues.
@@ -159,6 +165,11 @@ func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults que
 		return err
 	}
 	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		q.Stop() // the node closes its group
+		return nil
+	}
 	v.queues[name] = q
 	v.totals.QueuesCreated.Add(1)
 	v.mu.Unlock()
@@ -172,7 +183,7 @@ func (v *VHost) replicatedBinding(d exchange.Dest) bool {
 		return false
 	}
 	q := v.queues[d.Name]
-	return q != nil && q.Replicated()
+	return q != nil && (q.Replicated() || v.homes[q])
 }
 
 // ApplyBinding applies a committed binding to a quorum queue on this
@@ -193,7 +204,12 @@ func (v *VHost) ApplyBinding(name, val []byte, del bool) error {
 			args = nil
 		}
 	}
-	return v.bindHere(0, parts[3], parts[2] == "x", parts[1], parts[4], args, !del)
+	err = v.bindHere(0, parts[3], parts[2] == "x", parts[1], parts[4], args, !del)
+	var ae *amqp.Error
+	if del && errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return nil // its queue or exchange went first (a delete takes its bindings)
+	}
+	return err
 }
 
 // IsBindingTo reports whether a binding definition's name binds to the

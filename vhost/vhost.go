@@ -43,6 +43,8 @@ type VHost struct {
 	progress    func(done, total, messages int) // see ReportRecovery
 	repl        Replicator                      // see ReplicateTo; guarded by mu
 	quorum      Quorum                          // see SetQuorum; guarded by mu
+	homes       map[*queue.Queue]bool           // cluster-wide classic queues homed here (classic.go); guarded by mu
+	closed      bool                            // Close ran: no queue is made any more (the cluster may still apply definitions); guarded by mu
 	nextQueueID *atomic.Uint64                  // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
 	window      int
@@ -64,6 +66,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		memory:    memory,
 		exchanges: make(map[string]*exchange.Exchange),
 		queues:    make(map[string]*queue.Queue),
+		homes:     map[*queue.Queue]bool{},
 		applied:   make(map[*queue.Queue]AppliedPolicy),
 		store:     store,
 		window:    window,
@@ -261,6 +264,7 @@ func (v *VHost) Close() {
 		qs = append(qs, q)
 	}
 	v.queues = map[string]*queue.Queue{}
+	v.closed = true
 	v.mu.Unlock()
 	for _, q := range qs {
 		if q.Replicated() {
