@@ -170,6 +170,9 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range s.allVHosts() {
 		vh := st.v.Name()
 		for _, q := range st.v.Queues() {
+			if _, ok := q.Config().Replica.(*classicProxy); ok {
+				continue // its home reports it, as RabbitMQ's node hosting a queue does: summed over the nodes, counted once
+			}
 			nq++
 			age := 0.0
 			if at := q.HeadEnqueuedAt(); at > 0 {

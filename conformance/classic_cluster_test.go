@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -82,6 +83,17 @@ func TestClassicQueueServedByEveryNode(t *testing.T) {
 	must(t, err)
 	if q.Messages != n {
 		t.Fatalf("the home holds %d messages, want %d", q.Messages, n)
+	}
+	// Prometheus: the home reports the queue, the other nodes do not
+	// (summed over the nodes, as Grafana does, it counts once).
+	for i, node := range nodes {
+		ps := httptest.NewServer(node.b.Server.PrometheusHandler())
+		m := getMetrics(t, ps.URL+"/metrics/per-object")
+		ps.Close()
+		got, ok := m.series[`rabbitmq_queue_messages_ready{queue="cq",vhost="/"}`]
+		if i == 0 && (!ok || got != n) || i > 0 && ok {
+			t.Errorf("node %d's per-object metrics: cq ready %v (reported %v)", i+1, got, ok)
+		}
 	}
 
 	must(t, chans[2].Qos(10, 0, false))
