@@ -473,10 +473,12 @@ func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
 func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bool) {
 	var touched []*qqConsumer
 	var back map[string][]uint64
+	nudge := false
 	qq.mu.Lock()
 	for i := range e.Deliveries {
 		d := &e.Deliveries[i]
 		if !strings.HasPrefix(d.Consumer, qq.prefix) {
+			nudge = nudge || leader
 			continue
 		}
 		qc := qq.byTag[d.Consumer]
@@ -520,6 +522,9 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		after = append(after, settled{qc, qq.deliverLocked(qc)})
 	}
 	qq.mu.Unlock()
+	if nudge && !cluster.IsNudge(c) {
+		qq.g.Nudge() // the consumer's node learns of the commit now, not at the next append
+	}
 	for _, a := range after {
 		qq.afterDeliver(a.qc, a.ids)
 	}

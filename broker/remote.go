@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -215,7 +215,7 @@ func readLinkFrame(br *bufio.Reader) (byte, []byte, error) {
 // --- the home's side ------------------------------------------------------
 
 // serveLinks accepts other nodes' links to the queues homed here.
-func (s *Server) serveLinks(l raft.StreamLayer) {
+func (s *Server) serveLinks(l cluster.Link) {
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -669,7 +669,7 @@ func (s *Server) link(home string) (*peerLink, error) {
 	if addr == "" || s.linkLayer == nil {
 		return nil, errHomeDown
 	}
-	conn, err := s.linkLayer.Dial(raft.ServerAddress(addr), 2*time.Second)
+	conn, err := s.linkLayer.Dial(addr, 2*time.Second)
 	if err != nil {
 		return nil, errHomeDown
 	}

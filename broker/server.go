@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
@@ -80,7 +79,7 @@ type Server struct {
 	links     map[string]*peerLink
 	proxies   map[*classicProxy]struct{}
 	sessions  map[*linkSession]struct{}
-	linkLayer raft.StreamLayer
+	linkLayer cluster.Link
 
 	// Counted for the metrics (metrics.go).
 	totals                 queue.Totals

@@ -104,10 +104,17 @@ const (
 	roundCmds    = 512
 	roundBytes   = 4 << 20
 	roundsFlying = 4
-	// groupCommitTimeout is how soon followers learn of a commit when no
-	// new entry carries it (raft's CommitTimeout): a consumer on a
-	// follower gets its delivery when its node applies the entry.
-	groupCommitTimeout = 2 * time.Millisecond
+	// groupCommitTimeout is how often a leader sends its followers an
+	// append when nothing new is to be sent (raft's CommitTimeout, its
+	// default), which tells them the latest commit. A consumer on a
+	// follower gets its delivery when its node applies the entry, so a
+	// leader does not wait for it: it Nudges (below). Every such append
+	// costs every member a round trip, idle queues too: 21 idle quorum
+	// queues on three nodes took 1.65 cores at 2 ms, 0.5 at 50 ms with
+	// Nudge; S3's workload on one of them delivered as much either way,
+	// and 100 msg/s to a consumer on a follower arrived sooner (p50 5.4
+	// ms against 9.5).
+	groupCommitTimeout = 50 * time.Millisecond
 )
 
 // ErrGroupClosed is a command submitted to a group that was stopped.
@@ -328,6 +335,22 @@ func (g *Group) Submit(c Command, done func(Effects, error)) {
 	default:
 	}
 }
+
+// Nudge, called by OnApply on the leader for an entry that delivers to a
+// consumer on another node, makes the followers learn of its commit at
+// once: unless a later entry is appended already (its append, or the
+// next one's, carries the commit), it proposes an empty entry, a Tick
+// at time 0, which expires nothing.
+func (g *Group) Nudge() {
+	r := g.raft()
+	if r == nil || r.State() != raft.Leader || r.LastIndex() > g.fsm.Index() {
+		return
+	}
+	g.Submit(Tick(0), nil)
+}
+
+// IsNudge reports whether c is a Nudge's entry.
+func IsNudge(c *Command) bool { return c.Kind == cmdTick && c.Now == 0 }
 
 func (g *Group) requeue(items []submitItem) {
 	g.mu.Lock()

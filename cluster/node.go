@@ -207,10 +207,31 @@ func (n *Node) log() *zap.Logger {
 	return n.cfg.Logger
 }
 
-// Link registers a service of the caller's on the node's cluster link
-// (authenticated with the cluster secret, as raft's traffic is) and
-// returns its listener and dialler.
-func (n *Node) Link(name string) (raft.StreamLayer, error) { return n.mux.Layer(name) }
+// Link is a service of the caller's on the node's cluster link
+// (authenticated with the cluster secret, as raft's traffic is): the
+// connections other nodes open for it, and a dialler of its peers.
+type Link interface {
+	Accept() (net.Conn, error)
+	Close() error
+	Dial(addr string, timeout time.Duration) (net.Conn, error)
+}
+
+// Link registers the service name and returns its Link.
+func (n *Node) Link(name string) (Link, error) {
+	l, err := n.mux.Layer(name)
+	if err != nil {
+		return nil, err
+	}
+	return streamLink{l}, nil
+}
+
+type streamLink struct{ l raft.StreamLayer }
+
+func (s streamLink) Accept() (net.Conn, error) { return s.l.Accept() }
+func (s streamLink) Close() error              { return s.l.Close() }
+func (s streamLink) Dial(addr string, timeout time.Duration) (net.Conn, error) {
+	return s.l.Dial(raft.ServerAddress(addr), timeout)
+}
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
