@@ -276,6 +276,21 @@ type homeCons struct {
 	limit    int
 	onWrite  bool // credit comes back as the other node writes (no-ack, no prefetch)
 	needKick bool
+	done     bool // cancelled (or a get): forgotten once nothing is out
+}
+
+// forget drops h from its session once it is done and has nothing out.
+func (h *homeCons) forget() {
+	h.mu.Lock()
+	gone := h.done && len(h.out) == 0
+	h.mu.Unlock()
+	if gone {
+		h.sess.mu.Lock()
+		if h.sess.cons[h.id] == h {
+			delete(h.sess.cons, h.id)
+		}
+		h.sess.mu.Unlock()
+	}
 }
 
 func (s *linkSession) serve(conn net.Conn) {
@@ -410,17 +425,14 @@ func (s *linkSession) handle(kind byte, r *lread) bool {
 		cid := r.u64()
 		if h := s.consumer(cid); h != nil && h.c != nil {
 			h.q.Cancel(h.c) // what it had out stays, for acks after the cancel
+			h.mu.Lock()
+			h.done = true
+			h.mu.Unlock()
+			h.forget()
 		}
 	case lkSettle:
-		cid, op, n := r.u64(), r.u8(), r.u64()
-		if r.bad || n > uint64(len(r.p)) {
-			return false
-		}
-		seqs := make([]uint64, 0, n)
-		for i := uint64(0); i < n; i++ {
-			seqs = append(seqs, r.u64())
-		}
-		if r.bad {
+		cid, op, seqs, ok := readSettle(r)
+		if !ok {
 			return false
 		}
 		if h := s.consumer(cid); h != nil {
@@ -452,7 +464,7 @@ func (s *linkSession) handle(kind byte, r *lread) bool {
 			return true
 		}
 		if !noAck {
-			h := &homeCons{sess: s, id: cid, q: q, out: map[uint64]queue.Delivery{d.Seq: d}}
+			h := &homeCons{sess: s, id: cid, q: q, out: map[uint64]queue.Delivery{d.Seq: d}, done: true}
 			s.mu.Lock()
 			if s.cons != nil {
 				s.cons[cid] = h
@@ -606,6 +618,7 @@ func (h *homeCons) settle(op byte, seqs []uint64) {
 	if kick && h.c != nil {
 		h.q.Kick(h.c, nil)
 	}
+	h.forget()
 }
 
 func (h *homeCons) credit(n int) {
@@ -801,6 +814,23 @@ func (l *peerLink) fail() {
 	}
 	for _, pc := range cons {
 		pc.p.dropConsumer(pc, true)
+	}
+	// What was delivered over it, the home requeued: a late ack of it
+	// must not settle its redelivery over another link.
+	l.s.linkMu.Lock()
+	ps := make([]*classicProxy, 0, len(l.s.proxies))
+	for p := range l.s.proxies {
+		ps = append(ps, p)
+	}
+	l.s.linkMu.Unlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		for seq, ref := range p.out {
+			if ref.l == l {
+				delete(p.out, seq)
+			}
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -1071,6 +1101,19 @@ func (p *classicProxy) dropConsumer(pc *proxyCons, notify bool) {
 	if notify {
 		pc.c.Sink.Cancelled(pc.c)
 	}
+}
+
+// readSettle reads a settle frame: the link id, the op, the seqs.
+func readSettle(r *lread) (cid uint64, op byte, seqs []uint64, ok bool) {
+	cid, op, n := r.u64(), r.u8(), r.u64()
+	if r.bad || n > uint64(len(r.p)) { // a seq takes a byte at least
+		return 0, 0, nil, false
+	}
+	seqs = make([]uint64, 0, n)
+	for i := uint64(0); i < n; i++ {
+		seqs = append(seqs, r.u64())
+	}
+	return cid, op, seqs, !r.bad && op <= settleDiscard
 }
 
 func appendSeqs(b lbuf, ds []queue.Delivery) lbuf {
