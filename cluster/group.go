@@ -54,10 +54,11 @@ type GroupConfig struct {
 
 // Group is this node's member of a quorum queue's group.
 type Group struct {
-	n   *Node
-	cfg GroupConfig
-	fsm *QueueFSM
-	r   *raft.Raft
+	n     *Node
+	cfg   GroupConfig
+	fsm   *QueueFSM
+	nudge atomic.Bool // see Nudge
+	r     *raft.Raft
 	// live is r once NewRaft returned: what the node's rpc server and
 	// the FSM hook (which run before StartGroup returns) may use.
 	live  atomic.Pointer[raft.Raft]
@@ -179,10 +180,19 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	}
 	g := &Group{n: n, cfg: cfg, fsm: NewQueueFSM(cfg.Fifo), wake: make(chan struct{}, 1),
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
-	g.fsm.OnApply = func(_ uint64, c *Command, e *Effects) {
+	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
+		r := g.live.Load()
+		leader := r != nil && r.State() == raft.Leader
 		if cfg.OnApply != nil {
-			r := g.live.Load()
-			cfg.OnApply(c, e, r != nil && r.State() == raft.Leader)
+			cfg.OnApply(c, e, leader)
+		}
+		// A Nudge asked for while later entries were appended waits for
+		// the last of them: its commit is what the followers need to hear.
+		if leader && g.nudge.Load() && r.LastIndex() <= index {
+			g.nudge.Store(false)
+			if !IsNudge(c) {
+				g.Submit(Tick(0), nil)
+			}
 		}
 	}
 	g.fsm.OnRestore = cfg.OnRestore
@@ -347,16 +357,10 @@ func (g *Group) Submit(c Command, done func(Effects, error)) {
 
 // Nudge, called by OnApply on the leader for an entry that delivers to a
 // consumer on another node, makes the followers learn of its commit at
-// once: unless a later entry is appended already (its append, or the
-// next one's, carries the commit), it proposes an empty entry, a Tick
-// at time 0, which expires nothing.
-func (g *Group) Nudge() {
-	r := g.raft()
-	if r == nil || r.State() != raft.Leader || r.LastIndex() > g.fsm.Index() {
-		return
-	}
-	g.Submit(Tick(0), nil)
-}
+// once rather than at raft's next idle append: once the last entry
+// appended so far is applied, an empty entry (a Tick at time 0, which
+// expires nothing) is proposed, whose append carries the commit.
+func (g *Group) Nudge() { g.nudge.Store(true) }
 
 // IsNudge reports whether c is a Nudge's entry.
 func IsNudge(c *Command) bool { return c.Kind == cmdTick && c.Now == 0 }

@@ -95,13 +95,6 @@ func (q *QueueFSM) View(fn func(f *Fifo)) {
 	fn(q.f)
 }
 
-// Index is the log index of the last entry applied.
-func (q *QueueFSM) Index() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.f.index
-}
-
 // Stats are the queue's depth as this member has applied it.
 func (q *QueueFSM) Stats() (messages, ready int, bytes int64) {
 	q.mu.Lock()
