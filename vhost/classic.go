@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/railmq/railmq/amqp"
-	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 )
@@ -57,13 +56,8 @@ func (v *VHost) declareShared(d QueueDecl, r Replicator, defaults queue.Config) 
 	if _, err := validateQueueArgs(d.Name, v.name, d.Args); err != nil {
 		return nil, err
 	}
-	if dlx, ok := d.Args["x-dead-letter-exchange"].(string); ok {
-		if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
-			return nil, err
-		}
-		if err := allow(d.Grant, auth.Write, "exchange", dlx); err != nil {
-			return nil, err
-		}
+	if err := allowDeadLetter(d); err != nil {
+		return nil, err
 	}
 	def := amqp.Table{"type": "classic", "node": qm.Self(), "durable": d.Durable, "auto_delete": d.AutoDelete,
 		"arguments": orEmpty(d.Args)}

@@ -110,13 +110,8 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 	if err != nil {
 		return nil, false, err
 	}
-	if dlx, ok := d.Args["x-dead-letter-exchange"].(string); ok {
-		if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
-			return nil, false, err
-		}
-		if err := allow(d.Grant, auth.Write, "exchange", dlx); err != nil {
-			return nil, false, err
-		}
+	if err := allowDeadLetter(d); err != nil {
+		return nil, false, err
 	}
 	var applied AppliedPolicy
 	if len(v.policies) > 0 || len(v.opPolicies) > 0 {
@@ -238,4 +233,17 @@ func (v *VHost) ConnectionClosed(owner uint64) {
 		_, _ = q.Delete(false, false)
 		v.removeQueue(q)
 	}
+}
+
+// allowDeadLetter makes a new queue's checks for its dead-letter exchange,
+// where RabbitMQ makes them: read on the queue, write on the exchange.
+func allowDeadLetter(d QueueDecl) error {
+	dlx, ok := d.Args["x-dead-letter-exchange"].(string)
+	if !ok {
+		return nil
+	}
+	if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
+		return err
+	}
+	return allow(d.Grant, auth.Write, "exchange", dlx)
 }

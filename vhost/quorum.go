@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/railmq/railmq/amqp"
-	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
@@ -82,13 +81,8 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 		}
 		size = int(n)
 	}
-	if dlx, ok := d.Args["x-dead-letter-exchange"].(string); ok {
-		if err := allow(d.Grant, auth.Read, "queue", d.Name); err != nil {
-			return nil, err
-		}
-		if err := allow(d.Grant, auth.Write, "exchange", dlx); err != nil {
-			return nil, err
-		}
+	if err := allowDeadLetter(d); err != nil {
+		return nil, err
 	}
 	id, voters := qm.NewGroup(size)
 	def := amqp.Table{"durable": true, "auto_delete": false, "arguments": orEmpty(d.Args),
