@@ -486,35 +486,42 @@ func (s *linkSession) handle(kind byte, r *lread) bool {
 			s.answer(req, stGone, nil)
 			return true
 		}
-		switch kind {
-		case lkPurge:
-			n, err := q.Purge()
-			if err != nil {
-				s.answerErr(req, err)
-			} else {
-				s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
-			}
-		case lkDelete:
-			n, err := v.DeleteQueue(0, name, flags&1 != 0, flags&2 != 0)
-			if err != nil {
-				s.answerErr(req, err)
-			} else {
-				s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
-			}
-		default:
-			messages, consumers, err := q.Stats()
-			if err != nil {
-				s.answerErr(req, err)
-				return true
-			}
-			rb, ub := q.Bytes()
-			s.answer(req, stOK, lbuf(nil).u64(uint64(messages)).u64(uint64(consumers)).
-				u64(uint64(q.Unacked())).u64(uint64(rb)).u64(uint64(ub)).u64(uint64(q.HeadEnqueuedAt())))
-		}
+		// Off the link's reader: a delete is a write through Raft, and
+		// the other node's acks and publishes must not wait for it.
+		go s.manage(kind, req, flags, v, q, name)
 	default:
 		return false
 	}
 	return true
+}
+
+// manage carries out a purge, delete or stats request and answers it.
+func (s *linkSession) manage(kind byte, req uint64, flags byte, v *vhost.VHost, q *queue.Queue, name string) {
+	switch kind {
+	case lkPurge:
+		n, err := q.Purge()
+		if err != nil {
+			s.answerErr(req, err)
+		} else {
+			s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
+		}
+	case lkDelete:
+		n, err := v.DeleteQueue(0, name, flags&1 != 0, flags&2 != 0)
+		if err != nil {
+			s.answerErr(req, err)
+		} else {
+			s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
+		}
+	default:
+		messages, consumers, err := q.Stats()
+		if err != nil {
+			s.answerErr(req, err)
+			return
+		}
+		rb, ub := q.Bytes()
+		s.answer(req, stOK, lbuf(nil).u64(uint64(messages)).u64(uint64(consumers)).
+			u64(uint64(q.Unacked())).u64(uint64(rb)).u64(uint64(ub)).u64(uint64(q.HeadEnqueuedAt())))
+	}
 }
 
 func (s *linkSession) consumer(cid uint64) *homeCons {
