@@ -201,6 +201,9 @@ type Policy struct {
 	DeliveryLimit  int64 // x-delivery-limit; negative: none
 	SingleActive   bool  // x-single-active-consumer
 	MaxPriority    uint8 // x-max-priority; 0: not a priority queue
+	// Retry holds back what consumers nack or reject with requeue
+	// (x-retry-delay and friends, retry.go); Retry.Delay 0: not held.
+	Retry Retry
 	// ConsumerTimeout is x-consumer-timeout or a policy's
 	// consumer-timeout (0: the broker's); channels read it per delivery
 	// (Queue.ConsumerTimeout), so a policy reaches consumers at once.
@@ -282,6 +285,9 @@ type Queue struct {
 	expTimer *time.Timer
 	expAt    int64        // what expTimer is armed for; 0 = not armed
 	ticks    atomic.Int64 // timer ticks applied (tests)
+	// Messages held back for a retry delay (retry.go), by due time.
+	holds holdHeap
+	heldN atomic.Int64 // len(holds), for any goroutine
 
 	// Message counters for the management API's message_stats (sampled
 	// into rates by the broker): taken in, delivered or got, acked,
@@ -639,6 +645,7 @@ func (q *Queue) publishCounts() {
 		}
 	}
 	q.readyN.Store(int64(q.readyLen()))
+	q.heldN.Store(int64(len(q.holds)))
 	q.unackedN.Store(int64(q.unacked))
 	q.readyBytesN.Store(q.readyBytes)
 	q.unackedBytesN.Store(q.unackedBody)

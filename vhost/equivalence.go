@@ -63,6 +63,7 @@ var equivalenceArgs = []string{
 	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
 	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
 	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
+	"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter",
 }
 
 func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {
@@ -100,6 +101,14 @@ func sameValue(a, b any) bool {
 	bi, bok := amqp.Int(b)
 	if aok && bok {
 		return ai == bi
+	}
+	if af, ok := a.(float64); ok { // x-retry-backoff, x-retry-jitter: 2 and 2.0 are one value
+		bf, ok := number(b)
+		return ok && af == bf
+	}
+	if bf, ok := b.(float64); ok {
+		af, ok := number(a)
+		return ok && af == bf
 	}
 	return fmt.Sprint(a) == fmt.Sprint(b) && fmt.Sprintf("%T", a) == fmt.Sprintf("%T", b)
 }
