@@ -295,7 +295,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": s.nodeName(), "type": "classic",
 		"state": "running", "messages": ready + unacked + held, "messages_ready": ready, "messages_unacknowledged": unacked,
 		"messages_held": held,
-		"consumers": q.Consumers(), "exclusive_consumer_tag": nil,
+		"consumers":     q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
 		"message_stats": s.messageStats(q)}
 	m["consumer_utilisation"] = s.consumerUtilisation(q)
