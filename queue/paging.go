@@ -202,6 +202,7 @@ func (q *Queue) land(ld *landing) {
 				// Held for a retry delay before a restart: held for the
 				// rest of it (its size counts as ready once it is due).
 				q.holds.push(heldMsg{due: e.Until, d: d})
+				q.heldN.Store(int64(len(q.holds)))
 			} else {
 				q.laneOf(m).ready.pushBack(d)
 				if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {

@@ -645,7 +645,6 @@ func (q *Queue) publishCounts() {
 		}
 	}
 	q.readyN.Store(int64(q.readyLen()))
-	q.heldN.Store(int64(len(q.holds)))
 	q.unackedN.Store(int64(q.unacked))
 	q.readyBytesN.Store(q.readyBytes)
 	q.unackedBytesN.Store(q.unackedBody)

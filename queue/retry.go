@@ -151,6 +151,7 @@ func (q *Queue) hold(d Delivery, due int64) {
 		q.putEntryHeld(&d, due)
 	}
 	q.holds.push(heldMsg{due: due, d: d})
+	q.heldN.Store(int64(len(q.holds)))
 }
 
 // releaseHolds makes the held messages due by now ready again at their
@@ -165,6 +166,7 @@ func (q *Queue) releaseHolds(now int64) {
 		q.laneOf(d.Msg).returned.push(d)
 		q.readyBytes += int64(len(d.Msg.Body))
 	}
+	q.heldN.Store(int64(len(q.holds)))
 }
 
 // dropHolds removes every held message (purge); it returns how many.
@@ -177,5 +179,6 @@ func (q *Queue) dropHolds() int {
 		q.deleteEntry(d)
 	}
 	q.holds = nil
+	q.heldN.Store(0)
 	return n
 }
