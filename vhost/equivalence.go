@@ -102,14 +102,6 @@ func sameValue(a, b any) bool {
 	if aok && bok {
 		return ai == bi
 	}
-	if af, ok := a.(float64); ok { // x-retry-backoff, x-retry-jitter: 2 and 2.0 are one value
-		bf, ok := number(b)
-		return ok && af == bf
-	}
-	if bf, ok := b.(float64); ok {
-		af, ok := number(a)
-		return ok && af == bf
-	}
 	return fmt.Sprint(a) == fmt.Sprint(b) && fmt.Sprintf("%T", a) == fmt.Sprintf("%T", b)
 }
 
