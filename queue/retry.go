@@ -134,10 +134,21 @@ func (h *holdHeap) pop() heldMsg {
 // delay (x-retry-delay).
 func (q *Queue) RequeueNacked(ds []Delivery, fl *Flushes) {
 	if r := q.cfg.Replica; r != nil {
-		r.Requeue(ds, true) // quorum queues take no retry delay
+		if n, ok := r.(NackRequeuer); ok {
+			n.RequeueNacked(ds) // a classic queue homed on another node
+		} else {
+			r.Requeue(ds, true) // quorum queues take no retry delay
+		}
 		return
 	}
 	q.postInline(op{kind: opRequeue, ds: ds, flags: flagRetry}, fl)
+}
+
+// NackRequeuer is a Replica that tells a consumer's nack or reject with
+// requeue from other requeues (a classic queue homed on another node of
+// a cluster, which holds it for its retry delay there).
+type NackRequeuer interface {
+	RequeueNacked(ds []Delivery)
 }
 
 // Held is the count of messages held back for a retry delay, without a
