@@ -457,3 +457,37 @@ func TestRetryHoldSurvivesKill9(t *testing.T) {
 		t.Fatalf("shutdown: %v\n%s", err, logs)
 	}
 }
+
+// In a cluster: a classic queue with x-retry-delay declared on one node
+// and consumed through another holds the other node's nacks (forwarded
+// as nacks to the queue's home), and its definition, arguments included,
+// reaches every node; a quorum queue refuses the retry arguments, in the
+// words RabbitMQ uses for an argument a queue type does not take.
+func TestRetryInCluster(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 2)
+	declareQuorum(t, nodes[0].b.URL, "retry-warmup", quorumArgs) // the cluster has its leaders
+	chans := clusterChannels(t, nodes)
+	_, err := chans[0].QueueDeclare("retry-cq", true, false, false, false, rmq.Table{"x-retry-delay": int32(400)})
+	must(t, err)
+	// An inequivalent redeclare on the other node is refused there.
+	ch, err := dial(t, nodes[1].b.URL).Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("retry-cq", true, false, false, false, rmq.Table{"x-retry-delay": int32(500)})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-retry-delay' for queue 'retry-cq' in vhost '/': received '500' but current is '400'")
+	must(t, chans[0].Publish("", "retry-cq", false, false, rmq.Publishing{Body: []byte("m1")}))
+	ds, err := chans[1].Consume("retry-cq", "", false, false, false, false, nil)
+	must(t, err)
+	d := recv(t, ds)
+	at := nackAt(t, d)
+	d = recv(t, ds)
+	if w := time.Since(at); w < 400*time.Millisecond || !d.Redelivered {
+		t.Fatalf("redelivered=%v after %v through the other node, want a 400ms hold", d.Redelivered, w)
+	}
+	must(t, d.Ack(false))
+
+	ch, err = dial(t, nodes[0].b.URL).Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("retry-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-retry-delay": int32(100)})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-retry-delay' for queue 'retry-qq' in vhost '/' of queue type rabbit_quorum_queue")
+}
