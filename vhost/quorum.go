@@ -77,8 +77,9 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	for _, a := range retryArgs {
 		if _, ok := d.Args[a]; ok {
 			// Retry with backoff is the classic queue's (queue/retry.go),
-			// refused in the words RabbitMQ uses for an argument a queue
-			// type does not take (rabbit_queue_type).
+			// refused in the words RabbitMQ 3.10.8 uses for an argument a
+			// queue type does not take (rabbit_amqqueue:check_arguments_key,
+			// the type named by its module).
 			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_quorum_queue", a, rs)
 		}
 	}
