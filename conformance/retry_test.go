@@ -142,6 +142,39 @@ func TestRetryOnlyNackAndRejectHold(t *testing.T) {
 	}
 }
 
+// A nack inside a transaction is the consumer's verdict too: held from
+// the commit. x-retry-delay 0 requeues at once, as without it.
+func TestRetryTransactionsAndZeroDelay(t *testing.T) {
+	e := retryEnv(t)
+	q := e.queue("retry-tx", rmq.Table{"x-retry-delay": int32(60_000)})
+	e.publish("", q, "m1")
+	ch := e.channel(e.conn)
+	must(t, ch.Tx())
+	d, ok, err := ch.Get(q, false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	must(t, d.Nack(false, true))
+	must(t, ch.TxCommit())
+	a := newAPI(t, e.b)
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var raw map[string]any
+		a.call("GET", "/api/queues/%2F/"+q, "guest", "guest", nil, &raw)
+		return raw["messages_held"] == float64(1)
+	}, "the committed nack held")
+	if n := e.count(q); n != 0 {
+		t.Fatalf("%d ready, want 0", n)
+	}
+
+	z := e.queue("retry-zero", rmq.Table{"x-retry-delay": int32(0)})
+	e.publish("", z, "z1")
+	d = e.get(e.ch, z, false)
+	must(t, d.Nack(false, true))
+	if d = e.get(e.ch, z, true); !d.Redelivered {
+		t.Fatal("not flagged redelivered")
+	}
+}
+
 // The delay grows by x-retry-backoff up to x-retry-delay-max.
 func TestRetryDelayMax(t *testing.T) {
 	e := retryEnv(t)
