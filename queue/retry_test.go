@@ -107,3 +107,24 @@ func TestRequeueNackedHolds(t *testing.T) {
 		t.Fatalf("released %+v", got)
 	}
 }
+
+// BenchmarkRequeueNackedNoRetry is BenchmarkRequeueRedeliver through
+// RequeueNacked (a consumer's nack) on a queue without x-retry-delay: what
+// the feature costs a queue that does not use it (one flag check).
+func BenchmarkRequeueNackedNoRetry(b *testing.B) {
+	s := &lastSink{}
+	q := New(Config{Name: "bench"})
+	defer func() { _, _ = q.Delete(false, false); <-q.Done() }()
+	c := &Consumer{Tag: "c", Sink: s, Out: &outlet{}}
+	_ = q.Consume(c)
+	var fl Flushes
+	q.PublishConfirm(&Message{Body: make([]byte, 1024)}, nil, &fl)
+	fl.Flush()
+	ds := make([]Delivery, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		ds[0] = s.last
+		q.RequeueNacked(ds, &fl)
+		fl.Flush()
+	}
+}
