@@ -121,6 +121,7 @@ func TestRetryOnlyNackAndRejectHold(t *testing.T) {
 	if _, ok, err := ch.Get(q, false); err != nil || !ok {
 		t.Fatalf("get: %v %v", ok, err)
 	}
+	//lint:ignore SA1019 basic.recover is the requeue under test
 	must(t, ch.Recover(true))
 	e.waitCount(q, 1)
 
