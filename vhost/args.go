@@ -137,7 +137,10 @@ func numbers(check func(f float64) string) func(any, amqp.Table) string {
 // backoff checks x-retry-backoff: a multiplier of at least 1 (a delay
 // never shrinks from one retry to the next).
 func backoff(f float64) string {
-	if !(f >= 1) || math.IsInf(f, 0) {
+	if math.IsInf(f, 1) {
+		return fmt.Sprintf("{value_too_large,%v}", f)
+	}
+	if !(f >= 1) {
 		return fmt.Sprintf("{value_too_small,%v}", f)
 	}
 	return ""
