@@ -176,6 +176,24 @@ func TestRetryTransactionsAndZeroDelay(t *testing.T) {
 	}
 }
 
+// A consumer timeout is not the consumer's verdict: the message its
+// closed channel returns is ready at once, not held.
+func TestRetryConsumerTimeoutNotHeld(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{TimeoutCheckInterval: 50 * time.Millisecond})
+	q := e.queue("retry-timeout", rmq.Table{"x-retry-delay": int32(60_000), "x-consumer-timeout": int32(200)})
+	c1 := e.channel(e.conn)
+	closed := c1.NotifyClose(make(chan *rmq.Error, 1))
+	ds, err := c1.Consume(q, "", false, false, false, false, nil)
+	must(t, err)
+	e.publish("", q, "m1")
+	recv(t, ds) // never acked
+	expectErr(t, closeErr(t, closed, "the timed-out channel"), 406, "")
+	if d := e.get(e.ch, q, true); !d.Redelivered || string(d.Body) != "m1" {
+		t.Fatalf("got %q redelivered=%v", d.Body, d.Redelivered)
+	}
+}
+
 // The delay grows by x-retry-backoff up to x-retry-delay-max.
 func TestRetryDelayMax(t *testing.T) {
 	e := retryEnv(t)
