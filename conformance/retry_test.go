@@ -296,7 +296,7 @@ func TestRetryPurgeDropsHeld(t *testing.T) {
 // while they were held, in their own order.
 func TestRetryDueGoesBackToItsPlace(t *testing.T) {
 	e := retryEnv(t)
-	q := e.queue("retry-order", rmq.Table{"x-retry-delay": int32(300)})
+	q := e.queue("retry-order", rmq.Table{"x-retry-delay": int32(1500)})
 	e.publish("", q, "m1")
 	e.publish("", q, "m2")
 	d1 := e.get(e.ch, q, false)
@@ -398,7 +398,7 @@ func TestRetryPolicy(t *testing.T) {
 func TestRetryHoldSurvivesRestart(t *testing.T) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
-	if _, err := ch.QueueDeclare("retry-durable", true, false, false, false, rmq.Table{"x-retry-delay": int32(1500)}); err != nil {
+	if _, err := ch.QueueDeclare("retry-durable", true, false, false, false, rmq.Table{"x-retry-delay": int32(3000)}); err != nil {
 		t.Fatal(err)
 	}
 	publishPersistent(t, ch, "", "retry-durable", "m1")
@@ -420,8 +420,8 @@ func TestRetryHoldSurvivesRestart(t *testing.T) {
 		t.Fatalf("first after restart %q (after %v), want the marker: m1 is held", first.Body, time.Since(at))
 	}
 	got := recv(t, ds)
-	if w := time.Since(at); string(got.Body) != "m1" || w < 1500*time.Millisecond {
-		t.Fatalf("got %q after %v, want m1 after 1.5s", got.Body, w)
+	if w := time.Since(at); string(got.Body) != "m1" || w < 3*time.Second {
+		t.Fatalf("got %q after %v, want m1 after 3s", got.Body, w)
 	}
 	if !got.Redelivered {
 		t.Fatal("m1 not flagged redelivered")
@@ -453,7 +453,7 @@ func TestRetryHoldSurvivesKill9(t *testing.T) {
 	c := dial(t, url)
 	ch, err := c.Channel()
 	must(t, err)
-	const delay = 4 * time.Second
+	const delay = 5 * time.Second
 	_, err = ch.QueueDeclare("retry-crash", true, false, false, false, rmq.Table{"x-retry-delay": int32(delay / time.Millisecond), "x-retry-backoff": int32(1)})
 	must(t, err)
 	publishPersistent(t, ch, "", "retry-crash", "m1", "m2")
