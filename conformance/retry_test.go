@@ -543,3 +543,79 @@ func TestRetryInCluster(t *testing.T) {
 	_, err = ch.QueueDeclare("retry-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-retry-delay": int32(100)})
 	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-retry-delay' for queue 'retry-qq' in vhost '/' of queue type rabbit_quorum_queue")
 }
+
+// A durable queue keeps held messages in memory up to half its window
+// only; the rest keep their index, and are read back from the store when
+// due: the memory the queue holds stays bounded, every message comes back
+// in its order, after its delay, also across a restart.
+func TestRetryHoldsPageBeyondWindow(t *testing.T) {
+	r := newRestartable(t, broker.Options{QueueWindow: 16})
+	c, ch := r.dial()
+	const n, size = 50, 64 << 10
+	if _, err := ch.QueueDeclare("retry-paged", true, false, false, false, rmq.Table{"x-retry-delay": int32(3000), "x-retry-backoff": int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.Confirm(false))
+	for i := range n {
+		body := make([]byte, size)
+		body[0] = byte(i)
+		dc, err := ch.PublishWithDeferredConfirm("", "retry-paged", false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: body})
+		must(t, err)
+		if !dc.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	ds, err := ch.Consume("retry-paged", "", false, false, false, false, nil)
+	must(t, err)
+	nacked := make([]time.Time, n) // when each was nacked last
+	for i := range n {
+		d := recv(t, ds)
+		if int(d.Body[0]) != i {
+			t.Fatalf("delivery %d is message %d", i, d.Body[0])
+		}
+		nacked[i] = nackAt(t, d)
+	}
+	// The queue holds at most 8 bodies (half its window of 16) in memory.
+	hs := httptest.NewServer(r.b.Server.PrometheusHandler())
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return getMetrics(t, hs.URL+"/metrics").series["railmq_memory_held_bytes"] < 12*size
+	}, "railmq_memory_held_bytes stays at 12 bodies of %d or more: the holds are not paged", size)
+	hs.Close()
+	check := func(ds <-chan rmq.Delivery, after time.Duration) {
+		t.Helper()
+		for i := range n {
+			d := recv(t, ds)
+			if int(d.Body[0]) != i || len(d.Body) != size || !d.Redelivered {
+				t.Fatalf("delivery %d: message %d, %d bytes, redelivered %v", i, d.Body[0], len(d.Body), d.Redelivered)
+			}
+			if w := time.Since(nacked[i]); w < after {
+				t.Fatalf("message %d back after %v, want %v", i, w, after)
+			}
+			if i < n/2 {
+				nacked[i] = nackAt(t, d) // held again, across the restart below
+			} else {
+				must(t, d.Ack(false))
+			}
+		}
+	}
+	check(ds, 3*time.Second)
+	publishPersistent(t, ch, "", "retry-paged", "marker") // the holds are durable before it
+	c.Close()
+	r.restart()
+	_, ch = r.dial()
+	ds, err = ch.Consume("retry-paged", "", false, false, false, false, nil)
+	must(t, err)
+	if d := recv(t, ds); string(d.Body) != "marker" {
+		t.Fatalf("first after restart: %d bytes, want the marker", len(d.Body))
+	}
+	for i := range n / 2 {
+		d := recv(t, ds)
+		if int(d.Body[0]) != i || len(d.Body) != size {
+			t.Fatalf("after restart, delivery %d: message %d, %d bytes", i, d.Body[0], len(d.Body))
+		}
+		if w := time.Since(nacked[i]); w < 3*time.Second {
+			t.Fatalf("message %d back %v after its nack, want 3s", i, w)
+		}
+		must(t, d.Ack(false))
+	}
+}

@@ -116,7 +116,7 @@ func (q *Queue) apply(o *op) outcome {
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
 	case opPurge:
 		n := q.readyLen()
-		if len(q.holds) > 0 {
+		if len(q.holds)+len(q.fetching) > 0 {
 			n += q.dropHolds()
 		}
 		for i := range q.lanes {
@@ -146,7 +146,7 @@ func (q *Queue) apply(o *op) outcome {
 			o.reply <- result{err: ErrInUse}
 			return applied
 		}
-		if o.flags&flagIfEmpty != 0 && q.readyLen()+len(q.holds) > 0 {
+		if o.flags&flagIfEmpty != 0 && q.readyLen()+len(q.holds)+len(q.fetching) > 0 {
 			o.reply <- result{err: ErrNotEmpty}
 			return applied
 		}
@@ -269,8 +269,10 @@ func (q *Queue) publishNow(d Delivery, reason string) bool {
 // A non-durable queue's page-outs are removed with it (a durable queue's
 // entries go with its definition, see vhost).
 func (q *Queue) drop() int {
-	n := q.readyLen() + len(q.holds)
-	q.holds = nil
+	n := q.readyLen() + len(q.holds) + len(q.fetching)
+	q.holds, q.fetching = nil, nil
+	q.holdBytes, q.holdsInMem = 0, 0
+	q.holdGen++
 	q.heldN.Store(0)
 	if q.cfg.Store != nil && !q.cfg.Durable {
 		q.w.Ops = q.w.Ops[:0]

@@ -49,8 +49,8 @@ func (q *Queue) armTimer() {
 			}
 		}
 	}
-	if len(q.holds) > 0 && (next == 0 || q.holds[0].due < next) {
-		next = q.holds[0].due // the first hold that comes due
+	if len(q.holds) > 0 && (next == 0 || q.holds[0].due < next) && !q.fetchesFull() {
+		next = q.holds[0].due // the first hold that comes due (else the reads' landings go on)
 	}
 	if next == 0 || (q.timerAt != 0 && q.timerAt <= next) {
 		return

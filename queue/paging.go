@@ -160,10 +160,18 @@ type landing struct {
 	bytes int64 // the records' bytes asked at most (at least one record is read)
 	ents  []StoredEntry
 	err   error
+	// hold: a paged hold come due, read back (retry.go): the entry at
+	// seq; gen is then the queue's holdGen.
+	hold bool
+	seq  uint64
 }
 
 // land takes in what a read found, behind what memory holds. exec held.
 func (q *Queue) land(ld *landing) {
+	if ld.hold {
+		q.landHold(ld)
+		return
+	}
 	if ld.gen != q.loadGen {
 		return // the paged part was dropped (purge) since the read began
 	}
@@ -201,8 +209,7 @@ func (q *Queue) land(ld *landing) {
 			if e.Until > now {
 				// Held for a retry delay before a restart: held for the
 				// rest of it (its size counts as ready once it is due).
-				q.holds.push(heldMsg{due: e.Until, d: d})
-				q.heldN.Store(int64(len(q.holds)))
+				q.pushHold(d, e.Until)
 			} else {
 				q.laneOf(m).ready.pushBack(d)
 				if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {

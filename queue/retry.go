@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Retry with backoff (x-retry-delay and friends, railmq's own): a message
@@ -19,10 +21,14 @@ import (
 //   - x-delivery-limit is checked first: a requeue past it dead-letters
 //     (or drops) the message, it is not held.
 //   - A held message is neither ready nor unacked: not delivered, not
-//     got, not counted by x-max-length, not in declare-ok's or purge's
-//     ready count; Held counts them (messages_held in the management API).
-//     It stays in memory (it was, unacked) and counts against the memory
-//     alarm and the paging window.
+//     got, not counted by x-max-length, not in declare-ok's ready count;
+//     Held counts them (messages_held in the management API).
+//   - Memory: held messages stay in memory (as they were, unacked) up to
+//     half the queue's window (messages and bytes, window()); beyond it a
+//     durable queue keeps only a stored message's index (heldMsg.paged, a
+//     Message without its bytes) and reads the message back from the
+//     store when it comes due (fetch, at most maxFetches at once). A
+//     non-durable queue keeps all its holds in memory.
 //   - When due it goes back to its original place, as any requeue: it is
 //     the queue's oldest, so it is next out (not behind the backlog that
 //     built up meanwhile). A message whose TTL ran out while held is
@@ -82,9 +88,14 @@ func (r *Retry) hold(n uint32) time.Duration {
 
 // heldMsg is a message held back until due (unix nanos).
 type heldMsg struct {
-	due int64
-	d   Delivery
+	due   int64
+	d     Delivery
+	paged bool // d.Msg is an index only (pagedMsg): read back when due
 }
+
+// maxFetches bounds the paged holds being read back at once; the rest
+// wait, due, until reads land.
+const maxFetches = 64
 
 // holdHeap is a min-heap of held messages by due time.
 type holdHeap []heldMsg
@@ -161,35 +172,150 @@ func (q *Queue) hold(d Delivery, due int64) {
 	if q.stored(&d) {
 		q.putEntryHeld(&d, due)
 	}
-	q.holds.push(heldMsg{due: due, d: d})
-	q.heldN.Store(int64(len(q.holds)))
+	q.pushHold(d, due)
+}
+
+// pushHold adds d (in memory, counted in held) to the holds: in memory
+// within half the window, else, for a durable queue's stored message, as
+// an index only. exec held.
+func (q *Queue) pushHold(d Delivery, due int64) {
+	size := d.Msg.MemSize()
+	win, winBytes := q.window()
+	if q.cfg.Durable && q.stored(&d) && (q.holdsInMem >= win/2 || q.holdBytes+size > winBytes/2) {
+		q.account(-size)
+		d.Msg = pagedMsg(d.Msg)
+		q.holds.push(heldMsg{due: due, d: d, paged: true})
+	} else {
+		q.holdBytes += size
+		q.holdsInMem++
+		q.holds.push(heldMsg{due: due, d: d})
+	}
+	q.countHeld()
+}
+
+// pagedMsg is what a paged hold keeps of m: what its entry, its lane and
+// its expiry need, without its bytes.
+func pagedMsg(m *Message) *Message {
+	return &Message{Persistent: m.Persistent, Priority: m.Priority, Enqueued: m.Enqueued, Expires: m.Expires,
+		ID: m.ID, Shared: m.Shared, Inline: m.Inline}
+}
+
+func (q *Queue) countHeld() { q.heldN.Store(int64(len(q.holds) + len(q.fetching))) }
+
+func (q *Queue) fetchesFull() bool {
+	return len(q.holds) > 0 && q.holds[0].paged && len(q.fetching) >= maxFetches
 }
 
 // releaseHolds makes the held messages due by now ready again at their
-// places (or dead-letters those whose TTL ran out meanwhile). exec held.
+// places (or dead-letters those whose TTL ran out meanwhile); a paged one
+// is read back first (fetch). exec held.
 func (q *Queue) releaseHolds(now int64) {
-	for len(q.holds) > 0 && q.holds[0].due <= now {
-		d := q.holds.pop().d
-		if exp := q.expiry(&d); exp != 0 && exp <= now {
-			q.deadLetter(d, ReasonExpired)
+	for len(q.holds) > 0 && q.holds[0].due <= now && !q.fetchesFull() {
+		h := q.holds.pop()
+		if h.paged {
+			q.fetch(h.d)
 			continue
 		}
-		q.laneOf(d.Msg).returned.push(d)
-		q.readyBytes += int64(len(d.Msg.Body))
+		d := h.d
+		q.holdBytes -= d.Msg.MemSize()
+		q.holdsInMem--
+		q.unhold(d, now)
 	}
-	q.heldN.Store(int64(len(q.holds)))
+	q.countHeld()
+}
+
+// unhold makes a held message in memory ready again at its place, or
+// dead-letters it when its TTL ran out while it was held. exec held.
+func (q *Queue) unhold(d Delivery, now int64) {
+	if exp := q.expiry(&d); exp != 0 && exp <= now {
+		q.deadLetter(d, ReasonExpired)
+		return
+	}
+	q.laneOf(d.Msg).returned.push(d)
+	q.readyBytes += int64(len(d.Msg.Body))
+}
+
+// fetch reads a paged hold come due back from the store: its entry, at
+// its sequence. The read is queued behind the writes submitted before it
+// and lands as the paging reads do (landHold). exec held.
+func (q *Queue) fetch(d Delivery) {
+	q.fetching = append(q.fetching, d)
+	ld := landing{hold: true, gen: q.holdGen, seq: d.Seq}
+	q.cfg.Store.LoadEntries(q.storeID(d.Lane), d.Seq-1, 1, 0, func(ents []StoredEntry, err error) {
+		ld.ents, ld.err = ents, err
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return
+		}
+		q.landed = append(q.landed, ld)
+		q.mu.Unlock()
+		q.signal()
+	})
+}
+
+// landHold takes in a paged hold read back: ready at its place (or
+// dead-lettered if it expired meanwhile), then releases what waited for a
+// read. exec held.
+func (q *Queue) landHold(ld *landing) {
+	if ld.gen != q.holdGen {
+		return // purged or deleted since
+	}
+	i := 0
+	for i < len(q.fetching) && q.fetching[i].Seq != ld.seq {
+		i++
+	}
+	if i == len(q.fetching) {
+		return
+	}
+	d := q.fetching[i]
+	q.fetching = append(q.fetching[:i], q.fetching[i+1:]...)
+	now := time.Now().UnixNano()
+	defer q.releaseHolds(now) // those that waited for a read; counts Held
+	if ld.err != nil {
+		q.cfg.Logger.Error("reading a held message from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
+		q.holds.push(heldMsg{due: now + int64(time.Second), d: d, paged: true}) // again in a second
+		return
+	}
+	var rec []byte
+	for _, e := range ld.ents {
+		if e.Seq == ld.seq {
+			rec = e.Record
+		}
+	}
+	if rec == nil {
+		q.cfg.Logger.Warn("held message missing from store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
+		return
+	}
+	m, err := DecodeMessage(rec)
+	if err != nil {
+		q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
+		q.deleteEntry(&d)
+		return
+	}
+	m.ID, m.Shared, m.Inline = d.Msg.ID, d.Msg.Shared, d.Msg.Inline
+	d.Msg = m
+	q.account(m.MemSize())
+	q.unhold(d, now)
 }
 
 // dropHolds removes every held message (purge); it returns how many.
 // exec held.
 func (q *Queue) dropHolds() int {
-	n := len(q.holds)
+	n := len(q.holds) + len(q.fetching)
 	for i := range q.holds {
-		d := &q.holds[i].d
-		q.account(-d.Msg.MemSize())
-		q.deleteEntry(d)
+		h := &q.holds[i]
+		if !h.paged {
+			q.account(-h.d.Msg.MemSize())
+		}
+		q.deleteEntry(&h.d)
 	}
-	q.holds = nil
+	for i := range q.fetching {
+		q.deleteEntry(&q.fetching[i]) // its read lands void (holdGen)
+	}
+	q.holds, q.fetching = nil, nil
+	q.holdBytes, q.holdsInMem = 0, 0
+	q.holdGen++
 	q.heldN.Store(0)
 	return n
 }
