@@ -193,6 +193,7 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 				e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
 			}
 			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
+			e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
 			if qq, ok := q.Config().Replica.(*quorumQueue); ok {
 				st := qq.g.Status()
 				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(st.Term), lv...)

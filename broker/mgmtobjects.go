@@ -287,11 +287,15 @@ func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 	c := q.Config()
-	ready, unacked := q.Ready(), q.Unacked()
+	ready, unacked, held := q.Ready(), q.Unacked(), q.Held()
+	// messages_held (railmq's own): held back for a retry delay
+	// (x-retry-delay), in the queue's messages but neither ready nor
+	// unacknowledged.
 	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
 		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": s.nodeName(), "type": "classic",
-		"state": "running", "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
-		"consumers": q.Consumers(), "exclusive_consumer_tag": nil,
+		"state": "running", "messages": ready + unacked + held, "messages_ready": ready, "messages_unacknowledged": unacked,
+		"messages_held": held,
+		"consumers":     q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
 		"message_stats": s.messageStats(q)}
 	m["consumer_utilisation"] = s.consumerUtilisation(q)

@@ -54,6 +54,7 @@ const (
 	settleRequeue
 	settleReturn
 	settleDiscard
+	settleRetry // a consumer's nack or reject with requeue: held when the queue has x-retry-delay
 )
 
 // Answer statuses.
@@ -618,6 +619,8 @@ func (h *homeCons) settle(op byte, seqs []uint64) {
 			h.q.Requeue(ds, nil)
 		case settleReturn:
 			h.q.Return(ds)
+		case settleRetry:
+			h.q.RequeueNacked(ds, nil)
 		default:
 			h.q.Discard(ds, nil)
 		}
@@ -1120,7 +1123,7 @@ func readSettle(r *lread) (cid uint64, op byte, seqs []uint64, ok bool) {
 	for i := uint64(0); i < n; i++ {
 		seqs = append(seqs, r.u64())
 	}
-	return cid, op, seqs, !r.bad && op <= settleDiscard
+	return cid, op, seqs, !r.bad && op <= settleRetry
 }
 
 func appendSeqs(b lbuf, ds []queue.Delivery) lbuf {
@@ -1164,6 +1167,10 @@ func (p *classicProxy) Requeue(ds []queue.Delivery, counted bool) {
 }
 
 func (p *classicProxy) Discard(ds []queue.Delivery) { p.settle(ds, settleDiscard) }
+
+// RequeueNacked forwards a consumer's nack or reject with requeue, so
+// that the queue's home holds it for its retry delay (queue.NackRequeuer).
+func (p *classicProxy) RequeueNacked(ds []queue.Delivery) { p.settle(ds, settleRetry) }
 
 func (p *classicProxy) Get(noAck bool) (queue.Delivery, bool, int, error) {
 	l, err := p.s.link(p.home)

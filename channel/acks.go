@@ -87,7 +87,10 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 			c.counts.Acknowledged.Add(int64(len(b.ds)))
 			b.q.Ack(b.ds, c.cfg.Flushes)
 		case requeue:
-			b.q.Requeue(b.ds, c.cfg.Flushes)
+			// The consumer's verdict: held back first when the queue has a
+			// retry delay (x-retry-delay); other requeues (close,
+			// recover) are not.
+			b.q.RequeueNacked(b.ds, c.cfg.Flushes)
 		default:
 			b.q.Discard(b.ds, c.cfg.Flushes)
 		}

@@ -68,6 +68,32 @@ func (b *Batch) PutEntryInline(queue, seq, msg uint64, transient, redelivered bo
 	b.ops = append(b.ops, op{kind: opSet, key: entryKey(queue, seq), val: v})
 }
 
+// HoldEntry rewrites an existing entry (as UpdateEntry) as held back for
+// a retry delay until until (unix nanos): recovery finds it still held.
+func (b *Batch) HoldEntry(queue, seq, msg uint64, shared, transient, redelivered bool, count uint32, until int64) {
+	b.ops = append(b.ops, op{kind: opSet, key: entryKey(queue, seq), val: entryValueHeld(msg, entryFlags(shared, transient, redelivered), count, until)})
+}
+
+// HoldEntryInline is HoldEntry for an entry stored with its record.
+func (b *Batch) HoldEntryInline(queue, seq, msg uint64, transient, redelivered bool, count uint32, until int64, rec []byte) {
+	v := append(entryValueHeld(msg, entryInline|entryFlags(false, transient, redelivered), count, until), rec...)
+	b.ops = append(b.ops, op{kind: opSet, key: entryKey(queue, seq), val: v})
+}
+
+func entryFlags(shared, transient, redelivered bool) byte {
+	var f byte
+	if shared {
+		f |= entryShared
+	}
+	if transient {
+		f |= entryTransient
+	}
+	if redelivered {
+		f |= entryRedelivered
+	}
+	return f
+}
+
 // DeleteEntryInline removes an entry stored with its record.
 func (b *Batch) DeleteEntryInline(queue, seq uint64) {
 	b.ops = append(b.ops, op{kind: opDelete, key: entryKey(queue, seq)})

@@ -11,6 +11,8 @@ const (
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
+	// 'h' is reserved for retry holds; they live in the entry instead
+	// (entryHeld), so that deleting an entry drops its hold with it.
 )
 
 // Definition kinds (the byte after prefixDef).
@@ -62,7 +64,8 @@ const (
 	entryShared    = 1 << iota // the message is referenced by entries of other queues
 	entryTransient             // paged out transient message: dropped at recovery
 	entryRedelivered
-	entryInline // the message record follows the entry's 13 bytes
+	entryInline // the message record follows the entry's header
+	entryHeld   // held back for a retry delay: the header ends with the unix nanos it is due
 )
 
 // entryValue is message id(8), flags(1), delivery count(4).
@@ -74,8 +77,39 @@ func entryValue(msg uint64, flags byte, count uint32) []byte {
 	return v[:]
 }
 
+// entryValueHeld is entryValue with entryHeld and the time the hold is
+// due (8): 21 bytes.
+func entryValueHeld(msg uint64, flags byte, count uint32, until int64) []byte {
+	v := make([]byte, 13, 21)
+	binary.BigEndian.PutUint64(v, msg)
+	v[8] = flags | entryHeld
+	binary.BigEndian.PutUint32(v[9:], count)
+	return binary.BigEndian.AppendUint64(v, uint64(until))
+}
+
+// entryHeader is the length of an entry's header: what precedes an inline
+// record.
+func entryHeader(flags byte) int {
+	if flags&entryHeld != 0 {
+		return 21
+	}
+	return 13
+}
+
+// entryUntil is when a held entry's hold is due (unix nanos), or 0.
+func entryUntil(v []byte, flags byte) int64 {
+	if flags&entryHeld == 0 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(v[13:]))
+}
+
 func parseEntry(v []byte) (msg uint64, flags byte, count uint32, ok bool) {
-	if len(v) < 13 || (len(v) > 13) != (v[8]&entryInline != 0) {
+	if len(v) < 13 {
+		return 0, 0, 0, false
+	}
+	h := entryHeader(v[8])
+	if len(v) < h || (len(v) > h) != (v[8]&entryInline != 0) {
 		return 0, 0, 0, false
 	}
 	return binary.BigEndian.Uint64(v), v[8], binary.BigEndian.Uint32(v[9:]), true

@@ -17,6 +17,7 @@ type Entry struct {
 	Redelivered bool
 	Inline      bool // the record was stored inside the entry
 	Count       uint32
+	Until       int64  // held back for a retry delay until then (unix nanos); 0: not held
 	Data        []byte // the message record (a copy)
 }
 
@@ -84,10 +85,10 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) 
 			if !ok {
 				return fmt.Errorf("corrupt entry %x", item.Key())
 			}
-			e.Msg, e.Count = msg, count
+			e.Msg, e.Count, e.Until = msg, count, entryUntil(v, flags)
 			e.Shared, e.Transient, e.Redelivered = flags&entryShared != 0, flags&entryTransient != 0, flags&entryRedelivered != 0
 			if e.Inline = flags&entryInline != 0; e.Inline {
-				e.Data = bytes.Clone(v[13:])
+				e.Data = bytes.Clone(v[entryHeader(flags):])
 			}
 			return nil
 		})

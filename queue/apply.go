@@ -27,6 +27,7 @@ func (q *Queue) apply(o *op) outcome {
 		}
 	case opRequeue:
 		q.settled(o.ds)
+		var now int64 // read when a message is held
 		for _, d := range o.ds {
 			if o.flags&flagUncounted == 0 {
 				d.Redelivered = true
@@ -34,6 +35,13 @@ func (q *Queue) apply(o *op) outcome {
 			}
 			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
 				q.deadLetter(d, ReasonDeliveryLimit)
+				continue
+			}
+			if o.flags&flagRetry != 0 && q.pol.Retry.Delay > 0 {
+				if now == 0 {
+					now = time.Now().UnixNano()
+				}
+				q.hold(d, now+int64(q.pol.Retry.hold(d.Count)))
 				continue
 			}
 			if q.stored(&d) {
@@ -53,6 +61,9 @@ func (q *Queue) apply(o *op) outcome {
 		q.ticks.Add(1)
 		now := time.Now().UnixNano()
 		q.timerAt = 0
+		if len(q.holds) > 0 {
+			q.releaseHolds(now)
+		}
 		q.expireHeads(now)
 		if e := q.pol.Expires; e > 0 && len(q.consumers) == 0 && now-q.lastUsed >= int64(e) {
 			q.cfg.Logger.Info("queue expired (x-expires)", zap.String("queue", q.cfg.Name))
@@ -105,6 +116,9 @@ func (q *Queue) apply(o *op) outcome {
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}
 	case opPurge:
 		n := q.readyLen()
+		if len(q.holds)+len(q.fetching) > 0 {
+			n += q.dropHolds()
+		}
 		for i := range q.lanes {
 			l := &q.lanes[i]
 			for l.len() > 0 {
@@ -132,7 +146,7 @@ func (q *Queue) apply(o *op) outcome {
 			o.reply <- result{err: ErrInUse}
 			return applied
 		}
-		if o.flags&flagIfEmpty != 0 && q.readyLen() > 0 {
+		if o.flags&flagIfEmpty != 0 && q.readyLen()+len(q.holds)+len(q.fetching) > 0 {
 			o.reply <- result{err: ErrNotEmpty}
 			return applied
 		}
@@ -255,7 +269,11 @@ func (q *Queue) publishNow(d Delivery, reason string) bool {
 // A non-durable queue's page-outs are removed with it (a durable queue's
 // entries go with its definition, see vhost).
 func (q *Queue) drop() int {
-	n := q.readyLen()
+	n := q.readyLen() + len(q.holds) + len(q.fetching)
+	q.holds, q.fetching = nil, nil
+	q.holdBytes, q.holdsInMem = 0, 0
+	q.holdGen++
+	q.heldN.Store(0)
 	if q.cfg.Store != nil && !q.cfg.Durable {
 		q.w.Ops = q.w.Ops[:0]
 		for _, id := range q.StoreIDs() {

@@ -116,6 +116,7 @@ const (
 	flagIfEmpty
 	flagNoAck
 	flagUncounted // opRequeue: returned unchanged (Return)
+	flagRetry     // opRequeue: a consumer's nack or reject, held when the queue has a retry delay (RequeueNacked)
 )
 
 type result struct {

@@ -38,7 +38,8 @@ func (q *Queue) expireHeads(now int64) {
 	}
 }
 
-// armTimer sets the queue's one expiry timer for the earliest head.
+// armTimer sets the queue's one expiry timer for the earliest head, or
+// the earliest hold coming due (retry.go).
 func (q *Queue) armTimer() {
 	var next int64
 	for i := range q.lanes {
@@ -47,6 +48,9 @@ func (q *Queue) armTimer() {
 				next = e
 			}
 		}
+	}
+	if len(q.holds) > 0 && (next == 0 || q.holds[0].due < next) && !q.fetchesFull() {
+		next = q.holds[0].due // the first hold that comes due (else the reads' landings go on)
 	}
 	if next == 0 || (q.timerAt != 0 && q.timerAt <= next) {
 		return

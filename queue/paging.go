@@ -63,6 +63,12 @@ func (q *Queue) putEntry(kind WriteKind, d *Delivery) {
 	q.w.add(w)
 }
 
+// putEntryHeld rewrites d's entry with the time its hold comes due.
+func (q *Queue) putEntryHeld(d *Delivery, due int64) {
+	q.putEntry(UpdateEntry, d)
+	q.w.Ops[len(q.w.Ops)-1].Until = due
+}
+
 // noteDelivered records the highest sequence delivered, so that a restart
 // flags it and everything before it redelivered.
 func (q *Queue) noteDelivered(d *Delivery) {
@@ -154,10 +160,18 @@ type landing struct {
 	bytes int64 // the records' bytes asked at most (at least one record is read)
 	ents  []StoredEntry
 	err   error
+	// hold: a paged hold come due, read back (retry.go): the entry at
+	// seq; gen is then the queue's holdGen.
+	hold bool
+	seq  uint64
 }
 
 // land takes in what a read found, behind what memory holds. exec held.
 func (q *Queue) land(ld *landing) {
+	if ld.hold {
+		q.landHold(ld)
+		return
+	}
 	if ld.gen != q.loadGen {
 		return // the paged part was dropped (purge) since the read began
 	}
@@ -171,6 +185,7 @@ func (q *Queue) land(ld *landing) {
 	q.loadRetry = 0
 	l := &q.lanes[ld.lane]
 	n := 0
+	var now int64 // read when an entry was held for a retry delay
 	var read int64
 	for _, e := range ld.ents {
 		read += int64(len(e.Record))
@@ -187,10 +202,19 @@ func (q *Queue) land(ld *landing) {
 			// Into its priority's lane (entries stored before lanes paged
 			// apart are all under lane 0), its entry where it was read.
 			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient, Lane: ld.lane}
-			q.laneOf(m).ready.pushBack(d)
 			q.account(m.MemSize())
-			if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
-				q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
+			if e.Until != 0 && now == 0 {
+				now = time.Now().UnixNano()
+			}
+			if e.Until > now {
+				// Held for a retry delay before a restart: held for the
+				// rest of it (its size counts as ready once it is due).
+				q.pushHold(d, e.Until)
+			} else {
+				q.laneOf(m).ready.pushBack(d)
+				if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
+					q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
+				}
 			}
 		}
 		l.memTail = e.Seq

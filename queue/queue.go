@@ -201,6 +201,9 @@ type Policy struct {
 	DeliveryLimit  int64 // x-delivery-limit; negative: none
 	SingleActive   bool  // x-single-active-consumer
 	MaxPriority    uint8 // x-max-priority; 0: not a priority queue
+	// Retry holds back what consumers nack or reject with requeue
+	// (x-retry-delay and friends, retry.go); Retry.Delay 0: not held.
+	Retry Retry
 	// ConsumerTimeout is x-consumer-timeout or a policy's
 	// consumer-timeout (0: the broker's); channels read it per delivery
 	// (Queue.ConsumerTimeout), so a policy reaches consumers at once.
@@ -282,6 +285,15 @@ type Queue struct {
 	expTimer *time.Timer
 	expAt    int64        // what expTimer is armed for; 0 = not armed
 	ticks    atomic.Int64 // timer ticks applied (tests)
+	// Messages held back for a retry delay (retry.go), by due time; a
+	// durable queue keeps only the index of those beyond its window
+	// (paged), and reads them back when due (fetching).
+	holds      holdHeap
+	holdBytes  int64 // MemSize of the held messages in memory
+	holdsInMem int
+	fetching   []Delivery   // paged holds come due, being read back
+	holdGen    uint64       // bumped when the holds are dropped: reads begun before are void
+	heldN      atomic.Int64 // len(holds)+len(fetching), for any goroutine
 
 	// Message counters for the management API's message_stats (sampled
 	// into rates by the broker): taken in, delivered or got, acked,

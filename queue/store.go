@@ -31,6 +31,7 @@ type StoredEntry struct {
 	Redelivered bool
 	Inline      bool // the record was stored inside the entry
 	Count       uint32
+	Until       int64  // held back for a retry delay until then (unix nanos); 0: not held
 	Record      []byte // EncodeMessage's output
 }
 
@@ -57,6 +58,9 @@ type StoreWrite struct {
 	// entry; DeleteEntry removes such an entry (there is no record apart).
 	Inline bool
 	Count  uint32
+	// Until: an UpdateEntry of a message held back for a retry delay
+	// until then (unix nanos; retry.go).
+	Until  int64
 	Record []byte
 }
 

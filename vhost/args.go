@@ -2,6 +2,7 @@ package vhost
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/railmq/railmq/amqp"
@@ -62,13 +63,41 @@ var queueArgChecks = []queueArgCheck{
 	{name: "x-single-active-consumer", typ: wantBool},
 	{name: "x-delivery-limit", typ: wantInt, rng: ints(nonNegative)},
 	{name: "x-consumer-timeout", typ: wantInt, rng: ints(nonNegative)},
+	// railmq's own (retry with backoff, queue/retry.go), in RabbitMQ's
+	// words for arguments of their kinds.
+	{name: "x-retry-delay", typ: wantInt, rng: ints(expiry)},
+	{name: "x-retry-backoff", typ: wantNumber, rng: numbers(backoff)},
+	{name: "x-retry-delay-max", typ: wantInt, rng: ints(expires)},
+	{name: "x-retry-jitter", typ: wantNumber, rng: numbers(fraction)},
 }
+
+// retryArgs are the queue arguments of retry with backoff (railmq's own).
+var retryArgs = []string{"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter"}
 
 // Type checks.
 
 func wantInt(v any) string {
 	if _, ok := amqp.Int(v); !ok {
 		return typeError("integer", v)
+	}
+	return ""
+}
+
+// number reads an integer or floating-point argument.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	}
+	n, ok := amqp.Int(v)
+	return float64(n), ok
+}
+
+func wantNumber(v any) string {
+	if _, ok := number(v); !ok {
+		return typeError("number", v)
 	}
 	return ""
 }
@@ -95,6 +124,34 @@ func ints(check func(n int64) string) func(any, amqp.Table) string {
 		n, _ := amqp.Int(v)
 		return check(n)
 	}
+}
+
+// numbers adapts a range check of a numeric argument (of the right type).
+func numbers(check func(f float64) string) func(any, amqp.Table) string {
+	return func(v any, _ amqp.Table) string {
+		f, _ := number(v)
+		return check(f)
+	}
+}
+
+// backoff checks x-retry-backoff: a multiplier of at least 1 (a delay
+// never shrinks from one retry to the next).
+func backoff(f float64) string {
+	if math.IsInf(f, 1) {
+		return fmt.Sprintf("{value_too_large,%v}", f)
+	}
+	if !(f >= 1) {
+		return fmt.Sprintf("{value_too_small,%v}", f)
+	}
+	return ""
+}
+
+// fraction checks x-retry-jitter: a fraction of the delay, 0 to 1.
+func fraction(f float64) string {
+	if !(f >= 0 && f <= 1) {
+		return fmt.Sprintf("{value_out_of_range,%v}", f)
+	}
+	return ""
 }
 
 func nonNegative(n int64) string {
@@ -247,6 +304,18 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	}
 	if n, ok := ms("x-consumer-timeout"); ok {
 		out.consumerTimeout = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := ms("x-retry-delay"); ok {
+		p.Retry.Delay = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := ms("x-retry-delay-max"); ok {
+		p.Retry.Max = time.Duration(n) * time.Millisecond
+	}
+	if f, ok := number(args["x-retry-backoff"]); ok {
+		p.Retry.Backoff = f
+	}
+	if f, ok := number(args["x-retry-jitter"]); ok {
+		p.Retry.Jitter = f
 	}
 	if n, ok := ms("x-max-priority"); ok {
 		p.MaxPriority = uint8(n)

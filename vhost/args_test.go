@@ -111,6 +111,10 @@ func TestValidateQueueArgsOrder(t *testing.T) {
 		{"x-single-active-consumer", "yes", "{unacceptable_type,longstr}"},
 		{"x-delivery-limit", int32(-3), "{value_negative,-3}"},
 		{"x-consumer-timeout", int32(-4), "{value_negative,-4}"},
+		{"x-retry-delay", int32(-5), "{value_negative,-5}"},
+		{"x-retry-backoff", 0.5, "{value_too_small,0.5}"},
+		{"x-retry-delay-max", "1", `"expected integer, got longstr"`},
+		{"x-retry-jitter", 2.0, "{value_out_of_range,2}"},
 	}
 	if len(all) != len(queueArgChecks) {
 		t.Fatalf("%d checks, %d tested", len(queueArgChecks), len(all))

@@ -63,6 +63,7 @@ var equivalenceArgs = []string{
 	"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
 	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
 	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
+	"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter",
 }
 
 func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {

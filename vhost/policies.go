@@ -38,7 +38,7 @@ type PolicyDef struct {
 // (exchange keys map to ""), and what values it takes.
 var policyKeys = map[string]struct {
 	arg  string
-	kind string // "int", "pos" (> 0), "string", "overflow", "mode"
+	kind string // "int", "pos" (> 0), "string", "overflow", "mode", "backoff" (>= 1), "fraction" (0 to 1)
 }{
 	"dead-letter-exchange":    {"x-dead-letter-exchange", "string"},
 	"dead-letter-routing-key": {"x-dead-letter-routing-key", "string"},
@@ -50,7 +50,12 @@ var policyKeys = map[string]struct {
 	"delivery-limit":          {"x-delivery-limit", "int"},
 	"consumer-timeout":        {"x-consumer-timeout", "int"},
 	"queue-mode":              {"", "mode"},
-	"alternate-exchange":      {"", "string"},
+	// railmq's own: retry with backoff (queue/retry.go).
+	"retry-delay":        {"x-retry-delay", "int"},
+	"retry-backoff":      {"x-retry-backoff", "backoff"},
+	"retry-delay-max":    {"x-retry-delay-max", "pos"},
+	"retry-jitter":       {"x-retry-jitter", "fraction"},
+	"alternate-exchange": {"", "string"},
 }
 
 // limitArgs are the arguments whose lower value wins between a queue's
@@ -106,6 +111,12 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		case "string":
 			_, isStr := v.(string)
 			bad = !isStr
+		case "backoff":
+			f, isNum := v.(float64)
+			bad = !isNum || backoff(f) != ""
+		case "fraction":
+			f, isNum := v.(float64)
+			bad = !isNum || fraction(f) != ""
 		case "overflow":
 			s, _ := v.(string)
 			bad = s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx"
@@ -210,7 +221,7 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 	if p != nil {
 		for k, val := range p.Definition {
 			if a := policyKeys[k].arg; a != "" {
-				eff[a] = policyValue(val)
+				eff[a] = policyValue(val, policyKeys[k].kind)
 				shown[k] = val
 			}
 		}
@@ -271,9 +282,10 @@ func erlTerm(v any) string {
 	return fmt.Sprint(v)
 }
 
-// policyValue is a JSON policy value as a queue argument.
-func policyValue(v any) any {
-	if f, ok := v.(float64); ok {
+// policyValue is a JSON policy value as a queue argument: an integer,
+// but for the keys that take fractions.
+func policyValue(v any, kind string) any {
+	if f, ok := v.(float64); ok && kind != "backoff" && kind != "fraction" {
 		return int64(f)
 	}
 	return v

@@ -74,6 +74,15 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
 		return nil, err
 	}
+	for _, a := range retryArgs {
+		if _, ok := d.Args[a]; ok {
+			// Retry with backoff is the classic queue's (queue/retry.go),
+			// refused in the words RabbitMQ 3.10.8 uses for an argument a
+			// queue type does not take (rabbit_amqqueue:check_arguments_key,
+			// the type named by its module).
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_quorum_queue", a, rs)
+		}
+	}
 	size := 0
 	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok {
 		if n < 1 {

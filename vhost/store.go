@@ -27,6 +27,10 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 			b.PutMessage(o.Msg, o.Record)
 		case queue.PutEntry, queue.UpdateEntry:
 			switch {
+			case o.Until != 0 && o.Inline:
+				b.HoldEntryInline(o.Queue, o.Seq, o.Msg, o.Transient, o.Redelivered, o.Count, o.Until, o.Record)
+			case o.Until != 0:
+				b.HoldEntry(o.Queue, o.Seq, o.Msg, o.Shared, o.Transient, o.Redelivered, o.Count, o.Until)
 			case o.Inline:
 				b.PutEntryInline(o.Queue, o.Seq, o.Msg, o.Transient, o.Redelivered, o.Count, o.Record)
 			case o.Kind == queue.PutEntry:
@@ -65,7 +69,7 @@ func storedEntries(done func([]queue.StoredEntry, error)) func([]persist.Entry, 
 		out := make([]queue.StoredEntry, len(es))
 		for i, e := range es {
 			out[i] = queue.StoredEntry{Seq: e.Seq, Msg: e.Msg, Shared: e.Shared, Transient: e.Transient,
-				Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Record: e.Data}
+				Redelivered: e.Redelivered, Inline: e.Inline, Count: e.Count, Until: e.Until, Record: e.Data}
 		}
 		done(out, nil)
 	}

@@ -1,0 +1,321 @@
+package queue
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Retry with backoff (x-retry-delay and friends, railmq's own): a message
+// a consumer rejects or nacks with requeue is held back for a delay before
+// it is ready again, instead of going straight back to the consumers.
+//
+//   - Only a consumer's verdict holds: basic.reject and basic.nack with
+//     requeue (RequeueNacked). Requeues on channel or connection close,
+//     consumer timeout, basic.recover and cancel are Requeue, not held.
+//   - The n-th requeue of a message (Delivery.Count == n, as
+//     x-delivery-count counts) waits Delay * Backoff^(n-1), capped at Max
+//     (when set), then spread by Jitter: uniform in [d*(1-j), d*(1+j)].
+//   - x-delivery-limit is checked first: a requeue past it dead-letters
+//     (or drops) the message, it is not held.
+//   - A held message is neither ready nor unacked: not delivered, not
+//     got, not counted by x-max-length, not in declare-ok's ready count;
+//     Held counts them (messages_held in the management API).
+//   - Memory: held messages stay in memory (as they were, unacked) up to
+//     half the queue's window (messages and bytes, window()); beyond it a
+//     durable queue keeps only a stored message's index (heldMsg.paged, a
+//     Message without its bytes) and reads the message back from the
+//     store when it comes due (fetch, at most maxFetches at once). A
+//     non-durable queue keeps all its holds in memory.
+//   - When due it goes back to its original place, as any requeue: it is
+//     the queue's oldest, so it is next out (not behind the backlog that
+//     built up meanwhile). A message whose TTL ran out while held is
+//     dead-lettered as expired when it comes due.
+//   - Purge and delete drop held messages with the rest.
+//   - A durable queue writes the due time into the message's entry
+//     (persist's entryHeld flag), so that after a restart, clean or not,
+//     the message is still held until then.
+//
+// The holds are a min-heap by due time; the queue's one expiry timer is
+// armed for the earliest of the TTL heads and the first hold (armTimer),
+// so a tick releases what is due without scanning the rest.
+
+// Retry is a queue's retry-with-backoff setting (Policy.Retry).
+type Retry struct {
+	Delay   time.Duration // x-retry-delay; 0: requeues are not held
+	Backoff float64       // x-retry-backoff; 0 means the default, 2
+	Max     time.Duration // x-retry-delay-max; 0: no cap
+	Jitter  float64       // x-retry-jitter, a fraction in [0, 1]
+}
+
+// DefaultRetryBackoff is x-retry-backoff when not given.
+const DefaultRetryBackoff = 2
+
+// maxHold bounds a hold (10 years, the longest x-message-ttl), so that a
+// large backoff cannot overflow the due time.
+const maxHold = 10 * 365 * 24 * time.Hour
+
+// DelayFor is how long the n-th requeue of a message is held (n >= 1),
+// before jitter; r.Delay must be positive.
+func (r *Retry) DelayFor(n uint32) time.Duration {
+	b := r.Backoff
+	if b == 0 {
+		b = DefaultRetryBackoff
+	}
+	f := float64(r.Delay)
+	if n > 1 {
+		f *= math.Pow(b, float64(n-1))
+	}
+	if r.Max > 0 && f > float64(r.Max) {
+		f = float64(r.Max)
+	}
+	if f > float64(maxHold) || math.IsNaN(f) {
+		f = float64(maxHold)
+	}
+	return time.Duration(f)
+}
+
+// hold computes the n-th requeue's hold with jitter.
+func (r *Retry) hold(n uint32) time.Duration {
+	d := r.DelayFor(n)
+	if r.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 + r.Jitter*(2*rand.Float64()-1)))
+	}
+	return max(d, 0)
+}
+
+// heldMsg is a message held back until due (unix nanos).
+type heldMsg struct {
+	due   int64
+	d     Delivery
+	paged bool // d.Msg is an index only (pagedMsg): read back when due
+}
+
+// maxFetches bounds the paged holds being read back at once; the rest
+// wait, due, until reads land.
+const maxFetches = 64
+
+// holdHeap is a min-heap of held messages by due time.
+type holdHeap []heldMsg
+
+func (h *holdHeap) push(x heldMsg) {
+	*h = append(*h, x)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].due <= s[i].due {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *holdHeap) pop() heldMsg {
+	s := *h
+	x := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = heldMsg{}
+	s = s[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s[l].due < s[m].due {
+			m = l
+		}
+		if r < len(s) && s[r].due < s[m].due {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[m], s[i] = s[i], s[m]
+		i = m
+	}
+	*h = s
+	return x
+}
+
+// RequeueNacked returns deliveries a consumer rejected or nacked with
+// requeue: as Requeue, but held back first when the queue has a retry
+// delay (x-retry-delay).
+func (q *Queue) RequeueNacked(ds []Delivery, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		if n, ok := r.(NackRequeuer); ok {
+			n.RequeueNacked(ds) // a classic queue homed on another node
+		} else {
+			r.Requeue(ds, true) // quorum queues take no retry delay
+		}
+		return
+	}
+	q.postInline(op{kind: opRequeue, ds: ds, flags: flagRetry}, fl)
+}
+
+// NackRequeuer is a Replica that tells a consumer's nack or reject with
+// requeue from other requeues (a classic queue homed on another node of
+// a cluster, which holds it for its retry delay there).
+type NackRequeuer interface {
+	RequeueNacked(ds []Delivery)
+}
+
+// Held is the count of messages held back for a retry delay, without a
+// round trip (for the management API and metrics).
+func (q *Queue) Held() int64 { return q.heldN.Load() }
+
+// hold holds d back until due, writing the due time into its entry when
+// it is stored. exec held.
+func (q *Queue) hold(d Delivery, due int64) {
+	if q.stored(&d) {
+		q.putEntryHeld(&d, due)
+	}
+	q.pushHold(d, due)
+}
+
+// pushHold adds d (in memory, counted in held) to the holds: in memory
+// within half the window, else, for a durable queue's stored message, as
+// an index only. exec held.
+func (q *Queue) pushHold(d Delivery, due int64) {
+	size := d.Msg.MemSize()
+	win, winBytes := q.window()
+	if q.cfg.Durable && q.stored(&d) && (q.holdsInMem >= win/2 || q.holdBytes+size > winBytes/2) {
+		q.account(-size)
+		d.Msg = pagedMsg(d.Msg)
+		q.holds.push(heldMsg{due: due, d: d, paged: true})
+	} else {
+		q.holdBytes += size
+		q.holdsInMem++
+		q.holds.push(heldMsg{due: due, d: d})
+	}
+	q.countHeld()
+}
+
+// pagedMsg is what a paged hold keeps of m: what its entry, its lane and
+// its expiry need, without its bytes.
+func pagedMsg(m *Message) *Message {
+	return &Message{Persistent: m.Persistent, Priority: m.Priority, Enqueued: m.Enqueued, Expires: m.Expires,
+		ID: m.ID, Shared: m.Shared, Inline: m.Inline}
+}
+
+func (q *Queue) countHeld() { q.heldN.Store(int64(len(q.holds) + len(q.fetching))) }
+
+func (q *Queue) fetchesFull() bool {
+	return len(q.holds) > 0 && q.holds[0].paged && len(q.fetching) >= maxFetches
+}
+
+// releaseHolds makes the held messages due by now ready again at their
+// places (or dead-letters those whose TTL ran out meanwhile); a paged one
+// is read back first (fetch). exec held.
+func (q *Queue) releaseHolds(now int64) {
+	for len(q.holds) > 0 && q.holds[0].due <= now && !q.fetchesFull() {
+		h := q.holds.pop()
+		if h.paged {
+			q.fetch(h.d)
+			continue
+		}
+		d := h.d
+		q.holdBytes -= d.Msg.MemSize()
+		q.holdsInMem--
+		q.unhold(d, now)
+	}
+	q.countHeld()
+}
+
+// unhold makes a held message in memory ready again at its place, or
+// dead-letters it when its TTL ran out while it was held. exec held.
+func (q *Queue) unhold(d Delivery, now int64) {
+	if exp := q.expiry(&d); exp != 0 && exp <= now {
+		q.deadLetter(d, ReasonExpired)
+		return
+	}
+	q.laneOf(d.Msg).returned.push(d)
+	q.readyBytes += int64(len(d.Msg.Body))
+}
+
+// fetch reads a paged hold come due back from the store: its entry, at
+// its sequence. The read is queued behind the writes submitted before it
+// and lands as the paging reads do (landHold). exec held.
+func (q *Queue) fetch(d Delivery) {
+	q.fetching = append(q.fetching, d)
+	ld := landing{hold: true, gen: q.holdGen, seq: d.Seq}
+	q.cfg.Store.LoadEntries(q.storeID(d.Lane), d.Seq-1, 1, 0, func(ents []StoredEntry, err error) {
+		ld.ents, ld.err = ents, err
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return
+		}
+		q.landed = append(q.landed, ld)
+		q.mu.Unlock()
+		q.signal()
+	})
+}
+
+// landHold takes in a paged hold read back: ready at its place (or
+// dead-lettered if it expired meanwhile), then releases what waited for a
+// read. exec held.
+func (q *Queue) landHold(ld *landing) {
+	if ld.gen != q.holdGen {
+		return // purged or deleted since
+	}
+	i := 0
+	for i < len(q.fetching) && q.fetching[i].Seq != ld.seq {
+		i++
+	}
+	if i == len(q.fetching) {
+		return
+	}
+	d := q.fetching[i]
+	q.fetching = append(q.fetching[:i], q.fetching[i+1:]...)
+	now := time.Now().UnixNano()
+	defer q.releaseHolds(now) // those that waited for a read; counts Held
+	if ld.err != nil {
+		q.cfg.Logger.Error("reading a held message from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
+		q.holds.push(heldMsg{due: now + int64(time.Second), d: d, paged: true}) // again in a second
+		return
+	}
+	var rec []byte
+	for _, e := range ld.ents {
+		if e.Seq == ld.seq {
+			rec = e.Record
+		}
+	}
+	if rec == nil {
+		q.cfg.Logger.Warn("held message missing from store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
+		return
+	}
+	m, err := DecodeMessage(rec)
+	if err != nil {
+		q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
+		q.deleteEntry(&d)
+		return
+	}
+	m.ID, m.Shared, m.Inline = d.Msg.ID, d.Msg.Shared, d.Msg.Inline
+	d.Msg = m
+	q.account(m.MemSize())
+	q.unhold(d, now)
+}
+
+// dropHolds removes every held message (purge); it returns how many.
+// exec held.
+func (q *Queue) dropHolds() int {
+	n := len(q.holds) + len(q.fetching)
+	for i := range q.holds {
+		h := &q.holds[i]
+		if !h.paged {
+			q.account(-h.d.Msg.MemSize())
+		}
+		q.deleteEntry(&h.d)
+	}
+	for i := range q.fetching {
+		q.deleteEntry(&q.fetching[i]) // its read lands void (holdGen)
+	}
+	q.holds, q.fetching = nil, nil
+	q.holdBytes, q.holdsInMem = 0, 0
+	q.holdGen++
+	q.heldN.Store(0)
+	return n
+}
