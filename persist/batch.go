@@ -13,6 +13,7 @@ const (
 	opDeleteEntry
 	opDropQueue
 	opDropRange
+	opDropPrefix // every key starting with key
 )
 
 type op struct {
@@ -126,6 +127,26 @@ func (b *Batch) Defs(f func(kind byte, name, val []byte, del bool)) (other bool)
 		f(o.key[1], o.key[2:], o.val, o.kind == opDelete)
 	}
 	return other || b.load != nil
+}
+
+// PutDedup stores a deduplication entry of owner's cache: id expires at
+// expires (unix ms, 0 never) and was added at added.
+func (b *Batch) PutDedup(kind byte, owner, id []byte, expires, added int64) {
+	v := make([]byte, 16)
+	putUint64(v, uint64(expires))
+	putUint64(v[8:], uint64(added))
+	b.ops = append(b.ops, op{kind: opSet, key: dedupKey(kind, owner, id), val: v})
+}
+
+// DeleteDedup removes one entry of owner's deduplication cache.
+func (b *Batch) DeleteDedup(kind byte, owner, id []byte) {
+	b.ops = append(b.ops, op{kind: opDelete, key: dedupKey(kind, owner, id)})
+}
+
+// DropDedup removes owner's whole deduplication cache (its exchange is
+// deleted, or declared anew over what a deleted one left).
+func (b *Batch) DropDedup(kind byte, owner []byte) {
+	b.ops = append(b.ops, op{kind: opDropPrefix, key: dedupKey(kind, owner, nil)})
 }
 
 // Len is the number of changes in the batch.

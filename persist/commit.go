@@ -182,6 +182,9 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	case opDropRange:
 		flush()
 		return s.dropRange(*wbp, o.queue, o.msg)
+	case opDropPrefix:
+		flush()
+		return s.dropPrefix(*wbp, o.key)
 	}
 	return nil
 }
@@ -238,6 +241,30 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 			continue
 		}
 		if err := s.release(wb, e.msg, e.shared); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropPrefix deletes every key starting with p.
+func (s *Store) dropPrefix(wb *badger.WriteBatch, p []byte) error {
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		opt := badger.DefaultIteratorOptions
+		opt.PrefetchValues = false
+		it := txn.NewIterator(opt)
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ const (
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
+	prefixDedup     = 'u' // 'u' kind owner id              → deduplication entry: expires(8) added(8)
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 )
 
@@ -19,6 +20,21 @@ const (
 	DefQueue    = 'q'
 	DefBinding  = 'b'
 )
+
+// Deduplication cache owners (the byte after prefixDedup).
+const (
+	DedupExchange = 'x'
+)
+
+// dedupKey is 'u' kind owner id. owner is the registry's self-delimiting
+// name (vhost and exchange, each length prefixed), so one owner's prefix
+// never covers another's entries; id is the rest of the key.
+func dedupKey(kind byte, owner, id []byte) []byte {
+	k := make([]byte, 0, 2+len(owner)+len(id))
+	k = append(k, prefixDedup, kind)
+	k = append(k, owner...)
+	return append(k, id...)
+}
 
 // defKey is 'd' kind name; name is opaque to the store (the registry
 // builds it, e.g. vhost and exchange name for a binding).

@@ -140,3 +140,27 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 		return nil
 	})
 }
+
+// Dedups calls fn for every stored entry of owner's deduplication cache,
+// in key order; recovery sorts them by when they were added.
+func (s *Store) Dedups(kind byte, owner []byte, fn func(id []byte, expires, added int64)) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		p := dedupKey(kind, owner, nil)
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			item := it.Item()
+			err := item.Value(func(v []byte) error {
+				if len(v) != 16 {
+					return nil // not ours to judge: skipped
+				}
+				fn(bytes.Clone(item.Key()[len(p):]), int64(beUint64(v)), int64(beUint64(v[8:])))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -3,6 +3,7 @@ package vhost
 import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 )
 
@@ -23,6 +24,10 @@ type Scratch struct {
 	// routed with as well as the publish's own key (sender-selected
 	// distribution).
 	Extra []string
+	// DedupWrote reports that the last Route submitted deduplication
+	// cache entries to the store: the publish's confirm waits for them.
+	DedupWrote bool
+	dedupW     *persist.Batch // the cache writes of the Route under way
 }
 
 func (s *Scratch) headerTable() amqp.Table {
@@ -42,8 +47,18 @@ func (s *Scratch) headerTable() amqp.Table {
 func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Queues = s.Queues[:0]
 	s.decoded = false
+	s.DedupWrote = false
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	qs, err := v.route(name, key, s)
+	if s.dedupW != nil {
+		v.commitDedup(s)
+	}
+	return qs, err
+}
+
+// route is Route. v.mu read-held.
+func (v *VHost) route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	if name == "" {
 		if q := v.queues[key]; q != nil {
 			s.Queues = append(s.Queues, q)
@@ -71,10 +86,13 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 		if ex.Kind == exchange.Headers {
 			hdr = s.headerTable()
 		}
-		s.dests = ex.Route(key, hdr, s.dests[:0])
-		if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout {
-			for _, k := range s.Extra {
-				s.dests = ex.Route(k, hdr, s.dests)
+		s.dests = s.dests[:0]
+		if ex.Kind != exchange.Dedup || !v.duplicate(ex, s) {
+			s.dests = ex.Route(key, hdr, s.dests)
+			if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout && ex.Kind != exchange.Dedup {
+				for _, k := range s.Extra {
+					s.dests = ex.Route(k, hdr, s.dests)
+				}
 			}
 		}
 		if len(s.dests) == 0 {
