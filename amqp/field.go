@@ -54,3 +54,20 @@ func FieldInt(v []byte) (int64, bool) {
 func be32(p []byte) uint32 {
 	return uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])
 }
+
+// FieldKey is a map key for an encoded field value (as HeaderField
+// returns it) that compares as Erlang compares the decoded terms where it
+// matters for an id: integers of every width give one key per value; any
+// other value is its encoding, type tag included (the string "42" and the
+// integer 42 differ). buf is scratch space; the key may alias val or buf.
+func FieldKey(val []byte, buf *[9]byte) []byte {
+	if n, ok := FieldInt(val); ok {
+		buf[0] = 'l'
+		for i := 8; i >= 1; i-- {
+			buf[i] = byte(n)
+			n >>= 8
+		}
+		return buf[:]
+	}
+	return val
+}

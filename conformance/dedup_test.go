@@ -353,3 +353,240 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+// dedupQueue declares a queue with x-message-deduplication (and extra
+// arguments).
+func dedupQueue(e *env, name string, extra rmq.Table) string {
+	e.t.Helper()
+	args := rmq.Table{"x-message-deduplication": true}
+	for k, v := range extra {
+		args[k] = v
+	}
+	return e.queue(name, args)
+}
+
+// publishQ publishes to queue q through the default exchange on a
+// confirm channel with id (none when nil) and reports the broker's ack
+// (true) or nack (false).
+func (e *env) publishQ(q string, id any) bool {
+	e.t.Helper()
+	if e.confirmCh == nil {
+		e.confirmCh = e.channel(e.conn)
+		must(e.t, e.confirmCh.Confirm(false))
+	}
+	h := rmq.Table{}
+	if id != nil {
+		h["x-deduplication-header"] = id
+	}
+	dc, err := e.confirmCh.PublishWithDeferredConfirm("", q, false, false, rmq.Publishing{Headers: h, Body: []byte("m")})
+	must(e.t, err)
+	return dc.Wait()
+}
+
+// The plugin's deduplicate_message and deduplicate_message_confirm: a
+// message whose id is that of a message in the queue is not enqueued,
+// and its publisher gets basic.nack (RabbitMQ rejects a publish its
+// backing queue calls a duplicate). Without the header, no deduplication.
+func TestDedupQueueRefusesDuplicates(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-basic", nil)
+	if !e.publishQ(q, "deduplicate-this") {
+		t.Fatal("first publish nacked")
+	}
+	for range 12 {
+		if e.publishQ(q, "deduplicate-this") {
+			t.Fatal("duplicate acked")
+		}
+	}
+	if e.publishQ(q, int32(42)) != true || e.publishQ(q, int64(42)) != false || e.publishQ(q, int16(42)) != false {
+		t.Fatal("integer ids: want ack, nack, nack")
+	}
+	if !e.publishQ(q, nil) || !e.publishQ(q, nil) {
+		t.Fatal("publish without id nacked")
+	}
+	e.waitCount(q, 4)
+}
+
+// The plugin's message_acknowledged: a delivered message keeps its id
+// until it is acknowledged; a message got or consumed without ack never
+// holds it (consume_no_ack); a rejected one gives it up (dead_letter).
+func TestDedupQueueIDLeavesWithMessage(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-ack", nil)
+	if !e.publishQ(q, "a") {
+		t.Fatal("nacked")
+	}
+	d := e.get(e.ch, q, false)
+	if e.publishQ(q, "a") {
+		t.Fatal("id of an unacked message accepted")
+	}
+	must(t, d.Ack(false))
+	if !e.publishQ(q, "a") {
+		t.Fatal("id of an acked message refused")
+	}
+	d = e.get(e.ch, q, false)
+	must(t, d.Reject(false))
+	if !e.publishQ(q, "a") {
+		t.Fatal("id of a rejected message refused")
+	}
+	e.get(e.ch, q, true) // no ack
+	if !e.publishQ(q, "a") {
+		t.Fatal("id of a message got with no-ack refused")
+	}
+	ds := e.consume(q, true)
+	recv(t, ds)
+	if !e.publishQ(q, "a") {
+		t.Fatal("id of a message delivered with no-ack refused")
+	}
+	recv(t, ds)
+	// Requeued, it keeps its id.
+	ch := e.channel(e.conn)
+	q2 := dedupQueue(e, "dq-ack2", nil)
+	if !e.publishQ(q2, "b") {
+		t.Fatal("nacked")
+	}
+	d = e.get(ch, q2, false)
+	must(t, d.Nack(false, true))
+	if e.publishQ(q2, "b") {
+		t.Fatal("id of a requeued message accepted")
+	}
+	e.waitCount(q2, 1)
+}
+
+// The plugin's queue_overflow and dead_letter: a message dropped by the
+// length limit, or dead-lettered, gives up its id; the dead-letter queue
+// deduplicates on its own.
+func TestDedupQueueOverflowAndDeadLetter(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-len", rmq.Table{"x-max-length": int32(1)})
+	e.publishQ(q, "deduplicate-this")
+	e.publishQ(q, "deduplicate-that") // drops -this
+	if !e.publishQ(q, "deduplicate-this") {
+		t.Fatal("id of a dropped message refused")
+	}
+	d := e.get(e.ch, q, true)
+	if d.Headers["x-deduplication-header"] != "deduplicate-this" {
+		t.Fatalf("got %v", d.Headers)
+	}
+
+	must(t, e.ch.ExchangeDeclare("dq-dlx", "fanout", false, false, false, false, nil))
+	dlq := dedupQueue(e, "dq-dead", nil)
+	must(t, e.ch.QueueBind(dlq, "", "dq-dlx", false, nil))
+	src := dedupQueue(e, "dq-src", rmq.Table{"x-dead-letter-exchange": "dq-dlx"})
+	e.publishQ(src, "x")
+	must(t, e.get(e.ch, src, false).Reject(false))
+	e.waitCount(dlq, 1)
+	if !e.publishQ(src, "x") {
+		t.Fatal("id of a dead-lettered message refused")
+	}
+	must(t, e.get(e.ch, src, false).Reject(false))
+	// The dead-letter queue holds x already: the second copy is dropped.
+	e.waitCount(src, 0)
+	e.waitCount(dlq, 1)
+}
+
+// The plugin flushes the queue's cache on purge.
+func TestDedupQueuePurge(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-purge", nil)
+	e.publishQ(q, "a")
+	e.publishQ(q, "b")
+	n, err := e.ch.QueuePurge(q, false)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("purged %d", n)
+	}
+	if !e.publishQ(q, "a") || !e.publishQ(q, "b") {
+		t.Fatal("ids of purged messages refused")
+	}
+}
+
+// A duplicate was routed to its queue, which refused it: a mandatory
+// publish is not returned (RabbitMQ sends mandatory returns before the
+// queue looks at the message), and the publisher gets basic.nack.
+func TestDedupQueueMandatory(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-mand", nil)
+	ch := e.channel(e.conn)
+	must(t, ch.Confirm(false))
+	returns := ch.NotifyReturn(make(chan rmq.Return, 2))
+	h := rmq.Table{"x-deduplication-header": "a"}
+	var oks []bool
+	for range 2 {
+		dc, err := ch.PublishWithDeferredConfirm("", q, true, false, rmq.Publishing{Headers: h})
+		must(t, err)
+		oks = append(oks, dc.Wait())
+	}
+	if !oks[0] || oks[1] {
+		t.Fatalf("confirms %v, want ack then nack", oks)
+	}
+	select {
+	case r := <-returns:
+		t.Fatalf("returned: %d %s", r.ReplyCode, r.ReplyText)
+	default:
+	}
+	e.waitCount(q, 1)
+}
+
+// A durable deduplicating queue's ids are its stored messages' ids: they
+// are back after a restart, and after kill -9 (the real binary, killed
+// right after the confirms), as are the messages.
+func TestDedupQueueSurvivesKill(t *testing.T) {
+	testutil.InProcess(t)
+	bin := testutil.Binary(t)
+	dir := t.TempDir()
+	start := func() (*exec.Cmd, string) {
+		addr := testutil.FreePort(t)
+		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
+		must(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		testutil.WaitListening(t, addr, 30*time.Second)
+		return cmd, "amqp://guest:guest@" + addr + "/"
+	}
+	pubAll := func(ch *rmq.Channel, n int) (acks int) {
+		var dcs []*rmq.DeferredConfirmation
+		for i := range n {
+			id := "id-" + itoa(i)
+			dc, err := ch.PublishWithDeferredConfirm("", "dq-kill", false, false,
+				rmq.Publishing{Headers: rmq.Table{"x-deduplication-header": id}, DeliveryMode: rmq.Persistent, Body: []byte(id)})
+			must(t, err)
+			dcs = append(dcs, dc)
+		}
+		for _, dc := range dcs {
+			if dc.Wait() {
+				acks++
+			}
+		}
+		return acks
+	}
+	cmd, url := start()
+	c, err := rmq.Dial(url)
+	must(t, err)
+	ch, err := c.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("dq-kill", true, false, false, false, rmq.Table{"x-message-deduplication": true})
+	must(t, err)
+	must(t, ch.Confirm(false))
+	if n := pubAll(ch, 100); n != 100 {
+		t.Fatalf("%d acks", n)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	c.Close()
+
+	_, url = start()
+	c, err = rmq.Dial(url)
+	must(t, err)
+	defer c.Close()
+	ch, err = c.Channel()
+	must(t, err)
+	must(t, ch.Confirm(false))
+	if n := pubAll(ch, 150); n != 50 {
+		t.Fatalf("%d acks after the restart, want 50 (ids 100-149)", n)
+	}
+	st, err := ch.QueueDeclarePassive("dq-kill", true, false, false, false, nil)
+	must(t, err)
+	if st.Messages != 150 {
+		t.Fatalf("%d messages", st.Messages)
+	}
+}

@@ -1,10 +1,6 @@
 package exchange
 
-import (
-	"sync"
-
-	"github.com/railmq/railmq/amqp"
-)
+import "sync"
 
 // Deduplication, as the rabbitmq-message-deduplication plugin does it
 // (noxdafox/rabbitmq-message-deduplication, README and
@@ -15,28 +11,12 @@ import (
 // optionally, in time (x-cache-ttl, or the message's own x-cache-ttl
 // header).
 
-// Header names the plugin reads from a message.
+// Header names the plugin reads from a message. The id's cache key is
+// amqp.FieldKey of the header's value.
 const (
 	DedupHeader   = "x-deduplication-header"
 	DedupTTLField = "x-cache-ttl"
 )
-
-// DedupKey is the cache key of an encoded x-deduplication-header value
-// (amqp.HeaderField): integers of every width map to one key per value,
-// as Erlang compares them; any other value is its encoding, type tag
-// included (the string "42" and the integer 42 differ, as in the plugin).
-// buf is scratch space; the key may alias val or buf.
-func DedupKey(val []byte, buf *[9]byte) []byte {
-	if n, ok := amqp.FieldInt(val); ok {
-		buf[0] = 'l'
-		for i := 8; i >= 1; i-- {
-			buf[i] = byte(n)
-			n >>= 8
-		}
-		return buf[:]
-	}
-	return val
-}
 
 // DedupCache is a deduplication cache: at most size entries, each with an
 // optional expiry. A lookup is one map access; a full cache drops its

@@ -164,3 +164,28 @@ func (s *Store) Dedups(kind byte, owner []byte, fn func(id []byte, expires, adde
 		return nil
 	})
 }
+
+// ScanEntries calls fn with each of queue's entries, in order, reading
+// them in chunks (recovery rebuilds a deduplicating queue's ids from its
+// messages this way).
+func (s *Store) ScanEntries(queue uint64, fn func(Entry)) error {
+	var after uint64
+	for {
+		var es []Entry
+		err := s.db.View(func(txn *badger.Txn) error {
+			var err error
+			es, err = loadEntries(txn, queue, after, 1024, 16<<20)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 {
+			return nil
+		}
+		for _, e := range es {
+			fn(e)
+		}
+		after = es[len(es)-1].Seq
+	}
+}

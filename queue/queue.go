@@ -66,6 +66,9 @@ type Recovered struct {
 	Lanes     []int // a priority queue's entries per lane (LaneStoreID); nil: all in lane 0
 	MaxSeq    uint64
 	Delivered uint64 // entries up to this sequence had been delivered
+	// DedupIDs are the ids (DedupID) of a deduplicating queue's stored
+	// messages.
+	DedupIDs []string
 }
 
 // Sink is where a queue hands messages to a consumer: the consumer's
@@ -155,6 +158,9 @@ type Config struct {
 	Pressure *atomic.Bool
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
+	// Dedup: x-message-deduplication, a message whose id is in the queue
+	// is refused (dedup.go).
+	Dedup bool
 	// Policy holds the limits its arguments set (nil: none).
 	Policy *Policy
 	// Replica, when set, holds the queue's state instead (replica.go).
@@ -180,6 +186,10 @@ var ErrNotEmpty = errors.New("queue not empty")
 // ErrRejected is a publish refused by a full queue (x-overflow
 // reject-publish): the publisher is nacked.
 var ErrRejected = errors.New("queue full: publish rejected")
+
+// ErrDuplicate is a publish refused by a deduplicating queue: a message
+// with its id is in the queue (dedup.go).
+var ErrDuplicate = errors.New("duplicate message: publish rejected")
 
 // Overflow is what a queue at its length limit does (x-overflow).
 type Overflow uint8
@@ -240,7 +250,8 @@ type Queue struct {
 	touched []Outlet // outlets delivered to in this drain
 
 	spare        []op
-	lanes        []lane // by priority; one unless x-max-priority
+	dedup        map[string]int32 // ids of the messages in the queue (x-message-deduplication); nil: off
+	lanes        []lane           // by priority; one unless x-max-priority
 	nextSeq      uint64
 	consumers    []*Consumer // by priority, then arrival
 	order        []*Consumer // by arrival (single active consumer)
@@ -333,6 +344,14 @@ func New(cfg Config) *Queue {
 		stopped:  make(chan struct{}),
 		nextSeq:  1,
 		lastUsed: time.Now().UnixNano(),
+	}
+	if cfg.Dedup {
+		q.dedup = make(map[string]int32)
+		if r := cfg.Recovered; r != nil {
+			for _, id := range r.DedupIDs {
+				q.dedup[id]++
+			}
+		}
 	}
 	if r := cfg.Recovered; r != nil {
 		q.lanes[0].disk = r.Count
@@ -448,7 +467,7 @@ func (q *Queue) MayReject() bool {
 	if q.cfg.Replica != nil {
 		return true // a quorum queue confirms once its log has the message
 	}
-	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead
+	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead || q.cfg.Dedup
 }
 
 // Ack removes delivered messages for good.

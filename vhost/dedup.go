@@ -11,6 +11,7 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
 )
 
 // Exchange-level deduplication (exchange type x-message-deduplication), as
@@ -120,7 +121,7 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		return false // no id: never a duplicate, never cached
 	}
 	var buf [9]byte
-	key := exchange.DedupKey(val, &buf)
+	key := amqp.FieldKey(val, &buf)
 	var ttl int64
 	hasTTL := false
 	if t, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupTTLField); ok {
@@ -157,6 +158,33 @@ func (v *VHost) commitDedup(s *Scratch) {
 	v.store.Commit(w, func(err error) {
 		if err != nil {
 			v.log.Error("writing deduplication entries", zap.Error(err))
+		}
+	})
+}
+
+// dedupQueue reports whether a queue's arguments ask for queue-level
+// deduplication. The plugin reads x-message-deduplication as a boolean
+// but tests it with Elixir's truthiness (enable_dedup_queue?): any value
+// but false turns it on. There is nothing to refuse.
+func dedupQueue(args amqp.Table) bool {
+	v, ok := args["x-message-deduplication"]
+	return ok && v != false
+}
+
+// recoverDedupIDs reads the ids of a deduplicating queue's stored
+// messages (recovery, before the queue starts).
+func (v *VHost) recoverDedupIDs(storeID uint64, rec *queue.Recovered) error {
+	var buf [9]byte
+	return v.store.ScanEntries(storeID, func(e persist.Entry) {
+		if e.Transient {
+			return // dropped by recovery
+		}
+		m, err := queue.DecodeMessage(e.Data)
+		if err != nil {
+			return
+		}
+		if id, ok := queue.DedupID(m.Props, &buf); ok {
+			rec.DedupIDs = append(rec.DedupIDs, string(id))
 		}
 	})
 }
