@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"encoding/binary"
+
 	"github.com/dgraph-io/badger/v4"
 )
 
@@ -129,24 +131,25 @@ func (b *Batch) Defs(f func(kind byte, name, val []byte, del bool)) (other bool)
 	return other || b.load != nil
 }
 
-// PutDedup stores a deduplication entry of owner's cache: id expires at
-// expires (unix ms, 0 never) and was added at added.
-func (b *Batch) PutDedup(kind byte, owner, id []byte, expires, added int64) {
-	v := make([]byte, 16)
-	putUint64(v, uint64(expires))
-	putUint64(v[8:], uint64(added))
-	b.ops = append(b.ops, op{kind: opSet, key: dedupKey(kind, owner, id), val: v})
-}
-
-// DeleteDedup removes one entry of owner's deduplication cache.
-func (b *Batch) DeleteDedup(kind byte, owner, id []byte) {
-	b.ops = append(b.ops, op{kind: opDelete, key: dedupKey(kind, owner, id)})
+// PutDedup stores an entry of owner's deduplication cache in slot (the
+// cache reuses its slots, so the entry replaces the slot's previous one):
+// id expires at expires (unix ms, 0 never) and was added at added.
+func (b *Batch) PutDedup(kind byte, owner []byte, slot uint32, id []byte, expires, added int64) {
+	kv := make([]byte, 0, 2+len(owner)+4+16+len(id)) // key and value share one allocation
+	kv = append(kv, prefixDedup, kind)
+	kv = append(kv, owner...)
+	kv = binary.BigEndian.AppendUint32(kv, slot)
+	k := len(kv)
+	kv = binary.BigEndian.AppendUint64(kv, uint64(expires))
+	kv = binary.BigEndian.AppendUint64(kv, uint64(added))
+	kv = append(kv, id...)
+	b.ops = append(b.ops, op{kind: opSet, key: kv[:k:k], val: kv[k:]})
 }
 
 // DropDedup removes owner's whole deduplication cache (its exchange is
 // deleted, or declared anew over what a deleted one left).
 func (b *Batch) DropDedup(kind byte, owner []byte) {
-	b.ops = append(b.ops, op{kind: opDropPrefix, key: dedupKey(kind, owner, nil)})
+	b.ops = append(b.ops, op{kind: opDropPrefix, key: dedupPrefix(kind, owner)})
 }
 
 // Len is the number of changes in the batch.

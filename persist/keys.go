@@ -10,7 +10,7 @@ const (
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
-	prefixDedup     = 'u' // 'u' kind owner id              → deduplication entry: expires(8) added(8)
+	prefixDedup     = 'u' // 'u' kind owner slot(4)         → deduplication entry: expires(8) added(8) id
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 )
 
@@ -26,14 +26,14 @@ const (
 	DedupExchange = 'x'
 )
 
-// dedupKey is 'u' kind owner id. owner is the registry's self-delimiting
+// dedupPrefix is 'u' kind owner, the prefix of an owner's entries (the
+// key goes on with the slot). owner is the registry's self-delimiting
 // name (vhost and exchange, each length prefixed), so one owner's prefix
-// never covers another's entries; id is the rest of the key.
-func dedupKey(kind byte, owner, id []byte) []byte {
-	k := make([]byte, 0, 2+len(owner)+len(id))
+// never covers another's entries.
+func dedupPrefix(kind byte, owner []byte) []byte {
+	k := make([]byte, 0, 2+len(owner))
 	k = append(k, prefixDedup, kind)
-	k = append(k, owner...)
-	return append(k, id...)
+	return append(k, owner...)
 }
 
 // defKey is 'd' kind name; name is opaque to the store (the registry

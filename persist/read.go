@@ -142,19 +142,24 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 }
 
 // Dedups calls fn for every stored entry of owner's deduplication cache,
-// in key order; recovery sorts them by when they were added.
-func (s *Store) Dedups(kind byte, owner []byte, fn func(id []byte, expires, added int64)) error {
+// in slot order; recovery sorts them by when they were added.
+func (s *Store) Dedups(kind byte, owner []byte, fn func(slot uint32, id []byte, expires, added int64)) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
-		p := dedupKey(kind, owner, nil)
+		p := dedupPrefix(kind, owner)
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
+			k := item.Key()
+			if len(k) != len(p)+4 {
+				continue // not an entry key
+			}
+			slot := uint32(beUint64(append(make([]byte, 4, 8), k[len(p):]...)))
 			err := item.Value(func(v []byte) error {
-				if len(v) != 16 {
-					return nil // not ours to judge: skipped
+				if len(v) < 16 {
+					return fmt.Errorf("corrupt deduplication entry %x", k)
 				}
-				fn(bytes.Clone(item.Key()[len(p):]), int64(beUint64(v)), int64(beUint64(v[8:])))
+				fn(slot, bytes.Clone(v[16:]), int64(beUint64(v)), int64(beUint64(v[8:])))
 				return nil
 			})
 			if err != nil {

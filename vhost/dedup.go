@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,11 +25,13 @@ import (
 // confirm mode gets basic.ack.
 //
 // A durable exchange's cache is stored (unless declared with
-// x-cache-persistence "memory"): each new entry and each entry dropped
-// from the cache is one small key under prefix 'u', committed, in the
-// registry's order, before the message's own writes, and a confirm
-// waits for it (see Scratch.DedupWrote). A restart restores the entries
-// that have not expired.
+// x-cache-persistence "memory"): each new entry is one small key under
+// prefix 'u', named by the cache slot it takes (so it overwrites the
+// record of the entry it replaces, and nothing is ever deleted but the
+// whole cache with its exchange), committed, in the registry's order,
+// before the message's own writes; a confirm waits for it (see
+// Scratch.DedupWrote). A restart restores the entries that have not
+// expired.
 
 // The plugin's validate texts. Its Elixir strings end lines with a
 // backslash, which drops the newline but keeps the next line's
@@ -128,19 +131,12 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
 	now := time.Now().UnixMilli()
-	if d.Owner == nil {
-		dup, _ := d.Check(key, now, ttl, hasTTL, nil)
-		return dup
-	}
-	if s.dedupW == nil {
-		s.dedupW = &persist.Batch{}
-	}
-	w := s.dedupW
-	dup, exp := d.Check(key, now, ttl, hasTTL, func(k string) {
-		w.DeleteDedup(persist.DedupExchange, d.Owner, []byte(k))
-	})
-	if !dup && exp >= 0 {
-		w.PutDedup(persist.DedupExchange, d.Owner, key, exp, now)
+	dup, slot, exp := d.Check(key, now, ttl, hasTTL)
+	if !dup && slot >= 0 && d.Owner != nil {
+		if s.dedupW == nil {
+			s.dedupW = &persist.Batch{}
+		}
+		s.dedupW.PutDedup(persist.DedupExchange, d.Owner, uint32(slot), key, exp, now)
 	}
 	return dup
 }
@@ -201,39 +197,20 @@ func (v *VHost) AfterStored(done func(error)) {
 }
 
 // recoverDedup restores a durable deduplication exchange's stored entries
-// that have not expired, oldest first, and deletes the others. Recovery,
-// before any connection.
-func (v *VHost) recoverDedup(ex *exchange.Exchange, drop *persist.Batch) error {
+// that have not expired. Recovery, before any connection.
+func (v *VHost) recoverDedup(ex *exchange.Exchange) error {
 	d := ex.Dedup
 	if d == nil || d.Owner == nil {
 		return nil
 	}
-	type ent struct {
-		id             []byte
-		expires, added int64
-	}
-	var ents []ent
-	err := v.store.Dedups(persist.DedupExchange, d.Owner, func(id []byte, expires, added int64) {
-		ents = append(ents, ent{id, expires, added})
+	var es []exchange.Entry
+	err := v.store.Dedups(persist.DedupExchange, d.Owner, func(slot uint32, id []byte, expires, added int64) {
+		es = append(es, exchange.Entry{Slot: int32(min(slot, 1<<31-1)), Key: id, Expires: expires, Added: added})
 	})
 	if err != nil {
 		return err
 	}
-	slices.SortStableFunc(ents, func(a, b ent) int {
-		switch {
-		case a.added < b.added:
-			return -1
-		case a.added > b.added:
-			return 1
-		}
-		return 0
-	})
-	now := time.Now().UnixMilli()
-	gone := func(k string) { drop.DeleteDedup(persist.DedupExchange, d.Owner, []byte(k)) }
-	for _, e := range ents {
-		if !d.Restore(string(e.id), e.expires, e.added, now, gone) {
-			drop.DeleteDedup(persist.DedupExchange, d.Owner, e.id)
-		}
-	}
+	slices.SortStableFunc(es, func(a, b exchange.Entry) int { return cmp.Compare(a.Added, b.Added) })
+	d.Restore(es, time.Now().UnixMilli())
 	return nil
 }

@@ -56,12 +56,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err != nil {
 		return nil, err
 	}
-	dedupDrop := &persist.Batch{}
 	for _, x := range defs.exchanges {
 		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
 		if x.kind == exchange.Dedup {
 			v.attachDedup(ex)
-			if err := v.recoverDedup(ex, dedupDrop); err != nil {
+			if err := v.recoverDedup(ex); err != nil {
 				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
 			}
 		}
@@ -157,11 +156,6 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			v.queues[p.name] = queue.New(p.cfg)
 		}
 		v.mu.Unlock()
-		if dedupDrop.Len() > 0 {
-			// Expired and evicted cache entries: their deletes wait,
-			// like every commit, for the queues' recovery to end.
-			v.store.Commit(dedupDrop, nil)
-		}
 	}, nil
 }
 
