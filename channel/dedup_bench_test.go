@@ -101,4 +101,3 @@ func BenchmarkPublishDedup(b *testing.B) {
 		})
 	}
 }
-

@@ -32,13 +32,20 @@ const inlineKey = 48
 // dropped lazily: when looked up, and from the cold end of the list as
 // new ones come in.
 //
-// The entries live in slots, numbered from 0 to Size-1, that are reused:
-// a durable cache stores each entry under its slot number, so a new entry
-// overwrites the record of the one it replaces, and the store holds at
-// most Size records without deleting any (expired ones are skipped when
-// recovered). Looking an id up is one map access (by a 64-bit hash of
-// the id; the slot's id is compared, so a collision is a miss, never a
-// false duplicate); an id of up to inlineKey bytes costs no allocation.
+// The entries live in at most Size reused slots. Looking an id up is one
+// map access (by a 64-bit hash of the id; the slot's id is compared, so a
+// collision is a miss, never a false duplicate); an id of up to inlineKey
+// bytes costs no allocation.
+//
+// A durable cache (Owner set) is stored as a log of segments: the
+// entries added between two group commits are appended to a buffer,
+// which the store's committer takes once per commit (Flush) and writes as
+// one record, numbered in sequence. Each segment counts its entries still
+// in the cache; a segment whose last entry left is deleted. So a commit
+// costs one write for all the ids added since the last, whatever their
+// number, and the store never holds more segments than the cache has
+// entries. Recovery replays the segments in order (Restore): the newest
+// Size ids that have not expired.
 //
 // Locking: d.mu is a leaf (LOCKS.md); routing takes it under vhost.mu.
 type DedupCache struct {
@@ -47,6 +54,9 @@ type DedupCache struct {
 	// Owner, when not nil, is the store's name for the cache: its
 	// entries are written to the store (a durable exchange's).
 	Owner []byte
+	// Unregister, if set, is called by Close (the owner's hook to stop
+	// flushing this cache).
+	Unregister func()
 
 	mu    sync.Mutex
 	seed  maphash.Seed
@@ -56,6 +66,13 @@ type DedupCache struct {
 	free  []int32          // unused slots below len(slots)
 	head  int32            // most recently used, -1 when empty
 	tail  int32            // least recently used
+
+	// The log of a durable cache.
+	seg    uint64           // the segment being filled, written at the next Flush
+	live   map[uint64]int32 // entries in the cache, per segment
+	pend   []byte           // the entries of segment seg (AppendEntry)
+	dead   []uint64         // written segments left without entries: to delete
+	closed bool             // the exchange is gone: Flush writes nothing
 }
 
 // dslot is one entry; it holds no pointers, so the garbage collector
@@ -64,33 +81,39 @@ type dslot struct {
 	hash       uint64
 	expires    int64 // unix ms, 0 never
 	added      int64 // unix ms
+	seg        uint64
 	prev, next int32
 	klen       int32 // -1: slot unused
 	key        [inlineKey]byte
 }
 
 // NewDedup returns an empty cache of size entries (at least one), each
-// kept ttl ms (0: until evicted).
-func NewDedup(size int, ttl int64) *DedupCache {
-	return &DedupCache{Size: max(size, 1), TTL: ttl, seed: maphash.MakeSeed(), m: make(map[uint64]int32),
+// kept ttl ms (0: until evicted); owner, if not nil, makes it durable
+// (see Owner).
+func NewDedup(size int, ttl int64, owner []byte) *DedupCache {
+	d := &DedupCache{Size: max(size, 1), TTL: ttl, Owner: owner, seed: maphash.MakeSeed(), m: make(map[uint64]int32),
 		head: -1, tail: -1}
+	if owner != nil {
+		d.live = make(map[uint64]int32)
+	}
+	return d
 }
 
 // Check looks key up at time now (unix ms). A live entry makes the
 // message a duplicate (dup true; the entry becomes the most recently
 // used). Otherwise key is added, expiring after ttl ms (the message's
-// x-cache-ttl header; hasTTL false uses the cache's TTL), in slot
-// (which a durable cache stores it under) with expires (0: never). A
-// TTL of 0 or less adds nothing (slot -1): the plugin stores such an
-// entry already expired.
-func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool, slot int32, expires int64) {
+// x-cache-ttl header; hasTTL false uses the cache's TTL; 0: never). A
+// TTL of 0 or less adds nothing: the plugin stores such an entry already
+// expired.
+func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 	if !hasTTL {
 		ttl = d.TTL
 		hasTTL = ttl > 0
 	}
+	var expires int64
 	if hasTTL {
 		if ttl <= 0 {
-			return false, -1, 0
+			return false
 		}
 		expires = now + ttl
 	}
@@ -102,54 +125,120 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool, s
 		if d.sameKey(i, key) && (s.expires == 0 || s.expires > now) {
 			d.unlink(i)
 			d.pushFront(i)
-			return true, 0, 0
+			return true
 		}
 		d.drop(i) // expired, or a hash collision: the new id takes over
 	}
-	return false, d.add(h, key, expires, now), expires
+	i := d.add(h, key, expires, now)
+	if d.Owner != nil {
+		d.slots[i].seg = d.seg
+		d.live[d.seg]++
+		d.pend = AppendEntry(d.pend, key, expires, now)
+	}
+	return false
 }
 
-// Entry is a stored entry, for Restore.
-type Entry struct {
-	Slot           int32
-	Key            []byte
-	Expires, Added int64
+// AppendEntry encodes one stored entry: expires(8) added(8) id length(2)
+// id, all big-endian.
+func AppendEntry(b, key []byte, expires, added int64) []byte {
+	key = key[:min(len(key), 1<<16-1)]
+	b = append(b, byte(uint64(expires)>>56), byte(uint64(expires)>>48), byte(uint64(expires)>>40), byte(uint64(expires)>>32),
+		byte(uint64(expires)>>24), byte(uint64(expires)>>16), byte(uint64(expires)>>8), byte(expires))
+	b = append(b, byte(uint64(added)>>56), byte(uint64(added)>>48), byte(uint64(added)>>40), byte(uint64(added)>>32),
+		byte(uint64(added)>>24), byte(uint64(added)>>16), byte(uint64(added)>>8), byte(added))
+	b = append(b, byte(len(key)>>8), byte(len(key)))
+	return append(b, key...)
 }
 
-// Restore fills an empty cache with recovered entries, oldest first (the
-// list's order is the order they were added in). Entries expired at now,
-// or whose slot is beyond the size, are skipped.
-func (d *DedupCache) Restore(es []Entry, now int64) (restored int) {
+// ParseSegment calls fn with each entry of a stored segment; it reports
+// false for a malformed one (fn has seen the entries before the fault).
+func ParseSegment(b []byte, fn func(key []byte, expires, added int64)) bool {
+	be := func(p []byte) int64 {
+		var v uint64
+		for _, c := range p[:8] {
+			v = v<<8 | uint64(c)
+		}
+		return int64(v)
+	}
+	for len(b) > 0 {
+		if len(b) < 18 {
+			return false
+		}
+		n := int(b[16])<<8 | int(b[17])
+		if len(b) < 18+n {
+			return false
+		}
+		fn(b[18:18+n], be(b), be(b[8:]))
+		b = b[18+n:]
+	}
+	return true
+}
+
+// Flush hands the entries added since the last Flush to write, as the
+// record of segment seg, with the segments to delete; the store's
+// committer calls it once per group commit, so that a message's
+// confirm, which waits for that commit, finds its id stored. Nothing is
+// handed over once the cache is closed.
+func (d *DedupCache) Flush(write func(seg uint64, entries []byte, deleted []uint64)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	top := int32(-1)
-	for _, e := range es {
-		if e.Slot >= 0 && int(e.Slot) < d.Size {
-			top = max(top, e.Slot)
-		}
+	if d.closed || (len(d.pend) == 0 && len(d.dead) == 0) {
+		return
 	}
-	d.slots = make([]dslot, top+1)
-	for i := range d.slots {
-		d.slots[i].klen = -1
-	}
-	for _, e := range es {
-		if e.Slot < 0 || int(e.Slot) >= d.Size || (e.Expires != 0 && e.Expires <= now) {
-			continue
+	var pend []byte
+	if len(d.pend) > 0 {
+		if d.live[d.seg] > 0 { // else every entry already left: nothing to keep
+			pend = d.pend
 		}
-		h := maphash.Bytes(d.seed, e.Key)
-		if j, ok := d.m[h]; ok {
-			d.drop(j) // the same id twice: the later one wins
-			d.free = d.free[:0]
-		}
-		d.fill(e.Slot, h, e.Key, e.Expires, e.Added)
-		restored++
+		d.pend = nil
+		d.seg++
 	}
-	for i := range d.slots {
-		if d.slots[i].klen < 0 {
-			d.free = append(d.free, int32(i))
-		}
+	write(d.seg-1, pend, d.dead)
+	d.dead = nil
+}
+
+// Close stops Flush for good: the exchange is deleted (and its records
+// with it).
+func (d *DedupCache) Close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	if d.Unregister != nil {
+		d.Unregister()
 	}
-	return restored
+}
+
+// Restore replays one recovered segment into the cache (segments in
+// order, each once): its entries that have not expired at now are added
+// as if just published, evicting the oldest when full. It returns the
+// segments left without entries, to delete (seg itself among them when
+// none of its entries is kept); the next segment written follows seg.
+func (d *DedupCache) Restore(seg uint64, entries []byte, now int64) (dead []uint64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live == nil {
+		d.live = make(map[uint64]int32)
+	}
+	d.seg = seg // its entries' drops do not mark it dead: it is counted below
+	ok = ParseSegment(entries, func(key []byte, expires, added int64) {
+		if expires != 0 && expires <= now {
+			return
+		}
+		h := maphash.Bytes(d.seed, key)
+		if j, found := d.m[h]; found && d.sameKey(j, key) {
+			d.drop(j) // the same id again (an expired one, added anew)
+		}
+		i := d.add(h, key, expires, added)
+		d.slots[i].seg = seg
+		d.live[seg]++
+	})
+	if d.live[seg] == 0 {
+		delete(d.live, seg)
+		d.dead = append(d.dead, seg)
+	}
+	d.seg = seg + 1
+	dead, d.dead = d.dead, nil
+	return dead, ok
 }
 
 // Len is the number of entries (expired ones not yet dropped included).
@@ -217,6 +306,16 @@ func (d *DedupCache) drop(i int32) {
 	}
 	s.klen = -1
 	d.free = append(d.free, i)
+	if d.live != nil {
+		if n := d.live[s.seg] - 1; n > 0 {
+			d.live[s.seg] = n
+		} else {
+			delete(d.live, s.seg)
+			if s.seg != d.seg { // the segment being filled is not written yet
+				d.dead = append(d.dead, s.seg)
+			}
+		}
+	}
 }
 
 func (d *DedupCache) unlink(i int32) {

@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"encoding/binary"
-
 	"github.com/dgraph-io/badger/v4"
 )
 
@@ -131,19 +129,15 @@ func (b *Batch) Defs(f func(kind byte, name, val []byte, del bool)) (other bool)
 	return other || b.load != nil
 }
 
-// PutDedup stores an entry of owner's deduplication cache in slot (the
-// cache reuses its slots, so the entry replaces the slot's previous one):
-// id expires at expires (unix ms, 0 never) and was added at added.
-func (b *Batch) PutDedup(kind byte, owner []byte, slot uint32, id []byte, expires, added int64) {
-	kv := make([]byte, 0, 2+len(owner)+4+16+len(id)) // key and value share one allocation
-	kv = append(kv, prefixDedup, kind)
-	kv = append(kv, owner...)
-	kv = binary.BigEndian.AppendUint32(kv, slot)
-	k := len(kv)
-	kv = binary.BigEndian.AppendUint64(kv, uint64(expires))
-	kv = binary.BigEndian.AppendUint64(kv, uint64(added))
-	kv = append(kv, id...)
-	b.ops = append(b.ops, op{kind: opSet, key: kv[:k:k], val: kv[k:]})
+// PutDedup stores segment seg of owner's deduplication cache log: the
+// entries it gained since the previous segment (opaque here).
+func (b *Batch) PutDedup(kind byte, owner []byte, seg uint64, entries []byte) {
+	b.ops = append(b.ops, op{kind: opSet, key: dedupKey(kind, owner, seg), val: entries})
+}
+
+// DeleteDedup removes segment seg of owner's deduplication cache log.
+func (b *Batch) DeleteDedup(kind byte, owner []byte, seg uint64) {
+	b.ops = append(b.ops, op{kind: opDelete, key: dedupKey(kind, owner, seg)})
 }
 
 // DropDedup removes owner's whole deduplication cache (its exchange is

@@ -10,7 +10,7 @@ const (
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
-	prefixDedup     = 'u' // 'u' kind owner slot(4)         → deduplication entry: expires(8) added(8) id
+	prefixDedup     = 'u' // 'u' kind owner seg(8)          → deduplication cache log segment (entries)
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 )
 
@@ -26,12 +26,17 @@ const (
 	DedupExchange = 'x'
 )
 
-// dedupPrefix is 'u' kind owner, the prefix of an owner's entries (the
-// key goes on with the slot). owner is the registry's self-delimiting
+// dedupKey is 'u' kind owner seg: one segment of an owner's
+// deduplication cache log.
+func dedupKey(kind byte, owner []byte, seg uint64) []byte {
+	return binary.BigEndian.AppendUint64(dedupPrefix(kind, owner), seg)
+}
+
+// dedupPrefix is 'u' kind owner, the prefix of an owner's segments. owner is the registry's self-delimiting
 // name (vhost and exchange, each length prefixed), so one owner's prefix
 // never covers another's entries.
 func dedupPrefix(kind byte, owner []byte) []byte {
-	k := make([]byte, 0, 2+len(owner))
+	k := make([]byte, 0, 2+len(owner)+8)
 	k = append(k, prefixDedup, kind)
 	return append(k, owner...)
 }

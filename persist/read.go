@@ -141,9 +141,9 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 	})
 }
 
-// Dedups calls fn for every stored entry of owner's deduplication cache,
-// in slot order; recovery sorts them by when they were added.
-func (s *Store) Dedups(kind byte, owner []byte, fn func(slot uint32, id []byte, expires, added int64)) error {
+// Dedups calls fn with every stored segment of owner's deduplication
+// cache log, in order.
+func (s *Store) Dedups(kind byte, owner []byte, fn func(seg uint64, entries []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
@@ -151,18 +151,14 @@ func (s *Store) Dedups(kind byte, owner []byte, fn func(slot uint32, id []byte, 
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()
-			if len(k) != len(p)+4 {
-				continue // not an entry key
+			if len(k) != len(p)+8 {
+				continue // not a segment key
 			}
-			slot := uint32(beUint64(append(make([]byte, 4, 8), k[len(p):]...)))
-			err := item.Value(func(v []byte) error {
-				if len(v) < 16 {
-					return fmt.Errorf("corrupt deduplication entry %x", k)
-				}
-				fn(slot, bytes.Clone(v[16:]), int64(beUint64(v)), int64(beUint64(v[8:])))
-				return nil
-			})
+			v, err := item.ValueCopy(nil)
 			if err != nil {
+				return err
+			}
+			if err := fn(beUint64(k[len(p):]), v); err != nil {
 				return err
 			}
 		}

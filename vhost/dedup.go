@@ -1,8 +1,6 @@
 package vhost
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,25 +93,46 @@ func dedupInt(args amqp.Table, name string, required bool, text, strText string)
 }
 
 // attachDedup gives a new (or recovered) deduplication exchange its cache;
-// its arguments were validated when it was declared. v.mu held.
-func (v *VHost) attachDedup(ex *exchange.Exchange) {
+// its arguments were validated when it was declared. A durable cache
+// rides on the store's group commits (persist.Store.AddFlusher); a new
+// one first clears whatever a deleted exchange of its name left (its
+// vhost deleted, say), before any of its own segments can be written.
+// v.mu held.
+func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
 	size, ttl, memory, err := dedupArgs(ex.Args)
 	if err != nil {
 		// Stored before validation existed, or by hand: a cache of one
 		// entry keeps the exchange usable.
 		size, ttl = 1, 0
 	}
-	d := exchange.NewDedup(size, ttl)
+	var owner []byte
 	if ex.Durable && !memory && v.store != nil {
-		d.Owner = DefName(v.name, ex.Name)
+		owner = DefName(v.name, ex.Name)
+	}
+	d := exchange.NewDedup(size, ttl, owner)
+	if owner != nil {
+		if !recovering {
+			b := &persist.Batch{}
+			b.DropDedup(persist.DedupExchange, owner)
+			v.store.Commit(b, nil)
+		}
+		d.Unregister = v.store.AddFlusher(func(b *persist.Batch) {
+			d.Flush(func(seg uint64, entries []byte, dead []uint64) {
+				if entries != nil {
+					b.PutDedup(persist.DedupExchange, owner, seg, entries)
+				}
+				for _, s := range dead {
+					b.DeleteDedup(persist.DedupExchange, owner, s)
+				}
+			})
+		})
 	}
 	ex.Dedup = d
 }
 
 // duplicate checks the message being routed (its headers in s) against
 // ex's cache, adding it when new, and reports whether it is a duplicate.
-// The cache's store writes are gathered in s, committed by Route. v.mu
-// read-held.
+// v.mu read-held.
 func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 	d := ex.Dedup
 	if d == nil {
@@ -130,32 +149,11 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 	if t, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupTTLField); ok {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
-	now := time.Now().UnixMilli()
-	dup, slot, exp := d.Check(key, now, ttl, hasTTL)
-	if !dup && slot >= 0 && d.Owner != nil {
-		if s.dedupW == nil {
-			s.dedupW = &persist.Batch{}
-		}
-		s.dedupW.PutDedup(persist.DedupExchange, d.Owner, uint32(slot), key, exp, now)
+	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
+	if !dup && d.Owner != nil {
+		s.DedupWrote = true // the next commit stores it (Route kicks one)
 	}
 	return dup
-}
-
-// commitDedup submits the cache writes routing gathered in s. v.mu
-// read-held: a delete of the exchange (which drops its entries) is
-// submitted after them.
-func (v *VHost) commitDedup(s *Scratch) {
-	w := s.dedupW
-	s.dedupW = nil
-	if w.Len() == 0 {
-		return
-	}
-	s.DedupWrote = true
-	v.store.Commit(w, func(err error) {
-		if err != nil {
-			v.log.Error("writing deduplication entries", zap.Error(err))
-		}
-	})
 }
 
 // dedupQueue reports whether a queue's arguments ask for queue-level
@@ -196,21 +194,23 @@ func (v *VHost) AfterStored(done func(error)) {
 	v.store.Commit(&persist.Batch{}, done)
 }
 
-// recoverDedup restores a durable deduplication exchange's stored entries
-// that have not expired. Recovery, before any connection.
-func (v *VHost) recoverDedup(ex *exchange.Exchange) error {
+// recoverDedup replays a durable deduplication exchange's stored log
+// (the newest entries that have not expired come back) and notes the
+// segments left without entries in drop. Recovery, before any connection.
+func (v *VHost) recoverDedup(ex *exchange.Exchange, drop *persist.Batch) error {
 	d := ex.Dedup
 	if d == nil || d.Owner == nil {
 		return nil
 	}
-	var es []exchange.Entry
-	err := v.store.Dedups(persist.DedupExchange, d.Owner, func(slot uint32, id []byte, expires, added int64) {
-		es = append(es, exchange.Entry{Slot: int32(min(slot, 1<<31-1)), Key: id, Expires: expires, Added: added})
+	now := time.Now().UnixMilli()
+	return v.store.Dedups(persist.DedupExchange, d.Owner, func(seg uint64, entries []byte) error {
+		dead, ok := d.Restore(seg, entries, now)
+		if !ok {
+			v.log.Error("corrupt deduplication segment", zap.String("exchange", ex.Name), zap.Uint64("segment", seg))
+		}
+		for _, s := range dead {
+			drop.DeleteDedup(persist.DedupExchange, d.Owner, s)
+		}
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	slices.SortStableFunc(es, func(a, b exchange.Entry) int { return cmp.Compare(a.Added, b.Added) })
-	d.Restore(es, time.Now().UnixMilli())
-	return nil
 }

@@ -100,14 +100,7 @@ func (v *VHost) declareExchange(d ExchangeDecl) error {
 	if err != nil || ex == nil || !ex.Durable {
 		return err
 	}
-	return v.commitDefs(func(b *persist.Batch) {
-		if ex.Dedup != nil && ex.Dedup.Owner != nil {
-			// Whatever a deleted exchange of this name left (its vhost
-			// deleted, say) is not this one's window.
-			b.DropDedup(persist.DedupExchange, ex.Dedup.Owner)
-		}
-		v.putExchangeDef(b, ex)
-	})
+	return v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
 }
 
 // declareExchangeLocked returns the exchange it created, if any. v.mu held.
@@ -125,7 +118,7 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
 	if kind == exchange.Dedup {
-		v.attachDedup(ex)
+		v.attachDedup(ex, false)
 	}
 	if p := best(v.policies, d.Name, false); p != nil {
 		ae, _ := p.Definition["alternate-exchange"].(string)
@@ -222,8 +215,11 @@ func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 // the definitions to delete in dc. v.mu held.
 func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	delete(v.exchanges, ex.Name)
-	if ex.Dedup != nil && ex.Dedup.Owner != nil {
-		dc.DropDedup(persist.DedupExchange, ex.Dedup.Owner)
+	if ex.Dedup != nil {
+		ex.Dedup.Close() // before the drop is submitted: no segment is written after it
+		if ex.Dedup.Owner != nil {
+			dc.DropDedup(persist.DedupExchange, ex.Dedup.Owner)
+		}
 	}
 	if ex.Durable {
 		dc.DeleteDef(persist.DefExchange, DefName(v.name, ex.Name))

@@ -56,11 +56,12 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err != nil {
 		return nil, err
 	}
+	dedupDrop := &persist.Batch{}
 	for _, x := range defs.exchanges {
 		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
 		if x.kind == exchange.Dedup {
-			v.attachDedup(ex)
-			if err := v.recoverDedup(ex); err != nil {
+			v.attachDedup(ex, true)
+			if err := v.recoverDedup(ex, dedupDrop); err != nil {
 				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
 			}
 		}
@@ -156,6 +157,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			v.queues[p.name] = queue.New(p.cfg)
 		}
 		v.mu.Unlock()
+		if dedupDrop.Len() > 0 {
+			// Deduplication log segments left without entries: deleted
+			// once the queues' recovery is over, as any commit.
+			v.store.Commit(dedupDrop, nil)
+		}
 	}, nil
 }
 

@@ -3,7 +3,6 @@ package vhost
 import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
-	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 )
 
@@ -24,10 +23,10 @@ type Scratch struct {
 	// routed with as well as the publish's own key (sender-selected
 	// distribution).
 	Extra []string
-	// DedupWrote reports that the last Route submitted deduplication
-	// cache entries to the store: the publish's confirm waits for them.
+	// DedupWrote reports that the last Route added entries to a durable
+	// deduplication cache, which the store's next commit writes: the
+	// publish's confirm waits for that commit.
 	DedupWrote bool
-	dedupW     *persist.Batch // the cache writes of the Route under way
 }
 
 func (s *Scratch) headerTable() amqp.Table {
@@ -51,8 +50,8 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	qs, err := v.route(name, key, s)
-	if s.dedupW != nil {
-		v.commitDedup(s)
+	if s.DedupWrote {
+		v.store.Kick() // a commit to write the new entries, if nothing else calls one
 	}
 	return qs, err
 }
