@@ -1,6 +1,10 @@
 package queue
 
-import "github.com/railmq/railmq/amqp"
+import (
+	"hash/maphash"
+
+	"github.com/railmq/railmq/amqp"
+)
 
 // Queue-level deduplication (argument x-message-deduplication), as the
 // rabbitmq-message-deduplication plugin does it
@@ -38,30 +42,42 @@ func DedupID(props []byte, buf *[9]byte) ([]byte, bool) {
 
 // dedupAdmit records m's id and reports true, or reports false when a
 // message with its id is in the queue. q.dedup not nil; exec held.
+//
+// The ids are kept by a 64-bit hash (maphash, seeded per queue), without
+// the id itself: no allocation per message. Two ids of a queue's
+// messages share a hash with probability n²/2⁶⁵ (about 10⁻¹³ for a
+// million messages); the later one would then be refused as a duplicate.
 func (q *Queue) dedupAdmit(m *Message) bool {
-	var buf [9]byte
-	id, ok := DedupID(m.Props, &buf)
+	h, ok := q.dedupHash(m)
 	if !ok {
 		return true // no id: never a duplicate
 	}
-	if q.dedup[string(id)] > 0 {
+	if q.dedup[h] > 0 {
 		return false
 	}
-	q.dedup[string(id)] = 1
+	q.dedup[h] = 1
 	return true
 }
 
 // dedupForget removes the id of m, which leaves the queue. exec held.
 func (q *Queue) dedupForget(m *Message) {
-	var buf [9]byte
-	id, ok := DedupID(m.Props, &buf)
+	h, ok := q.dedupHash(m)
 	if !ok {
 		return
 	}
 	// More than one only for messages recovered with the same id.
-	if n := q.dedup[string(id)]; n > 1 {
-		q.dedup[string(id)] = n - 1
+	if n := q.dedup[h]; n > 1 {
+		q.dedup[h] = n - 1
 	} else {
-		delete(q.dedup, string(id))
+		delete(q.dedup, h)
 	}
+}
+
+func (q *Queue) dedupHash(m *Message) (uint64, bool) {
+	var buf [9]byte
+	id, ok := DedupID(m.Props, &buf)
+	if !ok {
+		return 0, false
+	}
+	return maphash.Bytes(q.dedupSeed, id), true
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,8 +251,9 @@ type Queue struct {
 	touched []Outlet // outlets delivered to in this drain
 
 	spare        []op
-	dedup        map[string]int32 // ids of the messages in the queue (x-message-deduplication); nil: off
-	lanes        []lane           // by priority; one unless x-max-priority
+	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
+	dedupSeed    maphash.Seed
+	lanes        []lane // by priority; one unless x-max-priority
 	nextSeq      uint64
 	consumers    []*Consumer // by priority, then arrival
 	order        []*Consumer // by arrival (single active consumer)
@@ -346,10 +348,10 @@ func New(cfg Config) *Queue {
 		lastUsed: time.Now().UnixNano(),
 	}
 	if cfg.Dedup {
-		q.dedup = make(map[string]int32)
+		q.dedup, q.dedupSeed = make(map[uint64]int32), maphash.MakeSeed()
 		if r := cfg.Recovered; r != nil {
 			for _, id := range r.DedupIDs {
-				q.dedup[id]++
+				q.dedup[maphash.String(q.dedupSeed, id)]++
 			}
 		}
 	}
