@@ -67,7 +67,7 @@ func dedupArgs(args amqp.Table) (size int, ttl int64, memory bool, err error) {
 		}
 		memory = s == "memory"
 	}
-	return int(min(n, 1<<40)), ttl, memory, nil
+	return int(min(n, 1<<31-1)), ttl, memory, nil // slots are numbered in int32
 }
 
 func dedupInt(args amqp.Table, name string, required bool, text, strText string) (int64, error) {
