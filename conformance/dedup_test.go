@@ -590,3 +590,30 @@ func TestDedupQueueSurvivesKill(t *testing.T) {
 		t.Fatalf("%d messages", st.Messages)
 	}
 }
+
+// The plugin's deduplicate_message_ttl: the id of a message that expired
+// (the queue's x-message-ttl, or its own expiration) is free again.
+func TestDedupQueueTTL(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := dedupQueue(e, "dq-ttl", rmq.Table{"x-message-ttl": int32(300)})
+	e.publishQ(q, "deduplicate-this")
+	if e.publishQ(q, "deduplicate-this") {
+		t.Fatal("duplicate accepted")
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return e.publishQ(q, "deduplicate-this") },
+		"the id accepted again once its message expired")
+	e.get(e.ch, q, true)
+
+	ch := e.channel(e.conn)
+	must(t, ch.Confirm(false))
+	pub := func() bool {
+		dc, err := ch.PublishWithDeferredConfirm("", q, false, false, rmq.Publishing{
+			Headers: rmq.Table{"x-deduplication-header": "deduplicate-that"}, Expiration: "100"})
+		must(t, err)
+		return dc.Wait()
+	}
+	if !pub() || pub() {
+		t.Fatal("want ack, then nack")
+	}
+	testutil.Eventually(t, 5*time.Second, pub, "the id accepted again once its message's expiration ran out")
+}
