@@ -617,3 +617,47 @@ func TestDedupQueueTTL(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, pub, "the id accepted again once its message's expiration ran out")
 }
+
+// The plugin's policies (rabbit_message_deduplication_policies.ex, and
+// queue_policy / exchange_policy in its suites): x-message-deduplication
+// turns a live queue's deduplication on and off; x-cache-size (and
+// x-cache-ttl) resize a live exchange's window; bad values are refused
+// with the plugin's reasons.
+func TestDedupPolicies(t *testing.T) {
+	e := setup(t, broker.Options{})
+	a := newAPI(t, e.b)
+	t.Cleanup(func() {
+		a.call("DELETE", "/api/policies/%2F/dp-q", "guest", "guest", nil, nil)
+		a.call("DELETE", "/api/policies/%2F/dp-x", "guest", "guest", nil, nil)
+	})
+	q := e.queue("dp-queue", nil)
+	a.admin("PUT", "/api/policies/%2F/dp-q", map[string]any{"pattern": "^dp-queue$", "apply-to": "queues",
+		"definition": map[string]any{"x-message-deduplication": true}}, 201)
+	e.publishQ(q, "a")
+	testutil.Eventually(t, 5*time.Second, func() bool { return !e.publishQ(q, "a") }, "a duplicate refused under the policy")
+	a.admin("DELETE", "/api/policies/%2F/dp-q", nil, 204)
+	testutil.Eventually(t, 5*time.Second, func() bool { return e.publishQ(q, "a") }, "duplicates taken once the policy is cleared")
+
+	x := dedupExchange(e, "dp-x", false, rmq.Table{"x-cache-size": int32(100)})
+	a.admin("PUT", "/api/policies/%2F/dp-x", map[string]any{"pattern": "^dp-x$", "apply-to": "exchanges",
+		"definition": map[string]any{"x-cache-size": 1}}, 201)
+	e.publishDedup("dp-x", "a", nil)
+	e.publishDedup("dp-x", "b", nil) // the window holds one id: a goes
+	e.publishDedup("dp-x", "a", nil)
+	e.waitCount(x, 3)
+
+	for _, tc := range []struct {
+		def    map[string]any
+		reason string
+	}{
+		{map[string]any{"x-cache-size": 0}, `"x-cache-size" must be an integer greater than 0, got 0`},
+		{map[string]any{"x-cache-ttl": "10"}, `"x-cache-ttl" must be an integer greater than 0, got <<"10">>`},
+		{map[string]any{"x-cache-persistence": "ssd"}, `"x-cache-persistence" must be either "disk" or "memory", got <<"ssd">>`},
+		{map[string]any{"x-message-deduplication": "yes"}, `"x-message-deduplication" must be a boolean, got <<"yes">>`},
+	} {
+		code, _, body := a.callWithHeaders("PUT", "/api/policies/%2F/dp-bad", map[string]any{"pattern": ".*", "definition": tc.def})
+		if code != 400 || body.Reason != "Validation failed\n\n"+tc.reason+"\n" {
+			t.Fatalf("%v: %d %q", tc.def, code, body.Reason)
+		}
+	}
+}

@@ -49,8 +49,8 @@ const inlineKey = 48
 //
 // Locking: d.mu is a leaf (LOCKS.md); routing takes it under vhost.mu.
 type DedupCache struct {
-	Size int   // x-cache-size
-	TTL  int64 // x-cache-ttl in ms, 0 without
+	Size int   // x-cache-size (d.mu held: a policy may change it)
+	TTL  int64 // x-cache-ttl in ms, 0 without (d.mu held)
 	// Owner, when not nil, is the store's name for the cache: its
 	// entries are written to the store (a durable exchange's).
 	Owner []byte
@@ -106,6 +106,9 @@ func NewDedup(size int, ttl int64, owner []byte) *DedupCache {
 // TTL of 0 or less adds nothing: the plugin stores such an entry already
 // expired.
 func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
+	h := maphash.Bytes(d.seed, key)
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if !hasTTL {
 		ttl = d.TTL
 		hasTTL = ttl > 0
@@ -117,9 +120,6 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 		}
 		expires = now + ttl
 	}
-	h := maphash.Bytes(d.seed, key)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if i, ok := d.m[h]; ok {
 		s := &d.slots[i]
 		if d.sameKey(i, key) && (s.expires == 0 || s.expires > now) {
@@ -197,6 +197,18 @@ func (d *DedupCache) Flush(write func(seg uint64, entries []byte, deleted []uint
 	d.dead = nil
 }
 
+// SetOptions changes the size and the TTL (of entries added from now on;
+// 0: none), as a policy does; a smaller size drops the least recently
+// used entries at once.
+func (d *DedupCache) SetOptions(size int, ttl int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.Size, d.TTL = max(size, 1), ttl
+	for len(d.m) > d.Size && d.tail >= 0 {
+		d.drop(d.tail)
+	}
+}
+
 // Close stops Flush for good: the exchange is deleted (and its records
 // with it).
 func (d *DedupCache) Close() {
@@ -248,9 +260,9 @@ func (d *DedupCache) Len() int {
 	return len(d.m)
 }
 
-// add inserts key as the most recently used entry, in a free slot, a new
-// one, or the least recently used one's; expired entries at the cold end
-// go first. It returns the slot. d.mu held.
+// add inserts key as the most recently used entry, in a free slot or a
+// new one, dropping expired entries at the cold end first, then, when
+// full, the least recently used. It returns the slot. d.mu held.
 func (d *DedupCache) add(h uint64, key []byte, expires, now int64) int32 {
 	for n := 0; n < 2 && d.tail >= 0; n++ {
 		if t := &d.slots[d.tail]; t.expires != 0 && t.expires <= now {
@@ -259,18 +271,16 @@ func (d *DedupCache) add(h uint64, key []byte, expires, now int64) int32 {
 		}
 		break
 	}
+	for len(d.m) >= d.Size && d.tail >= 0 {
+		d.drop(d.tail) // full: the least recently used goes
+	}
 	var i int32
-	switch {
-	case len(d.free) > 0:
-		i = d.free[len(d.free)-1]
-		d.free = d.free[:len(d.free)-1]
-	case len(d.slots) < d.Size:
+	if n := len(d.free); n > 0 {
+		i = d.free[n-1]
+		d.free = d.free[:n-1]
+	} else {
 		d.slots = append(d.slots, dslot{})
 		i = int32(len(d.slots) - 1)
-	default:
-		i = d.tail
-		d.drop(i)
-		d.free = d.free[:len(d.free)-1] // drop freed it: take it back
 	}
 	d.fill(i, h, key, expires, now)
 	return i

@@ -40,6 +40,19 @@ func DedupID(props []byte, buf *[9]byte) ([]byte, bool) {
 	return amqp.FieldKey(val, buf), true
 }
 
+// toggleDedup starts or stops deduplicating as q.pol says. Started by a
+// policy, the queue does not know the ids of the messages it already
+// holds (the plugin flushes its cache then too). exec held (or New).
+func (q *Queue) toggleDedup() {
+	on := q.pol.Dedup && !q.cfg.NoDedup && q.cfg.Replica == nil
+	switch {
+	case on && q.dedup == nil:
+		q.dedup, q.dedupSeed = make(map[uint64]int32), maphash.MakeSeed()
+	case !on:
+		q.dedup = nil
+	}
+}
+
 // dedupAdmit records m's id and reports true, or reports false when a
 // message with its id is in the queue. q.dedup not nil; exec held.
 //

@@ -159,9 +159,9 @@ type Config struct {
 	Pressure *atomic.Bool
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
-	// Dedup: x-message-deduplication, a message whose id is in the queue
-	// is refused (dedup.go).
-	Dedup bool
+	// NoDedup: the queue ignores Policy.Dedup (a quorum queue, or a
+	// proxy of a queue whose home deduplicates).
+	NoDedup bool
 	// Policy holds the limits its arguments set (nil: none).
 	Policy *Policy
 	// Replica, when set, holds the queue's state instead (replica.go).
@@ -220,6 +220,9 @@ type Policy struct {
 	DeadLetter DeadLetterFunc
 	// OnExpire deletes the queue from the registry when x-expires fires.
 	OnExpire func(q *Queue)
+	// Dedup: x-message-deduplication (an argument or a policy's); a
+	// message whose id is in the queue is refused (dedup.go).
+	Dedup bool
 }
 
 // NoPolicy is a queue without limits.
@@ -253,7 +256,8 @@ type Queue struct {
 	spare        []op
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
-	lanes        []lane // by priority; one unless x-max-priority
+	mayReject    atomic.Bool // see MayReject
+	lanes        []lane      // by priority; one unless x-max-priority
 	nextSeq      uint64
 	consumers    []*Consumer // by priority, then arrival
 	order        []*Consumer // by arrival (single active consumer)
@@ -347,12 +351,11 @@ func New(cfg Config) *Queue {
 		nextSeq:  1,
 		lastUsed: time.Now().UnixNano(),
 	}
-	if cfg.Dedup {
-		q.dedup, q.dedupSeed = make(map[uint64]int32), maphash.MakeSeed()
-		if r := cfg.Recovered; r != nil {
-			for _, id := range r.DedupIDs {
-				q.dedup[maphash.String(q.dedupSeed, id)]++
-			}
+	q.toggleDedup()
+	q.noteMayReject()
+	if r := cfg.Recovered; r != nil && q.dedup != nil {
+		for _, id := range r.DedupIDs {
+			q.dedup[maphash.String(q.dedupSeed, id)]++
 		}
 	}
 	if r := cfg.Recovered; r != nil {
@@ -464,12 +467,20 @@ func (q *Queue) CaughtUp() bool {
 func (q *Queue) Durable() bool { return q.cfg.Durable && q.cfg.Store != nil }
 
 // MayReject reports whether the queue can refuse publishes (x-overflow
-// reject-publish), so its publishers need a confirm from it.
+// reject-publish, or deduplication), so its publishers need a confirm
+// from it. Publishers call it: it reads what the holder of exec last
+// stored (mayReject), never q.pol, which a policy changes under exec.
 func (q *Queue) MayReject() bool {
 	if q.cfg.Replica != nil {
 		return true // a quorum queue confirms once its log has the message
 	}
-	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead || q.cfg.Dedup
+	return q.mayReject.Load()
+}
+
+// noteMayReject records what MayReject answers under q.pol. exec held
+// (or New).
+func (q *Queue) noteMayReject() {
+	q.mayReject.Store((q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead || q.dedup != nil)
 }
 
 // Ack removes delivered messages for good.

@@ -130,6 +130,28 @@ func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
 	ex.Dedup = d
 }
 
+// dedupPolicy applies a policy's x-cache-size and x-cache-ttl to a
+// deduplication exchange's window, or its arguments' when the policy
+// (p, nil without one) sets none: as the plugin's policy_changed, which
+// resets to the arguments and then applies the policy's. The plugin's
+// x-cache-persistence policy only relabels its cache (the table keeps
+// its storage), so it changes nothing here either.
+func (v *VHost) dedupPolicy(ex *exchange.Exchange, p *PolicyDef) {
+	size, ttl, _, err := dedupArgs(ex.Args)
+	if err != nil {
+		size, ttl = 1, 0
+	}
+	if p != nil {
+		if f, ok := p.Definition["x-cache-size"].(float64); ok {
+			size = int(min(f, 1<<31-1))
+		}
+		if f, ok := p.Definition["x-cache-ttl"].(float64); ok {
+			ttl = int64(f)
+		}
+	}
+	ex.Dedup.SetOptions(size, ttl)
+}
+
 // duplicate checks the message being routed (its headers in s) against
 // ex's cache, adding it when new, and reports whether it is a duplicate.
 // v.mu read-held.

@@ -117,10 +117,14 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		return nil, err
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	p := best(v.policies, d.Name, false)
 	if kind == exchange.Dedup {
 		v.attachDedup(ex, false)
+		if p != nil {
+			v.dedupPolicy(ex, p)
+		}
 	}
-	if p := best(v.policies, d.Name, false); p != nil {
+	if p != nil {
 		ae, _ := p.Definition["alternate-exchange"].(string)
 		ex.SetPolicyAE(ae)
 	}

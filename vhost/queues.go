@@ -137,7 +137,6 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Durable = d.Durable && !d.Exclusive // durable+exclusive is transient (errata §30)
 	cfg.Exclusive, cfg.AutoDelete, cfg.Owner = d.Exclusive, d.AutoDelete, d.Owner
 	cfg.Args = d.Args
-	cfg.Dedup = dedupQueue(d.Args)
 	cfg.ConsumerTimeout = args.consumerTimeout
 	cfg.Memory = v.memory
 	cfg.Totals = v.totals

@@ -98,7 +98,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 				return nil, fmt.Errorf("queue %q: %w", d.name, err)
 			}
 			keep[id] = true
-			if cfg.Dedup {
+			if cfg.Policy != nil && cfg.Policy.Dedup {
 				if err := v.recoverDedupIDs(id, rec); err != nil {
 					return nil, fmt.Errorf("queue %q: %w", d.name, err)
 				}
