@@ -47,3 +47,27 @@ func TestHeaderFieldAndKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPropsHeaders(t *testing.T) {
+	h := Table{"x-deduplication-header": "id"}
+	for _, p := range []Properties{
+		{Flags: FlagHeaders, Headers: h},
+		{Flags: FlagHeaders | FlagContentType, ContentType: "application/json", Headers: h},
+		{Flags: FlagHeaders | FlagContentType | FlagContentEncoding | FlagDeliveryMode, ContentType: "a", ContentEncoding: "gzip", DeliveryMode: 2, Headers: h},
+		{Flags: FlagContentType, ContentType: "x"},
+	} {
+		enc := p.Append(nil)
+		v, err := ScanProperties(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := PropsHeaders(enc); !bytes.Equal(got, v.Headers) {
+			t.Fatalf("%+v: %q, want %q", p, got, v.Headers)
+		}
+	}
+	for _, bad := range [][]byte{nil, {0x20, 0}, {0xa0, 0, 5, 'a'}, {0x20, 0, 0, 0, 0, 9}} {
+		if got := PropsHeaders(bad); got != nil {
+			t.Fatalf("%q: %q", bad, got)
+		}
+	}
+}

@@ -29,11 +29,11 @@ const DedupHeader = "x-deduplication-header"
 // DedupID returns the cache key of m's id (amqp.FieldKey of its
 // x-deduplication-header), if it has one. buf is scratch space.
 func DedupID(props []byte, buf *[9]byte) ([]byte, bool) {
-	v, err := amqp.ScanProperties(props)
-	if err != nil || len(v.Headers) == 0 {
+	h := amqp.PropsHeaders(props)
+	if len(h) == 0 {
 		return nil, false
 	}
-	val, ok := amqp.HeaderField(v.Headers, DedupHeader)
+	val, ok := amqp.HeaderField(h, DedupHeader)
 	if !ok {
 		return nil, false
 	}
