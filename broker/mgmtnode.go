@@ -37,6 +37,9 @@ var exchangeTypes = func() []map[string]any {
 	for _, k := range []exchange.Kind{exchange.Direct, exchange.Fanout, exchange.Headers, exchange.Topic} {
 		out = append(out, map[string]any{"name": k.String(), "description": "AMQP " + k.String() + " exchange, as per the AMQP specification", "enabled": true})
 	}
+	// Built in: described as the rabbitmq-message-deduplication plugin
+	// describes it (description/0).
+	out = append(out, map[string]any{"name": exchange.Dedup.String(), "description": "Message Deduplication Exchange.", "enabled": true})
 	return out
 }()
 

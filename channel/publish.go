@@ -362,7 +362,16 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	}
 	c.scratch.ResetSeen()
 	c.routed(routed, mandatory, msg)
-	if !waited {
+	switch {
+	case waited:
+		// Its writes were submitted after the deduplication entries
+		// routing wrote (Scratch.DedupWrote): confirmed after them.
+	case c.scratch.DedupWrote && c.confirm:
+		// Only the deduplication cache needed the store: confirmed once
+		// its entry is durable, so that a confirmed id stays seen
+		// across a crash.
+		c.cfg.VHost.AfterStored(c.newConfirm(1).Done)
+	default:
 		c.confirmNow() // nothing of it needed the store
 	}
 	return nil

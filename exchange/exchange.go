@@ -42,6 +42,9 @@ type Exchange struct {
 	AutoDelete bool
 	Internal   bool
 	Args       amqp.Table
+	// Dedup is a Dedup kind exchange's cache, set before the exchange is
+	// published to routing and not changed after.
+	Dedup *DedupCache
 
 	snap     atomic.Pointer[snapshot]
 	policyAE atomic.Pointer[string] // an alternate exchange a policy sets (SetPolicyAE)
@@ -77,7 +80,7 @@ type snapshot struct {
 // New returns an exchange without bindings. kind must be valid (see
 // ParseKind): anything else is a caller bug.
 func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
-	if kind < Direct || kind > Headers {
+	if kind < Direct || kind > Dedup {
 		panic("exchange.New: invalid kind")
 	}
 	e := &Exchange{
@@ -136,7 +139,7 @@ func (e *Exchange) Route(key string, headers amqp.Table, out []Dest) []Dest {
 	switch s.kind {
 	case Direct:
 		out = append(out, s.direct.get(key)...)
-	case Fanout:
+	case Fanout, Dedup:
 		out = append(out, s.fanout...)
 	case Topic:
 		if s.topic != nil {
@@ -229,7 +232,7 @@ func (e *Exchange) Bind(b Binding) (added bool) {
 		if e.byDestKey[dk] == 1 {
 			e.addKey(&s, b.Dest, b.Key)
 		}
-	case Fanout:
+	case Fanout, Dedup:
 		if len(ids) == 1 {
 			s.fanout = append(slices.Clip(s.fanout), b.Dest)
 		}
@@ -252,7 +255,7 @@ func (e *Exchange) Unbind(b Binding) (removed bool) {
 	s := *e.snap.Load()
 	e.forget(&s, id, b)
 	switch s.kind {
-	case Fanout:
+	case Fanout, Dedup:
 		if len(e.byDest[b.Dest]) == 0 {
 			s.fanout = deleteDest(s.fanout, b.Dest)
 		}
@@ -284,7 +287,7 @@ func (e *Exchange) RemoveDest(d Dest) int {
 	}
 	delete(e.byDest, d)
 	switch s.kind {
-	case Fanout:
+	case Fanout, Dedup:
 		s.fanout = deleteDest(s.fanout, d)
 	case Headers:
 		s.headers = slices.DeleteFunc(slices.Clone(s.headers), func(h hbinding) bool { return h.dest == d })

@@ -10,6 +10,9 @@ const (
 	Fanout
 	Topic
 	Headers
+	// Dedup is the rabbitmq-message-deduplication plugin's exchange type:
+	// it routes as fanout, after dropping duplicates (see Dedup).
+	Dedup
 )
 
 // ParseKind maps an exchange.declare type field to a Kind. The names are
@@ -24,6 +27,8 @@ func ParseKind(s string) (Kind, bool) {
 		return Topic, true
 	case "headers":
 		return Headers, true
+	case "x-message-deduplication":
+		return Dedup, true
 	}
 	return 0, false
 }
@@ -39,6 +44,8 @@ func (k Kind) String() string {
 		return "topic"
 	case Headers:
 		return "headers"
+	case Dedup:
+		return "x-message-deduplication"
 	}
 	return "invalid"
 }

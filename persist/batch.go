@@ -13,6 +13,7 @@ const (
 	opDeleteEntry
 	opDropQueue
 	opDropRange
+	opDropPrefix // every key starting with key
 )
 
 type op struct {
@@ -152,6 +153,23 @@ func (b *Batch) Defs(f func(kind byte, name, val []byte, del bool)) (other bool)
 		f(o.key[1], o.key[2:], o.val, o.kind == opDelete)
 	}
 	return other || b.load != nil
+}
+
+// PutDedup stores segment seg of owner's deduplication cache log: the
+// entries it gained since the previous segment (opaque here).
+func (b *Batch) PutDedup(kind byte, owner []byte, seg uint64, entries []byte) {
+	b.ops = append(b.ops, op{kind: opSet, key: dedupKey(kind, owner, seg), val: entries})
+}
+
+// DeleteDedup removes segment seg of owner's deduplication cache log.
+func (b *Batch) DeleteDedup(kind byte, owner []byte, seg uint64) {
+	b.ops = append(b.ops, op{kind: opDelete, key: dedupKey(kind, owner, seg)})
+}
+
+// DropDedup removes owner's whole deduplication cache (its exchange is
+// deleted, or declared anew over what a deleted one left).
+func (b *Batch) DropDedup(kind byte, owner []byte) {
+	b.ops = append(b.ops, op{kind: opDropPrefix, key: dedupPrefix(kind, owner)})
 }
 
 // Len is the number of changes in the batch.

@@ -29,6 +29,38 @@ func (s *Store) Commit(b *Batch, done func(error)) {
 	s.mu.Unlock()
 }
 
+// AddFlusher has f add its writes to every group commit, after the
+// round's batches: anything f was given before a batch was submitted is
+// durable once that batch is. f runs on the committer with no lock held
+// and must not block. remove stops it (it may run once more meanwhile).
+func (s *Store) AddFlusher(f func(*Batch)) (remove func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flushers == nil {
+		s.flushers = make(map[int]func(*Batch))
+	}
+	s.flushID++
+	id := s.flushID
+	s.flushers[id] = f
+	return func() {
+		s.mu.Lock()
+		delete(s.flushers, id)
+		s.mu.Unlock()
+	}
+}
+
+// Kick has the committer run a round even if nothing is submitted, for
+// the flushers' writes.
+func (s *Store) Kick() {
+	if s.kicked.Swap(true) {
+		return // a round is due already
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // CommitSync commits b and waits until it is durable.
 func (s *Store) CommitSync(b *Batch) error {
 	ch := make(chan error, 1)
@@ -56,11 +88,16 @@ func (s *Store) commitLoop() {
 }
 
 func (s *Store) commitPending() {
+	kicked := s.kicked.Swap(false)
 	s.mu.Lock()
 	batch := s.pending
 	s.pending = nil
+	var flushers []func(*Batch)
+	for _, f := range s.flushers {
+		flushers = append(flushers, f)
+	}
 	s.mu.Unlock()
-	if len(batch) == 0 {
+	if len(batch) == 0 && !kicked {
 		return
 	}
 	growErr, allErr := s.spaceCheck(batch)
@@ -111,6 +148,21 @@ func (s *Store) commitPending() {
 			refused = append(refused, b)
 		} else if b.done != nil {
 			dones = append(dones, b.done)
+		}
+	}
+	if allErr == nil && len(flushers) > 0 {
+		// Writes that ride on every commit (deduplication caches): taken
+		// now, they hold everything added before this round's batches
+		// were submitted, and are durable with them.
+		fb := &Batch{}
+		for _, f := range flushers {
+			f(fb)
+		}
+		for i := range fb.ops {
+			if err := s.apply(&wb, &fb.ops[i], flush); err != nil && writeErr == nil {
+				writeErr = err
+			}
+			wrote = true
 		}
 	}
 	if s.opt.Fault != nil && writeErr == nil {
@@ -182,6 +234,9 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	case opDropRange:
 		flush()
 		return s.dropRange(*wbp, o.queue, o.msg)
+	case opDropPrefix:
+		flush()
+		return s.dropPrefix(*wbp, o.key)
 	}
 	return nil
 }
@@ -238,6 +293,30 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 			continue
 		}
 		if err := s.release(wb, e.msg, e.shared); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropPrefix deletes every key starting with p.
+func (s *Store) dropPrefix(wb *badger.WriteBatch, p []byte) error {
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		opt := badger.DefaultIteratorOptions
+		opt.PrefetchValues = false
+		it := txn.NewIterator(opt)
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ const (
 	prefixMessage   = 'm' // 'm' id(8)                       → message record
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
+	prefixDedup     = 'u' // 'u' kind owner seg(8)          → deduplication cache log segment (entries)
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 	// 'h' is reserved for retry holds; they live in the entry instead
 	// (entryHeld), so that deleting an entry drops its hold with it.
@@ -21,6 +22,26 @@ const (
 	DefQueue    = 'q'
 	DefBinding  = 'b'
 )
+
+// Deduplication cache owners (the byte after prefixDedup).
+const (
+	DedupExchange = 'x'
+)
+
+// dedupKey is 'u' kind owner seg: one segment of an owner's
+// deduplication cache log.
+func dedupKey(kind byte, owner []byte, seg uint64) []byte {
+	return binary.BigEndian.AppendUint64(dedupPrefix(kind, owner), seg)
+}
+
+// dedupPrefix is 'u' kind owner, the prefix of an owner's segments. owner is the registry's self-delimiting
+// name (vhost and exchange, each length prefixed), so one owner's prefix
+// never covers another's entries.
+func dedupPrefix(kind byte, owner []byte) []byte {
+	k := make([]byte, 0, 2+len(owner)+8)
+	k = append(k, prefixDedup, kind)
+	return append(k, owner...)
+}
 
 // defKey is 'd' kind name; name is opaque to the store (the registry
 // builds it, e.g. vhost and exchange name for a binding).

@@ -141,3 +141,53 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 		return nil
 	})
 }
+
+// Dedups calls fn with every stored segment of owner's deduplication
+// cache log, in order.
+func (s *Store) Dedups(kind byte, owner []byte, fn func(seg uint64, entries []byte) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		p := dedupPrefix(kind, owner)
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			if len(k) != len(p)+8 {
+				continue // not a segment key
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(beUint64(k[len(p):]), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ScanEntries calls fn with each of queue's entries, in order, reading
+// them in chunks (recovery rebuilds a deduplicating queue's ids from its
+// messages this way).
+func (s *Store) ScanEntries(queue uint64, fn func(Entry)) error {
+	var after uint64
+	for {
+		var es []Entry
+		err := s.db.View(func(txn *badger.Txn) error {
+			var err error
+			es, err = loadEntries(txn, queue, after, 1024, 16<<20)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 {
+			return nil
+		}
+		for _, e := range es {
+			fn(e)
+		}
+		after = es[len(es)-1].Seq
+	}
+}

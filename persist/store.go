@@ -45,10 +45,14 @@ type Store struct {
 	closing bool       // Close was called: the committer exits once nothing is pending
 	pending []*Batch
 	closed  bool
-	wake    chan struct{}
-	stopped chan struct{}
-	gcStop  chan struct{}
-	gcDone  chan struct{}
+	// flushers add their writes to every commit (AddFlusher), by id.
+	flushers map[int]func(*Batch)
+	flushID  int
+	kicked   atomic.Bool // a round is due even with nothing pending (Kick)
+	wake     chan struct{}
+	stopped  chan struct{}
+	gcStop   chan struct{}
+	gcDone   chan struct{}
 
 	nextMsg atomic.Uint64
 	syncs   atomic.Uint64

@@ -138,6 +138,9 @@ func (q *Queue) apply(o *op) outcome {
 			q.voidReads()
 		}
 		q.readyBytes = 0
+		if q.dedup != nil {
+			clear(q.dedup) // the plugin flushes its cache on purge, unacked ids too
+		}
 		o.reply <- result{n: n}
 	case opStats:
 		o.reply <- result{messages: q.readyLen(), n: len(q.consumers)}
@@ -178,6 +181,13 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 			}
 			return
 		}
+	}
+	if q.dedup != nil && !q.dedupAdmit(m) {
+		q.cfg.Memory.Add(-mem) // counted by Publish, not kept
+		if conf != nil {
+			conf.Done(ErrDuplicate)
+		}
+		return
 	}
 	q.nPublish.Add(1)
 	seq := q.nextSeq

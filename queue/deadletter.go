@@ -23,6 +23,9 @@ func (q *Queue) deadLetter(d Delivery, reason string) {
 		q.deleteEntry(&d)
 		return
 	}
+	if q.dedup != nil {
+		q.dedupForget(d.Msg)
+	}
 	if !q.stored(&d) {
 		q.pol.DeadLetter(q, d, reason, nil)
 		return

@@ -102,6 +102,8 @@ func (q *Queue) setPolicy(p Policy) {
 		p.OnExpire = q.pol.OnExpire
 	}
 	q.pol = p
+	q.toggleDedup()
+	q.noteMayReject()
 	q.consumerTimeout.Store(int64(p.ConsumerTimeout))
 	q.trim()
 	q.expireHeads(time.Now().UnixNano())

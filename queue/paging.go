@@ -48,6 +48,9 @@ func (q *Queue) stored(d *Delivery) bool {
 }
 
 func (q *Queue) deleteEntry(d *Delivery) {
+	if q.dedup != nil {
+		q.dedupForget(d.Msg)
+	}
 	if q.stored(d) {
 		q.w.add(StoreWrite{Kind: DeleteEntry, Queue: q.storeID(d.Lane), Seq: d.Seq, Msg: d.Msg.ID, Shared: d.Msg.Shared, Inline: d.Msg.Inline})
 	}

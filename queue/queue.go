@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,9 @@ type Recovered struct {
 	Lanes     []int // a priority queue's entries per lane (LaneStoreID); nil: all in lane 0
 	MaxSeq    uint64
 	Delivered uint64 // entries up to this sequence had been delivered
+	// DedupIDs are the ids (DedupID) of a deduplicating queue's stored
+	// messages.
+	DedupIDs []string
 }
 
 // Sink is where a queue hands messages to a consumer: the consumer's
@@ -155,6 +159,9 @@ type Config struct {
 	Pressure *atomic.Bool
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
+	// NoDedup: the queue ignores Policy.Dedup (a quorum queue, or a
+	// proxy of a queue whose home deduplicates).
+	NoDedup bool
 	// Policy holds the limits its arguments set (nil: none).
 	Policy *Policy
 	// Replica, when set, holds the queue's state instead (replica.go).
@@ -180,6 +187,10 @@ var ErrNotEmpty = errors.New("queue not empty")
 // ErrRejected is a publish refused by a full queue (x-overflow
 // reject-publish): the publisher is nacked.
 var ErrRejected = errors.New("queue full: publish rejected")
+
+// ErrDuplicate is a publish refused by a deduplicating queue: a message
+// with its id is in the queue (dedup.go).
+var ErrDuplicate = errors.New("duplicate message: publish rejected")
 
 // Overflow is what a queue at its length limit does (x-overflow).
 type Overflow uint8
@@ -212,6 +223,9 @@ type Policy struct {
 	DeadLetter DeadLetterFunc
 	// OnExpire deletes the queue from the registry when x-expires fires.
 	OnExpire func(q *Queue)
+	// Dedup: x-message-deduplication (an argument or a policy's); a
+	// message whose id is in the queue is refused (dedup.go).
+	Dedup bool
 }
 
 // NoPolicy is a queue without limits.
@@ -243,7 +257,10 @@ type Queue struct {
 	touched []Outlet // outlets delivered to in this drain
 
 	spare        []op
-	lanes        []lane // by priority; one unless x-max-priority
+	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
+	dedupSeed    maphash.Seed
+	mayReject    atomic.Bool // see MayReject
+	lanes        []lane      // by priority; one unless x-max-priority
 	nextSeq      uint64
 	consumers    []*Consumer // by priority, then arrival
 	order        []*Consumer // by arrival (single active consumer)
@@ -345,6 +362,13 @@ func New(cfg Config) *Queue {
 		stopped:  make(chan struct{}),
 		nextSeq:  1,
 		lastUsed: time.Now().UnixNano(),
+	}
+	q.toggleDedup()
+	q.noteMayReject()
+	if r := cfg.Recovered; r != nil && q.dedup != nil {
+		for _, id := range r.DedupIDs {
+			q.dedup[maphash.String(q.dedupSeed, id)]++
+		}
 	}
 	if r := cfg.Recovered; r != nil {
 		q.lanes[0].disk = r.Count
@@ -455,12 +479,20 @@ func (q *Queue) CaughtUp() bool {
 func (q *Queue) Durable() bool { return q.cfg.Durable && q.cfg.Store != nil }
 
 // MayReject reports whether the queue can refuse publishes (x-overflow
-// reject-publish), so its publishers need a confirm from it.
+// reject-publish, or deduplication), so its publishers need a confirm
+// from it. Publishers call it: it reads what the holder of exec last
+// stored (mayReject), never q.pol, which a policy changes under exec.
 func (q *Queue) MayReject() bool {
 	if q.cfg.Replica != nil {
 		return true // a quorum queue confirms once its log has the message
 	}
-	return (q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead
+	return q.mayReject.Load()
+}
+
+// noteMayReject records what MayReject answers under q.pol. exec held
+// (or New).
+func (q *Queue) noteMayReject() {
+	q.mayReject.Store((q.pol.MaxLength >= 0 || q.pol.MaxLengthBytes >= 0) && q.pol.Overflow != DropHead || q.dedup != nil)
 }
 
 // Ack removes delivered messages for good.

@@ -333,5 +333,6 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	if s, ok := args["x-dead-letter-routing-key"].(string); ok {
 		out.dlrk = &s
 	}
+	out.policy.Dedup = dedupQueue(args)
 	return out, nil
 }

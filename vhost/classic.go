@@ -138,6 +138,7 @@ func (v *VHost) ApplyQueue(name string, val []byte, del bool) error {
 		}
 		cfg := v.queueConfig(queue.Config{}, d, qa)
 		cfg.Store = nil
+		cfg.NoDedup = true // the queue's home deduplicates
 		v.queues[name] = qm.Proxy(cfg, home)
 		v.totals.QueuesCreated.Add(1)
 		return nil

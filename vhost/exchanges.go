@@ -117,7 +117,14 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		return nil, err
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
-	if p := best(v.policies, d.Name, false); p != nil {
+	p := best(v.policies, d.Name, false)
+	if kind == exchange.Dedup {
+		v.attachDedup(ex, false)
+		if p != nil {
+			v.dedupPolicy(ex, p)
+		}
+	}
+	if p != nil {
 		ae, _ := p.Definition["alternate-exchange"].(string)
 		ex.SetPolicyAE(ae)
 	}
@@ -129,7 +136,7 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 // exchange of that name or nil, as RabbitMQ checks it, in its order: the
 // type, the permissions, the reserved prefix, equivalence with ex. v.mu
 // held, for reading at least.
-func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchange.Kind, error) {
+func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exchange.Kind, err error) {
 	kind, ok := exchange.ParseKind(d.Type)
 	if !ok {
 		return 0, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
@@ -142,6 +149,15 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchan
 	}
 	if ex != nil {
 		return kind, v.exchangeEquivalent(ex, kind, d)
+	}
+	if kind == exchange.Dedup {
+		// The plugin's validate/1, which RabbitMQ calls for a new
+		// exchange after its own checks (rabbit_exchange:declare).
+		defer func() {
+			if err == nil {
+				_, _, _, err = dedupArgs(d.Args)
+			}
+		}()
 	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
 		name, isStr := ae.(string)
@@ -203,6 +219,12 @@ func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 // the definitions to delete in dc. v.mu held.
 func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	delete(v.exchanges, ex.Name)
+	if ex.Dedup != nil {
+		ex.Dedup.Close() // before the drop is submitted: no segment is written after it
+		if ex.Dedup.Owner != nil {
+			dc.DropDedup(persist.DedupExchange, ex.Dedup.Owner)
+		}
+	}
 	if ex.Durable {
 		dc.DeleteDef(persist.DefExchange, DefName(v.name, ex.Name))
 		for _, b := range ex.Bindings() {

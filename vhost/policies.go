@@ -50,12 +50,18 @@ var policyKeys = map[string]struct {
 	"delivery-limit":          {"x-delivery-limit", "int"},
 	"consumer-timeout":        {"x-consumer-timeout", "int"},
 	"queue-mode":              {"", "mode"},
+	"alternate-exchange":      {"", "string"},
 	// railmq's own: retry with backoff (queue/retry.go).
-	"retry-delay":        {"x-retry-delay", "int"},
-	"retry-backoff":      {"x-retry-backoff", "backoff"},
-	"retry-delay-max":    {"x-retry-delay-max", "pos"},
-	"retry-jitter":       {"x-retry-jitter", "fraction"},
-	"alternate-exchange": {"", "string"},
+	"retry-delay":     {"x-retry-delay", "int"},
+	"retry-backoff":   {"x-retry-backoff", "backoff"},
+	"retry-delay-max": {"x-retry-delay-max", "pos"},
+	"retry-jitter":    {"x-retry-jitter", "fraction"},
+	// The rabbitmq-message-deduplication plugin's keys
+	// (rabbit_message_deduplication_policies.ex), with its checks.
+	"x-message-deduplication": {"x-message-deduplication", "dedup-bool"},
+	"x-cache-size":            {"", "dedup-pos"},
+	"x-cache-ttl":             {"", "dedup-pos"},
+	"x-cache-persistence":     {"", "dedup-persistence"},
 }
 
 // limitArgs are the arguments whose lower value wins between a queue's
@@ -123,6 +129,18 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		case "mode":
 			s, _ := v.(string)
 			bad = s != "default" && s != "lazy"
+		case "dedup-bool":
+			if _, isBool := v.(bool); !isBool {
+				return nil, invalidPolicy("\"%s\" must be a boolean, got %s", k, erlTerm(v))
+			}
+		case "dedup-pos":
+			if f, isNum := v.(float64); !isNum || f != math.Trunc(f) || f < 1 {
+				return nil, invalidPolicy("\"%s\" must be an integer greater than 0, got %s", k, erlTerm(v))
+			}
+		case "dedup-persistence":
+			if s, _ := v.(string); s != "disk" && s != "memory" {
+				return nil, invalidPolicy("\"%s\" must be either \"disk\" or \"memory\", got %s", k, erlTerm(v))
+			}
 		}
 		if bad {
 			return nil, invalidPolicy("%s %v is invalid", k, v)
@@ -180,10 +198,14 @@ func (v *VHost) SetPolicies(pols, ops []*PolicyDef) {
 	v.mu.Unlock()
 	for _, x := range xs {
 		ae := ""
-		if p := best(pols, x.Name, false); p != nil {
+		p := best(pols, x.Name, false)
+		if p != nil {
 			ae, _ = p.Definition["alternate-exchange"].(string)
 		}
 		x.SetPolicyAE(ae)
+		if x.Dedup != nil {
+			v.dedupPolicy(x, p)
+		}
 	}
 	for _, q := range qs {
 		c := q.Config()
@@ -234,6 +256,13 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 			}
 		}
 		eff[k] = val
+	}
+	if p != nil {
+		// The plugin reads the policy before the arguments
+		// (dedup_arg?): here the policy wins.
+		if d, ok := p.Definition["x-message-deduplication"]; ok {
+			eff["x-message-deduplication"] = d
+		}
 	}
 	if op != nil {
 		for k, val := range op.Definition {

@@ -160,6 +160,7 @@ func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults que
 	}
 	cfg := v.queueConfig(defaults, d, qa)
 	cfg.Store = nil
+	cfg.NoDedup = true // the plugin does not deduplicate quorum queues either
 	v.mu.Unlock()
 	// Started without the lock: the handle's group starts (and may
 	// apply its log at once, delivering under its own locks).

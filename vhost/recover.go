@@ -56,8 +56,16 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err != nil {
 		return nil, err
 	}
+	dedupDrop := &persist.Batch{}
 	for _, x := range defs.exchanges {
-		v.exchanges[x.name] = exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
+		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
+		if x.kind == exchange.Dedup {
+			v.attachDedup(ex, true)
+			if err := v.recoverDedup(ex, dedupDrop); err != nil {
+				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
+			}
+		}
+		v.exchanges[x.name] = ex
 	}
 	// Queues are rebuilt here but started only once the whole registry is
 	// back (bindings too): a queue starts expiring and dead-lettering at
@@ -90,6 +98,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 				return nil, fmt.Errorf("queue %q: %w", d.name, err)
 			}
 			keep[id] = true
+			if cfg.Policy != nil && cfg.Policy.Dedup {
+				if err := v.recoverDedupIDs(id, rec); err != nil {
+					return nil, fmt.Errorf("queue %q: %w", d.name, err)
+				}
+			}
 			if l == 0 {
 				rec.Delivered = s.Delivered
 			}
@@ -144,6 +157,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			v.queues[p.name] = queue.New(p.cfg)
 		}
 		v.mu.Unlock()
+		if dedupDrop.Len() > 0 {
+			// Deduplication log segments left without entries: deleted
+			// once the queues' recovery is over, as any commit.
+			v.store.Commit(dedupDrop, nil)
+		}
 	}, nil
 }
 

@@ -23,6 +23,10 @@ type Scratch struct {
 	// routed with as well as the publish's own key (sender-selected
 	// distribution).
 	Extra []string
+	// DedupWrote reports that the last Route added entries to a durable
+	// deduplication cache, which the store's next commit writes: the
+	// publish's confirm waits for that commit.
+	DedupWrote bool
 }
 
 func (s *Scratch) headerTable() amqp.Table {
@@ -42,8 +46,18 @@ func (s *Scratch) headerTable() amqp.Table {
 func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Queues = s.Queues[:0]
 	s.decoded = false
+	s.DedupWrote = false
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	qs, err := v.route(name, key, s)
+	if s.DedupWrote {
+		v.store.Kick() // a commit to write the new entries, if nothing else calls one
+	}
+	return qs, err
+}
+
+// route is Route. v.mu read-held.
+func (v *VHost) route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	if name == "" {
 		if q := v.queues[key]; q != nil {
 			s.Queues = append(s.Queues, q)
@@ -71,10 +85,13 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 		if ex.Kind == exchange.Headers {
 			hdr = s.headerTable()
 		}
-		s.dests = ex.Route(key, hdr, s.dests[:0])
-		if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout {
-			for _, k := range s.Extra {
-				s.dests = ex.Route(k, hdr, s.dests)
+		s.dests = s.dests[:0]
+		if ex.Kind != exchange.Dedup || !v.duplicate(ex, s) {
+			s.dests = ex.Route(key, hdr, s.dests)
+			if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout && ex.Kind != exchange.Dedup {
+				for _, k := range s.Extra {
+					s.dests = ex.Route(k, hdr, s.dests)
+				}
 			}
 		}
 		if len(s.dests) == 0 {

@@ -1,0 +1,238 @@
+package vhost
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+)
+
+// Exchange-level deduplication (exchange type x-message-deduplication), as
+// the rabbitmq-message-deduplication plugin does it
+// (rabbit_message_deduplication_exchange.ex in
+// noxdafox/rabbitmq-message-deduplication): the cache is checked before
+// routing, and a duplicate routes nowhere. What follows from an empty
+// route follows here too, as in RabbitMQ: the alternate exchange, if any,
+// gets it; a mandatory one is returned (312 NO_ROUTE); a publisher in
+// confirm mode gets basic.ack.
+//
+// A durable exchange's cache is stored (unless declared with
+// x-cache-persistence "memory"): each new entry is one small key under
+// prefix 'u', named by the cache slot it takes (so it overwrites the
+// record of the entry it replaces, and nothing is ever deleted but the
+// whole cache with its exchange), committed, in the registry's order,
+// before the message's own writes; a confirm waits for it (see
+// Scratch.DedupWrote). A restart restores the entries that have not
+// expired.
+
+// The plugin's validate texts. Its Elixir strings end lines with a
+// backslash, which drops the newline but keeps the next line's
+// indentation: the texts below carry those spaces, as the plugin sends
+// them.
+const (
+	dedupSizeText        = "Missing or invalid argument, " + "          " + "'x-cache-size' must be an integer greater than 0"
+	dedupSizeStrText     = "Missing or invalid argument, " + "                      " + "'x-cache-size' must be an integer greater than 0"
+	dedupTTLText         = "Invalid argument, " + "             " + "'x-cache-ttl' must be an integer greater than 0"
+	dedupTTLStrText      = "Invalid argument, " + "                      " + "'x-cache-ttl' must be an integer greater than 0"
+	dedupPersistenceText = "Invalid argument, " + "             " + "'x-cache-persistence' must be either 'disk' or 'memory'"
+)
+
+// dedupArgs checks a new deduplication exchange's arguments as the
+// plugin's validate/1 does, in its order, and returns the cache's size,
+// TTL (0 without) and whether it is kept in memory only.
+//
+// One difference: a longstr size or TTL is accepted by the plugin when it
+// starts with an integer (Integer.parse), and the exchange then fails to
+// start if the rest is not part of it or the number is not positive; here
+// such a string is refused with the plugin's text for a bad string.
+func dedupArgs(args amqp.Table) (size int, ttl int64, memory bool, err error) {
+	n, err := dedupInt(args, "x-cache-size", true, dedupSizeText, dedupSizeStrText)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	ttl, err = dedupInt(args, "x-cache-ttl", false, dedupTTLText, dedupTTLStrText)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if p, ok := args["x-cache-persistence"]; ok {
+		s, isStr := p.(string)
+		if !isStr || (s != "disk" && s != "memory") {
+			return 0, 0, false, amqp.Errorf(amqp.PreconditionFailed, "%s", dedupPersistenceText)
+		}
+		memory = s == "memory"
+	}
+	return int(min(n, 1<<31-1)), ttl, memory, nil // slots are numbered in int32
+}
+
+func dedupInt(args amqp.Table, name string, required bool, text, strText string) (int64, error) {
+	v, ok := args[name]
+	if !ok {
+		if required {
+			return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", text)
+		}
+		return 0, nil
+	}
+	if s, isStr := v.(string); isStr {
+		n, err := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
+		if err != nil || n <= 0 {
+			return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", strText)
+		}
+		return n, nil
+	}
+	n, isInt := amqp.Int(v)
+	if !isInt || n <= 0 {
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", text)
+	}
+	return n, nil
+}
+
+// attachDedup gives a new (or recovered) deduplication exchange its cache;
+// its arguments were validated when it was declared. A durable cache
+// rides on the store's group commits (persist.Store.AddFlusher); a new
+// one first clears whatever a deleted exchange of its name left (its
+// vhost deleted, say), before any of its own segments can be written.
+// v.mu held.
+func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
+	size, ttl, memory, err := dedupArgs(ex.Args)
+	if err != nil {
+		// Stored before validation existed, or by hand: a cache of one
+		// entry keeps the exchange usable.
+		size, ttl = 1, 0
+	}
+	var owner []byte
+	if ex.Durable && !memory && v.store != nil {
+		owner = DefName(v.name, ex.Name)
+	}
+	d := exchange.NewDedup(size, ttl, owner)
+	if owner != nil {
+		if !recovering {
+			b := &persist.Batch{}
+			b.DropDedup(persist.DedupExchange, owner)
+			v.store.Commit(b, nil)
+		}
+		d.Unregister = v.store.AddFlusher(func(b *persist.Batch) {
+			d.Flush(func(seg uint64, entries []byte, dead []uint64) {
+				if entries != nil {
+					b.PutDedup(persist.DedupExchange, owner, seg, entries)
+				}
+				for _, s := range dead {
+					b.DeleteDedup(persist.DedupExchange, owner, s)
+				}
+			})
+		})
+	}
+	ex.Dedup = d
+}
+
+// dedupPolicy applies a policy's x-cache-size and x-cache-ttl to a
+// deduplication exchange's window, or its arguments' when the policy
+// (p, nil without one) sets none: as the plugin's policy_changed, which
+// resets to the arguments and then applies the policy's. The plugin's
+// x-cache-persistence policy only relabels its cache (the table keeps
+// its storage), so it changes nothing here either.
+func (v *VHost) dedupPolicy(ex *exchange.Exchange, p *PolicyDef) {
+	size, ttl, _, err := dedupArgs(ex.Args)
+	if err != nil {
+		size, ttl = 1, 0
+	}
+	if p != nil {
+		if f, ok := p.Definition["x-cache-size"].(float64); ok {
+			size = int(min(f, 1<<31-1))
+		}
+		if f, ok := p.Definition["x-cache-ttl"].(float64); ok {
+			ttl = int64(f)
+		}
+	}
+	ex.Dedup.SetOptions(size, ttl)
+}
+
+// duplicate checks the message being routed (its headers in s) against
+// ex's cache, adding it when new, and reports whether it is a duplicate.
+// v.mu read-held.
+func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
+	d := ex.Dedup
+	if d == nil {
+		return false
+	}
+	val, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupHeader)
+	if !ok {
+		return false // no id: never a duplicate, never cached
+	}
+	var buf [9]byte
+	key := amqp.FieldKey(val, &buf)
+	var ttl int64
+	hasTTL := false
+	if t, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupTTLField); ok {
+		ttl, hasTTL = amqp.FieldInt(t)
+	}
+	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
+	if !dup && d.Owner != nil {
+		s.DedupWrote = true // the next commit stores it (Route kicks one)
+	}
+	return dup
+}
+
+// dedupQueue reports whether a queue's arguments ask for queue-level
+// deduplication. The plugin reads x-message-deduplication as a boolean
+// but tests it with Elixir's truthiness (enable_dedup_queue?): any value
+// but false turns it on. There is nothing to refuse.
+func dedupQueue(args amqp.Table) bool {
+	v, ok := args["x-message-deduplication"]
+	return ok && v != false
+}
+
+// recoverDedupIDs reads the ids of a deduplicating queue's stored
+// messages (recovery, before the queue starts).
+func (v *VHost) recoverDedupIDs(storeID uint64, rec *queue.Recovered) error {
+	var buf [9]byte
+	return v.store.ScanEntries(storeID, func(e persist.Entry) {
+		if e.Transient {
+			return // dropped by recovery
+		}
+		m, err := queue.DecodeMessage(e.Data)
+		if err != nil {
+			return
+		}
+		if id, ok := queue.DedupID(m.Props, &buf); ok {
+			rec.DedupIDs = append(rec.DedupIDs, string(id))
+		}
+	})
+}
+
+// AfterStored calls done once everything submitted to the store so far
+// is durable (at once without a store): a publish that wrote only cache
+// entries is confirmed once they are.
+func (v *VHost) AfterStored(done func(error)) {
+	if v.store == nil {
+		done(nil)
+		return
+	}
+	v.store.Commit(&persist.Batch{}, done)
+}
+
+// recoverDedup replays a durable deduplication exchange's stored log
+// (the newest entries that have not expired come back) and notes the
+// segments left without entries in drop. Recovery, before any connection.
+func (v *VHost) recoverDedup(ex *exchange.Exchange, drop *persist.Batch) error {
+	d := ex.Dedup
+	if d == nil || d.Owner == nil {
+		return nil
+	}
+	now := time.Now().UnixMilli()
+	return v.store.Dedups(persist.DedupExchange, d.Owner, func(seg uint64, entries []byte) error {
+		dead, ok := d.Restore(seg, entries, now)
+		if !ok {
+			v.log.Error("corrupt deduplication segment", zap.String("exchange", ex.Name), zap.Uint64("segment", seg))
+		}
+		for _, s := range dead {
+			drop.DeleteDedup(persist.DedupExchange, d.Owner, s)
+		}
+		return nil
+	})
+}
