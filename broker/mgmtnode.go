@@ -37,7 +37,8 @@ var exchangeTypes = func() []map[string]any {
 	for _, k := range []exchange.Kind{exchange.Direct, exchange.Fanout, exchange.Headers, exchange.Topic} {
 		out = append(out, map[string]any{"name": k.String(), "description": "AMQP " + k.String() + " exchange, as per the AMQP specification", "enabled": true})
 	}
-	return out
+	// Built in; RabbitMQ lists it so with its plugin enabled.
+	return append(out, map[string]any{"name": exchange.ConsistentHash.String(), "description": "Consistent Hashing Exchange", "enabled": true})
 }()
 
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {

@@ -364,19 +364,18 @@ func exs64Next(r uint64) (uint64, uint64) {
 }
 
 // seedExs1024 is rand:seed_s(exs1024, {A, A, A}).
-func seedExs1024(a uint32) *exs1024 {
+func seedExs1024(a uint32) (st exs1024) {
 	const m21 = 1<<21 - 1
 	b1 := (uint64(a)&m21 + 1) * 2097131 & m21
 	b2 := (uint64(a)&m21 + 1) * 2097133 & m21
 	b3 := (uint64(a)&m21 + 1) * 2097143 & m21
 	r := b1<<43 | b2<<22 | b3<<1 | 1
-	var st exs1024
 	// exs1024_gen1024 conses each value onto the list: the last one
 	// generated is the head.
 	for i := 15; i >= 0; i-- {
 		st.s[i], r = exs64Next(r)
 	}
-	return &st
+	return st
 }
 
 // next is exs1024_next: with the list [S0, S1 | L3] and the reversed

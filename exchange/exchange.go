@@ -43,6 +43,8 @@ type Exchange struct {
 	Internal   bool
 	Args       amqp.Table
 
+	hashOn hashOn // consistent hash: what a message is hashed on, from Args
+
 	snap     atomic.Pointer[snapshot]
 	policyAE atomic.Pointer[string] // an alternate exchange a policy sets (SetPolicyAE)
 
@@ -72,12 +74,13 @@ type snapshot struct {
 	topic   *tnode     // trie root; nil without bindings
 	memos   int32      // topic: memo ids handed out (see tnode.memo)
 	headers []hbinding // in bind order; RabbitMQ scans them too
+	ring    ring       // consistent hash: the buckets, in the plugin's order
 }
 
 // New returns an exchange without bindings. kind must be valid (see
 // ParseKind): anything else is a caller bug.
 func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
-	if kind < Direct || kind > Headers {
+	if kind < Direct || kind > ConsistentHash {
 		panic("exchange.New: invalid kind")
 	}
 	e := &Exchange{
@@ -91,6 +94,7 @@ func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.T
 		byDest:     make(map[Dest]map[string]struct{}),
 		byDestKey:  make(map[destKey]int),
 	}
+	e.hashOn = parseHashOn(args)
 	s := &snapshot{kind: kind}
 	if kind == Direct {
 		s.direct = newDtable(minBuckets)
@@ -153,6 +157,8 @@ func (e *Exchange) Route(key string, headers amqp.Table, out []Dest) []Dest {
 		if hits > 1 {
 			out = dedupe(out, start)
 		}
+	case ConsistentHash:
+		out = s.ring.route(e.hashOn, key, nil, nil, out)
 	}
 	return out
 }
@@ -235,6 +241,8 @@ func (e *Exchange) Bind(b Binding) (added bool) {
 		}
 	case Headers:
 		s.headers = append(slices.Clip(s.headers), compileHeaders(id, b))
+	case ConsistentHash:
+		s.ring = s.ring.add(b.Dest, b.Key)
 	}
 	e.snap.Store(&s)
 	return true
@@ -259,6 +267,8 @@ func (e *Exchange) Unbind(b Binding) (removed bool) {
 	case Headers:
 		i := slices.IndexFunc(s.headers, func(h hbinding) bool { return h.id == id })
 		s.headers = slices.Delete(slices.Clone(s.headers), i, i+1)
+	case ConsistentHash:
+		s.ring = s.ring.remove(b.Dest) // even if another binding to it is left, as the plugin does
 	}
 	if len(e.byDest[b.Dest]) == 0 {
 		delete(e.byDest, b.Dest)
@@ -288,6 +298,8 @@ func (e *Exchange) RemoveDest(d Dest) int {
 		s.fanout = deleteDest(s.fanout, d)
 	case Headers:
 		s.headers = slices.DeleteFunc(slices.Clone(s.headers), func(h hbinding) bool { return h.dest == d })
+	case ConsistentHash:
+		s.ring = s.ring.remove(d)
 	}
 	e.snap.Store(&s)
 	return n

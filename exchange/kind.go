@@ -10,6 +10,7 @@ const (
 	Fanout
 	Topic
 	Headers
+	ConsistentHash // x-consistent-hash, rabbitmq_consistent_hash_exchange's type
 )
 
 // ParseKind maps an exchange.declare type field to a Kind. The names are
@@ -24,6 +25,8 @@ func ParseKind(s string) (Kind, bool) {
 		return Topic, true
 	case "headers":
 		return Headers, true
+	case "x-consistent-hash":
+		return ConsistentHash, true
 	}
 	return 0, false
 }
@@ -39,6 +42,8 @@ func (k Kind) String() string {
 		return "topic"
 	case Headers:
 		return "headers"
+	case ConsistentHash:
+		return "x-consistent-hash"
 	}
 	return "invalid"
 }
