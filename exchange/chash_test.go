@@ -49,7 +49,7 @@ func TestRingBindings(t *testing.T) {
 		{true, "b", "3", []string{"a:2", "b:3"}},
 		{true, "c", "1", []string{"a:2", "b:3", "c:1"}},
 		{true, "b", "10", []string{"a:2", "b:3", "c:1"}}, // a second binding to b
-		{false, "b", "10", []string{"a:2", "c:1"}},      // takes b out all the same
+		{false, "b", "10", []string{"a:2", "c:1"}},       // takes b out all the same
 		{false, "b", "3", []string{"a:2", "c:1"}},
 		{true, "b", "3", []string{"a:2", "c:1", "b:3"}},
 		{false, "a", "2", []string{"c:1", "b:3"}},
