@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -409,5 +410,69 @@ func TestConsistentHashManagement(t *testing.T) {
 	get("/api/exchanges/"+url.PathEscape("/")+"/chx.mgmt/bindings/source", &bs)
 	if len(bs) != 1 || bs[0].Destination != q || bs[0].RoutingKey != "7" {
 		t.Fatalf("bindings: %+v", bs)
+	}
+}
+
+// TestConsistentHashCluster: in cluster mode the exchange and its
+// bindings are replicated like any other; every node routes a key to the
+// same queue, the plugin's bucket.
+func TestConsistentHashCluster(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "warmup", quorumArgs) // the cluster has its leaders
+	chans := clusterChannels(t, nodes)
+	must(t, chans[0].ExchangeDeclare("chx.cl", "x-consistent-hash", true, false, false, false, nil))
+	qs := []string{"chx.cl.q1", "chx.cl.q2", "chx.cl.q3"}
+	for i, q := range qs {
+		_, err := chans[0].QueueDeclare(q, true, false, false, false, nil)
+		must(t, err)
+		must(t, chans[1].QueueBind(q, []string{"1", "1", "3"}[i], "chx.cl", false, nil))
+	}
+	expectErr(t, chans[2].QueueBind(qs[0], "abc", "chx.cl", false, nil), 406,
+		`PRECONDITION_FAILED - The binding key must be an integer: <<"abc">>`)
+	chans = clusterChannels(t, nodes)
+	// A bind returns once applied on the node that took it; the others
+	// apply it in log order soon after.
+	for _, n := range nodes {
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			req, _ := http.NewRequest("GET", n.api+"/api/exchanges/%2F/chx.cl/bindings/source", nil)
+			req.SetBasicAuth("guest", "guest")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var bs []any
+			return json.NewDecoder(resp.Body).Decode(&bs) == nil && len(bs) == len(qs)
+		}, "%s has not applied the bindings", n.name)
+	}
+	// Buckets of "k0".."k19" among 5, as in TestConsistentHashRoutingKey.
+	want := []int{1, 3, 1, 1, 2, 4, 1, 3, 3, 2, 4, 4, 2, 2, 1, 0, 0, 0, 0, 1}
+	for n, ch := range chans {
+		must(t, ch.Confirm(false))
+		for i := range want {
+			dc, err := ch.PublishWithDeferredConfirm("chx.cl", "k"+strconv.Itoa(i), false, false,
+				rmq.Publishing{Body: []byte(strconv.Itoa(n) + "/" + strconv.Itoa(i))})
+			must(t, err)
+			if !dc.Wait() {
+				t.Fatal("nacked")
+			}
+		}
+	}
+	for _, q := range qs {
+		for {
+			d, ok, err := chans[0].Get(q, true)
+			must(t, err)
+			if !ok {
+				break
+			}
+			var node, i int
+			if _, err := fmt.Sscanf(string(d.Body), "%d/%d", &node, &i); err != nil {
+				t.Fatal(err)
+			}
+			if want := bucketQueue(qs, want[i]); q != want {
+				t.Errorf("k%d published on node %d went to %s, want %s", i, node+1, q, want)
+			}
+		}
 	}
 }
