@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -473,6 +474,62 @@ func TestConsistentHashCluster(t *testing.T) {
 			if want := bucketQueue(qs, want[i]); q != want {
 				t.Errorf("k%d published on node %d went to %s, want %s", i, node+1, q, want)
 			}
+		}
+	}
+}
+
+// TestConsistentHashKill: the exchange and its bindings, declared on the
+// real binary, survive kill -9 (no shutdown, no flush). Definitions are
+// not fsynced on their own (nor are RabbitMQ's): they are durable once a
+// persistent message confirmed after them is.
+func TestConsistentHashKill(t *testing.T) {
+	testutil.InProcess(t)
+	bin := testutil.Binary(t)
+	dir := t.TempDir()
+	run := func() (*exec.Cmd, string) {
+		addr := testutil.FreePort(t)
+		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
+		must(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		testutil.WaitListening(t, addr, 30*time.Second)
+		return cmd, "amqp://guest:guest@" + addr + "/"
+	}
+	cmd, url := run()
+	c := dial(t, url)
+	ch, err := c.Channel()
+	must(t, err)
+	must(t, ch.ExchangeDeclare("chx.kill", "x-consistent-hash", true, false, false, false, nil))
+	qs := []string{"chx.kill.q1", "chx.kill.q2", "chx.kill.q3"}
+	for i, q := range qs {
+		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
+		must(t, err)
+		must(t, ch.QueueBind(q, []string{"1", "1", "3"}[i], "chx.kill", false, nil))
+	}
+	must(t, ch.Confirm(false))
+	dc, err := ch.PublishWithDeferredConfirm("", qs[2], false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte("marker")})
+	must(t, err)
+	if !dc.Wait() {
+		t.Fatal("marker nacked")
+	}
+	_ = cmd.Process.Kill() // SIGKILL
+	_ = cmd.Wait()
+	_, url = run()
+	c = dial(t, url)
+	ch, err = c.Channel()
+	must(t, err)
+	e := &env{t: t, b: &testutil.Broker{URL: url}, conn: c, ch: ch}
+	if d := e.get(ch, qs[2], true); string(d.Body) != "marker" {
+		t.Fatalf("got %q, want the marker", d.Body)
+	}
+	keys := make([]string, 20)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	want := []int{1, 3, 1, 1, 2, 4, 1, 3, 3, 2, 4, 4, 2, 2, 1, 0, 0, 0, 0, 1}
+	where := e.whereIs("chx.kill", qs, keys, make([]rmq.Publishing, len(keys)))
+	for i, b := range want {
+		if got := where[strconv.Itoa(i)]; got != bucketQueue(qs, b) {
+			t.Errorf("after kill -9, key %s went to %s, want %s", keys[i], got, bucketQueue(qs, b))
 		}
 	}
 }
