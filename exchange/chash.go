@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -65,7 +66,7 @@ var hashProperties = map[string]uint16{
 // ErrUnhashable marks a hash-header or hash-property argument that is not a
 // longstr. The plugin does not expect one and crashes on the declare,
 // which RabbitMQ reports as 541 INTERNAL_ERROR and closes the connection.
-var ErrUnhashable = fmt.Errorf("consistent-hash argument is not a longstr")
+var ErrUnhashable = errors.New("consistent-hash argument is not a longstr")
 
 // argsError is a refusal worded as the plugin words it, which the
 // channel sends as is (406 PRECONDITION_FAILED - text).
@@ -211,13 +212,16 @@ func (r ring) route(on hashOn, key string, headers, props []byte, out []Dest) []
 		k = hashPropertyValue(props, on.prop)
 	}
 	b := jumpBucket(k, n)
-	i, _ := slices.BinarySearchFunc(r, b, func(e ringEntry, b int64) int {
-		if e.end <= b {
-			return -1
+	lo, hi := 0, len(r)-1 // the first entry that ends after b
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r[m].end <= b {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		return 1
-	})
-	return append(out, r[i].dest)
+	}
+	return append(out, r[lo].dest)
 }
 
 // hashHeaderValue is phash2 of rabbit_misc:table_lookup(Headers, Name):

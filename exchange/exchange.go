@@ -128,7 +128,9 @@ func (e *Exchange) SetPolicyAE(name string) {
 // Route appends every destination matching key and headers to out, each at
 // most once within this call (entries already in out are not looked at),
 // and returns the extended slice. headers is read only by a headers
-// exchange. The order of the destinations is unspecified.
+// exchange. A consistent-hash exchange hashes key here whatever its
+// arguments say; RouteContent gives it the message's headers and
+// properties. The order of the destinations is unspecified.
 //
 // Route does not allocate when out has room. The one exception is a topic
 // route that meets more nested "#" nodes than a 256-bit memo covers for its
