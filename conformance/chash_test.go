@@ -22,10 +22,13 @@ import (
 // key was computed by the plugin's own algorithm run in erl (OTP 25):
 // jump_consistent_hash(erlang:phash2(Term), Buckets) with
 // rand:seed_s(exs1024, {H, H, H}) (exchange/testdata/chash_vectors.erl
-// prints such values). The reply codes and texts were seen from RabbitMQ
-// 3.10.8 with the plugin. These tests also run against RabbitMQ
+// prints such values). These tests also run against RabbitMQ
 // (RAILMQ_TEST_URL): their exchange and queue names are their own, and
-// they delete what they declare.
+// they delete what they declare. Every one that is not in-process only
+// passed against RabbitMQ 3.10.8 with rabbitmq_consistent_hash_exchange
+// enabled, buckets, reply codes and texts included; that RabbitMQ also
+// rebuilt a restarted exchange's ring in the order TestConsistentHashDurable
+// pins.
 
 // chxRing declares consistent-hash exchange ex with args and queues bound
 // in order with weights 1, 1 and 3: buckets 0, 1 and 2-4 of 5.
@@ -138,6 +141,24 @@ func TestConsistentHashHeader(t *testing.T) {
 	for i, b := range want {
 		if got := where[strconv.Itoa(i)]; got != bucketQueue(qs, b) {
 			t.Errorf("headers %v went to %s, want %s (bucket %d)", hdrs[i], got, bucketQueue(qs, b), b)
+		}
+	}
+
+	// Every field type, as rabbit_binary_parser decodes it (a table with
+	// one field: Go's map order would make two fields' order vary).
+	vals := []any{rmq.Table{"a": "x"}, []any{"x", int32(1)}, 1.5, true, time.Unix(1700000000, 0),
+		[]byte{1, 2, 3}, nil, 2.5, int64(-7), []any{}}
+	want = []int{4, 4, 1, 4, 3, 1, 0, 4, 2, 0}
+	pubs = make([]rmq.Publishing, len(vals))
+	keys = make([]string, len(vals))
+	for i, v := range vals {
+		pubs[i].Headers = rmq.Table{"user": v}
+		keys[i] = "same-key"
+	}
+	where = e.whereIs("chx.hdr", qs, keys, pubs)
+	for i, b := range want {
+		if got := where[strconv.Itoa(i)]; got != bucketQueue(qs, b) {
+			t.Errorf("header value %#v went to %s, want %s (bucket %d)", vals[i], got, bucketQueue(qs, b), b)
 		}
 	}
 }
