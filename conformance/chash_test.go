@@ -275,6 +275,20 @@ func TestConsistentHashDeclareErrors(t *testing.T) {
 		"PRECONDITION_FAILED - hash-header and hash-property are mutually exclusive")
 	expectErr(t, declare("chx.prop", rmq.Table{"hash-property": "foo"}), 406, "PRECONDITION_FAILED - Unsupported property: foo")
 	must(t, declare("chx.empty", rmq.Table{"hash-header": ""}))
+	// A redeclare checks the type (the atom's quotes and all) but not
+	// these arguments, and does not validate them again: RabbitMQ keeps
+	// the first ones.
+	ch := e.channel(e.conn)
+	must(t, ch.ExchangeDeclare("chx.redecl", "x-consistent-hash", false, true, false, false, rmq.Table{"hash-header": "a"}))
+	must(t, ch.ExchangeDeclare("chx.redecl", "x-consistent-hash", false, true, false, false, rmq.Table{"hash-header": "b"}))
+	must(t, ch.ExchangeDeclare("chx.redecl", "x-consistent-hash", false, true, false, false, rmq.Table{"hash-header": "a", "hash-property": "foo"}))
+	expectErr(t, ch.ExchangeDeclare("chx.redecl", "direct", false, true, false, false, nil), 406,
+		"PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'chx.redecl' in vhost '/': received 'direct' but current is ''x-consistent-hash''")
+	ch = e.channel(e.conn)
+	expectErr(t, ch.ExchangeDeclare("amq.direct", "x-consistent-hash", true, false, false, false, nil), 406,
+		"PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'amq.direct' in vhost '/': received ''x-consistent-hash'' but current is 'direct'")
+	ch = e.channel(e.conn)
+	must(t, ch.ExchangeDelete("chx.redecl", false, false))
 	must(t, declare("chx.other", rmq.Table{"foo": int32(1)}))
 	// A hash-header or hash-property that is not a longstr crashes the
 	// plugin's validate: RabbitMQ closes the connection with 541.
