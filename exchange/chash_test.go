@@ -270,3 +270,17 @@ func TestValidateConsistentHash(t *testing.T) {
 		t.Errorf("direct: %v", err)
 	}
 }
+
+// FuzzHashHeader: the header and property scans never panic, whatever the
+// bytes (the broker validates them first, but they must not rely on it).
+func FuzzHashHeader(f *testing.F) {
+	f.Add(hdrs(named("user", S("alice"))), []byte{0, 0x80, 3, 'm', '-', '1'})
+	f.Add(hdrs(named("a", F(named("b", A(S("x"), I(1))))), named("user", raw('D', 2, 0, 0, 0, 5))), []byte{0, 0x40, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{4, 'u', 's', 'e', 'r', 'S', 0xff, 0xff, 0xff, 0xff}, []byte{0xff, 0xfe})
+	f.Fuzz(func(t *testing.T, h, p []byte) {
+		hashHeaderValue(h, "user")
+		for _, flag := range []uint16{amqp.FlagMessageID, amqp.FlagCorrelationID, amqp.FlagTimestamp} {
+			hashPropertyValue(p, flag)
+		}
+	})
+}
