@@ -568,3 +568,67 @@ func TestConsistentHashKill(t *testing.T) {
 		}
 	}
 }
+
+// TestConsistentHashPerKeyOrder is the README's recipe: a consistent-hash
+// exchange over single-active-consumer queues, two consumers on each.
+// Every key's messages reach one queue and one consumer at a time, in
+// publish order, while the keys spread over the queues.
+func TestConsistentHashPerKeyOrder(t *testing.T) {
+	e := setup(t, broker.Options{})
+	const ex, keys, perKey = "chx.order", 12, 25
+	must(t, e.ch.ExchangeDeclare(ex, "x-consistent-hash", false, true, false, false, nil))
+	type delivery struct {
+		queue, key string
+		seq        int
+	}
+	got := make(chan delivery, keys*perKey)
+	for i := range 3 {
+		q := e.queue(ex+".w"+strconv.Itoa(i), rmq.Table{"x-single-active-consumer": true})
+		must(t, e.ch.QueueBind(q, "1", ex, false, nil))
+		for range 2 {
+			ch := e.channel(e.conn)
+			must(t, ch.Qos(5, 0, false))
+			ds, err := ch.Consume(q, "", false, false, false, false, nil)
+			must(t, err)
+			go func() {
+				for d := range ds {
+					var key string
+					var seq int
+					if _, err := fmt.Sscanf(string(d.Body), "%s %d", &key, &seq); err == nil {
+						got <- delivery{q, key, seq}
+					}
+					_ = d.Ack(false)
+				}
+			}()
+		}
+	}
+	for n := range perKey {
+		for k := range keys {
+			key := "account-" + strconv.Itoa(k)
+			must(t, e.ch.Publish(ex, key, false, false, rmq.Publishing{Body: []byte(key + " " + strconv.Itoa(n))}))
+		}
+	}
+	next := map[string]int{}
+	home := map[string]string{}
+	queues := map[string]bool{}
+	for i := range keys * perKey {
+		var d delivery
+		select {
+		case d = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d deliveries", i, keys*perKey)
+		}
+		if d.seq != next[d.key] {
+			t.Fatalf("%s: got %d, want %d", d.key, d.seq, next[d.key])
+		}
+		next[d.key]++
+		if h, ok := home[d.key]; ok && h != d.queue {
+			t.Fatalf("%s delivered from %s and %s", d.key, h, d.queue)
+		}
+		home[d.key] = d.queue
+		queues[d.queue] = true
+	}
+	if len(queues) < 2 {
+		t.Fatalf("%d keys all went to %v", keys, queues)
+	}
+}
