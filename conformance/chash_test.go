@@ -257,6 +257,7 @@ func TestConsistentHashBindingErrors(t *testing.T) {
 	must(t, ch.QueueBind(qs[1], "07", "chx.err", false, nil))
 	// Unbinding checks nothing.
 	must(t, ch.QueueUnbind(qs[0], "abc", "chx.err", nil))
+	must(t, ch.ExchangeDelete("chx.err.fan", false, false)) // never bound, so never auto-deleted
 }
 
 func TestConsistentHashDeclareErrors(t *testing.T) {
