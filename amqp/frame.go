@@ -343,3 +343,49 @@ func DecodeProperties(p []byte) (Properties, error) {
 	}
 	return props, r.err
 }
+
+// PropertyField returns the value of the property with flag (one bit of
+// the flags) in encoded properties p, flags first: a short string's
+// bytes, a timestamp's eight, an octet, a table's body. ok is false when
+// the property is absent or p is cut short. It does not allocate.
+func PropertyField(p []byte, flag uint16) (field []byte, ok bool) {
+	if len(p) < 2 {
+		return nil, false
+	}
+	flags := binary.BigEndian.Uint16(p)
+	if flags&flag == 0 {
+		return nil, false
+	}
+	p = p[2:]
+	for i, t := range propertyTypes {
+		bit := uint16(1) << (15 - i)
+		if flags&bit == 0 {
+			continue
+		}
+		var n, skip int
+		switch t {
+		case 's':
+			if len(p) < 1 {
+				return nil, false
+			}
+			n, skip = int(p[0]), 1
+		case 'F':
+			if len(p) < 4 {
+				return nil, false
+			}
+			n, skip = int(binary.BigEndian.Uint32(p)), 4
+		case 'o':
+			n = 1
+		case 'T':
+			n = 8
+		}
+		if len(p)-skip < n {
+			return nil, false
+		}
+		if bit == flag {
+			return p[skip : skip+n], true
+		}
+		p = p[skip+n:]
+	}
+	return nil, false
+}

@@ -3,9 +3,11 @@ package amqp
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
+	"time"
 )
 
 func sampleStream() []byte {
@@ -76,6 +78,36 @@ func TestBadFrameEnd(t *testing.T) {
 	fr := NewFrameReader(bufio.NewReader(bytes.NewReader(b)))
 	if _, err := fr.ReadFrame(); !errors.Is(err, ErrFrame) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPropertyField(t *testing.T) {
+	ts := time.Unix(1700000000, 0)
+	all := Properties{Flags: 0xfff8, ContentType: "a", ContentEncoding: "b", Headers: Table{"h": "v"},
+		DeliveryMode: 2, Priority: 9, CorrelationID: "corr", ReplyTo: "r", Expiration: "100", MessageID: "msg",
+		Timestamp: ts, Type: "t", UserID: "u", AppID: "app"}
+	enc := all.Append(nil)
+	for _, tt := range []struct {
+		flag uint16
+		want string
+	}{
+		{FlagContentType, "a"}, {FlagCorrelationID, "corr"}, {FlagMessageID, "msg"}, {FlagAppID, "app"},
+		{FlagTimestamp, string(binary.BigEndian.AppendUint64(nil, uint64(ts.Unix())))},
+		{FlagPriority, "\x09"},
+	} {
+		got, ok := PropertyField(enc, tt.flag)
+		if !ok || string(got) != tt.want {
+			t.Errorf("flag %#x: %q %v, want %q", tt.flag, got, ok, tt.want)
+		}
+	}
+	if _, ok := PropertyField(enc, FlagReserved); ok {
+		t.Error("absent property found")
+	}
+	for n := 0; n < len(enc); n++ { // cut short: absent, never a panic
+		PropertyField(enc[:n], FlagAppID)
+	}
+	if _, ok := PropertyField(enc[:len(enc)-1], FlagAppID); ok {
+		t.Error("truncated property found")
 	}
 }
 

@@ -40,7 +40,8 @@ var exchangeTypes = func() []map[string]any {
 	// Built in: described as the rabbitmq-message-deduplication plugin
 	// describes it (description/0).
 	out = append(out, map[string]any{"name": exchange.Dedup.String(), "description": "Message Deduplication Exchange.", "enabled": true})
-	return out
+	// Built in; RabbitMQ lists it so with its plugin enabled.
+	return append(out, map[string]any{"name": exchange.ConsistentHash.String(), "description": "Consistent Hashing Exchange", "enabled": true})
 }()
 
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {

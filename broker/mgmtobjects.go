@@ -714,7 +714,10 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 			msg.Expires = msg.Enqueued + ms*int64(time.Millisecond)
 		}
 	}
-	var sc vhost.Scratch
+	sc := vhost.Scratch{Props: msg.Props}
+	if pv, err := amqp.ScanProperties(msg.Props); err == nil {
+		sc.RawHeaders = pv.Headers
+	}
 	qs, err := st.v.Route(x, key, &sc)
 	if err != nil {
 		// RabbitMQ answers 400 with the AMQP error, code and all.

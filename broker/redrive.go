@@ -119,8 +119,10 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 		m.Exchange, m.RoutingKey = ex, keys[0]
 		m.ID, m.Shared, m.Inline = 0, false, false
 		m.Enqueued = time.Now().UnixNano()
-		var sc vhost.Scratch
-		sc.Extra = keys[1:]
+		sc := vhost.Scratch{Props: m.Props, Extra: keys[1:]}
+		if pv, err := amqp.ScanProperties(m.Props); err == nil {
+			sc.RawHeaders = pv.Headers
+		}
 		qs, err := st.v.Route(ex, keys[0], &sc)
 		if err != nil || len(qs) == 0 {
 			unroutable++

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -60,6 +61,62 @@ func BenchmarkHandleContent(b *testing.B) {
 			}
 			if got := mem.Load(); got != 0 {
 				b.Fatalf("memory counter %d after the run", got)
+			}
+		})
+	}
+}
+
+// BenchmarkPublish16 publishes 16-byte messages with rotating routing keys
+// through an exchange bound to 16 queues: a direct exchange with a
+// binding per key, against a consistent-hash exchange with the 16 queues
+// at weight 1. Each queue keeps one message (x-max-length 1, drop-head),
+// so both do the same queue work and what differs is the routing.
+func BenchmarkPublish16(b *testing.B) {
+	props := (&amqp.Properties{Flags: amqp.FlagContentType, ContentType: "application/json"}).Append(nil)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "order-" + strconv.Itoa(i)
+	}
+	for _, kind := range []string{"direct", "x-consistent-hash"} {
+		b.Run(kind, func(b *testing.B) {
+			var mem atomic.Int64
+			vh := vhost.New("/", &mem, nil, nil, 0, 0)
+			defer vh.Close()
+			if err := vh.DeclareExchange(vhost.ExchangeDecl{Name: "x", Type: kind}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 16 {
+				name := "q" + strconv.Itoa(i)
+				if _, _, _, err := vh.DeclareQueue(vhost.QueueDecl{Name: name, Args: amqp.Table{"x-max-length": int32(1)}}, queue.Config{}); err != nil {
+					b.Fatal(err)
+				}
+				if kind == "direct" {
+					for j := i; j < len(keys); j += 16 {
+						if err := vh.Bind(0, name, false, "x", keys[j], nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+				} else if err := vh.Bind(0, name, false, "x", "1", nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c := New(Config{Number: 1, Sink: &sink{}, VHost: vh, MaxMessageSize: 128 << 20})
+			defer c.Close()
+			fs := contentFrames(b, props, make([]byte, 16))
+			pubs := make([]*amqp.BasicPublish, len(keys))
+			for i, k := range keys {
+				pubs[i] = &amqp.BasicPublish{Exchange: "x", RoutingKey: k}
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if err := c.HandleMethod(pubs[i%len(pubs)]); err != nil {
+					b.Fatal(err)
+				}
+				for _, f := range fs {
+					if err := c.HandleContent(f); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
 		})
 	}

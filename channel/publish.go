@@ -338,6 +338,7 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		return nil
 	}
 	c.scratch.RawHeaders = headers
+	c.scratch.Props = msg.Props
 	c.scratch.Extra = extra
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	if (err != nil || len(qs) == 0 && msg.Exchange == "") && c.cfg.VHost.SyncMiss() {

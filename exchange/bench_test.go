@@ -115,3 +115,51 @@ func BenchmarkBind(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRoute16 routes keys over 16 bound queues, one each: a direct
+// exchange with a binding per key, and a consistent-hash exchange with 16
+// queues of weight 1 (the plugin's phash2 and jump hash), by routing key
+// and by a message_id property.
+func BenchmarkRoute16(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "order-" + strconv.Itoa(i)
+	}
+	direct := New("d", Direct, false, false, false, nil)
+	chash := New("c", ConsistentHash, false, false, false, nil)
+	byProp := New("p", ConsistentHash, false, false, false, amqp.Table{"hash-property": "message_id"})
+	for i := range 16 {
+		dq := q("q" + strconv.Itoa(i))
+		for j := i; j < len(keys); j += 16 {
+			direct.Bind(Binding{Dest: dq, Key: keys[j]})
+		}
+		chash.Bind(Binding{Dest: dq, Key: "1"})
+		byProp.Bind(Binding{Dest: dq, Key: "1"})
+	}
+	props := make([][]byte, len(keys))
+	for i, k := range keys {
+		props[i] = append([]byte{0, 0x80, byte(len(k))}, k...) // message-id only
+	}
+	out := make([]Dest, 0, 8)
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			out = direct.Route(keys[i%len(keys)], nil, out[:0])
+		}
+	})
+	b.Run("consistent-hash", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			out = chash.RouteContent(keys[i%len(keys)], nil, nil, out[:0])
+		}
+	})
+	b.Run("consistent-hash-property", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			out = byProp.RouteContent("", nil, props[i%len(keys)], out[:0])
+		}
+	})
+	if len(out) != 1 {
+		b.Fatalf("routed to %d", len(out))
+	}
+}

@@ -1,7 +1,8 @@
 // Package exchange owns routing for one exchange: it maps a routing key and
 // message headers to the set of destinations (queues, or exchanges for
 // exchange-to-exchange bindings) bound to it, with RabbitMQ's semantics for
-// the direct, fanout, topic and headers kinds.
+// the direct, fanout, topic and headers kinds, and for x-consistent-hash as
+// RabbitMQ's consistent-hash plugin routes (chash.go, erlhash.go).
 //
 // It keeps no registry: which exchanges and queues exist, declare and delete
 // rules, following exchange-to-exchange chains and persistence belong to

@@ -46,6 +46,8 @@ type Exchange struct {
 	// published to routing and not changed after.
 	Dedup *DedupCache
 
+	hashOn hashOn // consistent hash: what a message is hashed on, from Args
+
 	snap     atomic.Pointer[snapshot]
 	policyAE atomic.Pointer[string] // an alternate exchange a policy sets (SetPolicyAE)
 
@@ -75,12 +77,13 @@ type snapshot struct {
 	topic   *tnode     // trie root; nil without bindings
 	memos   int32      // topic: memo ids handed out (see tnode.memo)
 	headers []hbinding // in bind order; RabbitMQ scans them too
+	ring    ring       // consistent hash: the buckets, in the plugin's order
 }
 
 // New returns an exchange without bindings. kind must be valid (see
 // ParseKind): anything else is a caller bug.
 func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
-	if kind < Direct || kind > Dedup {
+	if kind < Direct || kind > ConsistentHash {
 		panic("exchange.New: invalid kind")
 	}
 	e := &Exchange{
@@ -94,6 +97,7 @@ func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.T
 		byDest:     make(map[Dest]map[string]struct{}),
 		byDestKey:  make(map[destKey]int),
 	}
+	e.hashOn = parseHashOn(args)
 	s := &snapshot{kind: kind}
 	if kind == Direct {
 		s.direct = newDtable(minBuckets)
@@ -127,7 +131,9 @@ func (e *Exchange) SetPolicyAE(name string) {
 // Route appends every destination matching key and headers to out, each at
 // most once within this call (entries already in out are not looked at),
 // and returns the extended slice. headers is read only by a headers
-// exchange. The order of the destinations is unspecified.
+// exchange. A consistent-hash exchange hashes key here whatever its
+// arguments say; RouteContent gives it the message's headers and
+// properties. The order of the destinations is unspecified.
 //
 // Route does not allocate when out has room. The one exception is a topic
 // route that meets more nested "#" nodes than a 256-bit memo covers for its
@@ -156,6 +162,8 @@ func (e *Exchange) Route(key string, headers amqp.Table, out []Dest) []Dest {
 		if hits > 1 {
 			out = dedupe(out, start)
 		}
+	case ConsistentHash:
+		out = s.ring.route(e.hashOn, key, nil, nil, out)
 	}
 	return out
 }
@@ -238,6 +246,8 @@ func (e *Exchange) Bind(b Binding) (added bool) {
 		}
 	case Headers:
 		s.headers = append(slices.Clip(s.headers), compileHeaders(id, b))
+	case ConsistentHash:
+		s.ring = s.ring.add(b.Dest, b.Key)
 	}
 	e.snap.Store(&s)
 	return true
@@ -262,6 +272,8 @@ func (e *Exchange) Unbind(b Binding) (removed bool) {
 	case Headers:
 		i := slices.IndexFunc(s.headers, func(h hbinding) bool { return h.id == id })
 		s.headers = slices.Delete(slices.Clone(s.headers), i, i+1)
+	case ConsistentHash:
+		s.ring = s.ring.remove(b.Dest) // even if another binding to it is left, as the plugin does
 	}
 	if len(e.byDest[b.Dest]) == 0 {
 		delete(e.byDest, b.Dest)
@@ -291,6 +303,8 @@ func (e *Exchange) RemoveDest(d Dest) int {
 		s.fanout = deleteDest(s.fanout, d)
 	case Headers:
 		s.headers = slices.DeleteFunc(slices.Clone(s.headers), func(h hbinding) bool { return h.dest == d })
+	case ConsistentHash:
+		s.ring = s.ring.remove(d)
 	}
 	e.snap.Store(&s)
 	return n

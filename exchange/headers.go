@@ -187,12 +187,17 @@ func intEqualsFloat(i int64, f float64) bool {
 	return int64(f) == i
 }
 
-// ValidateBinding reports whether RabbitMQ would accept args for a binding
-// on an exchange of kind k. Only headers exchanges check anything: x-match,
-// when present, must be the string all, any, all-with-x or any-with-x
-// (rabbit_exchange_type_headers validate_binding). The error wraps
-// ErrInvalidArgs. Bind itself accepts anything, so callers validate first.
-func ValidateBinding(k Kind, args amqp.Table) error {
+// ValidateBinding reports whether RabbitMQ would accept a binding with key
+// and args on an exchange of kind k. Headers exchanges check x-match: when
+// present, it must be the string all, any, all-with-x or any-with-x
+// (rabbit_exchange_type_headers validate_binding). Consistent-hash
+// exchanges check that the key is a weight (validateWeight). The error
+// wraps ErrInvalidArgs. Bind itself accepts anything, so callers validate
+// first.
+func ValidateBinding(k Kind, key string, args amqp.Table) error {
+	if k == ConsistentHash {
+		return validateWeight(key)
+	}
 	if k != Headers {
 		return nil
 	}

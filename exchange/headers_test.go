@@ -109,7 +109,7 @@ func TestValidateBinding(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ValidateBinding(tt.kind, tt.args)
+			err := ValidateBinding(tt.kind, "", tt.args)
 			if (err == nil) != tt.ok {
 				t.Fatalf("err = %v, want ok %v", err, tt.ok)
 			}

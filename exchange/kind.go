@@ -13,6 +13,7 @@ const (
 	// Dedup is the rabbitmq-message-deduplication plugin's exchange type:
 	// it routes as fanout, after dropping duplicates (see Dedup).
 	Dedup
+	ConsistentHash // x-consistent-hash, rabbitmq_consistent_hash_exchange's type
 )
 
 // ParseKind maps an exchange.declare type field to a Kind. The names are
@@ -29,6 +30,8 @@ func ParseKind(s string) (Kind, bool) {
 		return Headers, true
 	case "x-message-deduplication":
 		return Dedup, true
+	case "x-consistent-hash":
+		return ConsistentHash, true
 	}
 	return 0, false
 }
@@ -46,6 +49,8 @@ func (k Kind) String() string {
 		return "headers"
 	case Dedup:
 		return "x-message-deduplication"
+	case ConsistentHash:
+		return "x-consistent-hash"
 	}
 	return "invalid"
 }

@@ -13,7 +13,8 @@ func TestParseKind(t *testing.T) {
 		{"topic", Topic, true},
 		{"headers", Headers, true},
 		{"Direct", 0, false},
-		{"x-consistent-hash", 0, false},
+		{"x-consistent-hash", ConsistentHash, true}, // built in (issue #17)
+		{"x-no-such-type", 0, false},
 		{"", 0, false},
 	}
 	for _, tt := range tests {

@@ -35,7 +35,7 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 	if cluster {
 		// Checked here, then proposed; every node applies it (bindHere).
 		v.mu.Lock()
-		_, err := v.checkBindLocked(owner, dest, toExchange, source, args, add)
+		_, err := v.checkBindLocked(owner, dest, toExchange, source, key, args, add)
 		v.mu.Unlock()
 		if err != nil {
 			return err
@@ -48,7 +48,7 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 
 // checkBindLocked makes a bind's checks, in RabbitMQ's order, and
 // returns the source exchange. v.mu held.
-func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, source string, args amqp.Table, add bool) (*exchange.Exchange, error) {
+func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) (*exchange.Exchange, error) {
 	if toExchange {
 		if v.exchanges[dest] == nil {
 			return nil, v.noExchange(dest)
@@ -70,7 +70,7 @@ func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, sour
 		return nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
 	}
 	if add {
-		if err := exchange.ValidateBinding(src.Kind, args); err != nil {
+		if err := exchange.ValidateBinding(src.Kind, key, args); err != nil {
 			return nil, amqp.Errorf(amqp.PreconditionFailed, "%s", strings.TrimPrefix(err.Error(), "exchange: "))
 		}
 	}
@@ -95,7 +95,7 @@ func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key
 }
 
 func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {
-	src, err := v.checkBindLocked(owner, dest, toExchange, source, args, add)
+	src, err := v.checkBindLocked(owner, dest, toExchange, source, key, args, add)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 		cc := ccKeys(props.Headers)
 		deaths := addDeath(&props, src.Name(), reason, m.Exchange, append([]string{m.RoutingKey}, cc...))
 		key := m.RoutingKey
-		var sc Scratch
+		sc := Scratch{Props: m.Props} // for a hash-property: the ids and timestamp are kept
 		if dlrk != nil {
 			key = *dlrk
 			delete(props.Headers, "CC")

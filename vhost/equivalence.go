@@ -16,7 +16,7 @@ func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d 
 	}
 	switch {
 	case ex.Kind != kind:
-		return ineq("type", kind.String(), ex.Kind.String())
+		return ineq("type", typeAtom(kind), typeAtom(ex.Kind))
 	case ex.Durable != d.Durable:
 		return ineq("durable", d.Durable, ex.Durable)
 	case ex.AutoDelete != d.AutoDelete:
@@ -30,6 +30,17 @@ func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d 
 		return err
 	}
 	return nil
+}
+
+// typeAtom is an exchange type as RabbitMQ shows it in an inequivalent
+// type error: the atom printed with ~p, so a name with a '-' comes quoted
+// ('x-consistent-hash', which the message quotes again).
+func typeAtom(k exchange.Kind) string {
+	s := k.String()
+	if strings.ContainsRune(s, '-') {
+		return "'" + s + "'"
+	}
+	return s
 }
 
 func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {

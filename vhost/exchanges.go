@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -170,6 +171,13 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
 			return 0, err
 		}
+	}
+	if err := exchange.ValidateArgs(kind, d.Args); err != nil {
+		if errors.Is(err, exchange.ErrUnhashable) {
+			// The plugin fails on it; RabbitMQ closes the connection.
+			return 0, &amqp.Error{Code: amqp.InternalError, Text: amqp.ReplyText(amqp.InternalError)}
+		}
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", err.Error())
 	}
 	return kind, nil
 }

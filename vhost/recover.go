@@ -1,7 +1,10 @@
 package vhost
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -136,6 +139,14 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			break
 		}
 	}
+	// In RabbitMQ's order (the plugin re-adds a consistent-hash exchange's
+	// bindings sorted as #binding records: by key, then destination,
+	// exchanges before queues), so a recovered ring has RabbitMQ's bucket
+	// order. Other kinds do not depend on the order.
+	slices.SortStableFunc(defs.bindings, func(a, b bindingDef) int {
+		return cmp.Or(strings.Compare(a.source, b.source), strings.Compare(a.binding.Key, b.binding.Key),
+			cmpBool(!a.binding.Dest.Exchange, !b.binding.Dest.Exchange), strings.Compare(a.binding.Dest.Name, b.binding.Dest.Name))
+	})
 	nb := 0
 	for _, b := range defs.bindings {
 		src := v.exchanges[b.source]
@@ -263,3 +274,14 @@ func defArgs(t amqp.Table) amqp.Table {
 }
 
 func str(v any) string { s, _ := v.(string); return s }
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}

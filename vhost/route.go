@@ -19,6 +19,9 @@ type Scratch struct {
 	RawHeaders []byte
 	headers    amqp.Table
 	decoded    bool
+	// Props are the message's encoded properties (flags first), read
+	// only by a consistent-hash exchange that hashes a property.
+	Props []byte
 	// Extra are the routing keys of the message's CC and BCC headers,
 	// routed with as well as the publish's own key (sender-selected
 	// distribution).
@@ -81,16 +84,24 @@ func (v *VHost) route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	for len(s.pending) > 0 {
 		ex := s.pending[len(s.pending)-1]
 		s.pending = s.pending[:len(s.pending)-1]
-		var hdr amqp.Table
-		if ex.Kind == exchange.Headers {
-			hdr = s.headerTable()
-		}
-		s.dests = s.dests[:0]
-		if ex.Kind != exchange.Dedup || !v.duplicate(ex, s) {
-			s.dests = ex.Route(key, hdr, s.dests)
-			if ex.Kind != exchange.Headers && ex.Kind != exchange.Fanout && ex.Kind != exchange.Dedup {
+		switch ex.Kind {
+		case exchange.Headers:
+			s.dests = ex.Route(key, s.headerTable(), s.dests[:0])
+		case exchange.ConsistentHash:
+			// One destination, by the publish's own key: the plugin
+			// hashes the first of the message's routing keys.
+			s.dests = ex.RouteContent(key, s.RawHeaders, s.Props, s.dests[:0])
+		case exchange.Dedup:
+			// As fanout, unless a duplicate (the plugin routes it nowhere).
+			s.dests = s.dests[:0]
+			if !v.duplicate(ex, s) {
+				s.dests = ex.Route(key, nil, s.dests)
+			}
+		default:
+			s.dests = ex.Route(key, nil, s.dests[:0])
+			if ex.Kind != exchange.Fanout {
 				for _, k := range s.Extra {
-					s.dests = ex.Route(k, hdr, s.dests)
+					s.dests = ex.Route(k, nil, s.dests)
 				}
 			}
 		}
