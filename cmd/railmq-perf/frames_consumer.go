@@ -84,7 +84,7 @@ func (c *consumer) runFrames(stop <-chan struct{}) {
 		}
 	}()
 	for {
-		typ, _, p, err := fc.readFrame()
+		typ, ch, p, err := fc.readFrame()
 		if err != nil {
 			select {
 			case <-stop:
@@ -100,7 +100,7 @@ func (c *consumer) runFrames(stop <-chan struct{}) {
 			}
 			return
 		}
-		if err := c.frame(typ, p); err != nil {
+		if err := c.frame(typ, ch, p); err != nil {
 			if !errors.Is(err, errConsumerEnd) {
 				c.r.fail("consumer %d: %v", c.id, err)
 			}
@@ -125,8 +125,9 @@ func (fc *frameConn) wholeFrameBuffered() bool {
 	return n >= 8+int(binary.BigEndian.Uint32(h[3:]))
 }
 
-// frame handles one frame on a consumer's connection.
-func (c *consumer) frame(typ uint8, p []byte) error {
+// frame handles one frame, received on channel ch, on a consumer's
+// connection.
+func (c *consumer) frame(typ uint8, ch uint16, p []byte) error {
 	d := &c.fr.d
 	switch typ {
 	case frameMethod:
@@ -143,7 +144,7 @@ func (c *consumer) frame(typ uint8, p []byte) error {
 			*d = frameDelivery{active: true, tag: binary.BigEndian.Uint64(rest), redelivered: rest[8]&1 != 0}
 			return nil
 		}
-		return c.method(class, method, args)
+		return c.method(ch, class, method, args)
 	case frameHeader:
 		if !d.active {
 			return fmt.Errorf("%w: content header without basic.deliver", errUnexpected)
@@ -173,7 +174,7 @@ func (c *consumer) frame(typ uint8, p []byte) error {
 
 // method handles a method other than basic.deliver on a consumer's
 // connection.
-func (c *consumer) method(class, method uint16, args []byte) error {
+func (c *consumer) method(ch, class, method uint16, args []byte) error {
 	switch {
 	case class == classBasic && method == mBasicCancel:
 		c.r.fail("consumer %d: broker cancelled the consumer on %s", c.id, c.q.name)
@@ -181,7 +182,7 @@ func (c *consumer) method(class, method uint16, args []byte) error {
 	case class == classConnection && (method == mConnBlocked || method == mConnUnblocked):
 		return nil // acks are not publishes; RabbitMQ still reads them
 	}
-	if ce := c.fr.fc.answerClose(frameChannel, class, method, args); ce != nil {
+	if ce := c.fr.fc.answerClose(ch, class, method, args); ce != nil {
 		if !c.r.closing.Load() {
 			c.r.fail("consumer %d: %v", c.id, ce)
 		}

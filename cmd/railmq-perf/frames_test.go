@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -327,11 +330,11 @@ func BenchmarkFramesMessage(b *testing.B) {
 				buf = appendPublishes(buf, tmpl, bodyOff, 0, seq, 1, 42)
 				seq++
 				for before := c.consumed.Load(); c.consumed.Load() == before; {
-					typ, _, p, err := fc.readFrame()
+					typ, ch, p, err := fc.readFrame()
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := c.frame(typ, p); err != nil {
+					if err := c.frame(typ, ch, p); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -344,5 +347,109 @@ func BenchmarkFramesMessage(b *testing.B) {
 				b.Fatalf("duplicated %d, out of order %d, errors %d", c.duplicated, c.outOfOrder, r.errors.Load())
 			}
 		})
+	}
+}
+
+// runAsync starts the tool and returns a channel with its exit code, report
+// and stderr.
+type asyncRun struct {
+	code   int
+	res    *result
+	stderr string
+}
+
+func perfRunAsync(t *testing.T, url string, args ...string) <-chan asyncRun {
+	t.Helper()
+	out := make(chan asyncRun, 1)
+	go func() {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"--uri", url, "--json"}, args...), &stdout, &stderr)
+		res := &result{}
+		_ = json.Unmarshal(stdout.Bytes(), res)
+		out <- asyncRun{code, res, stderr.String()}
+	}()
+	return out
+}
+
+// Deleting the queue under the consumer makes the broker send basic.cancel
+// to it, and the producer's mandatory publishes come back as basic.return:
+// the engine counts both (an error, and returned messages).
+func TestFramesEngineCancelAndReturns(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	done := perfRunAsync(t, b.URL, "--engine", "frames", "--queue-prefix", "cancel", "--rate", "2000", "--duration", "1500ms", "--autoack")
+	conn, err := rmq.Dial(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive("cancel-1", false, false, false, false, nil)
+		return err == nil && q.Consumers == 1
+	}, "consumer on cancel-1")
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("cancel-1", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.code != exitError || r.res.Errors == 0 || !strings.Contains(r.stderr, "broker cancelled the consumer on cancel-1") {
+		t.Fatalf("exit %d, errors %d; want exit 1 and the cancel reported\n%s", r.code, r.res.Errors, r.stderr)
+	}
+	if r.res.Returned == 0 || r.res.Lost != 0 {
+		t.Fatalf("returned %d, lost %d; want returns counted and not lost", r.res.Returned, r.res.Lost)
+	}
+}
+
+// A connection closed by the broker (management API, 320
+// CONNECTION_FORCED) is answered with close-ok and reported.
+func TestFramesEngineBrokerClose(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	mgmt := httptest.NewServer(b.Server.ManagementHandler())
+	defer mgmt.Close()
+	done := perfRunAsync(t, b.URL, "--engine", "frames", "--queue-prefix", "forced", "--rate", "1000", "--duration", "1500ms", "--prefetch", "10")
+	var name string
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, mgmt.URL+"/api/connections", nil)
+		req.SetBasicAuth("guest", "guest")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var conns []struct {
+			Name  string         `json:"name"`
+			Props map[string]any `json:"client_properties"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&conns); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range conns {
+			if c.Props["connection_name"] == "railmq-perf consumer 0" {
+				name = c.Name
+				return true
+			}
+		}
+		return false
+	}, "the consumer's connection listed")
+	req, _ := http.NewRequest(http.MethodDelete, mgmt.URL+"/api/connections/"+url.PathEscape(name), nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE connection: %s", resp.Status)
+	}
+	r := <-done
+	if r.code != exitError || !strings.Contains(r.stderr, "consumer 0: connection closed by the broker: 320") {
+		t.Fatalf("exit %d; want exit 1 and the forced close reported\n%s", r.code, r.stderr)
 	}
 }
