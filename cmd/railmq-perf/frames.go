@@ -183,7 +183,6 @@ func (fc *frameConn) handshake(u amqp.URI, name string, heartbeat time.Duration)
 	if len(p) < 8 {
 		return errFrameSyntax
 	}
-	chMax := binary.BigEndian.Uint16(p[0:])
 	fm := binary.BigEndian.Uint32(p[2:])
 	srvHB := binary.BigEndian.Uint16(p[6:])
 	fc.frameMax = frameMaxWanted
@@ -193,7 +192,7 @@ func (fc *frameConn) handshake(u amqp.URI, name string, heartbeat time.Duration)
 	hb := pickNonZeroMin(int(heartbeat/time.Second), int(srvHB)) // as amqp091-go does
 	fc.hb = time.Duration(hb) * time.Second
 	b, s = beginMethod(b[:0], 0, classConnection, mConnTuneOk)
-	b = binary.BigEndian.AppendUint16(b, min(max(chMax, 1), 1))
+	b = binary.BigEndian.AppendUint16(b, 1) // channel-max: channel 1 is all it opens
 	b = binary.BigEndian.AppendUint32(b, fc.frameMax)
 	b = binary.BigEndian.AppendUint16(b, uint16(hb))
 	b = endFrame(b, s)

@@ -106,6 +106,11 @@ func (p *producer) runFrames(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
+		select {
+		case <-p.confirmsDone: // the reader ended: the channel or connection is gone
+			return
+		default:
+		}
 		n := perBatch
 		if cfg.PMessages > 0 {
 			n = int(min(uint64(n), cfg.PMessages-seq))

@@ -35,7 +35,9 @@ func perfRun(t *testing.T, url string, args ...string) (int, *result, string) {
 }
 
 // Every scenario runs with the frame engine against an in-process broker
-// and must deliver every message once, in order, with nothing lost.
+// and must deliver every message once, in order, with nothing lost. With
+// RAILMQ_TEST_URL (testutil.Start) these tests, except those marked
+// InProcess, run against another broker such as RabbitMQ.
 func TestFramesEngine(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	const n = 3000
@@ -160,6 +162,7 @@ func TestFramesEngineHeartbeats(t *testing.T) {
 // producer stops publishing; after connection.unblocked it resumes, and
 // nothing is lost.
 func TestFramesEngineBlocked(t *testing.T) {
+	testutil.InProcess(t)
 	var free atomic.Uint64
 	free.Store(1 << 40)
 	b := testutil.Start(t, broker.Options{
@@ -410,6 +413,7 @@ func TestFramesEngineCancelAndReturns(t *testing.T) {
 // A connection closed by the broker (management API, 320
 // CONNECTION_FORCED) is answered with close-ok and reported.
 func TestFramesEngineBrokerClose(t *testing.T) {
+	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
 	mgmt := httptest.NewServer(b.Server.ManagementHandler())
 	defer mgmt.Close()
@@ -451,5 +455,35 @@ func TestFramesEngineBrokerClose(t *testing.T) {
 	r := <-done
 	if r.code != exitError || !strings.Contains(r.stderr, "consumer 0: connection closed by the broker: 320") {
 		t.Fatalf("exit %d; want exit 1 and the forced close reported\n%s", r.code, r.stderr)
+	}
+}
+
+// Publishing to an exchange that does not exist closes the channel with 404
+// (§1.8.3.7 basic.publish); the producer answers close-ok, reports it and
+// stops publishing.
+func TestFramesEngineChannelClosed(t *testing.T) {
+	testutil.InProcess(t)
+	b := testutil.Start(t, broker.Options{})
+	conn, err := rmq.Dial(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDelete("perf.direct", false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("noex-1", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, res, stderr := perfRun(t, b.URL, "--engine", "frames", "--queue-prefix", "noex", "--predeclared", "--consumers", "0", "--duration", "2s")
+	if code != exitError || res.Errors == 0 || !strings.Contains(stderr, "producer 0: channel closed by the broker: 404") {
+		t.Fatalf("exit %d, errors %d; want exit 1 and the 404 reported\n%s", code, res.Errors, stderr)
+	}
+	if res.DurationS >= 2 {
+		t.Fatalf("the run lasted %vs: the producer kept going after its channel closed", res.DurationS)
 	}
 }
