@@ -87,13 +87,13 @@ func (c *consumer) run(stop <-chan struct{}) {
 }
 
 func (c *consumer) handle(d *amqp.Delivery) {
-	c.handleDelivery(d.DeliveryTag, d.Redelivered, d.Body)
+	c.handleDelivery(time.Now().UnixNano(), d.DeliveryTag, d.Redelivered, d.Body)
 }
 
-// handleDelivery checks one delivery (body holds at least its perf header)
-// and acks it as configured. Both engines use it.
-func (c *consumer) handleDelivery(tag uint64, redelivered bool, body []byte) {
-	now := time.Now().UnixNano()
+// handleDelivery checks one delivery (body holds at least its perf header),
+// received at now (Unix nanoseconds), and acks it as configured. Both
+// engines use it.
+func (c *consumer) handleDelivery(now int64, tag uint64, redelivered bool, body []byte) {
 	c.consumed.Add(1)
 	c.lastNano.Store(now)
 	if redelivered {

@@ -24,6 +24,7 @@ type frameDelivery struct {
 type frameConsumer struct {
 	fc      *frameConn
 	d       frameDelivery
+	now     int64 // when the last read from the socket returned, Unix ns
 	ackBuf  []byte
 	closeMu sync.Once
 }
@@ -84,7 +85,13 @@ func (c *consumer) runFrames(stop <-chan struct{}) {
 		}
 	}()
 	for {
+		// Deliveries that arrived in one read share its arrival time: one
+		// clock reading per read, not per message.
+		fresh := !fc.wholeFrameBuffered()
 		typ, ch, p, err := fc.readFrame()
+		if fresh {
+			fr.now = time.Now().UnixNano()
+		}
 		if err != nil {
 			select {
 			case <-stop:
@@ -195,7 +202,7 @@ func (c *consumer) method(ch, class, method uint16, args []byte) error {
 func (c *consumer) delivered() {
 	d := &c.fr.d
 	d.active = false
-	c.handleDelivery(d.tag, d.redelivered, d.head[:d.got])
+	c.handleDelivery(c.fr.now, d.tag, d.redelivered, d.head[:d.got])
 }
 
 // appendAck appends a basic.ack frame on channel 1.

@@ -333,7 +333,11 @@ func BenchmarkFramesMessage(b *testing.B) {
 				buf = appendPublishes(buf, tmpl, bodyOff, 0, seq, 1, 42)
 				seq++
 				for before := c.consumed.Load(); c.consumed.Load() == before; {
+					fresh := !fc.wholeFrameBuffered()
 					typ, ch, p, err := fc.readFrame()
+					if fresh {
+						c.fr.now = time.Now().UnixNano()
+					}
 					if err != nil {
 						b.Fatal(err)
 					}
