@@ -146,7 +146,7 @@ func (c *config) validate() error {
 			return fmt.Errorf("--uri: %w", err)
 		}
 		if c.Engine == engineFrames && pu.Scheme != "amqp" {
-			return fmt.Errorf("--uri %s: --engine frames does not support TLS (%s://); use --engine %s", pu.Scheme+"://"+pu.Host, pu.Scheme, engineAMQP091)
+			return fmt.Errorf("--uri %s://%s:%d: --engine frames does not support TLS; use --engine %s", pu.Scheme, pu.Host, pu.Port, engineAMQP091)
 		}
 	}
 	switch {
