@@ -13,7 +13,14 @@
 # the two brokers run one after the other, and the one that goes first
 # alternates from round to round (A B, B A, A B, ...). railmq-perf samples the
 # broker's CPU time and RSS from /proc (--broker-pid: railmq's pid, or
-# RabbitMQ's beam.smp pid from RABBITMQ_PID_FILE). In S6, railmq is killed
+# RabbitMQ's beam.smp pid from RABBITMQ_PID_FILE). Around each railmq-perf
+# run the script also counts the broker's system calls and context switches
+# (with `perf stat -e raw_syscalls:sys_enter,context-switches -p PID` where
+# perf works, else from /proc: reads+writes (syscr+syscw in /proc/PID/io)
+# and voluntary+nonvoluntary switches summed over /proc/PID/task/*/status)
+# and railmq's allocations (go_memstats_mallocs_total from its
+# --prometheus-listen endpoint; RabbitMQ: n/a); the report divides them by
+# the messages delivered (published when none were). In S6, railmq is killed
 # with SIGKILL once the backlog is published and restarted on the same data
 # directory: the time until it accepts connections again is the "restart after
 # kill -9" figure (railmq only), and the drain runs against the restarted
@@ -49,14 +56,20 @@
 #   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8 S9"   which scenarios to run
 #   SETTLE=2          seconds to wait after a broker accepts connections
 #   RUN_TIMEOUT=7200  seconds one railmq-perf run may take
-#   RAILMQ_PORT=5691 RABBIT_PORT=5692 EPMD_PORT=4392   (next free one is used;
-#                     in AGAINST mode railmq at REV takes RABBIT_PORT)
+#   ENGINE=amqp091    railmq-perf --engine: amqp091 (amqp091-go) or frames
+#                     (raw sockets, so that the broker is the bottleneck)
+#   RAILMQ_PORT=5691 RABBIT_PORT=5692 EPMD_PORT=4392 METRICS_PORT=15691
+#                     (next free one is used; in AGAINST mode railmq at REV
+#                     takes RABBIT_PORT; METRICS_PORT is railmq's
+#                     --prometheus-listen, for its allocation count)
 #   RESULTS=bench/RESULTS.md  RAW=bench/results-raw.jsonl
 #                     (AGAINST mode: bench/RESULTS-against.md and
 #                     bench/results-raw-against.jsonl)
 #
 # Smoke mode builds railmq, starts it on a free port, runs railmq-perf for 5s
-# (1 KiB, prefetch 300, multi-ack every 50), stops it, and exits with
+# (1 KiB, prefetch 300, multi-ack every 50; --engine ENGINE), prints the
+# broker's allocations, system calls and context switches per message,
+# stops it, and exits with
 # railmq-perf's status: 3 when a message was lost or duplicated, 1 on a
 # connection error. It never asserts a speed.
 #
@@ -65,6 +78,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 MODE=compare
+ENGINE=${ENGINE:-amqp091}
 case "${1:-}" in
 --smoke) MODE=smoke ;;
 "") ;;
@@ -101,12 +115,79 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.3f", b-a}'; }
 
 # --- railmq -------------------------------------------------------------------
+# METRICS_URL is railmq's Prometheus endpoint while one runs (empty for
+# RabbitMQ, or for a railmq built before --prometheus-listen existed).
+METRICS_URL=""
 start_railmq() { # binary dir port [seconds]
 	mkdir -p "$2"
 	BROKER_LOG="$1.log"
-	"$1" --listen "127.0.0.1:$3" --data-dir "$2/data" --log-level warn >>"$BROKER_LOG" 2>&1 &
+	local metrics=()
+	METRICS_URL=""
+	# Not `--help | grep -q`: with pipefail, grep's early exit can fail the
+	# pipeline through SIGPIPE.
+	if [ -n "${METRICS_PORT:-}" ] && [[ "$("$1" --help 2>&1)" == *-prometheus-listen* ]]; then
+		metrics=(--prometheus-listen "127.0.0.1:$METRICS_PORT")
+		METRICS_URL="http://127.0.0.1:$METRICS_PORT/metrics"
+	fi
+	"$1" --listen "127.0.0.1:$3" --data-dir "$2/data" --log-level warn "${metrics[@]}" >>"$BROKER_LOG" 2>&1 &
 	BROKER_KIND=railmq BROKER_PID=$!
 	wait_listening "$3" "${4:-60}"
+}
+
+# --- system counters of the broker -------------------------------------------------
+# SYS_METHOD is perf when `perf stat` can count syscalls and context
+# switches of a process, else proc (SYS_METHOD=proc in the environment
+# forces /proc).
+SYS_METHOD=${SYS_METHOD:-}
+if [ -z "$SYS_METHOD" ] && command -v perf >/dev/null && perf stat -x, -e raw_syscalls:sys_enter,context-switches -o /dev/null -- true >/dev/null 2>&1; then
+	SYS_METHOD=perf
+fi
+[ "$SYS_METHOD" = perf ] || SYS_METHOD=proc
+mallocs() { # railmq's go_memstats_mallocs_total, or null
+	local v=""
+	if [ -n "$METRICS_URL" ]; then
+		v=$(curl -sf --max-time 5 "$METRICS_URL" | awk '$1 == "go_memstats_mallocs_total" {printf "%.0f", $2}') || v=""
+	fi
+	echo "${v:-null}"
+}
+proc_ctxsw() { # PID: voluntary+nonvoluntary context switches over its threads
+	cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {n += $2} END {printf "%.0f", n}'
+}
+proc_syscalls() { # PID: read and write system calls (syscr + syscw)
+	awk '/^sysc[rw]:/ {n += $2} END {printf "%.0f", n}' "/proc/$1/io" 2>/dev/null || echo 0
+}
+# sys_begin PID / sys_end: SYS_JSON is {method, syscalls, ctx_switches,
+# mallocs} for the broker between the two (mallocs null for RabbitMQ).
+sys_begin() {
+	SYS_PID=$1 SYS_PERF="" SYS_OUT="$TMP/sys.out"
+	SYS_M0=$(mallocs)
+	if [ "$SYS_METHOD" = perf ]; then
+		perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$SYS_PID" -o "$SYS_OUT" >/dev/null 2>&1 &
+		SYS_PERF=$!
+	else
+		SYS_C0=$(proc_ctxsw "$SYS_PID") SYS_S0=$(proc_syscalls "$SYS_PID")
+	fi
+}
+sys_end() {
+	local m1 sc=null cs=null dm=null
+	m1=$(mallocs)
+	if [ -n "$SYS_PERF" ]; then
+		kill -INT "$SYS_PERF" 2>/dev/null || true
+		wait "$SYS_PERF" 2>/dev/null || true
+		sc=$(awk -F, '$3 ~ /raw_syscalls:sys_enter/ && $1 ~ /^[0-9]+$/ {print $1}' "$SYS_OUT")
+		cs=$(awk -F, '$3 ~ /context-switches/ && $1 ~ /^[0-9]+$/ {print $1}' "$SYS_OUT")
+	else
+		sc=$(($(proc_syscalls "$SYS_PID") - SYS_S0)) cs=$(($(proc_ctxsw "$SYS_PID") - SYS_C0))
+	fi
+	if [ "$SYS_M0" != null ] && [ "$m1" != null ]; then dm=$((m1 - SYS_M0)); fi
+	SYS_JSON=$(jq -nc --arg m "$SYS_METHOD" --argjson sc "${sc:-null}" --argjson cs "${cs:-null}" --argjson dm "$dm" \
+		'{method:$m, syscalls:$sc, ctx_switches:$cs, mallocs:$dm}')
+}
+# per_msg JSON SYS: the sys figures per message of a railmq-perf report.
+per_msg() {
+	jq -nc --argjson p "$1" --argjson s "$2" '($p.consumed // 0) as $c | (if $c > 0 then $c else ($p.published // 0) end) as $n
+		| def d($v): if $v == null or $n == 0 then null else ($v / $n * 1000 | round / 1000) end;
+		{allocs_per_msg: d($s.mallocs), syscalls_per_msg: d($s.syscalls), ctx_switches_per_msg: d($s.ctx_switches)}'
 }
 
 # --- RabbitMQ -----------------------------------------------------------------
@@ -154,11 +235,18 @@ if [ "$MODE" = smoke ]; then
 	"$GO" build -o "$TMP/railmq" ./cmd/railmq
 	"$GO" build -o "$TMP/perf" ./cmd/railmq-perf
 	port=$(pick_port "${SMOKE_PORT:-5695}")
+	METRICS_PORT=$(pick_port "${METRICS_PORT:-15695}" "$port")
 	start_railmq "$TMP/railmq" "$TMP/smoke" "$port"
-	say "smoke: railmq pid $BROKER_PID on port $port; 5s of 1 KiB messages"
+	say "smoke: railmq pid $BROKER_PID on port $port; 5s of 1 KiB messages, --engine $ENGINE"
 	rc=0
-	"$TMP/perf" --uri "amqp://guest:guest@127.0.0.1:$port/" --broker-pid "$BROKER_PID" \
-		--duration 5s --size 1024 --prefetch 300 --multi-ack-every 50 || rc=$?
+	sys_begin "$BROKER_PID"
+	"$TMP/perf" --engine "$ENGINE" --uri "amqp://guest:guest@127.0.0.1:$port/" --broker-pid "$BROKER_PID" \
+		--duration 5s --size 1024 --prefetch 300 --multi-ack-every 50 >"$TMP/smoke.out" || rc=$?
+	sys_end
+	cat "$TMP/smoke.out"
+	if command -v jq >/dev/null && tail -1 "$TMP/smoke.out" | jq -e . >/dev/null 2>&1; then
+		say "smoke: broker per message ($SYS_METHOD): $(per_msg "$(tail -1 "$TMP/smoke.out")" "$SYS_JSON")"
+	fi
 	stop_broker
 	case $rc in
 	0) say "smoke: ok" ;;
@@ -228,6 +316,7 @@ command -v jq >/dev/null || need+=(jq)
 build
 RAILMQ_PORT=$(pick_port "${RAILMQ_PORT:-5691}")
 RABBIT_PORT=$(pick_port "${RABBIT_PORT:-5692}" "$RAILMQ_PORT")
+METRICS_PORT=$(pick_port "${METRICS_PORT:-15691}" "$RAILMQ_PORT" "$RABBIT_PORT")
 if [ -z "$AGAINST" ]; then
 	EPMD_BIN=$(command -v epmd || ls /usr/lib/erlang/erts-*/bin/epmd | head -1)
 	DIST_PORT=$(pick_port $((RABBIT_PORT + 20000)))
@@ -271,14 +360,17 @@ TITLE[S9]="overload: 1 publisher at full speed -> fanout -> 10 transient queues,
 FLAGS[S9]="--size 1024 --exchange-type fanout --fanout-queues 10 --consumers 10 --prefetch 300 --multi-ack-every 50 --duration $D9 --queue-prefix overload"
 FLAGS[S8]="--exchange-type fanout --fanout-queues $S8_QUEUES --persistent --confirm 1 --pmessages 1 --producers 1 --consumers 0 --queue-prefix decl"
 
-# run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC
-# and PERF_WALL (seconds).
+# run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC,
+# PERF_WALL (seconds) and PERF_SYS (the broker's system counters, sys_end).
 run_perf() {
 	local uri=$1 pid=$2 out="$TMP/perf.out" t0
 	shift 2
 	PERF_RC=0
 	t0=$(now)
-	timeout -k 30 -s INT "$RUN_TIMEOUT" "$TMP/perf" --uri "$uri" --json --broker-pid "$pid" "$@" >"$out" 2>>"$TMP/perf.log" || PERF_RC=$?
+	sys_begin "$pid"
+	timeout -k 30 -s INT "$RUN_TIMEOUT" "$TMP/perf" --engine "$ENGINE" --uri "$uri" --json --broker-pid "$pid" "$@" >"$out" 2>>"$TMP/perf.log" || PERF_RC=$?
+	sys_end
+	PERF_SYS=$SYS_JSON
 	PERF_WALL=$(since "$t0")
 	if [ "$PERF_RC" -ne 0 ]; then
 		say "  railmq-perf exit $PERF_RC; its last messages:"
@@ -306,13 +398,13 @@ one() {
 	if [ -n "$bin" ]; then start_railmq "$bin" "$dir" "$port"; else start_rabbitmq "$dir" "$port"; fi
 	uri="amqp://guest:guest@127.0.0.1:$port/"
 	sleep "$SETTLE"
-	local rss0 j jd="null" rc wall rcd=0 walld=0 nofile=null disk=null diska=null recover=null t0
+	local rss0 j jd="null" rc wall rcd=0 walld=0 nofile=null disk=null diska=null recover=null t0 sys sysd=null
 	if [ "$BROKER_KIND" = rabbitmq ]; then nofile=${RABBIT_NOFILE:-null}; fi
 	rss0=$(rss_kib "$BROKER_PID")
 	say "$s round $r: $b (pid $BROKER_PID, port $port, rss $((rss0 / 1024)) MiB)"
 	# shellcheck disable=SC2086 # the flags are words
 	run_perf "$uri" "$BROKER_PID" ${FLAGS[$s]}
-	j=$PERF_JSON rc=$PERF_RC wall=$PERF_WALL
+	j=$PERF_JSON rc=$PERF_RC wall=$PERF_WALL sys=$PERF_SYS
 	if [ -n "${DRAIN_FLAGS[$s]:-}" ]; then
 		disk=$(disk_bytes "$data")
 		if [ "$BROKER_KIND" = railmq ]; then
@@ -326,7 +418,7 @@ one() {
 		fi
 		# shellcheck disable=SC2086
 		run_perf "$uri" "$BROKER_PID" ${DRAIN_FLAGS[$s]}
-		jd=$PERF_JSON rcd=$PERF_RC walld=$PERF_WALL
+		jd=$PERF_JSON rcd=$PERF_RC walld=$PERF_WALL sysd=$PERF_SYS
 		diska=$(disk_bytes "$data")
 	fi
 	stop_broker
@@ -335,13 +427,15 @@ one() {
 		--argjson rc "$rc" --argjson wall "$wall" --argjson rcd "$rcd" --argjson walld "$walld" \
 		--argjson nofile "$nofile" --argjson perf "$j" --argjson drain "$jd" \
 		--argjson disk "$disk" --argjson diska "$diska" --argjson recover "$recover" \
-		'{scenario:$s, broker:$b, round:$r, rss_before_kib:$rss0, exit:$rc, wall_s:$wall, perf:$perf}
+		--argjson sys "$sys" --argjson sysd "$sysd" --arg engine "$ENGINE" \
+		'{scenario:$s, broker:$b, round:$r, engine:$engine, rss_before_kib:$rss0, exit:$rc, wall_s:$wall, perf:$perf, sys:$sys}
+		+ (if $sysd != null then {drain_sys:$sysd} else {} end)
 		+ (if $b == "rabbitmq" then {open_files_limit:$nofile} else {} end)
 		+ (if $drain != null or $rcd != 0 then {drain:$drain, drain_exit:$rcd, drain_wall_s:$walld} else {} end)
 		+ (if $disk != null then {disk_bytes:$disk, disk_after_drain_bytes:$diska} else {} end)
 		+ (if $recover != null then {recover_s:$recover} else {} end)' >>"$RAW"
 	jq -r '"  \(.broker): exit \(.exit)"
-		+ (if .perf then ", publish \(.perf.publish_rate)/s, consume \(.perf.consume_rate)/s, p99 \(.perf.latency_us.p99) us, cpu \(.perf.broker.cpu_us_per_msg) us/msg, rss peak \(.perf.broker.rss_peak_kib) KiB, lost \(.perf.lost), dup \(.perf.duplicated)" else "" end)
+		+ (if .perf then ", publish \(.perf.publish_rate)/s, consume \(.perf.consume_rate)/s, p99 \(.perf.latency_us.p99) us, cpu \(.perf.broker.cpu_us_per_msg) us/msg (railmq-perf \(.perf.perf_cpu_us_per_msg)), rss peak \(.perf.broker.rss_peak_kib) KiB, lost \(.perf.lost), dup \(.perf.duplicated)" else "" end)
 		+ (if .drain then "; drain \(.drain.drain_rate)/s, exit \(.drain_exit)" else "" end)' <<<"$(tail -1 "$RAW")" >&2
 }
 
@@ -374,10 +468,16 @@ def num: if . == null then "–"
 	elif (. | fabs) >= 1000 then (. | round | tostring)
 	elif (. | fabs) >= 10 then ((. * 10 | round) / 10 | tostring)
 	else ((. * 100 | round) / 100 | tostring) end;
+# msgs: what broker CPU is divided by, deliveries (publishes when none).
+def msgs: if (.perf.consumed // 0) > 0 then .perf.consumed else .perf.published end;
 def fig($k): try (
 	if $k == "consume_rate" then .perf.consume_rate
 	elif $k == "publish_rate" then .perf.publish_rate
 	elif $k == "cpu" then .perf.broker.cpu_us_per_msg
+	elif $k == "perf_cpu" then .perf.perf_cpu_us_per_msg
+	elif $k == "allocs" then (if .sys.mallocs == null then null else .sys.mallocs / msgs end)
+	elif $k == "syscalls" then .sys.syscalls / msgs
+	elif $k == "ctxsw" then .sys.ctx_switches / msgs
 	elif $k == "p50" then .perf.latency_us.p50
 	elif $k == "p99" then .perf.latency_us.p99
 	elif $k == "rss_peak" then .perf.broker.rss_peak_kib / 1024
@@ -393,21 +493,46 @@ def fig($k): try (
 [
  {s:"S1", f:"throughput, msg/s delivered", k:"consume_rate", goal:"≥ 1.8×", op:"ge", t:1.8},
  {s:"S1", f:"broker CPU, µs/msg", k:"cpu", goal:"≤ 0.2×", op:"le", t:0.2},
+ {s:"S1", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S1", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S1", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S1", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
  {s:"S1", f:"latency p99, µs", k:"p99"},
  {s:"S2", f:"throughput, msg/s delivered", k:"consume_rate", goal:"≥ 2×", op:"ge", t:2},
  {s:"S2", f:"broker CPU, µs/msg", k:"cpu", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S2", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S2", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S2", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S2", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
  {s:"S2", f:"latency p99, µs", k:"p99"},
  {s:"S3", f:"throughput, msg/s delivered", k:"consume_rate", goal:"≥ 2× (fsync before every confirm)", op:"ge", t:2},
  {s:"S3", f:"publish rate (confirmed), msg/s", k:"publish_rate"},
  {s:"S3", f:"broker CPU, µs/msg", k:"cpu", goal:"≤ 0.5×", op:"le", t:0.5},
+ {s:"S3", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S3", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S3", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S3", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
  {s:"S3", f:"latency p99, µs", k:"p99"},
  {s:"S4", f:"deliveries/s", k:"consume_rate", goal:"≥ 2.5×", op:"ge", t:2.5},
  {s:"S4", f:"broker CPU, µs/delivery", k:"cpu", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S4", f:"broker allocations, per delivery", k:"allocs"},
+ {s:"S4", f:"broker system calls, per delivery", k:"syscalls"},
+ {s:"S4", f:"broker context switches, per delivery", k:"ctxsw"},
+ {s:"S4", f:"railmq-perf CPU, µs/delivery", k:"perf_cpu"},
  {s:"S5", f:"latency p99 at 5,000 msg/s, µs", k:"p99", goal:"≤ 0.5×", op:"le", t:0.5},
  {s:"S5", f:"broker CPU, µs/msg", k:"cpu", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S5", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S5", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S5", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S5", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
  {s:"S5", f:"latency p50, µs", k:"p50"},
  {s:"S5", f:"achieved rate, msg/s delivered", k:"consume_rate"},
  {s:"S6", f:"publish rate, msg/s", k:"publish_rate", goal:"≥ 2×", op:"ge", t:2},
+ {s:"S6", f:"broker CPU while publishing, µs/msg", k:"cpu"},
+ {s:"S6", f:"broker allocations, per msg published", k:"allocs"},
+ {s:"S6", f:"broker system calls, per msg published", k:"syscalls"},
+ {s:"S6", f:"broker context switches, per msg published", k:"ctxsw"},
+ {s:"S6", f:"railmq-perf CPU while publishing, µs/msg", k:"perf_cpu"},
  {s:"S6", f:"drain rate, msg/s", k:"s6_drain", goal:"≥ 2×", op:"ge", t:2},
  {s:"S6", f:"peak RSS (VmHWM), MiB", k:"s6_peak", goal:"railmq < 256 MiB", op:"abs_lt", t:256},
  {s:"S6", f:"data directory with the backlog, MB", k:"s6_disk"},
@@ -418,7 +543,11 @@ def fig($k): try (
  {s:"S9", f:"peak RSS (VmHWM), MiB", k:"hwm", goal:"railmq < 256 MiB", op:"abs_lt", t:256},
  {s:"S9", f:"deliveries/s", k:"consume_rate", goal:"≥ 2.5×", op:"ge", t:2.5},
  {s:"S9", f:"consumers' latency p99, µs", k:"p99", goal:"≤ 1×", op:"le", t:1},
- {s:"S9", f:"broker CPU, µs/delivery", k:"cpu"}
+ {s:"S9", f:"broker CPU, µs/delivery", k:"cpu"},
+ {s:"S9", f:"broker allocations, per delivery", k:"allocs"},
+ {s:"S9", f:"broker system calls, per delivery", k:"syscalls"},
+ {s:"S9", f:"broker context switches, per delivery", k:"ctxsw"},
+ {s:"S9", f:"railmq-perf CPU, µs/delivery", k:"perf_cpu"}
 ] as $rows
 | . as $runs
 | if $goals then
@@ -475,6 +604,7 @@ GEN=$TMP/generated.md
 		echo "- $NOFILE_NOTE"
 	fi
 	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS, S9_ROUNDS=$S9_ROUNDS), DURATION=$D, S9_DURATION=$D9, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, SCENARIOS=\"$SCENARIOS\""
+	echo "- railmq-perf engine: \`--engine $ENGINE\`"
 	echo "- Raw railmq-perf JSON, one line per run: \`$RAW\`"
 	echo
 	echo "Every run starts its broker afresh (new data directory), waits ${SETTLE}s, runs railmq-perf, and stops the broker by its pid (SIGTERM)."
@@ -499,7 +629,8 @@ GEN=$TMP/generated.md
 	echo
 	echo "How figures are derived from the JSON:"
 	echo
-	echo "- throughput and deliveries/s: \`consume_rate\` (deliveries from the start to the last delivery); broker CPU: \`broker.cpu_us_per_msg\` (utime+stime of the broker process per delivery)."
+	echo "- throughput and deliveries/s: \`consume_rate\` (deliveries from the start to the last delivery); broker CPU: \`broker.cpu_us_per_msg\` (utime+stime of the broker process per delivery); railmq-perf CPU: \`perf_cpu_us_per_msg\` (the tool's own, getrusage, producers and consumers together, per delivery)."
+	echo "- Broker allocations, system calls and context switches are counted by the script around each railmq-perf run (connections, declares and teardown included) and divided by the deliveries (publishes when nothing was consumed): allocations from railmq's \`go_memstats_mallocs_total\` (\`--prometheus-listen\`; RabbitMQ: n/a), system calls and context switches with $([ "$SYS_METHOD" = perf ] && echo "\`perf stat -e raw_syscalls:sys_enter,context-switches -p PID\`" || echo "/proc (system calls: only reads and writes, syscr+syscw of /proc/PID/io; context switches: voluntary+nonvoluntary summed over /proc/PID/task/*/status)")."
 	echo "- S6: publish rate is \`publish_rate\` of the first run, drain rate \`drain_rate\` of the second; peak RSS is the larger VmHWM (lifetime peak) at the end of the two runs (railmq: of the process killed after publishing and of the restarted one); the data directory is \`du -sb\` of it after publishing (railmq's \`--data-dir\`, RabbitMQ's mnesia base); the restart time is from starting railmq again on the killed broker's data directory to its accepting connections (recovery included), railmq only, and railmq's drain runs against the restarted broker."
 	echo "- Verification: in S6, \"lost\" also counts confirmed messages the drain did not receive (after railmq's restart, too)."
 	echo "- S7: (\`broker.rss_end_kib\` with the connections open − VmRSS read by the script just before railmq-perf started) / connections. railmq-perf's own \`rss_start_kib\` is sampled after its connections are open, so it is not used."

@@ -30,6 +30,8 @@ type consumer struct {
 	redelivered uint64
 	pending     int    // deliveries not yet acked
 	lastTag     uint64 // delivery tag of the latest delivery
+
+	fr *frameConsumer // --engine frames; nil with amqp091-go
 }
 
 // openConsumer connects consumer id, sets its prefetch and starts consuming q.
@@ -60,6 +62,10 @@ func (r *runner) openConsumer(id int, q *queueState, ackEvery int) (*consumer, e
 
 // run handles deliveries until stop is closed or the channel closes.
 func (c *consumer) run(stop <-chan struct{}) {
+	if c.fr != nil {
+		c.runFrames(stop)
+		return
+	}
 	defer close(c.done)
 	for {
 		select {
@@ -81,16 +87,22 @@ func (c *consumer) run(stop <-chan struct{}) {
 }
 
 func (c *consumer) handle(d *amqp.Delivery) {
-	now := time.Now().UnixNano()
+	c.handleDelivery(time.Now().UnixNano(), d.DeliveryTag, d.Redelivered, d.Body)
+}
+
+// handleDelivery checks one delivery (body holds at least its perf header),
+// received at now (Unix nanoseconds), and acks it as configured. Both
+// engines use it.
+func (c *consumer) handleDelivery(now int64, tag uint64, redelivered bool, body []byte) {
 	c.consumed.Add(1)
 	c.lastNano.Store(now)
-	if d.Redelivered {
+	if redelivered {
 		c.redelivered++
 	}
-	if h, err := parseHeader(d.Body); err != nil {
-		c.r.fail("consumer %d: delivery %d on %s: %v", c.id, d.DeliveryTag, c.q.name, err)
+	if h, err := parseHeader(body); err != nil {
+		c.r.fail("consumer %d: delivery %d on %s: %v", c.id, tag, c.q.name, err)
 	} else {
-		if !d.Redelivered { // a redelivery's age says nothing about latency
+		if !redelivered { // a redelivery's age says nothing about latency
 			c.hist.record(now - h.sentNano)
 		}
 		switch {
@@ -98,7 +110,7 @@ func (c *consumer) handle(d *amqp.Delivery) {
 			if !c.order.inOrder(h.producer, h.seq) {
 				c.outOfOrder++
 			}
-		case !d.Redelivered:
+		case !redelivered:
 			c.duplicated++
 		}
 	}
@@ -106,22 +118,32 @@ func (c *consumer) handle(d *amqp.Delivery) {
 		return
 	}
 	c.pending++
-	c.lastTag = d.DeliveryTag
+	c.lastTag = tag
 	if c.ackEvery == 1 || c.pending >= c.ackEvery {
-		if err := c.ch.Ack(d.DeliveryTag, c.ackEvery > 1 /* multiple */); err != nil {
-			c.r.fail("consumer %d: basic.ack: %v", c.id, err)
-		}
+		c.ack(tag, c.ackEvery > 1 /* multiple */)
 		c.pending = 0
+	}
+}
+
+// ack acks tag: through amqp091-go, or into the frame engine's ack buffer,
+// written after the current read batch.
+func (c *consumer) ack(tag uint64, multiple bool) {
+	if c.fr != nil {
+		c.fr.ackBuf = appendAck(c.fr.ackBuf, tag, multiple)
+		return
+	}
+	if err := c.ch.Ack(tag, multiple); err != nil {
+		c.r.fail("consumer %d: basic.ack: %v", c.id, err)
 	}
 }
 
 // flushAcks acks what a partial --multi-ack-every batch left over.
 func (c *consumer) flushAcks() {
-	if c.pending == 0 {
-		return
+	if c.pending > 0 {
+		c.ack(c.lastTag, true /* multiple */)
+		c.pending = 0
 	}
-	if err := c.ch.Ack(c.lastTag, true /* multiple */); err != nil {
-		c.r.fail("consumer %d: basic.ack: %v", c.id, err)
+	if c.fr != nil && len(c.fr.ackBuf) > 0 {
+		_ = c.writeAcks()
 	}
-	c.pending = 0
 }

@@ -2,6 +2,18 @@
 // manner of RabbitMQ's PerfTest. It is built on amqp091-go, so it drives
 // RabbitMQ and railmq alike, and it imports nothing from railmq.
 //
+// # Engines
+//
+// --engine amqp091 (the default) runs producers and consumers on
+// amqp091-go. --engine frames runs them over raw sockets with the tool's
+// own frame codec (frames.go): pre-encoded publishes patched in place and
+// written in batches, deliveries parsed in place from a large bufio.Reader,
+// acks written once per read batch, no allocation per message; declares
+// and idle connections still use amqp091-go. It takes the same flags except
+// amqps:// URIs, and writes the same report. Both report the tool's own CPU
+// time (getrusage) as perf_cpu_s and perf_cpu_us_per_msg, so a run shows
+// whether the client or the broker was the bottleneck.
+//
 // Every producer and consumer has its own connection and channel. Each body
 // starts with a 20-byte big-endian header: producer id (uint32), sequence
 // number (uint64) and send time in Unix nanoseconds (int64); the rest is

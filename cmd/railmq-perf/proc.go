@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It is
@@ -93,4 +95,14 @@ func parseStatusMem(status []byte) (rss, hwm uint64, err error) {
 		return 0, 0, errProcFormat
 	}
 	return rss, hwm, nil
+}
+
+// selfCPU is this process's user plus system CPU time so far
+// (getrusage(RUSAGE_SELF)), the tool's own cost.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

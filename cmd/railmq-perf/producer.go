@@ -35,6 +35,14 @@ type producer struct {
 
 	mu   sync.Mutex
 	skip map[uint64]struct{} // nacked or returned sequence numbers; mu guards
+
+	// --engine frames; fc is nil with amqp091-go. confirmsDone is closed
+	// when the frame reader ends.
+	fc            *frameConn
+	wake          chan struct{} // one slot: window room, unblocked, reader gone
+	blocked       atomic.Bool   // connection.blocked seen, unblocked not yet
+	closingFrames atomic.Bool   // this tool sent connection.close
+	conf          confirmTracker
 }
 
 // openProducer connects producer id and starts its confirm and return
@@ -108,6 +116,13 @@ func (p *producer) listenReturns(c <-chan amqp.Return) {
 
 // outstanding is the number of publishes awaiting a confirm.
 func (p *producer) outstanding() int {
+	if p.fc != nil {
+		if p.r.cfg.Confirm == 0 {
+			return 0
+		}
+		settled := p.confirmed.Load() + p.nacked.Load() // before published: never above it
+		return int(p.published.Load() - settled)
+	}
 	if p.window == nil {
 		return 0
 	}
@@ -117,6 +132,10 @@ func (p *producer) outstanding() int {
 // run publishes until ctx ends, --pmessages are out, or the channel fails,
 // then waits (bounded) for outstanding confirms.
 func (p *producer) run(ctx context.Context) {
+	if p.fc != nil {
+		p.runFrames(ctx)
+		return
+	}
 	cfg := p.r.cfg
 	body := newBody(cfg.Size)
 	msg := amqp.Publishing{Body: body}
@@ -165,7 +184,7 @@ publish:
 // awaitConfirms waits until every publish is confirmed, the channel closes,
 // or confirmWait passes.
 func (p *producer) awaitConfirms() {
-	if p.window == nil {
+	if p.window == nil && (p.fc == nil || p.r.cfg.Confirm == 0) {
 		return
 	}
 	deadline := time.Now().Add(confirmWait)

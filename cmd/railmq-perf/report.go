@@ -32,6 +32,13 @@ type result struct {
 	Redelivered uint64 `json:"redelivered"`
 	Errors      int64  `json:"errors"`
 
+	// PerfCPUS is this tool's own CPU time (user+system, getrusage) during
+	// the run, all producers and consumers together; PerfCPUUSPerMsg divides
+	// it by the deliveries (by the publishes when nothing was consumed), as
+	// the broker's figure is.
+	PerfCPUS        float64 `json:"perf_cpu_s"`
+	PerfCPUUSPerMsg float64 `json:"perf_cpu_us_per_msg"`
+
 	LatencyUS       latencyReport `json:"latency_us"`
 	Broker          *brokerReport `json:"broker,omitempty"`
 	IdleConnections idleReport    `json:"idle_connections"`
@@ -92,6 +99,14 @@ func (r *runner) collect(start, publishEnd, end time.Time) *result {
 		P95: micros(hist.quantile(0.95)),
 		P99: micros(hist.quantile(0.99)),
 		Max: micros(hist.max),
+	}
+
+	res.PerfCPUS = round((r.selfEnd - r.selfStart).Seconds(), 3)
+	if msgs := res.Consumed; msgs > 0 || res.Published > 0 {
+		if msgs == 0 {
+			msgs = res.Published
+		}
+		res.PerfCPUUSPerMsg = round(float64(r.selfEnd-r.selfStart)/1e3/float64(msgs), 3)
 	}
 
 	res.LossChecked = !cfg.Drain && len(r.consumers) > 0 && len(r.producers) > 0
@@ -155,6 +170,9 @@ func (res *result) write(w io.Writer, human bool) error {
 			res.Status, res.DurationS, res.Published, res.PublishRate, res.Confirmed, res.Nacked, res.Returned,
 			res.Consumed, res.ConsumeRate, res.Lost, res.Unreceived, res.Duplicated, res.OutOfOrder,
 			res.Redelivered, res.Errors, l.P50, l.P95, l.P99, l.Max); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "railmq-perf itself: cpu %.2fs (%.2f us/msg)\n", res.PerfCPUS, res.PerfCPUUSPerMsg); err != nil {
 			return err
 		}
 		if b := res.Broker; b != nil {

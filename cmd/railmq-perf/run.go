@@ -63,6 +63,8 @@ type runner struct {
 
 	// Broker sampling.
 	procStart, procEnd procSample
+	// The tool's own CPU time at the start and end of the measurement.
+	selfStart, selfEnd time.Duration
 	rssPeak            uint64
 }
 
@@ -186,7 +188,11 @@ func (r *runner) setup() error {
 	}
 	for i := range cfg.Consumers {
 		q := r.queues[i%n]
-		c, err := r.openConsumer(i, q, r.ackEvery)
+		open := r.openConsumer
+		if cfg.Engine == engineFrames {
+			open = r.openFrameConsumer
+		}
+		c, err := open(i, q, r.ackEvery)
 		if err != nil {
 			return fmt.Errorf("%w: consumer %d: %w", errSetup, i, err)
 		}
@@ -198,7 +204,11 @@ func (r *runner) setup() error {
 		if cfg.ExchangeType == "direct" {
 			key = r.queues[i%n].name
 		}
-		p, err := r.openProducer(i, key)
+		open := r.openProducer
+		if cfg.Engine == engineFrames {
+			open = r.openFrameProducer
+		}
+		p, err := open(i, key)
 		if err != nil {
 			return fmt.Errorf("%w: producer %d: %w", errSetup, i, err)
 		}
@@ -313,6 +323,7 @@ func (r *runner) measure(sig <-chan os.Signal) *result {
 		go c.run(stopConsumers)
 	}
 
+	r.selfStart = selfCPU()
 	start := time.Now()
 	ctx, stopProducers := context.WithCancel(context.Background())
 	defer stopProducers()
@@ -399,6 +410,7 @@ loop:
 		}
 	}
 	end := time.Now()
+	r.selfEnd = selfCPU()
 	if publishEnd.IsZero() {
 		publishEnd = end
 	}
@@ -522,7 +534,7 @@ func (r *runner) teardown() {
 	default:
 		// Consumers go first so the delete does not cancel them.
 		for _, c := range r.consumers {
-			r.closeConn(c.conn)
+			r.closeConsumer(c)
 		}
 		for _, q := range r.queues {
 			if _, err := r.ctrlCh.QueueDelete(q.name, false /* ifUnused */, false /* ifEmpty */, false /* noWait */); err != nil {
@@ -537,9 +549,13 @@ func (r *runner) teardown() {
 func (r *runner) closeAll() {
 	r.closing.Store(true)
 	for _, c := range r.consumers {
-		r.closeConn(c.conn)
+		r.closeConsumer(c)
 	}
 	for _, p := range r.producers {
+		if p.fc != nil {
+			p.closeFrames()
+			continue
+		}
 		r.closeConn(p.conn)
 	}
 	next := make(chan *amqp.Connection)
@@ -557,6 +573,15 @@ func (r *runner) closeAll() {
 	close(next)
 	wg.Wait()
 	r.closeConn(r.ctrl)
+}
+
+// closeConsumer closes a consumer's connection, whichever engine.
+func (r *runner) closeConsumer(c *consumer) {
+	if c.fr != nil {
+		c.closeFrames()
+		return
+	}
+	r.closeConn(c.conn)
 }
 
 // closeConn closes c unless it is nil or already closed. A failed close
