@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,7 +267,7 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 	qc := &qqConsumer{c: c, tag: qq.newTag("c"), held: true}
 	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
 	qq.mu.Unlock()
-	if _, err := qq.wait(cluster.Checkout(qc.tag, credit(c))); err != nil {
+	if err := qq.checkout(qc.tag, credit(c)); err != nil {
 		qq.mu.Lock()
 		delete(qq.byTag, qc.tag)
 		delete(qq.byCons, c)
@@ -276,6 +277,27 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 		return quorumError(err)
 	}
 	return nil
+}
+
+// checkoutPatience is how long a consume goes on sending its Checkout
+// while the group cannot commit it (an election under way).
+const checkoutPatience = 10 * time.Second
+
+// checkout commits a consumer's Checkout. A Checkout is idempotent (the
+// same tag and credit again change nothing), so one whose fate is unknown
+// (the leader lost its leadership while committing it, or never answered)
+// is sent again, until checkoutPatience: a new queue's group, or one
+// whose leader just went, elects one within a few heartbeats, and the
+// consume goes through instead of failing.
+func (qq *quorumQueue) checkout(tag string, credit int) error {
+	deadline := time.Now().Add(checkoutPatience)
+	for {
+		_, err := qq.wait(cluster.Checkout(tag, credit))
+		if err == nil || errors.Is(err, cluster.ErrGroupClosed) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func credit(c *queue.Consumer) int {

@@ -340,11 +340,12 @@ func b2i(b bool) int {
 }
 
 // queueGone is the channel error for a queue operation that failed: the
-// queue's own 404 if it has one (a classic queue whose home node is
-// down says so), else "no queue".
+// queue's own answer if it has one (a classic queue whose home node is
+// down says so with a 404, a quorum queue that cannot commit with a
+// 541), else "no queue".
 func (c *Channel) queueGone(err error, name string) error {
 	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+	if errors.As(err, &ae) {
 		return ae
 	}
 	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, c.cfg.VHost.Name())
