@@ -182,6 +182,9 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	case opDropRange:
 		flush()
 		return s.dropRange(*wbp, o.queue, o.msg)
+	case opDropDelayed:
+		flush()
+		return s.dropDelayed(*wbp, o.key)
 	}
 	return nil
 }

@@ -117,6 +117,10 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		return nil, err
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	if d.Type == exchange.DelayedType {
+		ex.Delayed = true
+		v.delays.add(ex)
+	}
 	if p := best(v.policies, d.Name, false); p != nil {
 		ae, _ := p.Definition["alternate-exchange"].(string)
 		ex.SetPolicyAE(ae)
@@ -131,7 +135,7 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 // held, for reading at least.
 func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchange.Kind, error) {
 	kind, ok := exchange.ParseKind(d.Type)
-	if !ok {
+	if !ok && d.Type != exchange.DelayedType {
 		return 0, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
 	}
 	if err := allow(d.Grant, auth.Configure, "exchange", d.Name); err != nil {
@@ -141,7 +145,7 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchan
 		return 0, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	if ex != nil {
-		return kind, v.exchangeEquivalent(ex, kind, d)
+		return kind, v.exchangeEquivalent(ex, d)
 	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
 		name, isStr := ae.(string)
@@ -154,6 +158,11 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (exchan
 		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
 			return 0, err
 		}
+	}
+	if d.Type == exchange.DelayedType {
+		// Checked last, for a new exchange only, as RabbitMQ runs the
+		// type's validate in rabbit_exchange:declare.
+		return delayedKind(d.Args)
 	}
 	return kind, nil
 }
@@ -203,6 +212,9 @@ func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 // the definitions to delete in dc. v.mu held.
 func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 	delete(v.exchanges, ex.Name)
+	if ex.Delayed {
+		v.delays.remove(ex, dc)
+	}
 	if ex.Durable {
 		dc.DeleteDef(persist.DefExchange, DefName(v.name, ex.Name))
 		for _, b := range ex.Bindings() {

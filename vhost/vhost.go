@@ -49,6 +49,7 @@ type VHost struct {
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
 	window      int
 	windowB     int64
+	delays      *delayer // delayed exchanges' messages (delayed.go)
 }
 
 // New creates a vhost with the default and amq.* exchanges. memory is the
@@ -76,6 +77,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		totals:      new(queue.Totals),
 	}
 	v.maxQueues.Store(-1)
+	v.delays = newDelayer(v)
 	for _, x := range []struct {
 		name string
 		kind exchange.Kind
@@ -120,6 +122,7 @@ func (v *VHost) Destroy() error {
 	}
 	qm := v.quorum
 	v.mu.Unlock()
+	v.delays.close()
 	for _, q := range qs {
 		if q.Replicated() {
 			// Every node drops its own handle: the vhost's deletion is
@@ -258,6 +261,7 @@ func (v *VHost) Queues() []*queue.Queue {
 
 // Close stops every queue (broker shutdown).
 func (v *VHost) Close() {
+	v.delays.close() // first: it routes to the queues
 	v.mu.Lock()
 	qs := make([]*queue.Queue, 0, len(v.queues))
 	for _, q := range v.queues {

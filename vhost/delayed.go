@@ -1,0 +1,513 @@
+package vhost
+
+// Delayed messages: the x-delayed-message exchange type of
+// rabbitmq-delayed-message-exchange (src/rabbit_exchange_type_delayed_message.erl,
+// rabbit_delayed_message.erl, rabbit_delayed_message_utils.erl), built in.
+//
+// A message published to a delayed exchange with a positive x-delay header
+// (ms) is not routed (Route notes the exchange in Scratch.Delayed); the
+// publisher hands it to Delay, which writes it to the store under the
+// exchange's key and its due time ('y' name due seq, persist/keys.go). It
+// is confirmed once that write is durable (a persistent message on a
+// durable exchange; anything else is not waited for). Nothing of it stays
+// in memory: the store's index, ordered by due time, is the queue.
+//
+// One goroutine per vhost (the delayer) keeps, per delayed exchange, the
+// earliest due time it may hold, and one timer for the earliest of those.
+// When an exchange's time comes it reads a batch of its due messages from
+// the store (a read queued on the committer, so it sees every write before
+// it), routes each as the exchange's x-delayed-type would, with its x-delay
+// header negated as the plugin does (so that it is not held back again
+// through exchange-to-exchange bindings), and once the routed copies are
+// durable (vhost.FanOut's confirms) deletes the batch from the store. Only
+// then is the exchange's next batch read: a crash between the two routes
+// the batch again on restart (at least once, never lost).
+//
+// Transient messages and those of non-durable exchanges are in the store
+// too (memory stays bounded), flagged or keyed so that recovery drops
+// them, as RabbitMQ drops transient state at a restart.
+//
+// Locking: delayer.mu guards the per-exchange state and the read results
+// waiting for the goroutine; store.mu is taken under it (Delay submits its
+// write under it, so that an exchange's deletion, which marks it gone
+// under mu before committing the drop of its messages, cannot miss one).
+// Nothing else is taken under it. The store's callbacks (read results,
+// durable copies) take it, never wait, and wake the goroutine.
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/exchange"
+	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/queue"
+)
+
+// delayBatch is how many due messages of one exchange are read and routed
+// at a time.
+const delayBatch = 1024
+
+// maxDelay is the largest delay the plugin holds a message back for
+// (Erlang's largest timer, ERL_MAX_T in rabbit_exchange_type_delayed_message):
+// a larger one routes at once.
+const maxDelay = 4294967295
+
+// delayOf reads a message's x-delay header as the plugin does
+// (rabbit_delayed_message_utils:get_delay): integers of any width as they
+// are, strings parsed as an integer, floats truncated; the message is held
+// back when the delay is positive and at most maxDelay. Anything else (no
+// header, another type, zero, negative, too large) routes at once. A
+// string that is not an integer crashes the plugin's route; here it routes
+// at once.
+func delayOf(h amqp.Table) (int64, bool) {
+	v, ok := h["x-delay"]
+	if !ok {
+		return 0, false
+	}
+	d, ok := amqp.Int(v)
+	if !ok {
+		switch x := v.(type) {
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			d, ok = n, err == nil
+		case []byte:
+			n, err := strconv.ParseInt(string(x), 10, 64)
+			d, ok = n, err == nil
+		case float64:
+			d, ok = int64(math.Trunc(max(min(x, math.MaxInt64/2), math.MinInt64/2))), !math.IsNaN(x)
+		case float32:
+			d, ok = int64(math.Trunc(float64(max(min(x, math.MaxInt64/2), math.MinInt64/2)))), !math.IsNaN(float64(x))
+		}
+	}
+	return d, ok && d > 0 && d <= maxDelay
+}
+
+// delayedKind checks a delayed exchange's x-delayed-type argument as the
+// plugin's validate/1 does and returns the kind it names.
+func delayedKind(args amqp.Table) (exchange.Kind, error) {
+	var t string
+	switch x := args["x-delayed-type"].(type) {
+	case string:
+		t = x
+	case []byte:
+		t = string(x)
+	default:
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+	}
+	if t == exchange.DelayedType {
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
+	}
+	k, ok := exchange.ParseKind(t)
+	if !ok {
+		// rabbit_exchange:check_type
+		return 0, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", t)
+	}
+	return k, nil
+}
+
+// delayer is a vhost's delayed messages; see the top of the file.
+type delayer struct {
+	v *VHost
+
+	mu         sync.Mutex
+	xs         map[*exchange.Exchange]*delayedX // mu
+	ready      []delayRead                      // reads done, for the goroutine; mu
+	recovering bool                             // Recover has not started the vhost yet; mu
+	running    bool                             // the goroutine runs; mu
+	closed     bool                             // mu
+
+	wake chan struct{} // one slot
+	stop chan struct{}
+	done chan struct{}
+}
+
+// delayedX is one delayed exchange's state.
+type delayedX struct {
+	ex   *exchange.Exchange
+	name []byte // the store's key for it: DefName(vhost, exchange)
+	next int64  // the earliest due time (Unix ms) it may hold; persist.NoDue: none. mu
+	busy bool   // a batch is being read or routed; mu
+	gone bool   // deleted; mu
+}
+
+type delayRead struct {
+	x    *delayedX
+	ds   []persist.Delayed
+	next int64
+	err  error
+}
+
+func newDelayer(v *VHost) *delayer {
+	return &delayer{v: v, xs: map[*exchange.Exchange]*delayedX{}, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// add registers a new delayed exchange (declared or recovered).
+func (d *delayer) add(ex *exchange.Exchange) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.xs[ex] = &delayedX{ex: ex, name: DefName(d.v.name, ex.Name), next: persist.NoDue}
+	d.startLocked()
+}
+
+// startLocked starts the goroutine once there is a delayed exchange and
+// the vhost is recovered. d.mu held.
+func (d *delayer) startLocked() {
+	if d.running || d.recovering || d.closed || len(d.xs) == 0 || d.v.store == nil {
+		return
+	}
+	d.running = true
+	go d.run()
+}
+
+// remove forgets a deleted exchange and has dc drop its messages. Called
+// with v.mu held, before dc is committed.
+func (d *delayer) remove(ex *exchange.Exchange, dc *persist.Batch) {
+	d.mu.Lock()
+	x := d.xs[ex]
+	delete(d.xs, ex)
+	if x != nil {
+		x.gone = true
+	}
+	d.mu.Unlock()
+	if x != nil {
+		dc.DropDelayed(x.name)
+		ex.AddDelayed(-ex.MessagesDelayed())
+	}
+}
+
+// recover reads what the store holds for the vhost's delayed exchanges
+// (added just before) and drops the rest. Recovery only; the goroutine
+// starts with start.
+func (d *delayer) recover() error {
+	d.mu.Lock()
+	d.recovering = true
+	byName := map[string]*delayedX{}
+	for _, x := range d.xs {
+		byName[string(x.name)] = x
+	}
+	d.mu.Unlock()
+	sums, dropped, err := d.v.store.RecoverDelayed(DefName(d.v.name), func(name []byte) bool {
+		return byName[string(name)] != nil
+	})
+	if err != nil {
+		return err
+	}
+	n := 0
+	d.mu.Lock()
+	for name, s := range sums {
+		x := byName[name]
+		x.next = s.Next
+		x.ex.AddDelayed(int64(s.Count))
+		n += s.Count
+	}
+	d.mu.Unlock()
+	if n > 0 || dropped > 0 {
+		d.v.log.Info("delayed messages recovered", zap.Int("messages", n), zap.Int("dropped", dropped))
+	}
+	return nil
+}
+
+// start starts routing the recovered messages (the queues are started).
+func (d *delayer) start() {
+	d.mu.Lock()
+	d.recovering = false
+	d.startLocked()
+	d.mu.Unlock()
+}
+
+// close stops the goroutine and waits for it. Batches being made durable
+// finish on the committer (their deletes are submitted as usual).
+func (d *delayer) close() {
+	d.mu.Lock()
+	running := d.running && !d.closed
+	d.closed = true
+	d.mu.Unlock()
+	if running {
+		close(d.stop)
+		<-d.done
+	}
+}
+
+func (d *delayer) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// DelayWaits reports whether Delay will confirm msg only once it is
+// durable: a persistent message on a durable exchange.
+func (v *VHost) DelayWaits(ex *exchange.Exchange, msg *queue.Message) bool {
+	return msg.Persistent && ex.Durable && v.store != nil
+}
+
+// Delay holds msg back in the delayed exchange ex (from Scratch.Delayed)
+// for delay ms (Scratch.Delay); extra are its CC and BCC routing keys.
+// When DelayWaits, conf (may be nil) gets one Done once the message is
+// durable, or with the error that kept it from being so; else none. A
+// message for an exchange deleted meanwhile is dropped.
+func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string, delay int64, conf queue.Confirmer) {
+	wait := v.DelayWaits(ex, msg)
+	d := v.delays
+	rec := encodeDelayed(msg, extra)
+	due := time.Now().UnixMilli() + delay
+	seq := v.store.NewMessageID()
+	b := &persist.Batch{}
+	b.PutDelayed(DefName(v.name, ex.Name), due, seq, !msg.Persistent, rec)
+	d.mu.Lock()
+	x := d.xs[ex]
+	if x == nil || x.gone {
+		d.mu.Unlock()
+		if wait && conf != nil {
+			conf.Done(nil)
+		}
+		return
+	}
+	ex.AddDelayed(1)
+	v.store.Commit(b, func(err error) {
+		if err != nil {
+			ex.AddDelayed(-1) // not stored (a full disk): nacked if confirmed
+		}
+		if wait && conf != nil {
+			conf.Done(err)
+		}
+	})
+	if due < x.next {
+		x.next = due
+		if !x.busy {
+			d.signal()
+		}
+	}
+	d.mu.Unlock()
+}
+
+// encodeDelayed is a delayed message's record: the count of extra routing
+// keys (2), each length-prefixed (2), then the message record.
+func encodeDelayed(msg *queue.Message, extra []string) []byte {
+	rec := queue.EncodeMessage(msg)
+	n := 2
+	for _, k := range extra {
+		n += 2 + len(k)
+	}
+	b := make([]byte, 0, n+len(rec))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(extra)))
+	for _, k := range extra {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+	}
+	return append(b, rec...)
+}
+
+var errDelayedRecord = errors.New("corrupt delayed message record")
+
+func decodeDelayed(b []byte) (*queue.Message, []string, error) {
+	if len(b) < 2 {
+		return nil, nil, errDelayedRecord
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	var extra []string
+	for i := 0; i < n; i++ {
+		if len(b) < 2 || len(b) < 2+int(binary.BigEndian.Uint16(b)) {
+			return nil, nil, errDelayedRecord
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		extra = append(extra, string(b[2:2+l]))
+		b = b[2+l:]
+	}
+	m, err := queue.DecodeMessage(b)
+	return m, extra, err
+}
+
+// run is the delayer's goroutine: it reads each exchange's batch once it
+// is due, and routes the batches read.
+func (d *delayer) run() {
+	defer close(d.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		d.mu.Lock()
+		reads := d.ready
+		d.ready = nil
+		d.mu.Unlock()
+		for _, r := range reads {
+			d.route(r)
+		}
+		now := time.Now().UnixMilli()
+		earliest := persist.NoDue
+		var fire []*delayedX
+		d.mu.Lock()
+		for _, x := range d.xs {
+			switch {
+			case x.busy:
+			case x.next <= now:
+				x.busy, x.next = true, persist.NoDue
+				fire = append(fire, x)
+			case x.next < earliest:
+				earliest = x.next
+			}
+		}
+		d.mu.Unlock()
+		for _, x := range fire {
+			d.read(x, now)
+		}
+		wait := time.Hour
+		if earliest != persist.NoDue {
+			wait = min(wait, time.Until(time.UnixMilli(earliest)))
+		}
+		t.Reset(wait)
+		select {
+		case <-d.stop:
+			return
+		case <-d.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// read has the committer read x's messages due by now.
+func (d *delayer) read(x *delayedX, now int64) {
+	d.v.store.ReadDelayed(x.name, now, delayBatch, func(ds []persist.Delayed, next int64, err error) {
+		d.mu.Lock()
+		d.ready = append(d.ready, delayRead{x: x, ds: ds, next: next, err: err})
+		d.mu.Unlock()
+		d.signal()
+	})
+}
+
+// release lets x's next batch be read. retry, if set, is when to try a
+// batch that failed again.
+func (d *delayer) release(x *delayedX, retry int64) {
+	d.mu.Lock()
+	x.busy = false
+	x.next = min(x.next, retry)
+	d.mu.Unlock()
+	d.signal()
+}
+
+// batchConfirm calls done once every durable copy of a batch's messages
+// is written (vhost.FanOut's waits, one per durable write), and the
+// batch's own hold (released when all are routed) is given back.
+type batchConfirm struct {
+	pending atomic.Int64
+	failed  atomic.Bool
+	done    func(failed bool)
+}
+
+func (c *batchConfirm) Done(err error) {
+	if err != nil {
+		c.failed.Store(true)
+	}
+	if c.pending.Add(-1) == 0 {
+		c.done(c.failed.Load())
+	}
+}
+
+// route routes a batch read from the store, then deletes it once the
+// copies are durable.
+func (d *delayer) route(r delayRead) {
+	x := r.x
+	if r.err != nil {
+		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(r.err))
+		d.release(x, time.Now().UnixMilli()+1000)
+		return
+	}
+	d.mu.Lock()
+	x.next = min(x.next, r.next)
+	gone := x.gone
+	d.mu.Unlock()
+	if gone || len(r.ds) == 0 {
+		d.release(x, persist.NoDue) // a deleted exchange's messages were dropped with it
+		return
+	}
+	bc := &batchConfirm{}
+	bc.pending.Store(1)
+	bc.done = func(failed bool) {
+		if failed {
+			// Some copy is not durable: the batch stays, to be routed
+			// again (at least once).
+			d.v.log.Error("routing delayed messages: a copy was not stored", zap.String("exchange", x.ex.Name))
+			d.release(x, time.Now().UnixMilli()+1000)
+			return
+		}
+		b := &persist.Batch{}
+		for _, e := range r.ds {
+			b.DeleteDelayed(x.name, e.Due, e.Seq)
+		}
+		d.v.store.Commit(b, nil) // submitted before the next read, which sees it
+		x.ex.AddDelayed(-int64(len(r.ds)))
+		d.release(x, persist.NoDue)
+	}
+	newConf := func(n int) queue.Confirmer {
+		bc.pending.Add(int64(n))
+		return bc
+	}
+	var sc Scratch
+	for _, e := range r.ds {
+		d.routeOne(x, e, &sc, newConf)
+	}
+	bc.Done(nil)
+}
+
+// routeOne routes one due message through x's exchange, as the plugin
+// does: with x-delay negated (rabbit_delayed_message_utils:swap_delay_header,
+// a signedint), its per-message TTL counted from now.
+func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf func(int) queue.Confirmer) {
+	v := d.v
+	m, extra, err := decodeDelayed(e.Data)
+	if err != nil {
+		v.log.Error("dropping a corrupt delayed message", zap.String("exchange", x.ex.Name), zap.Error(err))
+		return
+	}
+	props, err := amqp.DecodeProperties(m.Props)
+	if err != nil {
+		v.log.Error("dropping a delayed message with corrupt properties", zap.String("exchange", x.ex.Name), zap.Error(err))
+		return
+	}
+	h := make(amqp.Table, len(props.Headers))
+	for k, val := range props.Headers {
+		h[k] = val
+	}
+	if delay, ok := delayOf(h); ok {
+		if delay <= math.MaxInt32 {
+			h["x-delay"] = int32(-delay)
+		} else {
+			h["x-delay"] = -delay
+		}
+	}
+	props.Headers = h
+	props.Flags |= amqp.FlagHeaders
+	m.Props = props.Append(nil)
+	now := time.Now().UnixNano()
+	if m.Expires != 0 {
+		m.Expires = now + (m.Expires - m.Enqueued)
+	}
+	m.Enqueued = now
+	sc.Queues = sc.Queues[:0]
+	sc.Delayed = sc.Delayed[:0]
+	sc.decoded = false
+	sc.RawHeaders = amqp.AppendTable(nil, h)[4:]
+	sc.Extra = extra
+	v.mu.RLock()
+	if v.exchanges[x.ex.Name] != x.ex {
+		v.mu.RUnlock()
+		return // deleted meanwhile
+	}
+	v.routeFrom(x.ex, m.RoutingKey, sc)
+	v.mu.RUnlock()
+	qs := sc.Queues
+	sc.ResetSeen()
+	if len(qs) == 0 {
+		return // the plugin makes one attempt (README, "Limitations")
+	}
+	FanOut(v.Store(), m, qs, false /* rejects */, newConf, nil)
+}
