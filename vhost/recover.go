@@ -171,10 +171,10 @@ type definitions struct {
 }
 
 type exchangeDef struct {
-	name                 string
+	name                          string
 	kind                          exchange.Kind
 	delayed, autoDelete, internal bool
-	args                 amqp.Table
+	args                          amqp.Table
 }
 
 type queueDef struct {
