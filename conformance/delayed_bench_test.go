@@ -140,14 +140,15 @@ func runDelayedLoad(b *testing.B, bin string, n int, spread time.Duration) {
 		}
 	}()
 
-	// Publish with confirms, a window of 2048 in flight, so that the
-	// client's clock stays close to the broker's reading of each publish.
+	// Publish with confirms, a window of 128 in flight, so that the
+	// client's clock stays close to the broker's reading of each publish
+	// (a publish waiting behind thousands would count as late).
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	start := time.Now()
-	window := make(chan *rmq.DeferredConfirmation, 2048)
+	window := make(chan *rmq.DeferredConfirmation, 128)
 	confirmed := make(chan error, 1)
 	go func() {
 		for dc := range window {

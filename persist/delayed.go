@@ -25,19 +25,19 @@ type Delayed struct {
 // no message is left.
 const NoDue = int64(math.MaxInt64)
 
-// ReadDelayed reads up to max messages of the exchange name with a due
-// time not after until, earliest first, and the due time of the first
-// message after them (NoDue if none). Like ReadEntries it is queued on
-// the committer behind every batch submitted before it (it sees them),
-// and done runs there and must not block.
-func (s *Store) ReadDelayed(name []byte, until int64, max int, done func(ds []Delayed, next int64, err error)) {
+// ReadDelayed reads up to max messages of the exchange name due from
+// from to until (Unix ms, inclusive), earliest first, and the due time of
+// the first message after them (NoDue if none). It reads Badger directly,
+// on the caller's goroutine: it sees what was committed before it (a
+// write whose done has run), not what is still pending on the committer.
+func (s *Store) ReadDelayed(name []byte, from, until int64, max int) ([]Delayed, int64, error) {
 	var out []Delayed
 	next := NoDue
-	b := &Batch{load: func(txn *badger.Txn) error {
+	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
 		p := delayedPrefix(name)
-		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+		for it.Seek(delayedKey(name, max64(from, 0), 0)); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()
 			if len(k) != len(p)+16 {
@@ -58,10 +58,16 @@ func (s *Store) ReadDelayed(name []byte, until int64, max int, done func(ds []De
 			s.touched.Add(int64(len(v)))
 			out = append(out, Delayed{Due: due, Seq: binary.BigEndian.Uint64(k[len(p)+8:]), Data: v[1:]})
 		}
-		s.maybePageOut()
 		return nil
-	}}
-	s.Commit(b, func(err error) { done(out, next, err) })
+	})
+	return out, next, err // the committer pages out what was touched (maybePageOut)
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // dropDelayed deletes every key with prefix p (an exchange's delayed

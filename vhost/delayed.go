@@ -14,14 +14,20 @@ package vhost
 //
 // One goroutine per vhost (the delayer) keeps, per delayed exchange, the
 // earliest due time it may hold, and one timer for the earliest of those.
-// When an exchange's time comes it reads a batch of its due messages from
-// the store (a read queued on the committer, so it sees every write before
-// it), routes each as the exchange's x-delayed-type would, with its x-delay
-// header negated as the plugin does (so that it is not held back again
-// through exchange-to-exchange bindings), and once the routed copies are
-// durable (vhost.FanOut's confirms) deletes the batch from the store. Only
-// then is the exchange's next batch read: a crash between the two routes
-// the batch again on restart (at least once, never lost).
+// When an exchange's time comes it reads a batch of its due messages
+// straight from Badger, routes each as the exchange's x-delayed-type
+// would, with its x-delay header negated as the plugin does (so that it
+// is not held back again through exchange-to-exchange bindings), and once
+// the routed copies are durable (vhost.FanOut's confirms) deletes the
+// batch from the store. Batches are pipelined: the next is read while
+// earlier ones wait for their fsync, skipping the messages in flight (by
+// sequence); a crash before a batch's delete routes it again on restart
+// (at least once, never lost).
+//
+// What a read can miss: a write still pending on the committer. So an
+// exchange's next due time is lowered by a delayed message's store write
+// only once it is committed (its done), and a read starts from floor, the
+// earliest due time not yet read, which such a write lowers too.
 //
 // Transient messages and those of non-durable exchanges are in the store
 // too (memory stays bounded), flagged or keyed so that recovery drops
@@ -119,7 +125,6 @@ type delayer struct {
 
 	mu         sync.Mutex
 	xs         map[*exchange.Exchange]*delayedX // mu
-	ready      []delayRead                      // reads done, for the goroutine; mu
 	recovering bool                             // Recover has not started the vhost yet; mu
 	running    bool                             // the goroutine runs; mu
 	closed     bool                             // mu
@@ -129,21 +134,21 @@ type delayer struct {
 	done chan struct{}
 }
 
-// delayedX is one delayed exchange's state.
+// delayedX is one delayed exchange's state. All of it is d.mu's.
 type delayedX struct {
-	ex   *exchange.Exchange
-	name []byte // the store's key for it: DefName(vhost, exchange)
-	next int64  // the earliest due time (Unix ms) it may hold; persist.NoDue: none. mu
-	busy bool   // a batch is being read or routed; mu
-	gone bool   // deleted; mu
+	ex    *exchange.Exchange
+	name  []byte // the store's key for it: DefName(vhost, exchange)
+	next  int64  // the earliest due time (Unix ms) not read yet; persist.NoDue: none
+	floor int64  // where the next read starts: no message due before it is unread
+	// inflight are the sequences of messages read and routed whose delete
+	// is not committed yet: a read skips them.
+	inflight map[uint64]struct{}
+	gone     bool // deleted
 }
 
-type delayRead struct {
-	x    *delayedX
-	ds   []persist.Delayed
-	next int64
-	err  error
-}
+// maxInflight bounds the messages of one exchange read but not yet
+// deleted (their copies wait for an fsync).
+const maxInflight = 8 * delayBatch
 
 func newDelayer(v *VHost) *delayer {
 	return &delayer{v: v, xs: map[*exchange.Exchange]*delayedX{}, wake: make(chan struct{}, 1),
@@ -154,7 +159,8 @@ func newDelayer(v *VHost) *delayer {
 func (d *delayer) add(ex *exchange.Exchange) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.xs[ex] = &delayedX{ex: ex, name: DefName(d.v.name, ex.Name), next: persist.NoDue}
+	d.xs[ex] = &delayedX{ex: ex, name: DefName(d.v.name, ex.Name), next: persist.NoDue, floor: persist.NoDue,
+		inflight: map[uint64]struct{}{}}
 	d.startLocked()
 }
 
@@ -205,7 +211,7 @@ func (d *delayer) recover() error {
 	d.mu.Lock()
 	for name, s := range sums {
 		x := byName[name]
-		x.next = s.Next
+		x.next, x.floor = s.Next, s.Next
 		x.ex.AddDelayed(int64(s.Count))
 		n += s.Count
 	}
@@ -276,18 +282,26 @@ func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string,
 	v.store.Commit(b, func(err error) {
 		if err != nil {
 			ex.AddDelayed(-1) // not stored (a full disk): nacked if confirmed
+		} else {
+			d.written(x, due)
 		}
 		if wait && conf != nil {
 			conf.Done(err)
 		}
 	})
-	if due < x.next {
-		x.next = due
-		if !x.busy {
-			d.signal()
-		}
-	}
 	d.mu.Unlock()
+}
+
+// written notes a delayed message of x due at due committed (readable).
+func (d *delayer) written(x *delayedX, due int64) {
+	d.mu.Lock()
+	x.floor = min(x.floor, due)
+	lower := due < x.next
+	x.next = min(x.next, due)
+	d.mu.Unlock()
+	if lower {
+		d.signal()
+	}
 }
 
 // encodeDelayed is a delayed message's record: the count of extra routing
@@ -328,37 +342,36 @@ func decodeDelayed(b []byte) (*queue.Message, []string, error) {
 	return m, extra, err
 }
 
-// run is the delayer's goroutine: it reads each exchange's batch once it
-// is due, and routes the batches read.
+// run is the delayer's goroutine: it reads each exchange's due messages
+// once they are due, and routes them.
 func (d *delayer) run() {
 	defer close(d.done)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var sc Scratch
 	for {
-		d.mu.Lock()
-		reads := d.ready
-		d.ready = nil
-		d.mu.Unlock()
-		for _, r := range reads {
-			d.route(r)
-		}
 		now := time.Now().UnixMilli()
 		earliest := persist.NoDue
 		var fire []*delayedX
 		d.mu.Lock()
 		for _, x := range d.xs {
 			switch {
-			case x.busy:
+			case len(x.inflight) >= maxInflight: // its deletes wake us
 			case x.next <= now:
-				x.busy, x.next = true, persist.NoDue
 				fire = append(fire, x)
 			case x.next < earliest:
 				earliest = x.next
 			}
 		}
 		d.mu.Unlock()
+		again := false
 		for _, x := range fire {
-			d.read(x, now)
+			if d.batch(x, now, &sc) {
+				again = true
+			}
+		}
+		if again {
+			continue // more due, or a batch to retry
 		}
 		wait := time.Hour
 		if earliest != persist.NoDue {
@@ -374,24 +387,96 @@ func (d *delayer) run() {
 	}
 }
 
-// read has the committer read x's messages due by now.
-func (d *delayer) read(x *delayedX, now int64) {
-	d.v.store.ReadDelayed(x.name, now, delayBatch, func(ds []persist.Delayed, next int64, err error) {
+// batch reads the messages of x due by now (one batch, skipping those in
+// flight), routes them, and has them deleted once their copies are
+// durable. It reports whether x has more due now.
+func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) bool {
+	d.mu.Lock()
+	from, skip := x.floor, len(x.inflight)
+	x.next = persist.NoDue // lowered again by writes committed from now on (written)
+	x.floor = persist.NoDue
+	d.mu.Unlock()
+	ds, following, err := d.v.store.ReadDelayed(x.name, from, now, delayBatch+skip)
+	if err != nil {
+		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(err))
 		d.mu.Lock()
-		d.ready = append(d.ready, delayRead{x: x, ds: ds, next: next, err: err})
+		x.floor = min(x.floor, from)
+		x.next = min(x.next, now+1000)
 		d.mu.Unlock()
-		d.signal()
-	})
+		return false
+	}
+	d.mu.Lock()
+	if x.gone {
+		d.mu.Unlock()
+		return false // its messages were dropped with it
+	}
+	// The read saw every committed message from floor on, up to the
+	// first it did not return (following); of those it returned, it
+	// takes up to a batch not in flight. The first message left unread
+	// is where the next read starts, and when x is next due.
+	unread := following
+	kept := ds[:0]
+	for _, e := range ds {
+		if _, ok := x.inflight[e.Seq]; ok {
+			continue
+		}
+		if len(kept) == delayBatch {
+			unread = min(unread, e.Due)
+			continue
+		}
+		x.inflight[e.Seq] = struct{}{}
+		kept = append(kept, e)
+	}
+	ds = kept
+	x.floor = min(x.floor, unread)
+	x.next = min(x.next, unread)
+	more := x.next <= now && len(x.inflight) < maxInflight
+	d.mu.Unlock()
+	if len(ds) == 0 {
+		return more
+	}
+	bc := &batchConfirm{}
+	bc.pending.Store(1)
+	bc.done = func(failed bool) { d.settle(x, ds, failed) }
+	newConf := func(n int) queue.Confirmer {
+		bc.pending.Add(int64(n))
+		return bc
+	}
+	for _, e := range ds {
+		d.routeOne(x, e, sc, newConf)
+	}
+	bc.Done(nil)
+	return more
 }
 
-// release lets x's next batch be read. retry, if set, is when to try a
-// batch that failed again.
-func (d *delayer) release(x *delayedX, retry int64) {
-	d.mu.Lock()
-	x.busy = false
-	x.next = min(x.next, retry)
-	d.mu.Unlock()
-	d.signal()
+// settle deletes a routed batch once its copies are durable; if one is
+// not, the batch stays, to be routed again (at least once).
+func (d *delayer) settle(x *delayedX, ds []persist.Delayed, failed bool) {
+	release := func() {
+		d.mu.Lock()
+		for _, e := range ds {
+			delete(x.inflight, e.Seq)
+		}
+		if failed {
+			x.floor = min(x.floor, ds[0].Due)
+			x.next = min(x.next, time.Now().UnixMilli()+1000)
+		}
+		d.mu.Unlock()
+		d.signal()
+	}
+	if failed {
+		d.v.log.Error("routing delayed messages: a copy was not stored", zap.String("exchange", x.ex.Name))
+		release()
+		return
+	}
+	b := &persist.Batch{}
+	for _, e := range ds {
+		b.DeleteDelayed(x.name, e.Due, e.Seq)
+	}
+	x.ex.AddDelayed(-int64(len(ds)))
+	// Out of flight once the delete is committed: a read before that
+	// still sees the messages.
+	d.v.store.Commit(b, func(error) { release() })
 }
 
 // batchConfirm calls done once every durable copy of a batch's messages
@@ -410,52 +495,6 @@ func (c *batchConfirm) Done(err error) {
 	if c.pending.Add(-1) == 0 {
 		c.done(c.failed.Load())
 	}
-}
-
-// route routes a batch read from the store, then deletes it once the
-// copies are durable.
-func (d *delayer) route(r delayRead) {
-	x := r.x
-	if r.err != nil {
-		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(r.err))
-		d.release(x, time.Now().UnixMilli()+1000)
-		return
-	}
-	d.mu.Lock()
-	x.next = min(x.next, r.next)
-	gone := x.gone
-	d.mu.Unlock()
-	if gone || len(r.ds) == 0 {
-		d.release(x, persist.NoDue) // a deleted exchange's messages were dropped with it
-		return
-	}
-	bc := &batchConfirm{}
-	bc.pending.Store(1)
-	bc.done = func(failed bool) {
-		if failed {
-			// Some copy is not durable: the batch stays, to be routed
-			// again (at least once).
-			d.v.log.Error("routing delayed messages: a copy was not stored", zap.String("exchange", x.ex.Name))
-			d.release(x, time.Now().UnixMilli()+1000)
-			return
-		}
-		b := &persist.Batch{}
-		for _, e := range r.ds {
-			b.DeleteDelayed(x.name, e.Due, e.Seq)
-		}
-		d.v.store.Commit(b, nil) // submitted before the next read, which sees it
-		x.ex.AddDelayed(-int64(len(r.ds)))
-		d.release(x, persist.NoDue)
-	}
-	newConf := func(n int) queue.Confirmer {
-		bc.pending.Add(int64(n))
-		return bc
-	}
-	var sc Scratch
-	for _, e := range r.ds {
-		d.routeOne(x, e, &sc, newConf)
-	}
-	bc.Done(nil)
 }
 
 // routeOne routes one due message through x's exchange, as the plugin
