@@ -477,3 +477,28 @@ func TestDelayedOrderMany(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayedDeadLetter: a message dead-lettered to a delayed exchange is
+// held back for its x-delay too (the plugin's route/3 runs for every
+// route through the exchange, dead-lettering's included).
+func TestDelayedDeadLetter(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{})
+	ch := e.channel(e.conn)
+	declareDelayed(t, ch, "dx", "fanout", true)
+	out := e.queue("dx-out", nil)
+	must(t, ch.QueueBind(out, "", "dx", false, nil))
+	src := e.queue("dx-src", rmq.Table{"x-dead-letter-exchange": "dx", "x-message-ttl": int32(0)})
+	start := time.Now()
+	must(t, e.ch.Publish("", src, false, false, rmq.Publishing{DeliveryMode: 2, Headers: rmq.Table{"x-delay": int32(300)}, Body: []byte("m")}))
+	if n := e.count(out); n != 0 {
+		t.Fatal("dead-lettered copy routed before its delay")
+	}
+	d := e.get(e.ch, out, true)
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("routed after %v", time.Since(start))
+	}
+	if d.Headers["x-delay"] != int32(-300) || d.Headers["x-first-death-reason"] != "expired" {
+		t.Fatalf("headers %v", d.Headers)
+	}
+}
