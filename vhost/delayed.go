@@ -148,7 +148,7 @@ type delayedX struct {
 
 // maxInflight bounds the messages of one exchange read but not yet
 // deleted (their copies wait for an fsync).
-const maxInflight = 8 * delayBatch
+const maxInflight = 32 * delayBatch
 
 func newDelayer(v *VHost) *delayer {
 	return &delayer{v: v, xs: map[*exchange.Exchange]*delayedX{}, wake: make(chan struct{}, 1),
