@@ -533,8 +533,8 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	m.Enqueued = now
 	sc.Queues = sc.Queues[:0]
 	sc.Delayed = sc.Delayed[:0]
-	sc.decoded = false
-	sc.RawHeaders = amqp.AppendTable(nil, h)[4:]
+	sc.decoded, sc.headers = true, h // what a headers exchange on the way matches
+	sc.RawHeaders = nil
 	sc.Extra = extra
 	v.mu.RLock()
 	if v.exchanges[x.ex.Name] != x.ex {
