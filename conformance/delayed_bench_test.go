@@ -72,7 +72,14 @@ func BenchmarkDelayedLoad(b *testing.B) {
 func runDelayedLoad(b *testing.B, bin string, n int, spread, lead time.Duration) {
 	dir := b.TempDir()
 	addr := testutil.FreePort(b)
-	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
+	args := []string{"--listen", addr, "--data-dir", dir, "--log-level", "warn"}
+	if d := os.Getenv("RAILMQ_DELAYED_DEBUG_LISTEN"); d != "" {
+		args = append(args, "--debug-listen", d) // pprof, to profile a run
+	}
+	if d := os.Getenv("RAILMQ_DELAYED_PROMETHEUS_LISTEN"); d != "" {
+		args = append(args, "--prometheus-listen", d) // the store's fsync histogram, during a run
+	}
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

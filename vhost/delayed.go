@@ -132,6 +132,7 @@ type delayer struct {
 	wake chan struct{} // one slot
 	stop chan struct{}
 	done chan struct{}
+	fl   queue.Flushes // the goroutine's
 }
 
 // delayedX is one delayed exchange's state. All of it is d.mu's.
@@ -445,6 +446,7 @@ func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) bool {
 	for _, e := range ds {
 		d.routeOne(x, e, sc, newConf)
 	}
+	d.fl.Flush() // the deliveries of the batch go out together, as a reader's do
 	bc.Done(nil)
 	return more
 }
@@ -548,5 +550,5 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	if len(qs) == 0 {
 		return // the plugin makes one attempt (README, "Limitations")
 	}
-	FanOut(v.Store(), m, qs, false /* rejects */, newConf, nil)
+	FanOut(v.Store(), m, qs, false /* rejects */, newConf, &d.fl)
 }
