@@ -229,11 +229,17 @@ func (v *VHost) Exchange(name string) *exchange.Exchange {
 	return v.exchanges[name]
 }
 
-// ExchangeKind is the type of the exchange name, or false if there is none.
+// ExchangeKind is the type of the exchange name, or false if there is
+// none. A delayed exchange's is 0, whatever it routes as: its type is
+// x-delayed-message (RabbitMQ checks topic permissions on exchanges of
+// type topic only).
 func (v *VHost) ExchangeKind(name string) (exchange.Kind, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if x := v.exchanges[name]; x != nil {
+		if x.Delayed {
+			return 0, true
+		}
 		return x.Kind, true
 	}
 	return 0, false
