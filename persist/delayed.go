@@ -33,10 +33,16 @@ const NoDue = int64(math.MaxInt64)
 func (s *Store) ReadDelayed(name []byte, from, until int64, max int) ([]Delayed, int64, error) {
 	var out []Delayed
 	next := NoDue
+	p := delayedPrefix(name)
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		// No prefetching: a read that keeps up finds a handful due, and
+		// stops at the first one that is not; only the tables holding
+		// the exchange's keys are looked at.
+		o := badger.DefaultIteratorOptions
+		o.PrefetchValues = false
+		o.Prefix = p
+		it := txn.NewIterator(o)
 		defer it.Close()
-		p := delayedPrefix(name)
 		for it.Seek(delayedKey(name, max64(from, 0), 0)); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()

@@ -393,11 +393,14 @@ func (d *delayer) run() {
 // durable. It reports whether x has more due now.
 func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) bool {
 	d.mu.Lock()
-	from, skip := x.floor, len(x.inflight)
+	from := x.floor
 	x.next = persist.NoDue // lowered again by writes committed from now on (written)
 	x.floor = persist.NoDue
 	d.mu.Unlock()
-	ds, following, err := d.v.store.ReadDelayed(x.name, from, now, delayBatch+skip)
+	// The floor is normally past the messages in flight (it moves on
+	// with each batch); those a read meets anyway (after a failed batch,
+	// or a write due earlier) are skipped, and the floor moves past them.
+	ds, following, err := d.v.store.ReadDelayed(x.name, from, now, delayBatch)
 	if err != nil {
 		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(err))
 		d.mu.Lock()
