@@ -120,12 +120,18 @@ func runDelayedLoad(b *testing.B, bin string, n int, spread, lead time.Duration)
 		b.Fatal(err)
 	}
 	late := make([]time.Duration, 0, n)
+	trace := os.Getenv("RAILMQ_DELAYED_TRACE") != "" // the worst lateness of each second, logged
+	worst := map[int64]time.Duration{}
 	got := make(chan struct{})
 	go func() {
 		defer close(got)
 		for d := range ds {
 			due := int64(binary.BigEndian.Uint64(d.Body))
-			late = append(late, time.Duration(time.Now().UnixNano()-due))
+			now := time.Now().UnixNano()
+			late = append(late, time.Duration(now-due))
+			if trace {
+				worst[now/1e9] = max(worst[now/1e9], time.Duration(now-due))
+			}
 			if len(late) == n {
 				return
 			}
@@ -208,6 +214,16 @@ func runDelayedLoad(b *testing.B, bin string, n int, spread, lead time.Duration)
 	close(stop)
 	wg.Wait()
 	hwm, _ := procKB(cmd.Process.Pid, "VmHWM:")
+	if trace {
+		var secs []int64
+		for sec := range worst {
+			secs = append(secs, sec)
+		}
+		slices.Sort(secs)
+		for _, sec := range secs {
+			b.Logf("%s worst lateness %v", time.Unix(sec, 0).UTC().Format("15:04:05"), worst[sec])
+		}
+	}
 	slices.Sort(late)
 	q := func(p float64) float64 { return float64(late[int(p*float64(len(late)-1))]) / float64(time.Millisecond) }
 	b.ReportMetric(float64(n)/loaded.Seconds(), "published/s")
