@@ -450,13 +450,18 @@ func TestDelayedOrderMany(t *testing.T) {
 	must(t, ch.QueueBind(q, "", "do", false, nil))
 	ds := e.consume(q, true)
 	pc := e.channel(e.conn)
+	must(t, pc.Confirm(false))
 	const n = 2000
 	due := make([]time.Time, n)
 	for i := range n {
 		d := 200 + (i*7919)%1000
 		body, _ := json.Marshal(i)
 		due[i] = time.Now().Add(time.Duration(d) * time.Millisecond)
-		must(t, pc.Publish("do", "", false, false, rmq.Publishing{DeliveryMode: 2, Headers: rmq.Table{"x-delay": int32(d)}, Body: body}))
+		dc, err := pc.PublishWithDeferredConfirm("do", "", false, false, rmq.Publishing{DeliveryMode: 2, Headers: rmq.Table{"x-delay": int32(d)}, Body: body})
+		must(t, err)
+		if i%50 == 49 && !dc.Wait() { // the broker's reading of a publish stays close to the client's clock
+			t.Fatal("nacked")
+		}
 	}
 	var last time.Time
 	for range n {

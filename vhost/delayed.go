@@ -14,8 +14,9 @@ package vhost
 //
 // One goroutine per vhost (the delayer) keeps, per delayed exchange, the
 // earliest due time it may hold, and one timer for the earliest of those.
-// When an exchange's time comes it reads a batch of its due messages
-// straight from Badger, routes each as the exchange's x-delayed-type
+// A little before an exchange's time comes (lookahead) it reads a batch of
+// the messages due next straight from Badger, and when they are due routes
+// each as the exchange's x-delayed-type
 // would, with its x-delay header negated as the plugin does (so that it
 // is not held back again through exchange-to-exchange bindings), and once
 // the routed copies are durable (vhost.FanOut's confirms) deletes the
@@ -41,9 +42,11 @@ package vhost
 // durable copies) take it, never wait, and wake the goroutine.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,7 +147,10 @@ type delayedX struct {
 	// inflight are the sequences of messages read and routed whose delete
 	// is not committed yet: a read skips them.
 	inflight map[uint64]struct{}
-	gone     bool // deleted
+	// ahead are messages read (in flight) before they are due, in due
+	// order: the delayer's goroutine routes them when they are.
+	ahead []persist.Delayed
+	gone  bool // deleted
 }
 
 // maxInflight bounds the messages of one exchange read but not yet
@@ -343,8 +349,29 @@ func decodeDelayed(b []byte) (*queue.Message, []string, error) {
 	return m, extra, err
 }
 
-// run is the delayer's goroutine: it reads each exchange's due messages
-// once they are due, and routes them.
+// lookahead is how far ahead of their due time messages are read (ms):
+// a read that meets pages the store has just given back to the kernel
+// (persist's page-out, once a second) may take tens of milliseconds, so
+// the messages due next are in memory, at most a couple of batches per
+// exchange, by the time they are due.
+const lookahead = 1000
+
+// fireAt is when the goroutine has work for x: its first message read
+// ahead is due, or its next unread one is lookahead away and there is
+// room to read it. d.mu held.
+func (x *delayedX) fireAt() int64 {
+	t := persist.NoDue
+	if len(x.ahead) > 0 {
+		t = x.ahead[0].Due
+	}
+	if x.next != persist.NoDue && len(x.ahead) < delayBatch && len(x.inflight) < maxInflight {
+		t = min(t, x.next-lookahead)
+	}
+	return t
+}
+
+// run is the delayer's goroutine: it reads each exchange's messages a
+// little before they are due, and routes them when they are.
 func (d *delayer) run() {
 	defer close(d.done)
 	t := time.NewTimer(time.Hour)
@@ -356,23 +383,18 @@ func (d *delayer) run() {
 		var fire []*delayedX
 		d.mu.Lock()
 		for _, x := range d.xs {
-			switch {
-			case len(x.inflight) >= maxInflight: // its deletes wake us
-			case x.next <= now:
+			if at := x.fireAt(); at <= now {
 				fire = append(fire, x)
-			case x.next < earliest:
-				earliest = x.next
+			} else {
+				earliest = min(earliest, at)
 			}
 		}
 		d.mu.Unlock()
-		again := false
 		for _, x := range fire {
-			if d.batch(x, now, &sc) {
-				again = true
-			}
+			d.batch(x, now, &sc)
 		}
-		if again {
-			continue // more due, or a batch to retry
+		if len(fire) > 0 {
+			continue // when they are next due is known now
 		}
 		wait := time.Hour
 		if earliest != persist.NoDue {
@@ -388,56 +410,36 @@ func (d *delayer) run() {
 	}
 }
 
-// batch reads the messages of x due by now (one batch, skipping those in
-// flight), routes them, and has them deleted once their copies are
-// durable. It reports whether x has more due now.
-func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) bool {
+// batch reads x's messages due within lookahead into x.ahead (one batch,
+// skipping those in flight), routes those due by now, and has them
+// deleted once their copies are durable.
+func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) {
 	d.mu.Lock()
+	read := x.next != persist.NoDue && x.next-lookahead <= now && len(x.ahead) < delayBatch && len(x.inflight) < maxInflight
 	from := x.floor
-	x.next = persist.NoDue // lowered again by writes committed from now on (written)
-	x.floor = persist.NoDue
+	if read {
+		x.next = persist.NoDue // lowered again by writes committed from now on (written)
+		x.floor = persist.NoDue
+	}
 	d.mu.Unlock()
-	// The floor is normally past the messages in flight (it moves on
-	// with each batch); those a read meets anyway (after a failed batch,
-	// or a write due earlier) are skipped, and the floor moves past them.
-	ds, following, err := d.v.store.ReadDelayed(x.name, from, now, delayBatch)
-	if err != nil {
-		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(err))
-		d.mu.Lock()
-		x.floor = min(x.floor, from)
-		x.next = min(x.next, now+1000)
-		d.mu.Unlock()
-		return false
+	if read {
+		d.readAhead(x, from, now+lookahead)
 	}
 	d.mu.Lock()
 	if x.gone {
+		x.ahead = nil
 		d.mu.Unlock()
-		return false // its messages were dropped with it
+		return // its messages were dropped with it
 	}
-	// The read saw every committed message from floor on, up to the
-	// first it did not return (following); of those it returned, it
-	// takes up to a batch not in flight. The first message left unread
-	// is where the next read starts, and when x is next due.
-	unread := following
-	kept := ds[:0]
-	for _, e := range ds {
-		if _, ok := x.inflight[e.Seq]; ok {
-			continue
-		}
-		if len(kept) == delayBatch {
-			unread = min(unread, e.Due)
-			continue
-		}
-		x.inflight[e.Seq] = struct{}{}
-		kept = append(kept, e)
+	k := 0
+	for k < len(x.ahead) && x.ahead[k].Due <= now {
+		k++
 	}
-	ds = kept
-	x.floor = min(x.floor, unread)
-	x.next = min(x.next, unread)
-	more := x.next <= now && len(x.inflight) < maxInflight
+	ds := slices.Clone(x.ahead[:k])
+	x.ahead = append(x.ahead[:0], x.ahead[k:]...)
 	d.mu.Unlock()
 	if len(ds) == 0 {
-		return more
+		return
 	}
 	bc := &batchConfirm{}
 	bc.pending.Store(1)
@@ -451,7 +453,53 @@ func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) bool {
 	}
 	d.fl.Flush() // the deliveries of the batch go out together, as a reader's do
 	bc.Done(nil)
-	return more
+}
+
+// readAhead reads x's messages from floor from to until into x.ahead.
+// The floor is normally past the messages in flight (it moves on with
+// each read); those a read meets anyway (after a failed batch, or a
+// write due earlier) are skipped, and the floor moves past them.
+func (d *delayer) readAhead(x *delayedX, from, until int64) {
+	ds, following, err := d.v.store.ReadDelayed(x.name, from, until, delayBatch)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(err))
+		x.floor = min(x.floor, from)
+		x.next = min(x.next, time.Now().UnixMilli()+lookahead+1000) // retried in a second
+		return
+	}
+	if x.gone {
+		return
+	}
+	// The read saw every committed message from floor on, up to the
+	// first it did not return (following); what it returned goes ahead
+	// but those in flight, up to two batches. The first message left
+	// unread is where the next read starts, and when x is next due.
+	unread := following
+	n := len(x.ahead)
+	for _, e := range ds {
+		if _, ok := x.inflight[e.Seq]; ok {
+			continue
+		}
+		if len(x.ahead) >= 2*delayBatch {
+			unread = min(unread, e.Due)
+			continue
+		}
+		x.inflight[e.Seq] = struct{}{}
+		x.ahead = append(x.ahead, e)
+	}
+	if n > 0 && len(x.ahead) > n {
+		// A write due earlier than some read before: keep due order.
+		slices.SortFunc(x.ahead, func(a, b persist.Delayed) int {
+			if a.Due != b.Due {
+				return cmp.Compare(a.Due, b.Due)
+			}
+			return cmp.Compare(a.Seq, b.Seq)
+		})
+	}
+	x.floor = min(x.floor, unread)
+	x.next = min(x.next, unread)
 }
 
 // settle deletes a routed batch once its copies are durable; if one is
@@ -464,7 +512,7 @@ func (d *delayer) settle(x *delayedX, ds []persist.Delayed, failed bool) {
 		}
 		if failed {
 			x.floor = min(x.floor, ds[0].Due)
-			x.next = min(x.next, time.Now().UnixMilli()+1000)
+			x.next = min(x.next, time.Now().UnixMilli()+lookahead+1000) // retried in a second
 		}
 		d.mu.Unlock()
 		d.signal()
