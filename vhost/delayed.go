@@ -272,7 +272,8 @@ func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string,
 	wait := v.DelayWaits(ex, msg)
 	d := v.delays
 	rec := encodeDelayed(msg, extra)
-	due := time.Now().UnixMilli() + delay
+	// Rounded up to the millisecond: never routed before delay is over.
+	due := (time.Now().UnixNano() + delay*int64(time.Millisecond) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	seq := v.store.NewMessageID()
 	b := &persist.Batch{}
 	b.PutDelayed(DefName(v.name, ex.Name), due, seq, !msg.Persistent, rec)
