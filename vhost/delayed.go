@@ -16,9 +16,9 @@ package vhost
 // earliest due time it may hold, and one timer for the earliest of those.
 // A little before an exchange's time comes (lookahead) it reads a batch of
 // the messages due next straight from Badger, and when they are due routes
-// each as the exchange's x-delayed-type
-// would, with its x-delay header negated as the plugin does (so that it
-// is not held back again through exchange-to-exchange bindings), and once
+// each as the exchange's x-delayed-type would, with its x-delay header
+// negated as the plugin does (so that it is not held back again through
+// exchange-to-exchange bindings), and once
 // the routed copies are durable (vhost.FanOut's confirms) deletes the
 // batch from the store. Batches are pipelined: the next is read while
 // earlier ones wait for their fsync, skipping the messages in flight (by
@@ -34,12 +34,13 @@ package vhost
 // too (memory stays bounded), flagged or keyed so that recovery drops
 // them, as RabbitMQ drops transient state at a restart.
 //
-// Locking: delayer.mu guards the per-exchange state and the read results
-// waiting for the goroutine; store.mu is taken under it (Delay submits its
-// write under it, so that an exchange's deletion, which marks it gone
-// under mu before committing the drop of its messages, cannot miss one).
-// Nothing else is taken under it. The store's callbacks (read results,
-// durable copies) take it, never wait, and wake the goroutine.
+// Locking: delayer.mu guards the per-exchange state (next, floor, the
+// messages in flight and read ahead); store.mu is taken under it (Delay
+// submits its write under it, so that an exchange's deletion, which marks
+// it gone under mu before committing the drop of its messages, cannot
+// miss one). Nothing else is taken under it, and it is never held across
+// a read or a route. The store's callbacks (writes committed, copies
+// durable, deletes committed) take it, never wait, and wake the goroutine.
 
 import (
 	"cmp"
