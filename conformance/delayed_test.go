@@ -507,3 +507,54 @@ func TestDelayedDeadLetter(t *testing.T) {
 		t.Fatalf("headers %v", d.Headers)
 	}
 }
+
+// TestClusterDelayedExchange: in cluster mode a delayed exchange's
+// definition is replicated like any other's; a message delayed on a node
+// is held by that node and routed there when due.
+func TestClusterDelayedExchange(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	chans := make([]*rmq.Channel, 3)
+	reopen := func(i int) {
+		c := dial(t, nodes[i].b.URL)
+		ch, err := c.Channel()
+		must(t, err)
+		chans[i] = ch
+	}
+	for i := range nodes {
+		reopen(i)
+	}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		err := chans[0].ExchangeDeclare("cl-delayed", "x-delayed-message", true, false, false, false, rmq.Table{"x-delayed-type": "direct"})
+		if err != nil {
+			reopen(0) // no leader yet: the channel was closed
+			return false
+		}
+		return true
+	}, "declare on node 1 did not succeed")
+	for i := 1; i < 3; i++ {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			if err := chans[i].ExchangeDeclarePassive("cl-delayed", "x-delayed-message", true, false, false, false, nil); err != nil {
+				reopen(i)
+				return false
+			}
+			return true
+		}, "node %d lacks the exchange", i+1)
+	}
+	ch := chans[2]
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	must(t, err)
+	must(t, ch.QueueBind(q.Name, "k", "cl-delayed", false, nil))
+	start := time.Now()
+	must(t, ch.Publish("cl-delayed", "k", false, false, delayed(int32(300), "m")))
+	var d rmq.Delivery
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var ok bool
+		d, ok, err = ch.Get(q.Name, true)
+		must(t, err)
+		return ok
+	}, "the delayed message on node 3")
+	if time.Since(start) < 300*time.Millisecond || d.Headers["x-delay"] != int32(-300) {
+		t.Fatalf("after %v, x-delay %v", time.Since(start), d.Headers["x-delay"])
+	}
+}
