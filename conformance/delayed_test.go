@@ -274,13 +274,11 @@ func TestDelayedDeleteExchange(t *testing.T) {
 	declareDelayed(t, ch, "dd", "fanout", true)
 	must(t, ch.QueueBind(q, "", "dd", false, nil))
 	e.publishConfirmed("dd", "", rmq.Publishing{DeliveryMode: 2, Headers: rmq.Table{"x-delay": int32(400)}, Body: []byte("new")})
-	if d := e.get(e.ch, q, true); string(d.Body) != "new" {
+	ds := e.consume(q, true)
+	if d := recv(t, ds); string(d.Body) != "new" {
 		t.Fatalf("got %q", d.Body)
 	}
-	time.Sleep(200 * time.Millisecond) // let a stray old message show (none must)
-	if n := e.count(q); n != 0 {
-		t.Fatalf("%d old messages routed after the exchange was deleted", n)
-	}
+	none(t, ds, 300*time.Millisecond) // no old message routed after the exchange was deleted
 }
 
 // TestDelayedStats: messages_delayed in the management API's exchange
@@ -368,18 +366,12 @@ func TestDelayedRestart(t *testing.T) {
 		}
 		return len(got) > 0
 	}, "the persistent message")
-	time.Sleep(300 * time.Millisecond)
-	for {
-		d, ok, err := ch.Get("rs-q", true)
-		must(t, err)
-		if !ok {
-			break
-		}
-		got = append(got, string(d.Body))
-	}
 	if strings.Join(got, ",") != "persistent" {
 		t.Fatalf("after restart got %v, want [persistent]", got)
 	}
+	ds, err := ch.Consume("rs-q", "", true, false, false, false, nil)
+	must(t, err)
+	none(t, ds, 500*time.Millisecond) // the transient ones are gone
 }
 
 // TestDelayedKill9: delayed messages confirmed before a SIGKILL (the real
