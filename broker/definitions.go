@@ -175,7 +175,7 @@ func (s *Server) exportDefinitions(only string) defsFile {
 			if strings.HasPrefix(x.Name, "amq.") {
 				continue
 			}
-			d.Exchanges = append(d.Exchanges, defsExchange{Name: x.Name, VHost: vh, Type: x.Kind.String(), Durable: x.Durable,
+			d.Exchanges = append(d.Exchanges, defsExchange{Name: x.Name, VHost: vh, Type: x.Type(), Durable: x.Durable,
 				AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: jsonTable(x.Args)})
 		}
 		qs := st.v.Queues()

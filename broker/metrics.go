@@ -205,7 +205,11 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		if m.perObject {
 			for _, x := range st.v.Exchanges() {
 				e.gauge("railmq_exchange_bindings", "Bindings whose source is the exchange", float64(len(x.Bindings())),
-					"vhost", vh, "exchange", x.Name, "type", x.Kind.String())
+					"vhost", vh, "exchange", x.Name, "type", x.Type())
+				if x.Delayed {
+					e.gauge("railmq_exchange_messages_delayed", "Messages a delayed exchange holds back", float64(x.MessagesDelayed()),
+						"vhost", vh, "exchange", x.Name)
+				}
 			}
 		}
 	}

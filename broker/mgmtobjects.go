@@ -170,9 +170,14 @@ func jsonValue(v any) any {
 // --- exchanges -----------------------------------------------------------
 
 func exchangeJSON(vh string, x *exchange.Exchange) map[string]any {
-	return map[string]any{"name": x.Name, "vhost": vh, "type": x.Kind.String(), "durable": x.Durable,
+	m := map[string]any{"name": x.Name, "vhost": vh, "type": x.Type(), "durable": x.Durable,
 		"auto_delete": x.AutoDelete, "internal": x.Internal, "arguments": jsonTable(x.Args),
 		"incoming": []any{}, "outgoing": []any{}}
+	if x.Delayed {
+		// The plugin's exchange type info (rabbit_exchange_type_delayed_message:info/1).
+		m["messages_delayed"] = x.MessagesDelayed()
+	}
+	return m
 }
 
 // defaultExchangeJSON is the default exchange as RabbitMQ lists it.
@@ -247,7 +252,7 @@ func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
 	if kind == "" {
 		kind = "direct" // RabbitMQ's default
 	}
-	if _, known := exchange.ParseKind(kind); !known {
+	if _, known := exchange.ParseKind(kind); !known && kind != exchange.DelayedType {
 		badRequest(w, "invalid exchange type '"+kind+"'")
 		return
 	}

@@ -350,6 +350,9 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	if err != nil {
 		return err
 	}
+	if len(c.scratch.Delayed) > 0 {
+		return c.routeDelayed(msg, mandatory, qs, extra)
+	}
 	// A queue's confirm is awaited when it writes the message to the store
 	// or may refuse it (x-overflow reject-publish).
 	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, c.newConfirm, c.cfg.Flushes)
@@ -424,6 +427,54 @@ func (c *Channel) commit() error {
 		if err := c.route(op.msg, op.mand, v.Headers, op.extra); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// routeDelayed is route for a message a delayed exchange held back (and
+// that may have reached queues too, through an alternate exchange): its
+// confirm waits for the store write of each delayed copy that is durable
+// (vhost.Delay) as well as for the queues'. A delayed message is
+// unroutable for mandatory (it is returned now), as with the plugin.
+func (c *Channel) routeDelayed(msg *queue.Message, mandatory bool, qs []*queue.Queue, extra []string) error {
+	vh := c.cfg.VHost
+	delayed, delay := c.scratch.Delayed, c.scratch.Delay
+	nd := 0
+	for _, x := range delayed {
+		if vh.DelayWaits(x, msg) {
+			nd++
+		}
+	}
+	// Copied before FanOut marks msg for the queues' store writes.
+	held := *msg
+	var conf queue.Confirmer
+	newConf := c.newConfirm
+	if nd > 0 {
+		newConf = func(n int) queue.Confirmer {
+			conf = c.newConfirm(n + nd)
+			return conf
+		}
+	}
+	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, newConf, c.cfg.Flushes)
+	if nd > 0 && !waited {
+		conf = c.newConfirm(nd)
+		waited = true
+	}
+	for _, x := range delayed {
+		vh.Delay(x, &held, extra, delay, conf)
+	}
+	if c.flowQ == nil {
+		for _, q := range qs {
+			if q.Behind() {
+				c.flowQ = q
+				break
+			}
+		}
+	}
+	c.scratch.ResetSeen()
+	c.routed(routed, mandatory, msg)
+	if !waited {
+		c.confirmNow()
 	}
 	return nil
 }

@@ -48,6 +48,12 @@ type Exchange struct {
 
 	hashOn hashOn // consistent hash: what a message is hashed on, from Args
 
+	// Delayed marks an x-delayed-message exchange (vhost/delayed.go):
+	// Kind is then its x-delayed-type, the kind it routes as once a
+	// message's delay is over. Set before the exchange is shared.
+	Delayed bool
+
+	delayed  atomic.Int64 // messages held back (Delayed only); see AddDelayed
 	snap     atomic.Pointer[snapshot]
 	policyAE atomic.Pointer[string] // an alternate exchange a policy sets (SetPolicyAE)
 
@@ -105,6 +111,26 @@ func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.T
 	e.snap.Store(s)
 	return e
 }
+
+// Type is the exchange's AMQP type name: "x-delayed-message" for a
+// delayed exchange, else its kind's.
+func (e *Exchange) Type() string {
+	if e.Delayed {
+		return DelayedType
+	}
+	return e.Kind.String()
+}
+
+// DelayedType is the type name of a delayed exchange (the
+// rabbitmq-delayed-message-exchange plugin's).
+const DelayedType = "x-delayed-message"
+
+// AddDelayed adds n (may be negative) to the count of messages the
+// exchange holds back; MessagesDelayed reads it (management API, metrics).
+func (e *Exchange) AddDelayed(n int64) { e.delayed.Add(n) }
+
+// MessagesDelayed is the number of messages the exchange holds back.
+func (e *Exchange) MessagesDelayed() int64 { return e.delayed.Load() }
 
 // AlternateExchange returns the alternate-exchange argument when it is a
 // string, else the one a policy sets: the argument wins, as in RabbitMQ.

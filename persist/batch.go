@@ -14,6 +14,7 @@ const (
 	opDropQueue
 	opDropRange
 	opDropPrefix // every key starting with key
+	opDropDelayed
 )
 
 type op struct {
@@ -140,6 +141,27 @@ func (b *Batch) PutDef(kind byte, name, val []byte) {
 // DeleteDef removes a definition.
 func (b *Batch) DeleteDef(kind byte, name []byte) {
 	b.ops = append(b.ops, op{kind: opDelete, key: defKey(kind, name)})
+}
+
+// PutDelayed stores a delayed message of the exchange the registry keys
+// name, due at due (Unix ms), seq telling apart messages due at the same
+// millisecond. A transient one is dropped at recovery.
+func (b *Batch) PutDelayed(name []byte, due int64, seq uint64, transient bool, rec []byte) {
+	v := make([]byte, 1, 1+len(rec))
+	if transient {
+		v[0] = delayedTransient
+	}
+	b.ops = append(b.ops, op{kind: opSet, key: delayedKey(name, due, seq), val: append(v, rec...)})
+}
+
+// DeleteDelayed removes a delayed message (routed, or dropped).
+func (b *Batch) DeleteDelayed(name []byte, due int64, seq uint64) {
+	b.ops = append(b.ops, op{kind: opDelete, key: delayedKey(name, due, seq)})
+}
+
+// DropDelayed removes every delayed message of an exchange (deleted).
+func (b *Batch) DropDelayed(name []byte) {
+	b.ops = append(b.ops, op{kind: opDropDelayed, key: delayedPrefix(name)})
 }
 
 // Defs calls f for each definition the batch puts (del false) or deletes,

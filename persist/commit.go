@@ -237,6 +237,9 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	case opDropPrefix:
 		flush()
 		return s.dropPrefix(*wbp, o.key)
+	case opDropDelayed:
+		flush()
+		return s.dropDelayed(*wbp, o.key)
 	}
 	return nil
 }

@@ -9,7 +9,9 @@
 // commit.go (the committer: group commit, reference counts of shared
 // message records), read.go (reads, queued on the committer behind the
 // writes before them), recover.go (start-up summaries and orphan
-// clean-up), gc.go (value-log GC), keys.go (the key and value layout).
+// clean-up), gc.go (value-log GC), keys.go (the key and value layout),
+// delayed.go (delayed messages indexed by due time: read straight from
+// Badger by the registry's delayer, recovered at start-up).
 // The committer goroutine owns the Badger write batch and the reference
 // counts; recovery (RecoverQueue) fills the counts before the first Commit.
 package persist

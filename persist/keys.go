@@ -11,6 +11,7 @@ const (
 	prefixEntry     = 'e' // 'e' queue(8) seq(8)             → entry: message id, flags, delivery count
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
 	prefixDedup     = 'u' // 'u' kind owner seg(8)          → deduplication cache log segment (entries)
+	prefixDelayed   = 'y' // 'y' name due(8) seq(8)          → delayed message: flags(1), record
 	prefixUnused    = 'z' // never written: dropping it flushes the memtable
 	// 'h' is reserved for retry holds; they live in the entry instead
 	// (entryHeld), so that deleting an entry drops its hold with it.
@@ -135,3 +136,22 @@ func parseEntry(v []byte) (msg uint64, flags byte, count uint32, ok bool) {
 	}
 	return binary.BigEndian.Uint64(v), v[8], binary.BigEndian.Uint32(v[9:]), true
 }
+
+// delayedKey is 'y' name due seq. name is the registry's key for the
+// delayed exchange (self-delimiting: no exchange's name is a prefix of
+// another's), so 'y' name is the prefix of that exchange's messages, in
+// due order; the name is what precedes the fixed 16-byte tail.
+func delayedKey(name []byte, due int64, seq uint64) []byte {
+	k := make([]byte, 0, 1+len(name)+16)
+	k = append(k, prefixDelayed)
+	k = append(k, name...)
+	k = binary.BigEndian.AppendUint64(k, uint64(due))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func delayedPrefix(name []byte) []byte {
+	return append([]byte{prefixDelayed}, name...)
+}
+
+// Delayed-message flags (the first byte of the value).
+const delayedTransient = 1 // dropped at recovery

@@ -58,18 +58,40 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 			}
 			targets = append(targets, q)
 		}
-		if len(targets) == 0 {
+		if len(targets) == 0 && len(sc.Delayed) == 0 {
 			finish()
 			return
 		}
 		nm := &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
 			Persistent: m.Persistent, Priority: m.Priority, Enqueued: time.Now().UnixNano()}
+		// A delayed exchange on the way holds the copy back (delayed.go):
+		// its store write is waited for too.
+		nd := 0
+		for _, x := range sc.Delayed {
+			if v.DelayWaits(x, nm) {
+				nd++
+			}
+		}
+		held := *nm
+		var cf *dlConfirm
 		// The copies are durable before the source lets its entry go.
 		_, waited := FanOut(v.Store(), nm, targets, false /* rejects */, func(n int) queue.Confirmer {
-			cf := &dlConfirm{done: finish}
-			cf.pending.Store(int32(n))
+			cf = &dlConfirm{done: finish}
+			cf.pending.Store(int32(n + nd))
 			return cf
 		}, nil)
+		if nd > 0 && !waited {
+			cf = &dlConfirm{done: finish}
+			cf.pending.Store(int32(nd))
+			waited = true
+		}
+		for _, x := range sc.Delayed {
+			var conf queue.Confirmer
+			if cf != nil {
+				conf = cf
+			}
+			v.Delay(x, &held, sc.Extra, sc.Delay, conf)
+		}
 		if !waited {
 			finish()
 		}

@@ -15,6 +15,9 @@
 //     message to that set with its record stored once (fanout.go);
 //   - dead-lettering: the x-death header and the republish to a queue's
 //     dead-letter exchange (deadletter.go);
+//   - delayed messages (x-delayed-message exchanges): holding them in the
+//     store by due time and routing them when due, on one goroutine per
+//     vhost (delayed.go);
 //   - durable definitions: their encoding in the store, the queues' view of
 //     the store (store.go), and recovery at start-up (recover.go).
 //

@@ -9,14 +9,14 @@ import (
 	"github.com/railmq/railmq/queue"
 )
 
-func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d ExchangeDecl) error {
+func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, d ExchangeDecl) error {
 	ineq := func(arg string, got, cur any) error {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for exchange '%s' in vhost '%s': received %s but current is %s",
 			arg, d.Name, v.name, showArg(got), showArg(cur))
 	}
 	switch {
-	case ex.Kind != kind:
-		return ineq("type", typeAtom(kind), typeAtom(ex.Kind))
+	case ex.Type() != d.Type:
+		return ineq("type", typeAtom(d.Type), typeAtom(ex.Type()))
 	case ex.Durable != d.Durable:
 		return ineq("durable", d.Durable, ex.Durable)
 	case ex.AutoDelete != d.AutoDelete:
@@ -35,8 +35,7 @@ func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, kind exchange.Kind, d 
 // typeAtom is an exchange type as RabbitMQ shows it in an inequivalent
 // type error: the atom printed with ~p, so a name with a '-' comes quoted
 // ('x-consistent-hash', which the message quotes again).
-func typeAtom(k exchange.Kind) string {
-	s := k.String()
+func typeAtom(s string) string {
 	if strings.ContainsRune(s, '-') {
 		return "'" + s + "'"
 	}
@@ -135,15 +134,14 @@ func showArg(v any) string {
 // CheckExchange reports the error declaring d would meet, without
 // declaring it (definitions import checks a whole file first).
 func (v *VHost) CheckExchange(d ExchangeDecl) error {
-	kind, ok := exchange.ParseKind(d.Type)
-	if !ok {
+	if _, ok := exchange.ParseKind(d.Type); !ok && d.Type != exchange.DelayedType {
 		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
 	}
 	v.mu.RLock()
 	ex := v.exchanges[d.Name]
 	v.mu.RUnlock()
 	if ex != nil {
-		return v.exchangeEquivalent(ex, kind, d)
+		return v.exchangeEquivalent(ex, d)
 	}
 	if d.Name == "" || len(d.Name) > 255 {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid exchange name '%s'", d.Name)
@@ -152,6 +150,10 @@ func (v *VHost) CheckExchange(d ExchangeDecl) error {
 		if _, isStr := ae.(string); !isStr {
 			return invalidType("alternate-exchange", "exchange", d.Name, v.name, ae)
 		}
+	}
+	if d.Type == exchange.DelayedType {
+		_, err := delayedKind(d.Args)
+		return err
 	}
 	return nil
 }

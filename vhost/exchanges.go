@@ -118,6 +118,10 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 		return nil, err
 	}
 	ex = exchange.New(d.Name, kind, d.Durable, d.AutoDelete, d.Internal, d.Args)
+	if d.Type == exchange.DelayedType {
+		ex.Delayed = true
+		v.delays.add(ex)
+	}
 	p := best(v.policies, d.Name, false)
 	if kind == exchange.Dedup {
 		v.attachDedup(ex, false)
@@ -139,7 +143,7 @@ func (v *VHost) declareExchangeLocked(d ExchangeDecl) (*exchange.Exchange, error
 // held, for reading at least.
 func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exchange.Kind, err error) {
 	kind, ok := exchange.ParseKind(d.Type)
-	if !ok {
+	if !ok && d.Type != exchange.DelayedType {
 		return 0, amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", d.Type)
 	}
 	if err := allow(d.Grant, auth.Configure, "exchange", d.Name); err != nil {
@@ -149,7 +153,7 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 		return 0, amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
 	if ex != nil {
-		return kind, v.exchangeEquivalent(ex, kind, d)
+		return kind, v.exchangeEquivalent(ex, d)
 	}
 	if kind == exchange.Dedup {
 		// The plugin's validate/1, which RabbitMQ calls for a new
@@ -171,6 +175,11 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 		if err := allow(d.Grant, auth.Write, "exchange", name); err != nil {
 			return 0, err
 		}
+	}
+	if d.Type == exchange.DelayedType {
+		// Checked last, for a new exchange only, as RabbitMQ runs the
+		// type's validate in rabbit_exchange:declare.
+		return delayedKind(d.Args)
 	}
 	if err := exchange.ValidateArgs(kind, d.Args); err != nil {
 		if errors.Is(err, exchange.ErrUnhashable) {
@@ -232,6 +241,9 @@ func (v *VHost) removeExchangeLocked(ex *exchange.Exchange, dc *persist.Batch) {
 		if ex.Dedup.Owner != nil {
 			dc.DropDedup(persist.DedupExchange, ex.Dedup.Owner)
 		}
+	}
+	if ex.Delayed {
+		v.delays.remove(ex, dc)
 	}
 	if ex.Durable {
 		dc.DeleteDef(persist.DefExchange, DefName(v.name, ex.Name))

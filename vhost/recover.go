@@ -55,6 +55,9 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 		return func() {}, nil
 	}
 	start := time.Now()
+	v.delays.mu.Lock()
+	v.delays.recovering = true // no routing before the queues start
+	v.delays.mu.Unlock()
 	defs, err := v.readDefinitions()
 	if err != nil {
 		return nil, err
@@ -68,7 +71,14 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
 			}
 		}
+		if x.delayed {
+			ex.Delayed = true
+			v.delays.add(ex)
+		}
 		v.exchanges[x.name] = ex
+	}
+	if err := v.delays.recover(); err != nil {
+		return nil, err
 	}
 	// Queues are rebuilt here but started only once the whole registry is
 	// back (bindings too): a queue starts expiring and dead-lettering at
@@ -173,6 +183,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			// once the queues' recovery is over, as any commit.
 			v.store.Commit(dedupDrop, nil)
 		}
+		v.delays.start() // the delayed messages due route to the queues just started
 	}, nil
 }
 
@@ -188,10 +199,10 @@ type definitions struct {
 }
 
 type exchangeDef struct {
-	name                 string
-	kind                 exchange.Kind
-	autoDelete, internal bool
-	args                 amqp.Table
+	name                          string
+	kind                          exchange.Kind
+	delayed, autoDelete, internal bool
+	args                          amqp.Table
 }
 
 type queueDef struct {
@@ -238,10 +249,14 @@ func (d *definitions) add(vh string, kind byte, name, val []byte) error {
 			return fmt.Errorf("exchange %q: %w", parts[1], err)
 		}
 		k, _ := exchange.ParseKind(str(t["type"]))
+		delayed := str(t["type"]) == exchange.DelayedType
+		if delayed {
+			k, _ = delayedKind(defArgs(t))
+		}
 		if k == 0 {
 			return fmt.Errorf("exchange %q: unknown type %v", parts[1], t["type"])
 		}
-		d.exchanges = append(d.exchanges, exchangeDef{name: parts[1], kind: k,
+		d.exchanges = append(d.exchanges, exchangeDef{name: parts[1], kind: k, delayed: delayed,
 			autoDelete: t["auto_delete"] == true, internal: t["internal"] == true, args: defArgs(t)})
 	case persist.DefQueue:
 		if len(parts) != 2 || parts[0] != vh {

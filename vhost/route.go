@@ -30,6 +30,11 @@ type Scratch struct {
 	// deduplication cache, which the store's next commit writes: the
 	// publish's confirm waits for that commit.
 	DedupWrote bool
+	// Delayed are the delayed exchanges that held the message back (its
+	// x-delay header, Delay ms, is positive): the caller hands it to
+	// each with VHost.Delay. Route reached no destination through them.
+	Delayed []*exchange.Exchange
+	Delay   int64
 }
 
 func (s *Scratch) headerTable() amqp.Table {
@@ -48,6 +53,7 @@ func (s *Scratch) headerTable() amqp.Table {
 // exchanges, each queue once. The result is s.Queues.
 func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Queues = s.Queues[:0]
+	s.Delayed = s.Delayed[:0]
 	s.decoded = false
 	s.DedupWrote = false
 	v.mu.RLock()
@@ -79,11 +85,34 @@ func (v *VHost) route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	if ex.Internal {
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", name, v.name)
 	}
-	s.visited = append(s.visited[:0], name)
+	v.routeFrom(ex, key, s)
+	return s.Queues, nil
+}
+
+// routeFrom is Route from exchange ex, whatever its name and internal
+// flag (a delayed exchange routes its due messages so). v.mu read-held.
+func (v *VHost) routeFrom(ex *exchange.Exchange, key string, s *Scratch) {
+	s.visited = append(s.visited[:0], ex.Name)
 	s.pending = append(s.pending[:0], ex)
 	for len(s.pending) > 0 {
 		ex := s.pending[len(s.pending)-1]
 		s.pending = s.pending[:len(s.pending)-1]
+		if ex.Delayed && v.store != nil {
+			// The plugin's route: a positive delay holds the message
+			// back and routes it nowhere now, so that the alternate
+			// exchange (below) and mandatory see it unroutable, as with
+			// rabbitmq-delayed-message-exchange (its README:
+			// "Limitations"; issues #7 and #36).
+			if d, ok := delayOf(s.headerTable()); ok {
+				s.Delayed = append(s.Delayed, ex)
+				s.Delay = d
+				s.dests = s.dests[:0]
+				if ae, ok := ex.AlternateExchange(); ok {
+					v.follow(ae, s)
+				}
+				continue
+			}
+		}
 		switch ex.Kind {
 		case exchange.Headers:
 			s.dests = ex.Route(key, s.headerTable(), s.dests[:0])
@@ -121,7 +150,6 @@ func (v *VHost) route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 			}
 		}
 	}
-	return s.Queues, nil
 }
 
 // follow queues exchange name for routing unless already visited (loops

@@ -189,7 +189,7 @@ func (v *VHost) commitDefs(fill func(b *persist.Batch)) error {
 
 func (v *VHost) putExchangeDef(b *persist.Batch, ex *exchange.Exchange) {
 	b.PutDef(persist.DefExchange, DefName(v.name, ex.Name), encodeDef(amqp.Table{
-		"type": ex.Kind.String(), "durable": ex.Durable, "auto_delete": ex.AutoDelete,
+		"type": ex.Type(), "durable": ex.Durable, "auto_delete": ex.AutoDelete,
 		"internal": ex.Internal, "arguments": orEmpty(ex.Args),
 	}))
 }

@@ -49,6 +49,7 @@ type VHost struct {
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
 	window      int
 	windowB     int64
+	delays      *delayer // delayed exchanges' messages (delayed.go)
 }
 
 // New creates a vhost with the default and amq.* exchanges. memory is the
@@ -76,6 +77,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		totals:      new(queue.Totals),
 	}
 	v.maxQueues.Store(-1)
+	v.delays = newDelayer(v)
 	for _, x := range []struct {
 		name string
 		kind exchange.Kind
@@ -120,6 +122,7 @@ func (v *VHost) Destroy() error {
 	}
 	qm := v.quorum
 	v.mu.Unlock()
+	v.delays.close()
 	for _, q := range qs {
 		if q.Replicated() {
 			// Every node drops its own handle: the vhost's deletion is
@@ -226,11 +229,17 @@ func (v *VHost) Exchange(name string) *exchange.Exchange {
 	return v.exchanges[name]
 }
 
-// ExchangeKind is the type of the exchange name, or false if there is none.
+// ExchangeKind is the type of the exchange name, or false if there is
+// none. A delayed exchange's is 0, whatever it routes as: its type is
+// x-delayed-message (RabbitMQ checks topic permissions on exchanges of
+// type topic only).
 func (v *VHost) ExchangeKind(name string) (exchange.Kind, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if x := v.exchanges[name]; x != nil {
+		if x.Delayed {
+			return 0, true
+		}
 		return x.Kind, true
 	}
 	return 0, false
@@ -258,6 +267,7 @@ func (v *VHost) Queues() []*queue.Queue {
 
 // Close stops every queue (broker shutdown).
 func (v *VHost) Close() {
+	v.delays.close() // first: it routes to the queues
 	v.mu.Lock()
 	qs := make([]*queue.Queue, 0, len(v.queues))
 	for _, q := range v.queues {
