@@ -401,8 +401,10 @@ func TestDedupQueueRefusesDuplicates(t *testing.T) {
 	if e.publishQ(q, int32(42)) != true || e.publishQ(q, int64(42)) != false || e.publishQ(q, int16(42)) != false {
 		t.Fatal("integer ids: want ack, nack, nack")
 	}
-	if !e.publishQ(q, nil) || !e.publishQ(q, nil) {
-		t.Fatal("publish without id nacked")
+	for range 2 { // two publishes without an id: never duplicates
+		if !e.publishQ(q, nil) {
+			t.Fatal("publish without id nacked")
+		}
 	}
 	e.waitCount(q, 4)
 }
