@@ -523,12 +523,8 @@ func TestConsistentHashKill(t *testing.T) {
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
 	run := func() (*exec.Cmd, string) {
-		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		must(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		testutil.WaitListening(t, addr, 30*time.Second)
-		return cmd, "amqp://guest:guest@" + addr + "/"
+		cmd, url, _ := startBinary(t, bin, dir)
+		return cmd, url
 	}
 	cmd, url := run()
 	c := dial(t, url)

@@ -279,16 +279,7 @@ func TestDedupExchangeSurvivesKill(t *testing.T) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
-	start := func() (*exec.Cmd, string, *bytes.Buffer) {
-		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		must(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		testutil.WaitListening(t, addr, 30*time.Second)
-		return cmd, "amqp://guest:guest@" + addr + "/", &logs
-	}
+	start := func() (*exec.Cmd, string, *bytes.Buffer) { return startBinary(t, bin, dir) }
 	cmd, url, _ := start()
 	c, err := rmq.Dial(url)
 	must(t, err)
@@ -538,12 +529,8 @@ func TestDedupQueueSurvivesKill(t *testing.T) {
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
 	start := func() (*exec.Cmd, string) {
-		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		must(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		testutil.WaitListening(t, addr, 30*time.Second)
-		return cmd, "amqp://guest:guest@" + addr + "/"
+		cmd, url, _ := startBinary(t, bin, dir)
+		return cmd, url
 	}
 	pubAll := func(ch *rmq.Channel, n int) (acks int) {
 		var dcs []*rmq.DeferredConfirmation

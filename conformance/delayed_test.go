@@ -382,12 +382,8 @@ func TestDelayedKill9(t *testing.T) {
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
 	run := func() (*exec.Cmd, string) {
-		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		must(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		testutil.WaitListening(t, addr, 20*time.Second)
-		return cmd, "amqp://guest:guest@" + addr + "/"
+		cmd, url, _ := startBinary(t, bin, dir)
+		return cmd, url
 	}
 	cmd, url := run()
 	c := dial(t, url)

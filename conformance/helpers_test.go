@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"errors"
 	"os/exec"
 	"testing"
@@ -230,4 +231,19 @@ func expectBlocked(t *testing.T, blocked <-chan rmq.Blocking, reason string, con
 		}
 		t.Fatal(msg)
 	}
+}
+
+// startBinary runs the real railmq binary bin on the data dir dir (the
+// same dir again restarts it there, after a kill -9) on a free port, and
+// returns it, its AMQP URL and its log; the test's cleanup kills it.
+func startBinary(t *testing.T, bin, dir string) (*exec.Cmd, string, *bytes.Buffer) {
+	t.Helper()
+	addr := testutil.FreePort(t)
+	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.WaitListening(t, addr, 30*time.Second)
+	return cmd, "amqp://guest:guest@" + addr + "/", &logs
 }

@@ -434,15 +434,7 @@ func TestRetryHoldSurvivesKill9(t *testing.T) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
-	start := func() (*exec.Cmd, string, *bytes.Buffer) {
-		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		must(t, cmd.Start())
-		testutil.WaitListening(t, addr, 30*time.Second)
-		return cmd, "amqp://guest:guest@" + addr + "/", &logs
-	}
+	start := func() (*exec.Cmd, string, *bytes.Buffer) { return startBinary(t, bin, dir) }
 	cmd, url, _ := start()
 	defer func() {
 		if cmd != nil {

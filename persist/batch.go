@@ -14,7 +14,6 @@ const (
 	opDropQueue
 	opDropRange
 	opDropPrefix // every key starting with key
-	opDropDelayed
 )
 
 type op struct {
@@ -161,7 +160,7 @@ func (b *Batch) DeleteDelayed(name []byte, due int64, seq uint64) {
 
 // DropDelayed removes every delayed message of an exchange (deleted).
 func (b *Batch) DropDelayed(name []byte) {
-	b.ops = append(b.ops, op{kind: opDropDelayed, key: delayedPrefix(name)})
+	b.ops = append(b.ops, op{kind: opDropPrefix, key: delayedPrefix(name)})
 }
 
 // Defs calls f for each definition the batch puts (del false) or deletes,

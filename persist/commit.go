@@ -237,9 +237,6 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	case opDropPrefix:
 		flush()
 		return s.dropPrefix(*wbp, o.key)
-	case opDropDelayed:
-		flush()
-		return s.dropDelayed(*wbp, o.key)
 	}
 	return nil
 }
@@ -302,7 +299,8 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 	return nil
 }
 
-// dropPrefix deletes every key starting with p.
+// dropPrefix deletes every key starting with p (a deduplication cache's
+// log, a delayed exchange's messages). The committer's.
 func (s *Store) dropPrefix(wb *badger.WriteBatch, p []byte) error {
 	var keys [][]byte
 	err := s.db.View(func(txn *badger.Txn) error {

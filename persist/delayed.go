@@ -76,31 +76,6 @@ func max64(a, b int64) int64 {
 	return b
 }
 
-// dropDelayed deletes every key with prefix p (an exchange's delayed
-// messages). The committer's.
-func (s *Store) dropDelayed(wb *badger.WriteBatch, p []byte) error {
-	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		o := badger.DefaultIteratorOptions
-		o.PrefetchValues = false
-		it := txn.NewIterator(o)
-		defer it.Close()
-		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := wb.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // DelayedSummary is what recovery learns of an exchange's delayed
 // messages.
 type DelayedSummary struct {

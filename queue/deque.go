@@ -55,34 +55,47 @@ func (d *deque) grow() {
 // go out again ahead of later ones (their original place).
 type seqHeap []Delivery
 
-func (h *seqHeap) push(x Delivery) {
-	*h = append(*h, x)
-	s := *h
+func bySeq(a, b *Delivery) bool { return a.Seq < b.Seq }
+
+func (h *seqHeap) push(x Delivery) { *h = heapPush(*h, x, bySeq) }
+
+func (h *seqHeap) pop() Delivery {
+	x, s := heapPop(*h, bySeq)
+	*h = s
+	return x
+}
+
+// heapPush adds x to s, a binary min-heap under less, and returns it.
+func heapPush[T any](s []T, x T, less func(a, b *T) bool) []T {
+	s = append(s, x)
 	i := len(s) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if s[p].Seq <= s[i].Seq {
+		if !less(&s[i], &s[p]) {
 			break
 		}
 		s[p], s[i] = s[i], s[p]
 		i = p
 	}
+	return s
 }
 
-func (h *seqHeap) pop() Delivery {
-	s := *h
+// heapPop removes the least element of s, a binary min-heap under less
+// (not empty), and returns it with the heap.
+func heapPop[T any](s []T, less func(a, b *T) bool) (T, []T) {
 	x := s[0]
 	last := len(s) - 1
 	s[0] = s[last]
-	s[last] = Delivery{}
+	var zero T
+	s[last] = zero // drop its references
 	s = s[:last]
 	i := 0
 	for {
 		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(s) && s[l].Seq < s[m].Seq {
+		if l < len(s) && less(&s[l], &s[m]) {
 			m = l
 		}
-		if r < len(s) && s[r].Seq < s[m].Seq {
+		if r < len(s) && less(&s[r], &s[m]) {
 			m = r
 		}
 		if m == i {
@@ -91,6 +104,5 @@ func (h *seqHeap) pop() Delivery {
 		s[m], s[i] = s[i], s[m]
 		i = m
 	}
-	*h = s
-	return x
+	return x, s
 }

@@ -100,42 +100,12 @@ const maxFetches = 64
 // holdHeap is a min-heap of held messages by due time.
 type holdHeap []heldMsg
 
-func (h *holdHeap) push(x heldMsg) {
-	*h = append(*h, x)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if s[p].due <= s[i].due {
-			break
-		}
-		s[p], s[i] = s[i], s[p]
-		i = p
-	}
-}
+func byDue(a, b *heldMsg) bool { return a.due < b.due }
+
+func (h *holdHeap) push(x heldMsg) { *h = heapPush(*h, x, byDue) }
 
 func (h *holdHeap) pop() heldMsg {
-	s := *h
-	x := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s[last] = heldMsg{}
-	s = s[:last]
-	i := 0
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(s) && s[l].due < s[m].due {
-			m = l
-		}
-		if r < len(s) && s[r].due < s[m].due {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[m], s[i] = s[i], s[m]
-		i = m
-	}
+	x, s := heapPop(*h, byDue)
 	*h = s
 	return x
 }
