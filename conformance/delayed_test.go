@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,11 @@ func TestDelayedDeclare(t *testing.T) {
 		declareDelayed(t, ch, "dl-"+typ, typ, false) // equivalent redeclare
 		must(t, ch.ExchangeDeclarePassive("dl-"+typ, "x-delayed-message", false, false, false, false, nil))
 	}
+	// RabbitMQ prints the type atom with ~p inside quotes: an atom with a
+	// '-' comes quoted twice, as its 3.10.8 shows x-consistent-hash
+	// (TestConsistentHashDeclareErrors, checked against it).
 	err := ch.ExchangeDeclare("dl-direct", "direct", false, false, false, false, nil)
-	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'dl-direct' in vhost '/': received 'direct' but current is 'x-delayed-message'")
+	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'dl-direct' in vhost '/': received 'direct' but current is ''x-delayed-message''")
 	// 503 is a connection error (rabbit_exchange:check_type's command_invalid).
 	err = e.channel(e.conn).ExchangeDeclare("dl-bogus", "x-delayed-message", false, false, false, false, rmq.Table{"x-delayed-type": "bogus"})
 	expectErr(t, err, 503, "COMMAND_INVALID - unknown exchange type 'bogus'")
@@ -544,5 +548,85 @@ func TestClusterDelayedExchange(t *testing.T) {
 	}, "the delayed message on node 3")
 	if time.Since(start) < 300*time.Millisecond || d.Headers["x-delay"] != int32(-300) {
 		t.Fatalf("after %v, x-delay %v", time.Since(start), d.Headers["x-delay"])
+	}
+}
+
+// TestDelayedRefusedCopyNotRetried: a due message that one of its queues
+// refuses (full, x-overflow reject-publish) reaches the others once: the
+// refusal is that queue's answer, as the plugin's one attempt, not a
+// store failure that has the batch routed again.
+func TestDelayedRefusedCopyNotRetried(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{})
+	ch := e.channel(e.conn)
+	declareDelayed(t, ch, "dr", "fanout", true)
+	for _, q := range []struct {
+		name string
+		args rmq.Table
+	}{{"dr-all", nil}, {"dr-full", rmq.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}}} {
+		_, err := ch.QueueDeclare(q.name, true, false, false, false, q.args)
+		must(t, err)
+		must(t, ch.QueueBind(q.name, "", "dr", false, nil))
+	}
+	for i := range 3 {
+		p := delayed(int32(200), strconv.Itoa(i))
+		p.DeliveryMode = rmq.Persistent
+		e.publishConfirmed("dr", "", p)
+	}
+	e.waitCount("dr-all", 3)
+	e.waitCount("dr-full", 1)
+	// A batch taken for failed is routed again about every 2 s.
+	time.Sleep(3 * time.Second)
+	if n := e.count("dr-all"); n != 3 {
+		t.Fatalf("dr-all holds %d messages after 3 s, want 3 (routed again)", n)
+	}
+}
+
+// TestDelayedConsistentHashHeader: a delayed exchange whose x-delayed-type
+// is x-consistent-hash with hash-header routes a due message by its
+// header, to the queue the same message goes to undelayed.
+func TestDelayedConsistentHashHeader(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{})
+	ch := e.channel(e.conn)
+	must(t, ch.ExchangeDeclare("dch", "x-delayed-message", false, false, false, false,
+		rmq.Table{"x-delayed-type": "x-consistent-hash", "hash-header": "h"}))
+	qs := []string{"dch-1", "dch-2", "dch-3", "dch-4"}
+	for _, q := range qs {
+		e.queue(q, nil)
+		must(t, ch.QueueBind(q, "1", "dch", false, nil))
+	}
+	const n = 40
+	for i := range n {
+		for _, d := range []int32{0, 200} { // at once, and delayed
+			p := delayed(d, strconv.Itoa(i))
+			p.Headers["h"] = "key-" + strconv.Itoa(i)
+			must(t, e.ch.Publish("dch", "", false, false, p))
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		total := 0
+		for _, q := range qs {
+			total += e.count(q)
+		}
+		return total == 2*n
+	}, "%d messages routed", 2*n)
+	used := 0
+	for _, q := range qs {
+		seen := map[string]int{}
+		for range e.count(q) {
+			seen[string(e.get(e.ch, q, true).Body)]++
+		}
+		for body, k := range seen {
+			if k != 2 {
+				t.Fatalf("message %s: %d copies in %s, want its undelayed and its delayed copy together", body, k, q)
+			}
+		}
+		if len(seen) > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("%d keys went to %d queue(s): the header was not hashed", n, used)
 	}
 }

@@ -103,8 +103,8 @@ func NewDedup(size int, ttl int64, owner []byte) *DedupCache {
 // message a duplicate (dup true; the entry becomes the most recently
 // used). Otherwise key is added, expiring after ttl ms (the message's
 // x-cache-ttl header; hasTTL false uses the cache's TTL; 0: never). A
-// TTL of 0 or less adds nothing: the plugin stores such an entry already
-// expired.
+// TTL of 0 or less adds nothing (the plugin stores such an entry already
+// expired), but the id is still looked up.
 func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 	h := maphash.Bytes(d.seed, key)
 	d.mu.Lock()
@@ -115,9 +115,6 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 	}
 	var expires int64
 	if hasTTL {
-		if ttl <= 0 {
-			return false
-		}
 		expires = now + ttl
 	}
 	if i, ok := d.m[h]; ok {
@@ -128,6 +125,12 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 			return true
 		}
 		d.drop(i) // expired, or a hash collision: the new id takes over
+	}
+	if hasTTL && ttl <= 0 {
+		// Looked up as any id (a message's own x-cache-ttl cannot let
+		// a duplicate through, as the plugin's Cache.insert looks the
+		// id up first), and not added: it would be expired already.
+		return false
 	}
 	i := d.add(h, key, expires, now)
 	if d.Owner != nil {

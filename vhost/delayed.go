@@ -314,17 +314,18 @@ func (d *delayer) written(x *delayedX, due int64) {
 }
 
 // encodeDelayed is a delayed message's record: the count of extra routing
-// keys (2), each length-prefixed (2), then the message record.
+// keys (4), each length-prefixed (4: CC and BCC entries are long
+// strings), then the message record.
 func encodeDelayed(msg *queue.Message, extra []string) []byte {
 	rec := queue.EncodeMessage(msg)
-	n := 2
+	n := 4
 	for _, k := range extra {
-		n += 2 + len(k)
+		n += 4 + len(k)
 	}
 	b := make([]byte, 0, n+len(rec))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(extra)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(extra)))
 	for _, k := range extra {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
 		b = append(b, k...)
 	}
 	return append(b, rec...)
@@ -333,19 +334,19 @@ func encodeDelayed(msg *queue.Message, extra []string) []byte {
 var errDelayedRecord = errors.New("corrupt delayed message record")
 
 func decodeDelayed(b []byte) (*queue.Message, []string, error) {
-	if len(b) < 2 {
+	if len(b) < 4 {
 		return nil, nil, errDelayedRecord
 	}
-	n := int(binary.BigEndian.Uint16(b))
-	b = b[2:]
+	n := int(binary.BigEndian.Uint32(b))
+	b = b[4:]
 	var extra []string
 	for i := 0; i < n; i++ {
-		if len(b) < 2 || len(b) < 2+int(binary.BigEndian.Uint16(b)) {
+		if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) {
 			return nil, nil, errDelayedRecord
 		}
-		l := int(binary.BigEndian.Uint16(b))
-		extra = append(extra, string(b[2:2+l]))
-		b = b[2+l:]
+		l := int(binary.BigEndian.Uint32(b))
+		extra = append(extra, string(b[4:4+l]))
+		b = b[4+l:]
 	}
 	m, err := queue.DecodeMessage(b)
 	return m, extra, err
@@ -544,7 +545,10 @@ type batchConfirm struct {
 }
 
 func (c *batchConfirm) Done(err error) {
-	if err != nil {
+	// A queue that refuses the copy (full with reject-publish, or a
+	// duplicate of a message it holds) has answered: the plugin makes
+	// one attempt, so only a copy the store could not write is retried.
+	if err != nil && !errors.Is(err, queue.ErrRejected) && !errors.Is(err, queue.ErrDuplicate) {
 		c.failed.Store(true)
 	}
 	if c.pending.Add(-1) == 0 {
@@ -589,7 +593,11 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	sc.Queues = sc.Queues[:0]
 	sc.Delayed = sc.Delayed[:0]
 	sc.decoded, sc.headers = true, h // what a headers exchange on the way matches
-	sc.RawHeaders = nil
+	// A consistent-hash exchange (hash-header, hash-property) and a
+	// deduplication exchange on the way read the encoded headers and
+	// properties.
+	sc.RawHeaders, sc.Props = amqp.PropsHeaders(m.Props), m.Props
+	sc.DedupWrote = false
 	sc.Extra = extra
 	v.mu.RLock()
 	if v.exchanges[x.ex.Name] != x.ex {
@@ -598,6 +606,9 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	}
 	v.routeFrom(x.ex, m.RoutingKey, sc)
 	v.mu.RUnlock()
+	if sc.DedupWrote {
+		v.store.Kick() // a commit to write the deduplication entries
+	}
 	qs := sc.Queues
 	sc.ResetSeen()
 	if len(qs) == 0 {

@@ -155,15 +155,6 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 	if ex != nil {
 		return kind, v.exchangeEquivalent(ex, d)
 	}
-	if kind == exchange.Dedup {
-		// The plugin's validate/1, which RabbitMQ calls for a new
-		// exchange after its own checks (rabbit_exchange:declare).
-		defer func() {
-			if err == nil {
-				_, _, _, err = dedupArgs(d.Args)
-			}
-		}()
-	}
 	if ae, ok := d.Args["alternate-exchange"]; ok {
 		name, isStr := ae.(string)
 		if !isStr {
@@ -176,10 +167,13 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 			return 0, err
 		}
 	}
+	// The type's own checks, last, for a new exchange only, as RabbitMQ
+	// runs the type's validate in rabbit_exchange:declare; a delayed
+	// exchange's are its own and then its x-delayed-type's.
 	if d.Type == exchange.DelayedType {
-		// Checked last, for a new exchange only, as RabbitMQ runs the
-		// type's validate in rabbit_exchange:declare.
-		return delayedKind(d.Args)
+		if kind, err = delayedKind(d.Args); err != nil {
+			return 0, err
+		}
 	}
 	if err := exchange.ValidateArgs(kind, d.Args); err != nil {
 		if errors.Is(err, exchange.ErrUnhashable) {
@@ -187,6 +181,12 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 			return 0, &amqp.Error{Code: amqp.InternalError, Text: amqp.ReplyText(amqp.InternalError)}
 		}
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", err.Error())
+	}
+	if kind == exchange.Dedup {
+		// The plugin's validate/1.
+		if _, _, _, err := dedupArgs(d.Args); err != nil {
+			return 0, err
+		}
 	}
 	return kind, nil
 }
