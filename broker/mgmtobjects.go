@@ -734,11 +734,31 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// A delayed exchange on the way holds the message back (its x-delay
+	// header), as a channel's publish: answered once it is stored when
+	// that must be durable, and not routed now, as the plugin's route.
+	nd := 0
+	for _, dx := range sc.Delayed {
+		if st.v.DelayWaits(dx, msg) {
+			nd++
+		}
+	}
+	held := *msg // copied before FanOut marks msg for the queues' writes
 	var conf *waitConf
 	routed, waited := vhost.FanOut(st.v.Store(), msg, qs, false, func(n int) queue.Confirmer {
-		conf = &waitConf{n: n, done: make(chan struct{})}
+		conf = &waitConf{n: n + nd, done: make(chan struct{})}
 		return conf
 	}, nil)
+	if nd > 0 && !waited {
+		conf, waited = &waitConf{n: nd, done: make(chan struct{})}, true
+	}
+	for _, dx := range sc.Delayed {
+		var c queue.Confirmer
+		if conf != nil {
+			c = conf
+		}
+		st.v.Delay(dx, &held, nil, sc.Delay, c)
+	}
 	if waited {
 		select {
 		case <-conf.done:
