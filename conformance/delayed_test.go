@@ -646,7 +646,7 @@ func TestDelayedManagementPublish(t *testing.T) {
 	must(t, ch.QueueBind("dmp-q", "k", "dmp", false, nil))
 	var out struct{ Routed bool }
 	if code := a.call("POST", "/api/exchanges/%2F/dmp/publish", "guest", "guest", map[string]any{
-		"properties": map[string]any{"delivery_mode": 2, "headers": map[string]any{"x-delay": 300}},
+		"properties":  map[string]any{"delivery_mode": 2, "headers": map[string]any{"x-delay": 300}},
 		"routing_key": "k", "payload": "later", "payload_encoding": "string"}, &out); code != 200 || out.Routed {
 		t.Fatalf("publish: %d, routed %v", code, out.Routed)
 	}
