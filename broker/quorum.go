@@ -44,6 +44,13 @@ type quorumMaker struct {
 // defaultGroupSize is RabbitMQ's default_quorum_initial_group_size.
 const defaultGroupSize = 3
 
+// catchUpLag is how many committed entries a member may have still to
+// apply and write its consumers' deliveries at once; further behind, it
+// is catching up, and they wait until it is near (quorumQueue.deferred).
+// A leader takes a node for gone only after downAfter, seconds of entries
+// under load, so an entry that a later one undid is further back.
+const catchUpLag = 64
+
 // noAckCredit is how many messages a no-ack consumer has checked out at
 // once: settled as they are written, so that the rest wait in the log.
 const noAckCredit = 256
@@ -179,6 +186,11 @@ type quorumQueue struct {
 	// cancelled: tags of consumers cancelled here whose Cancel may not be
 	// applied yet; what the log still gives them goes back.
 	cancelled map[string]bool
+	// deferred: this member is catching up (more than catchUpLag
+	// committed entries to apply): its consumers' deliveries wait in
+	// their pending lists, and are written, those still checked out to
+	// them, once it is near the log's end (see applied).
+	deferred bool
 
 	published, delivered, acked, redelivered atomic.Int64
 	downed                                   map[string]bool // leader: nodes whose consumers were downed; ticker's
@@ -388,7 +400,9 @@ func (qq *quorumQueue) Kick(c *queue.Consumer) {
 	var settle []uint64
 	if qc != nil {
 		qc.held = false
-		settle = qq.deliverLocked(qc)
+		if !qq.deferred {
+			settle = qq.deliverLocked(qc)
+		}
 	}
 	qq.mu.Unlock()
 	if qc != nil {
@@ -535,6 +549,34 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		ids []uint64
 	}
 	var after []settled
+	switch lag := qq.g.Lag(); {
+	case lag > catchUpLag:
+		// Catching up: an entry this far back may hand a consumer here
+		// a message that a later entry (the leader taking this node for
+		// gone, say) gave to another since, which acked it. Written
+		// now, it would reach the client as a first delivery.
+		qq.deferred = true
+		touched = nil
+	case qq.deferred:
+		// Near the log's end: what is still checked out to each
+		// consumer is written, the rest was taken back meanwhile.
+		qq.deferred = false
+		qq.g.View(func(f *cluster.Fifo) {
+			for _, qc := range qq.byTag {
+				kept := qc.pending[:0]
+				for _, d := range qc.pending {
+					if f.Owner(d.ID) == qc.tag {
+						kept = append(kept, d)
+					}
+				}
+				qc.pending = kept
+			}
+		})
+		touched = touched[:0]
+		for _, qc := range qq.byTag {
+			touched = append(touched, qc)
+		}
+	}
 	seen := map[*qqConsumer]bool{}
 	for _, qc := range touched {
 		if seen[qc] {

@@ -58,6 +58,8 @@ type Group struct {
 	cfg   GroupConfig
 	fsm   *QueueFSM
 	nudge atomic.Bool // see Nudge
+	// applying is the index of the entry OnApply is told of (see Lag).
+	applying atomic.Uint64
 	r     *raft.Raft
 	// live is r once NewRaft returned: what the node's rpc server and
 	// the FSM hook (which run before StartGroup returns) may use.
@@ -183,6 +185,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()
 		leader := r != nil && r.State() == raft.Leader
+		g.applying.Store(index)
 		if cfg.OnApply != nil {
 			cfg.OnApply(c, e, leader)
 		}
@@ -361,6 +364,22 @@ func (g *Group) Submit(c Command, done func(Effects, error)) {
 // appended so far is applied, an empty entry (a Tick at time 0, which
 // expires nothing) is proposed, whose append carries the commit.
 func (g *Group) Nudge() { g.nudge.Store(true) }
+
+// Lag, called by OnApply, is how many committed entries this member
+// has still to apply after the one it is told of: a member catching up
+// (restarted, or back from a partition) applies entries whose effects
+// later entries it has not applied yet may have undone.
+func (g *Group) Lag() uint64 {
+	r := g.live.Load()
+	if r == nil {
+		return 0
+	}
+	commit, at := r.CommitIndex(), g.applying.Load()
+	if commit <= at {
+		return 0
+	}
+	return commit - at
+}
 
 // IsNudge reports whether c is a Nudge's entry.
 func IsNudge(c *Command) bool { return c.Kind == cmdTick && c.Now == 0 }
