@@ -60,7 +60,7 @@ type Group struct {
 	nudge atomic.Bool // see Nudge
 	// applying is the index of the entry OnApply is told of (see Lag).
 	applying atomic.Uint64
-	r     *raft.Raft
+	r        *raft.Raft
 	// live is r once NewRaft returned: what the node's rpc server and
 	// the FSM hook (which run before StartGroup returns) may use.
 	live  atomic.Pointer[raft.Raft]
