@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Deduplication, as the rabbitmq-message-deduplication plugin does it
@@ -57,6 +59,11 @@ type DedupCache struct {
 	// Unregister, if set, is called by Close (the owner's hook to stop
 	// flushing this cache).
 	Unregister func()
+	// Memory, if set, is the broker's memory figure (what its memory
+	// alarm watches): the cache counts its entries into it, since
+	// x-cache-size is the client's to choose.
+	Memory *atomic.Int64
+	held   int64 // bytes counted into Memory (d.mu held)
 
 	mu    sync.Mutex
 	seed  maphash.Seed
@@ -217,6 +224,7 @@ func (d *DedupCache) SetOptions(size int, ttl int64) {
 func (d *DedupCache) Close() {
 	d.mu.Lock()
 	d.closed = true
+	d.count(-d.held)
 	d.mu.Unlock()
 	if d.Unregister != nil {
 		d.Unregister()
@@ -305,6 +313,28 @@ func (d *DedupCache) fill(i int32, h uint64, key []byte, expires, added int64) {
 	}
 	d.m[h] = i
 	d.pushFront(i)
+	d.count(entryBytes(len(key)))
+}
+
+// entryBytes is what an entry of an id of n bytes holds: its slot, its
+// map entry and, past inlineKey, its id.
+func entryBytes(n int) int64 {
+	b := int64(unsafe.Sizeof(dslot{})) + 16
+	if n > inlineKey {
+		b += int64(n) + 16
+	}
+	return b
+}
+
+// count adds n bytes to the cache's memory figure. d.mu held.
+func (d *DedupCache) count(n int64) {
+	if d.closed && n > 0 {
+		return
+	}
+	d.held += n
+	if d.Memory != nil {
+		d.Memory.Add(n)
+	}
 }
 
 // drop frees slot i. d.mu held.
@@ -316,6 +346,9 @@ func (d *DedupCache) drop(i int32) {
 	}
 	if s.klen > inlineKey {
 		delete(d.long, i)
+	}
+	if !d.closed {
+		d.count(-entryBytes(int(s.klen)))
 	}
 	s.klen = -1
 	d.free = append(d.free, i)

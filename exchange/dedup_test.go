@@ -3,6 +3,7 @@ package exchange
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -160,5 +161,27 @@ func BenchmarkDedupCheck(b *testing.B) {
 	for b.Loop() {
 		d.Check(keys[i&(len(keys)-1)], int64(i), 0, false)
 		i++
+	}
+}
+
+// TestDedupCacheCountsMemory: a cache's entries count into the memory
+// figure it is given (x-cache-size is the client's), and give it back as
+// they leave and when the cache is closed.
+func TestDedupCacheCountsMemory(t *testing.T) {
+	var mem atomic.Int64
+	d := NewDedup(100, 0, nil)
+	d.Memory = &mem
+	long := strings.Repeat("x", 200)
+	for i := range 150 { // 50 evicted: 100 entries held
+		d.Check([]byte(strconv.Itoa(i)), 1, 0, false)
+	}
+	d.Check([]byte(long), 1, 0, false) // evicts one short id
+	want := 99*entryBytes(3) + entryBytes(len(long))
+	if got := mem.Load(); got != want {
+		t.Fatalf("memory %d, want %d", got, want)
+	}
+	d.Close()
+	if got := mem.Load(); got != 0 {
+		t.Fatalf("memory %d after Close, want 0", got)
 	}
 }

@@ -110,6 +110,7 @@ func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
 		owner = DefName(v.name, ex.Name)
 	}
 	d := exchange.NewDedup(size, ttl, owner)
+	d.Memory = v.memory
 	if owner != nil {
 		if !recovering {
 			b := &persist.Batch{}
