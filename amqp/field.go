@@ -77,28 +77,6 @@ func FieldKey(val []byte, buf *[9]byte) []byte {
 // deduplicating queue looks a message's id up as it comes in and as it
 // leaves, and ScanProperties would read every field.
 func PropsHeaders(p []byte) []byte {
-	if len(p) < 2 {
-		return nil
-	}
-	flags := uint16(p[0])<<8 | uint16(p[1])
-	if flags&FlagHeaders == 0 || flags&1 != 0 {
-		return nil
-	}
-	off := 2
-	for _, f := range [2]uint16{FlagContentType, FlagContentEncoding} {
-		if flags&f != 0 {
-			if off >= len(p) {
-				return nil
-			}
-			off += 1 + int(p[off])
-		}
-	}
-	if off+4 > len(p) {
-		return nil
-	}
-	n := int(be32(p[off:]))
-	if n > len(p)-off-4 {
-		return nil
-	}
-	return p[off+4 : off+4+n]
+	h, _ := PropertyField(p, FlagHeaders)
+	return h
 }
