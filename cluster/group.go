@@ -64,7 +64,7 @@ type Group struct {
 	// live is r once NewRaft returned: what the node's rpc server and
 	// the FSM hook (which run before StartGroup returns) may use.
 	live  atomic.Pointer[raft.Raft]
-	trans *raft.NetworkTransport
+	trans *watchedTransport
 	logs  *LogStore
 	dir   string
 
@@ -215,7 +215,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		return fail(err)
 	}
 	self := n.cfg.Peers[n.cfg.Name]
-	g.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, n.hl)
+	g.trans = watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, n.hl))
 	if g.logs, err = GroupLogStore(db, groupPrefix(cfg.ID)); err != nil {
 		return fail(err)
 	}
@@ -368,17 +368,90 @@ func (g *Group) Nudge() { g.nudge.Store(true) }
 // Lag, called by OnApply, is how many committed entries this member
 // has still to apply after the one it is told of: a member catching up
 // (restarted, or back from a partition) applies entries whose effects
-// later entries it has not applied yet may have undone.
+// later entries it has not applied yet may have undone. Committed is as
+// the leader last said: raft's own commit index on a follower is no
+// further than the last entry it received, which, while it catches up
+// an append (64 entries) at a time, is never far ahead of what it
+// applies.
 func (g *Group) Lag() uint64 {
 	r := g.live.Load()
 	if r == nil {
 		return 0
 	}
-	commit, at := r.CommitIndex(), g.applying.Load()
+	commit, at := max(r.CommitIndex(), g.trans.leaderCommit.Load()), g.applying.Load()
 	if commit <= at {
 		return 0
 	}
 	return commit - at
+}
+
+// watchedTransport is raft's transport with the leader's commit index
+// noted from each append and heartbeat it brings, before raft sees it
+// (see Lag).
+type watchedTransport struct {
+	*raft.NetworkTransport
+	rpcs         chan raft.RPC
+	done         chan struct{}
+	closeOnce    sync.Once
+	leaderCommit atomic.Uint64
+}
+
+func watchTransport(t *raft.NetworkTransport) *watchedTransport {
+	w := &watchedTransport{NetworkTransport: t, rpcs: make(chan raft.RPC), done: make(chan struct{})}
+	go w.forward()
+	return w
+}
+
+func (w *watchedTransport) forward() {
+	in := w.NetworkTransport.Consumer()
+	for {
+		select {
+		case rpc := <-in:
+			w.note(rpc)
+			select {
+			case w.rpcs <- rpc:
+			case <-w.done:
+				return
+			}
+		case <-w.done:
+			return
+		}
+	}
+}
+
+func (w *watchedTransport) note(rpc raft.RPC) {
+	a, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	if !ok {
+		return
+	}
+	for {
+		old := w.leaderCommit.Load()
+		if a.LeaderCommitIndex <= old || w.leaderCommit.CompareAndSwap(old, a.LeaderCommitIndex) {
+			return
+		}
+	}
+}
+
+// Consumer is the RPCs raft handles, once noted.
+func (w *watchedTransport) Consumer() <-chan raft.RPC { return w.rpcs }
+
+// SetHeartbeatHandler notes a heartbeat's commit index before raft's
+// fast path handles it.
+func (w *watchedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if cb == nil {
+		w.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	w.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		w.note(rpc)
+		cb(rpc)
+	})
+}
+
+// Close stops the forwarding and closes raft's transport.
+func (w *watchedTransport) Close() error {
+	w.closeOnce.Do(func() { close(w.done) })
+	return w.NetworkTransport.Close()
 }
 
 // IsNudge reports whether c is a Nudge's entry.

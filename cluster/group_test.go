@@ -150,3 +150,50 @@ func TestGroupDownReturnsANodesMessages(t *testing.T) {
 		return cons == 1 && unacked == 1
 	}, "after down: %d consumers, %d unacked, want 1 and 1", cons, unacked)
 }
+
+// TestGroupLagCountsTheLeadersCommit: a member that joins late catches
+// up an append (64 entries) at a time; Lag, seen as it applies the first
+// of them, counts what the leader has committed, not only what the
+// member has received so far (a quorum queue holds its consumers'
+// deliveries while it is that far behind).
+func TestGroupLagCountsTheLeadersCommit(t *testing.T) {
+	nodes, _ := startNodes(t, 3)
+	nodeLeader(t, nodes)
+	voters := []string{"rabbit0", "rabbit1", "rabbit2"}
+	gs := startGroup(t, nodes[:2], "q3", voters)
+	poll.Eventually(t, 10*time.Second, func() bool { return gs[0].g.Leader() != "" }, "no group leader")
+	const n = 1000
+	for i := 0; i < n; i++ {
+		submitWait(t, gs[0].g, Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i))))
+	}
+	var mu sync.Mutex
+	var lags []uint64
+	var late *Group
+	cfg := GroupConfig{ID: "q3", Voters: voters, Fifo: FifoConfig{DeliveryLimit: DefaultDeliveryLimit},
+		OnCreate: func(g *Group) { late = g },
+		OnApply: func(c *Command, _ *Effects, _ bool) {
+			if c.Kind != cmdEnqueue {
+				return
+			}
+			mu.Lock()
+			lags = append(lags, late.Lag())
+			mu.Unlock()
+		}}
+	if _, err := nodes[2].StartGroup(cfg); err != nil {
+		t.Fatal(err)
+	}
+	applied := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lags)
+	}
+	poll.Eventually(t, 60*time.Second, func() bool { return applied() >= n }, "the late member applied %d of %d", applied(), n)
+	mu.Lock()
+	defer mu.Unlock()
+	if lags[0] < n/2 {
+		t.Fatalf("Lag at the late member's first entry %d, want about %d (what the leader committed)", lags[0], n)
+	}
+	if last := lags[n-1]; last > 64 {
+		t.Fatalf("Lag at its last entry %d, want near 0", last)
+	}
+}
