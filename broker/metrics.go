@@ -279,6 +279,8 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.histogram("railmq_store_group_commit_batches", "Batches written by one group commit (one fsync)", c, sumB, b)
 	c, sumB, b = sm.Fsync.Snapshot()
 	e.histogram("railmq_store_fsync_seconds", "Duration of the store's fsyncs", c, sumB, b)
+	c, sumB, b = sm.DelayedLate.Snapshot()
+	e.histogram("railmq_delayed_routing_lateness_seconds", "How long after its due time each delayed message was routed", c, sumB, b)
 	e.gauge("railmq_memory_held_bytes", "Bytes held for clients (queued bodies, content being assembled, transactions): what the memory alarm compares with the watermark", float64(s.memory.Load()))
 	e.gauge("railmq_paging", "1 while memory is above the paging ratio of the watermark and every queue pages beyond a small window", b2f(s.paging.Load()))
 	blocked, flow := 0, 0

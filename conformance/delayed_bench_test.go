@@ -1,8 +1,12 @@
 package conformance
 
 import (
+	"bufio"
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -76,9 +80,13 @@ func runDelayedLoad(b *testing.B, bin string, n int, spread, lead time.Duration)
 	if d := os.Getenv("RAILMQ_DELAYED_DEBUG_LISTEN"); d != "" {
 		args = append(args, "--debug-listen", d) // pprof, to profile a run
 	}
-	if d := os.Getenv("RAILMQ_DELAYED_PROMETHEUS_LISTEN"); d != "" {
-		args = append(args, "--prometheus-listen", d) // the store's fsync histogram, during a run
+	// The broker's metrics: its own histogram of how late it routed each
+	// message (and the store's fsyncs, to watch during a run).
+	prom := os.Getenv("RAILMQ_DELAYED_PROMETHEUS_LISTEN")
+	if prom == "" {
+		prom = testutil.FreePort(b)
 	}
+	args = append(args, "--prometheus-listen", prom)
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -232,6 +240,59 @@ func runDelayedLoad(b *testing.B, bin string, n int, spread, lead time.Duration)
 	b.ReportMetric(q(0.5), "late-p50-ms")
 	b.ReportMetric(q(0.99), "late-p99-ms")
 	b.ReportMetric(q(1), "late-max-ms")
+	// Routed (the issue's measure): the broker's histogram, read once
+	// everything arrived; absent from a broker built before it.
+	if within, p99, ok := brokerLateness("http://" + prom + "/metrics"); ok {
+		b.ReportMetric(within*100, "routed-within-10ms-%")
+		b.ReportMetric(p99*1000, "routed-late-p99-ms")
+	}
+}
+
+// brokerLateness reads railmq_delayed_routing_lateness_seconds from the
+// broker's /metrics: the fraction of messages routed within 10 ms of
+// their due time, and the 99th percentile (linear within its bucket).
+func brokerLateness(url string) (within, p99 float64, ok bool) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer resp.Body.Close()
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	sc := bufio.NewScanner(resp.Body)
+	const name = `railmq_delayed_routing_lateness_seconds_bucket{le="`
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, name) {
+			continue
+		}
+		le, rest, _ := strings.Cut(l[len(name):], `"}`)
+		n, err1 := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		v, err2 := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			v, err2 = math.Inf(1), nil
+		}
+		if err1 == nil && err2 == nil {
+			bs = append(bs, bucket{v, n})
+		}
+	}
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return 0, 0, false
+	}
+	slices.SortFunc(bs, func(a, c bucket) int { return cmp.Compare(a.le, c.le) })
+	total := bs[len(bs)-1].n
+	prev := bucket{}
+	p99 = math.Inf(1)
+	for _, bk := range bs {
+		if bk.le == 0.01 {
+			within = bk.n / total
+		}
+		if p99 == math.Inf(1) && bk.n >= 0.99*total && !math.IsInf(bk.le, 1) {
+			p99 = prev.le + (bk.le-prev.le)*(0.99*total-prev.n)/max(bk.n-prev.n, 1)
+		}
+		prev = bk
+	}
+	return within, p99, true
 }
 
 // procKB reads a kB field of /proc/pid/status (Linux).

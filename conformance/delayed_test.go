@@ -323,6 +323,14 @@ func TestDelayedStats(t *testing.T) {
 		a.call("GET", "/api/exchanges/%2F/ds", "guest", "guest", nil, &x)
 		return x["messages_delayed"] == float64(0)
 	}, "messages_delayed back to 0")
+	// How late each was routed: five observations, each in a bucket.
+	m = getMetrics(t, hs.URL+"/metrics")
+	if got := m.series[`railmq_delayed_routing_lateness_seconds_count`]; got != 5 {
+		t.Fatalf("railmq_delayed_routing_lateness_seconds_count = %v, want 5", got)
+	}
+	if got := m.series[`railmq_delayed_routing_lateness_seconds_bucket{le="+Inf"}`]; got != 5 {
+		t.Fatalf("lateness +Inf bucket = %v, want 5", got)
+	}
 }
 
 // TestDelayedRestart: persistent delayed messages of a durable exchange

@@ -18,6 +18,9 @@ func newHistogram(scale float64, bounds ...float64) *Histogram {
 	return &Histogram{bounds: bounds, counts: make([]atomic.Int64, len(bounds)+1), scale: scale}
 }
 
+// Observe adds one value v, given in units of scale.
+func (h *Histogram) Observe(v int64) { h.observe(v) }
+
 // observe adds one value v, given in units of scale.
 func (h *Histogram) observe(v int64) {
 	f := float64(v) * h.scale
@@ -48,12 +51,16 @@ type Metrics struct {
 	Batches *Histogram
 	// Fsync is how long each fsync took, in seconds.
 	Fsync *Histogram
+	// DelayedLate is how long after its due time each delayed message
+	// was routed, in seconds (observed in µs by the vhosts' delayers).
+	DelayedLate *Histogram
 }
 
 func newMetrics() Metrics {
 	return Metrics{
-		Batches: newHistogram(1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
-		Fsync:   newHistogram(1e-9, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+		Batches:     newHistogram(1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+		Fsync:       newHistogram(1e-9, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+		DelayedLate: newHistogram(1e-6, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 	}
 }
 

@@ -12,10 +12,11 @@ package vhost
 // durable exchange; anything else is not waited for). Nothing of it stays
 // in memory: the store's index, ordered by due time, is the queue.
 //
-// One goroutine per vhost (the delayer) keeps, per delayed exchange, the
-// earliest due time it may hold, and one timer for the earliest of those.
-// A little before an exchange's time comes (lookahead) it reads a batch of
-// the messages due next straight from Badger, and when they are due routes
+// Two goroutines per vhost (the delayer's router and reader) keep, per
+// delayed exchange, the earliest due time it may hold, and one timer for
+// the earliest of those. A little before an exchange's time comes
+// (lookahead) the reader reads a batch of the messages due next straight
+// from Badger, and when they are due the router routes
 // each as the exchange's x-delayed-type would, with its x-delay header
 // negated as the plugin does (so that it is not held back again through
 // exchange-to-exchange bindings), and once
@@ -133,10 +134,11 @@ type delayer struct {
 	running    bool                             // the goroutine runs; mu
 	closed     bool                             // mu
 
-	wake chan struct{} // one slot
-	stop chan struct{}
-	done chan struct{}
-	fl   queue.Flushes // the goroutine's
+	wake     chan struct{} // the router's; one slot
+	readWake chan struct{} // the reader's; one slot
+	stop     chan struct{}
+	done     chan struct{}
+	fl       queue.Flushes // the goroutine's
 }
 
 // delayedX is one delayed exchange's state. All of it is d.mu's.
@@ -160,7 +162,7 @@ const maxInflight = 32 * delayBatch
 
 func newDelayer(v *VHost) *delayer {
 	return &delayer{v: v, xs: map[*exchange.Exchange]*delayedX{}, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		readWake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add registers a new delayed exchange (declared or recovered).
@@ -359,24 +361,26 @@ func decodeDelayed(b []byte) (*queue.Message, []string, error) {
 // exchange, by the time they are due.
 const lookahead = 1000
 
-// fireAt is when the goroutine has work for x: its first message read
-// ahead is due, or its next unread one is lookahead away and there is
-// room to read it. d.mu held.
-func (x *delayedX) fireAt() int64 {
-	t := persist.NoDue
-	if len(x.ahead) > 0 {
-		t = x.ahead[0].Due
-	}
-	if x.next != persist.NoDue && len(x.ahead) < delayBatch && len(x.inflight) < maxInflight {
-		t = min(t, x.next-lookahead)
-	}
-	return t
+// readDue reports whether x's next unread messages are within lookahead
+// of now and there is room to read them. d.mu held.
+func (x *delayedX) readDue(now int64) bool {
+	return x.next != persist.NoDue && x.next-lookahead <= now && x.room()
 }
 
-// run is the delayer's goroutine: it reads each exchange's messages a
-// little before they are due, and routes them when they are.
+// room: x may read more (ahead and in flight under their bounds). d.mu held.
+func (x *delayedX) room() bool {
+	return len(x.ahead) < delayBatch && len(x.inflight) < maxInflight
+}
+
+// run is the delayer's router: it routes each exchange's messages read
+// ahead when they are due, and wakes the reader (its own goroutine, so
+// that a read, milliseconds when Badger is busy, never holds back a
+// message due meanwhile) when one is within lookahead of its time.
 func (d *delayer) run() {
 	defer close(d.done)
+	readerDone := make(chan struct{})
+	go d.reader(readerDone)
+	defer func() { <-readerDone }()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var sc Scratch
@@ -384,17 +388,31 @@ func (d *delayer) run() {
 		now := time.Now().UnixMilli()
 		earliest := persist.NoDue
 		var fire []*delayedX
+		read := false
 		d.mu.Lock()
 		for _, x := range d.xs {
-			if at := x.fireAt(); at <= now {
-				fire = append(fire, x)
-			} else {
-				earliest = min(earliest, at)
+			if len(x.ahead) > 0 {
+				if at := x.ahead[0].Due; at <= now {
+					fire = append(fire, x)
+				} else {
+					earliest = min(earliest, at)
+				}
+			}
+			if x.readDue(now) {
+				read = true // the reader wakes us once it has read
+			} else if x.next != persist.NoDue && x.room() {
+				earliest = min(earliest, x.next-lookahead)
 			}
 		}
 		d.mu.Unlock()
+		if read {
+			select {
+			case d.readWake <- struct{}{}:
+			default:
+			}
+		}
 		for _, x := range fire {
-			d.batch(x, now, &sc)
+			d.route(x, now, &sc)
 		}
 		if len(fire) > 0 {
 			continue // when they are next due is known now
@@ -413,21 +431,43 @@ func (d *delayer) run() {
 	}
 }
 
-// batch reads x's messages due within lookahead into x.ahead (one batch,
-// skipping those in flight), routes those due by now, and has them
+// reader reads, for each exchange whose next messages are within
+// lookahead, a batch of them into x.ahead, and wakes the router.
+func (d *delayer) reader(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-d.readWake:
+		}
+		for {
+			now := time.Now().UnixMilli()
+			var x *delayedX
+			var from int64
+			d.mu.Lock()
+			for _, y := range d.xs {
+				if y.readDue(now) {
+					x, from = y, y.floor
+					// Lowered again by writes committed from now on
+					// (written), and by the read.
+					x.next, x.floor = persist.NoDue, persist.NoDue
+					break
+				}
+			}
+			d.mu.Unlock()
+			if x == nil {
+				break
+			}
+			d.readAhead(x, from, now+lookahead)
+			d.signal()
+		}
+	}
+}
+
+// route routes x's messages read ahead and due by now, and has them
 // deleted once their copies are durable.
-func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) {
-	d.mu.Lock()
-	read := x.next != persist.NoDue && x.next-lookahead <= now && len(x.ahead) < delayBatch && len(x.inflight) < maxInflight
-	from := x.floor
-	if read {
-		x.next = persist.NoDue // lowered again by writes committed from now on (written)
-		x.floor = persist.NoDue
-	}
-	d.mu.Unlock()
-	if read {
-		d.readAhead(x, from, now+lookahead)
-	}
+func (d *delayer) route(x *delayedX, now int64, sc *Scratch) {
 	d.mu.Lock()
 	if x.gone {
 		x.ahead = nil
@@ -451,8 +491,10 @@ func (d *delayer) batch(x *delayedX, now int64, sc *Scratch) {
 		bc.pending.Add(int64(n))
 		return bc
 	}
+	late := d.v.store.Metrics().DelayedLate
 	for _, e := range ds {
 		d.routeOne(x, e, sc, newConf)
+		late.Observe(max(time.Now().UnixMicro()-e.Due*1000, 0))
 	}
 	d.fl.Flush() // the deliveries of the batch go out together, as a reader's do
 	bc.Done(nil)
