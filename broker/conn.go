@@ -61,6 +61,10 @@ type conn struct {
 	clientCaps amqp.Table
 
 	channels map[uint16]*channel.Channel
+	// lastN and lastCh are the channel the reader last looked up (see
+	// channel): nil once it is removed.
+	lastN  uint16
+	lastCh *channel.Channel
 	// closingChans are channels we sent channel.close on and whose
 	// close-ok has not come yet: their other frames are dropped (§4.2.4.1).
 	closingChans map[uint16]struct{}

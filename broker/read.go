@@ -135,10 +135,12 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 	if f.Channel == 0 {
 		return c.handleChannel0(f)
 	}
-	if _, ok := c.closingChans[f.Channel]; ok {
-		return c.whileChannelClosing(f)
+	if len(c.closingChans) > 0 {
+		if _, ok := c.closingChans[f.Channel]; ok {
+			return c.whileChannelClosing(f)
+		}
 	}
-	ch := c.channels[f.Channel]
+	ch := c.channel(f.Channel)
 	if f.Type != amqp.FrameMethod {
 		if ch == nil {
 			return &amqp.Error{Code: amqp.UnexpectedFrame, Text: "UNEXPECTED_FRAME - expected method frame, got non method frame instead"}
@@ -184,6 +186,17 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 	return c.channelResult(f.Channel, err)
 }
 
+// channel is channel n, or nil. The last one looked up is remembered: a
+// connection mostly works one channel, three frames to a publish.
+func (c *conn) channel(n uint16) *channel.Channel {
+	if c.lastCh != nil && c.lastN == n {
+		return c.lastCh
+	}
+	ch := c.channels[n]
+	c.lastN, c.lastCh = n, ch
+	return ch
+}
+
 // removeChannel closes a channel and forgets it.
 func (c *conn) removeChannel(n uint16) {
 	ch := c.channels[n]
@@ -191,6 +204,9 @@ func (c *conn) removeChannel(n uint16) {
 		return
 	}
 	delete(c.channels, n)
+	if c.lastN == n {
+		c.lastCh = nil
+	}
 	c.nchan.Add(-1)
 	c.srv.chClosed.Add(1)
 	c.snapMu.Lock()
