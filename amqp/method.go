@@ -133,6 +133,10 @@ func (r *reader) table() Table {
 // It is bounded: when full it starts afresh.
 type interner struct {
 	m map[string]string
+	// recent are the last two strings returned (a publish's exchange and
+	// routing key), compared before the map is hashed.
+	recent [2]string
+	next   int
 }
 
 const internMax = 1024
@@ -141,7 +145,15 @@ func (in *interner) get(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	if s, ok := in.m[string(b)]; ok { // no allocation: the compiler keys by bytes
+	if string(b) == in.recent[0] { // no allocation: compared as bytes
+		return in.recent[0]
+	}
+	if string(b) == in.recent[1] {
+		return in.recent[1]
+	}
+	s, ok := in.m[string(b)] // no allocation: the compiler keys by bytes
+	if ok {
+		in.remember(s)
 		return s
 	}
 	if len(b) > 64 {
@@ -150,9 +162,15 @@ func (in *interner) get(b []byte) string {
 	if in.m == nil || len(in.m) >= internMax {
 		in.m = make(map[string]string, 8) // idle connections stay small
 	}
-	s := string(b)
+	s = string(b)
 	in.m[s] = s
+	in.remember(s)
 	return s
+}
+
+func (in *interner) remember(s string) {
+	in.recent[in.next] = s
+	in.next ^= 1
 }
 
 // Decoder decodes method frames for one connection. Methods on the hot
