@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/bits"
 )
 
 // ProtocolHeader is the 0-9-1 protocol header a client opens with.
@@ -192,7 +193,16 @@ type PropertiesView struct {
 // ScanProperties validates encoded properties (flags first) and returns a
 // view of them. Property flags continuation (bit 0) is not used by 0-9-1
 // and is rejected.
-func ScanProperties(p []byte) (PropertiesView, error) {
+func ScanProperties(p []byte) (PropertiesView, error) { return scanProperties(p, true) }
+
+// ViewProperties is ScanProperties for properties it already took (a
+// headers table is not validated again).
+func ViewProperties(p []byte) PropertiesView {
+	v, _ := scanProperties(p, false)
+	return v
+}
+
+func scanProperties(p []byte, validate bool) (PropertiesView, error) {
 	var v PropertiesView
 	if len(p) < 2 {
 		return v, errSyntax("property flags truncated")
@@ -202,10 +212,14 @@ func ScanProperties(p []byte) (PropertiesView, error) {
 		return v, errSyntax("property flags continuation not supported")
 	}
 	p = p[2:]
-	for i, t := range propertyTypes {
-		if v.Flags&(1<<(15-i)) == 0 {
-			continue
+	// The flags set, highest first (the properties' order).
+	for f := v.Flags; f != 0; {
+		i := bits.LeadingZeros16(f)
+		f &^= 0x8000 >> i
+		if i >= len(propertyTypes) {
+			break // a bit no property has (0-9-1 ignores it)
 		}
+		t := propertyTypes[i]
 		var field []byte
 		switch t {
 		case 's':
@@ -222,8 +236,10 @@ func ScanProperties(p []byte) (PropertiesView, error) {
 				return v, errSyntax("headers table overruns header")
 			}
 			field, p = p[4:4+n], p[4+n:]
-			if err := validateTable(field, 0); err != nil {
-				return v, err
+			if validate {
+				if err := validateTable(field, 0); err != nil {
+					return v, err
+				}
 			}
 		case 'o':
 			if len(p) < 1 {

@@ -3,6 +3,7 @@ package amqp
 import (
 	"bufio"
 	"bytes"
+	"reflect"
 	"testing"
 )
 
@@ -127,6 +128,11 @@ func FuzzContentHeader(f *testing.F) {
 		}
 		if re := got.Append(nil); len(re) == 0 {
 			t.Fatal("empty encoding")
+		}
+		// What the channel takes again without validating: the same view.
+		want, _ := ScanProperties(h.Props)
+		if v := ViewProperties(h.Props); !reflect.DeepEqual(v, want) {
+			t.Fatalf("ViewProperties %+v, ScanProperties %+v", v, want)
 		}
 	})
 }

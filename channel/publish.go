@@ -211,7 +211,7 @@ func (c *Channel) publishAssembled() error {
 	props := c.buf[:c.plen:c.plen]
 	// Scanned from the message's own copy: BCC stripping finds the headers
 	// by their offset in it.
-	v, _ := amqp.ScanProperties(props) // validated by ParseContentHeader
+	v := amqp.ViewProperties(props) // validated by ParseContentHeader
 	msg := &queue.Message{
 		Exchange:   p.Exchange,
 		RoutingKey: p.RoutingKey,
