@@ -650,3 +650,49 @@ func TestDedupPolicies(t *testing.T) {
 		}
 	}
 }
+
+// A queue deduplicated by a policy (not by its argument) still refuses the
+// id of a message it holds after a restart, as it did before: the stored
+// policies are in force when the queue is recovered, so it rebuilds its
+// ids from its stored messages as a queue with the argument does, and the
+// management API shows the policy on it at once.
+func TestDedupPolicyQueueSurvivesRestart(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	newAPI(t, r.b).admin("PUT", "/api/policies/%2F/dpr", map[string]any{"pattern": "^dpr-", "apply-to": "queues",
+		"definition": map[string]any{"x-message-deduplication": true}}, 201)
+	c, ch := r.dial()
+	_, err := ch.QueueDeclare("dpr-q", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	pub := func(ch *rmq.Channel, id string) bool {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirm("", "dpr-q", false, false, rmq.Publishing{
+			Headers: rmq.Table{"x-deduplication-header": id}, DeliveryMode: rmq.Persistent, Body: []byte(id)})
+		must(t, err)
+		return dc.Wait()
+	}
+	if !pub(ch, "a") || pub(ch, "a") {
+		t.Fatal("before the restart: want ack, then nack")
+	}
+	c.Close()
+	r.restart()
+
+	c, ch = r.dial()
+	defer c.Close()
+	must(t, ch.Confirm(false))
+	if pub(ch, "a") {
+		t.Fatal("after the restart, a duplicate of a stored message was acked")
+	}
+	if !pub(ch, "b") {
+		t.Fatal("a new id nacked")
+	}
+	st, err := ch.QueueDeclarePassive("dpr-q", true, false, false, false, nil)
+	must(t, err)
+	if st.Messages != 2 {
+		t.Fatalf("%d messages, want 2", st.Messages)
+	}
+	var info struct{ Policy string }
+	if code := newAPI(t, r.b).call("GET", "/api/queues/%2F/dpr-q", "guest", "guest", nil, &info); code != 200 || info.Policy != "dpr" {
+		t.Fatalf("GET queue: %d, policy %q", code, info.Policy)
+	}
+}

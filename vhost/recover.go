@@ -24,7 +24,9 @@ var recoveryProgressEvery = 1000
 //
 // It reads every stored definition first (readDefinitions), then rebuilds
 // the registry from them: exchanges, queues (each with the summary of its
-// stored entries), bindings; and only then starts the queues.
+// stored entries), bindings; and only then starts the queues. The
+// policies set before it is called (SetPolicies, with no queue or
+// exchange to apply them to yet) apply to the queues it rebuilds.
 func (v *VHost) Recover(defaults queue.Config) error {
 	if v.store == nil {
 		return nil
@@ -85,15 +87,26 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	// once, and its messages must find every exchange, queue and binding
 	// they route to; and no commit may reach the store while the queues'
 	// entries (and the shared messages' reference counts) are recovered.
+	//
+	// The vhost's policies (SetPolicies before recovery) are in force
+	// from the queue's start, as for a queue declared now: a queue
+	// deduplicated by a policy rebuilds its ids from its stored messages,
+	// and its first expiries and dead-letterings follow the policy.
 	type pendingQueue struct {
-		name string
-		cfg  queue.Config
+		name    string
+		cfg     queue.Config
+		applied AppliedPolicy
 	}
+	pols, ops := v.policies, v.opPolicies
 	pending := make([]pendingQueue, 0, len(defs.queues))
 	nm := 0
 	var maxID uint64
 	for i, d := range defs.queues {
 		qa, _ := validateQueueArgs(d.name, v.name, d.args)
+		var applied AppliedPolicy
+		if len(pols) > 0 || len(ops) > 0 {
+			qa, _, applied = v.policyFor(d.name, d.args, pols, ops)
+		}
 		cfg := v.queueConfig(defaults, QueueDecl{Name: d.name, Durable: true, AutoDelete: d.autoDelete, Args: d.args}, qa)
 		cfg.ID = d.id
 		// A priority queue's lanes page under ids of their own.
@@ -128,7 +141,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			sum.Dropped += s.Dropped
 		}
 		cfg.Recovered = rec
-		pending = append(pending, pendingQueue{d.name, cfg})
+		pending = append(pending, pendingQueue{d.name, cfg, applied})
 		maxID = max(maxID, d.id)
 		nm += sum.Count
 		if ce := v.log.Check(zap.DebugLevel, "queue recovered"); ce != nil {
@@ -175,7 +188,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	return func() {
 		v.mu.Lock()
 		for _, p := range pending {
-			v.queues[p.name] = queue.New(p.cfg)
+			q := queue.New(p.cfg)
+			v.queues[p.name] = q
+			if p.applied.Policy != "" || p.applied.OperatorPolicy != "" {
+				v.applied[q] = p.applied
+			}
 		}
 		v.mu.Unlock()
 		if dedupDrop.Len() > 0 {
