@@ -131,15 +131,6 @@ func New(opts Options) (*Server, error) {
 	if err == nil {
 		err = s.recoverVHosts(recs, pols)
 	}
-	if err == nil {
-		// Again, for the exchanges (alternate exchange, deduplication
-		// window): recovery applied them to the queues only.
-		for vh, l := range pols {
-			if st := s.vhostByName(vh); st != nil {
-				st.v.SetPolicies(l[0], l[1])
-			}
-		}
-	}
 	if err != nil {
 		spill.Close()
 		store.Close()

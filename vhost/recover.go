@@ -24,9 +24,10 @@ var recoveryProgressEvery = 1000
 //
 // It reads every stored definition first (readDefinitions), then rebuilds
 // the registry from them: exchanges, queues (each with the summary of its
-// stored entries), bindings; and only then starts the queues. The
-// policies set before it is called (SetPolicies, with no queue or
-// exchange to apply them to yet) apply to the queues it rebuilds.
+// stored entries), bindings; and only then starts the queues, then the
+// delayed exchanges' routing. The policies set before it is called
+// (SetPolicies, with no queue or exchange to apply them to yet) apply to
+// the exchanges and queues it rebuilds from the start.
 func (v *VHost) Recover(defaults queue.Config) error {
 	if v.store == nil {
 		return nil
@@ -64,11 +65,21 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err != nil {
 		return nil, err
 	}
+	// The vhost's policies (SetPolicies before recovery) are in force on
+	// what is rebuilt before anything routes: the exchanges' here (an
+	// alternate exchange, a deduplication window, sized before its ids
+	// are restored into it), the queues' below. So a delayed message due
+	// at once is routed (startQueues starts the delayers, last) under
+	// them, as are the queues' first expiries and dead-letterings.
+	pols, ops := v.policies, v.opPolicies
 	dedupDrop := &persist.Batch{}
 	for _, x := range defs.exchanges {
 		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
 		if x.kind == exchange.Dedup {
 			v.attachDedup(ex, true)
+		}
+		v.exchangePolicy(ex, pols)
+		if x.kind == exchange.Dedup {
 			if err := v.recoverDedup(ex, dedupDrop); err != nil {
 				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
 			}
@@ -87,17 +98,14 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	// once, and its messages must find every exchange, queue and binding
 	// they route to; and no commit may reach the store while the queues'
 	// entries (and the shared messages' reference counts) are recovered.
-	//
-	// The vhost's policies (SetPolicies before recovery) are in force
-	// from the queue's start, as for a queue declared now: a queue
-	// deduplicated by a policy rebuilds its ids from its stored messages,
-	// and its first expiries and dead-letterings follow the policy.
+	// The policies are in force from a queue's start, as for a queue
+	// declared now: one deduplicated by a policy rebuilds its ids from
+	// its stored messages.
 	type pendingQueue struct {
 		name    string
 		cfg     queue.Config
 		applied AppliedPolicy
 	}
-	pols, ops := v.policies, v.opPolicies
 	pending := make([]pendingQueue, 0, len(defs.queues))
 	nm := 0
 	var maxID uint64
