@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,5 +111,56 @@ func TestRecoverDelayedUnderPolicies(t *testing.T) {
 		"the unroutable delayed message reached the alternate exchange of dx's policy (ae-q has %d)", count("ae-q"))
 	if n := count("q"); n != 0 {
 		t.Fatalf("q, full by its policy, took %d messages", n)
+	}
+}
+
+// lockProbe is a Confirmer that records its outcome and whether the
+// delayer's lock was free when it was called.
+type lockProbe struct {
+	d      *delayer
+	calls  int
+	err    error
+	locked bool
+}
+
+func (p *lockProbe) Done(err error) {
+	p.calls++
+	p.err = err
+	if p.d.mu.TryLock() {
+		p.d.mu.Unlock()
+	} else {
+		p.locked = true
+	}
+}
+
+// A delayed message offered once the store is closed is refused (its
+// confirm gets the store's error) with the delayer's lock released: a
+// confirm takes the channel's and the connection's locks, which come
+// before it (LOCKS.md).
+func TestDelayOnClosedStoreConfirmsOutsideLock(t *testing.T) {
+	s, err := persist.Open(persist.Options{Dir: t.TempDir(), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := New("v", new(atomic.Int64), nil, s, 0, 0)
+	defer v.Close()
+	if err := v.DeclareExchange(ExchangeDecl{Name: "dx", Type: "x-delayed-message", Durable: true,
+		Args: amqp.Table{"x-delayed-type": "direct"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dx := v.exchanges["dx"]
+	p := &lockProbe{d: v.delays}
+	v.Delay(dx, delayedMsg("dx", "k", 60_000), nil, 60_000, p)
+	if p.calls != 1 || !errors.Is(p.err, persist.ErrClosed) {
+		t.Fatalf("confirm: %d calls, %v; want one with ErrClosed", p.calls, p.err)
+	}
+	if p.locked {
+		t.Fatal("the confirm ran under the delayer's lock")
+	}
+	if n := dx.MessagesDelayed(); n != 0 {
+		t.Fatalf("%d delayed messages counted", n)
 	}
 }
