@@ -260,7 +260,7 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 // recoverVHosts opens the stored vhosts and recovers them all before
 // any of their queues starts, then drops the entries of queues none of
 // them keeps.
-func (s *Server) recoverVHosts(recs map[string]vhostRec) error {
+func (s *Server) recoverVHosts(recs map[string]vhostRec, pols storedPolicies) error {
 	keep := map[uint64]bool{}
 	var starts []func()
 	vhs := map[string]*vhostState{}
@@ -272,6 +272,9 @@ func (s *Server) recoverVHosts(recs map[string]vhostRec) error {
 	for _, n := range names {
 		vh := s.openVHost(n)
 		vh.SetMaxQueues(limitOf(recs[n].Limits, "max-queues"))
+		if l, ok := pols[n]; ok {
+			vh.SetPolicies(l[0], l[1]) // nothing to apply them to yet: recovery does
+		}
 		vhs[n] = &vhostState{v: vh, rec: recs[n]}
 		if f := s.opts.RecoveryProgress; f != nil {
 			vh.ReportRecovery(func(done, total, messages int) { f(n, done, total, messages) })

@@ -32,9 +32,14 @@ func policyKind(operator bool) byte {
 	return defPolicy
 }
 
-// loadPolicies reads the stored policies and applies them to the vhosts
-// (at start, once they are recovered).
-func (s *Server) loadPolicies() error {
+// storedPolicies are the stored policies and operator policies, by vhost.
+type storedPolicies map[string][2][]*vhost.PolicyDef
+
+// readPolicies reads the stored policies (at start, before the vhosts are
+// recovered: recoverVHosts sets each vhost's before its recovery, so that
+// they are in force on its queues and exchanges before any of them
+// starts, and before any delayed message is routed).
+func (s *Server) readPolicies() (storedPolicies, error) {
 	type entry struct {
 		vh       string
 		operator bool
@@ -61,9 +66,9 @@ func (s *Server) loadPolicies() error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	by := map[string][2][]*vhost.PolicyDef{}
+	by := storedPolicies{}
 	for _, e := range es {
 		l := by[e.vh]
 		i := 0
@@ -73,12 +78,7 @@ func (s *Server) loadPolicies() error {
 		l[i] = append(l[i], e.p)
 		by[e.vh] = l
 	}
-	for vh, l := range by {
-		if st := s.vhostByName(vh); st != nil {
-			st.v.SetPolicies(l[0], l[1])
-		}
-	}
-	return nil
+	return by, nil
 }
 
 // putPolicy adds, replaces (p) or removes (p nil, name given) a policy

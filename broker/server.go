@@ -124,11 +124,12 @@ func New(opts Options) (*Server, error) {
 	}
 	s.spill = spill
 	recs, err := s.loadAccess()
+	var pols storedPolicies
 	if err == nil {
-		err = s.recoverVHosts(recs)
+		pols, err = s.readPolicies()
 	}
 	if err == nil {
-		err = s.loadPolicies()
+		err = s.recoverVHosts(recs, pols)
 	}
 	if err != nil {
 		spill.Close()

@@ -123,6 +123,9 @@ type Channel struct {
 	// flowQ is a queue this channel published into that was Behind: the
 	// connection stops reading until it catches up (TakeFlow).
 	flowQ *queue.Queue
+	// dedupConf is the confirm newConfirmDedup made for the publish being
+	// routed (the reader's).
+	dedupConf queue.Confirmer
 
 	store queue.Store // nil when nothing is durable
 

@@ -354,8 +354,13 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		return c.routeDelayed(msg, mandatory, qs, extra)
 	}
 	// A queue's confirm is awaited when it writes the message to the store
-	// or may refuse it (x-overflow reject-publish).
-	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, c.newConfirm, c.cfg.Flushes)
+	// or may refuse it (x-overflow reject-publish, deduplication).
+	newConf := c.newConfirm
+	dedup := c.scratch.DedupWrote && c.confirm
+	if dedup {
+		newConf = c.newConfirmDedup
+	}
+	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, newConf, c.cfg.Flushes)
 	if c.flowQ == nil {
 		for _, q := range qs {
 			if q.Behind() {
@@ -367,18 +372,39 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	c.scratch.ResetSeen()
 	c.routed(routed, mandatory, msg)
 	switch {
+	case dedup:
+		// Routing added an id to a durable deduplication cache
+		// (Scratch.DedupWrote): confirmed once its entry is durable too,
+		// so that a confirmed id stays seen across a crash, whether or
+		// not the queues wrote anything (a transient message to a queue
+		// that may refuse it writes nothing).
+		c.afterDedup(waited)
 	case waited:
-		// Its writes were submitted after the deduplication entries
-		// routing wrote (Scratch.DedupWrote): confirmed after them.
-	case c.scratch.DedupWrote && c.confirm:
-		// Only the deduplication cache needed the store: confirmed once
-		// its entry is durable, so that a confirmed id stays seen
-		// across a crash.
-		c.cfg.VHost.AfterStored(c.newConfirm(1).Done)
 	default:
 		c.confirmNow() // nothing of it needed the store
 	}
 	return nil
+}
+
+// newConfirmDedup is newConfirm for a publish whose routing added an id
+// to a durable deduplication cache: one more Done, afterDedup's, is
+// awaited.
+func (c *Channel) newConfirmDedup(n int) queue.Confirmer {
+	c.dedupConf = c.newConfirm(n + 1)
+	return c.dedupConf
+}
+
+// afterDedup has the confirm of a publish that wrote a deduplication
+// entry wait for the store's next commit (which writes the entries added
+// so far): the one newConfirmDedup made when the queues were waited for,
+// else a new one.
+func (c *Channel) afterDedup(waited bool) {
+	conf := c.dedupConf
+	c.dedupConf = nil
+	if !waited || conf == nil {
+		conf = c.newConfirm(1)
+	}
+	c.cfg.VHost.AfterStored(conf.Done)
 }
 
 // routed counts a publish as routed or not, and returns an unroutable
@@ -445,23 +471,34 @@ func (c *Channel) routeDelayed(msg *queue.Message, mandatory bool, qs []*queue.Q
 			nd++
 		}
 	}
+	// Routing added an id to a durable deduplication cache on the way (an
+	// exchange bound to the delayed one, or its alternate): the confirm
+	// waits for the commit that writes it too, as route's does.
+	dedup := c.scratch.DedupWrote && c.confirm
+	nw := nd
+	if dedup {
+		nw++
+	}
 	// Copied before FanOut marks msg for the queues' store writes.
 	held := *msg
 	var conf queue.Confirmer
 	newConf := c.newConfirm
-	if nd > 0 {
+	if nw > 0 {
 		newConf = func(n int) queue.Confirmer {
-			conf = c.newConfirm(n + nd)
+			conf = c.newConfirm(n + nw)
 			return conf
 		}
 	}
 	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, newConf, c.cfg.Flushes)
-	if nd > 0 && !waited {
-		conf = c.newConfirm(nd)
+	if nw > 0 && !waited {
+		conf = c.newConfirm(nw)
 		waited = true
 	}
 	for _, x := range delayed {
 		vh.Delay(x, &held, extra, delay, conf)
+	}
+	if dedup && conf != nil {
+		vh.AfterStored(conf.Done)
 	}
 	if c.flowQ == nil {
 		for _, q := range qs {

@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"bytes"
+	"errors"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -648,5 +650,118 @@ func TestDedupPolicies(t *testing.T) {
 		if code != 400 || body.Reason != "Validation failed\n\n"+tc.reason+"\n" {
 			t.Fatalf("%v: %d %q", tc.def, code, body.Reason)
 		}
+	}
+}
+
+// A queue deduplicated by a policy (not by its argument) still refuses the
+// id of a message it holds after a restart, as it did before: the stored
+// policies are in force when the queue is recovered, so it rebuilds its
+// ids from its stored messages as a queue with the argument does, and the
+// management API shows the policy on it at once.
+func TestDedupPolicyQueueSurvivesRestart(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	newAPI(t, r.b).admin("PUT", "/api/policies/%2F/dpr", map[string]any{"pattern": "^dpr-", "apply-to": "queues",
+		"definition": map[string]any{"x-message-deduplication": true}}, 201)
+	c, ch := r.dial()
+	_, err := ch.QueueDeclare("dpr-q", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	pub := func(ch *rmq.Channel, id string) bool {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirm("", "dpr-q", false, false, rmq.Publishing{
+			Headers: rmq.Table{"x-deduplication-header": id}, DeliveryMode: rmq.Persistent, Body: []byte(id)})
+		must(t, err)
+		return dc.Wait()
+	}
+	if !pub(ch, "a") || pub(ch, "a") {
+		t.Fatal("before the restart: want ack, then nack")
+	}
+	c.Close()
+	r.restart()
+
+	c, ch = r.dial()
+	defer c.Close()
+	must(t, ch.Confirm(false))
+	if pub(ch, "a") {
+		t.Fatal("after the restart, a duplicate of a stored message was acked")
+	}
+	if !pub(ch, "b") {
+		t.Fatal("a new id nacked")
+	}
+	st, err := ch.QueueDeclarePassive("dpr-q", true, false, false, false, nil)
+	must(t, err)
+	if st.Messages != 2 {
+		t.Fatalf("%d messages, want 2", st.Messages)
+	}
+	var info struct{ Policy string }
+	if code := newAPI(t, r.b).call("GET", "/api/queues/%2F/dpr-q", "guest", "guest", nil, &info); code != 200 || info.Policy != "dpr" {
+		t.Fatalf("GET queue: %d, policy %q", code, info.Policy)
+	}
+}
+
+// A publish whose routing records its id in a durable deduplication
+// exchange is confirmed only once that record is durable, whatever else
+// the confirm waits for: here a transient message, so the queues write
+// nothing, to a non-durable queue that may refuse it (reject-publish, or
+// queue-level deduplication: its confirm waits for the queue's verdict),
+// or held back by a delayed exchange bound to the deduplication exchange
+// (a transient delayed message is not waited for). The store's commits
+// fail: the record is not durable, so the publish must be nacked, as one
+// whose only write was the record is.
+func TestDedupConfirmWaitsForRecord(t *testing.T) {
+	var failing atomic.Bool
+	r := newRestartable(t, broker.Options{StoreFault: func() error {
+		if failing.Load() {
+			return errors.New("no space left on device (injected)")
+		}
+		return nil
+	}})
+	c, ch := r.dial()
+	defer c.Close()
+	for _, tc := range []struct {
+		name string
+		args rmq.Table // the queue's, or nil for the delayed exchange
+	}{
+		{"reject-publish", rmq.Table{"x-max-length": int32(10), "x-overflow": "reject-publish"}},
+		{"queue-dedup", rmq.Table{"x-message-deduplication": true}},
+		{"delayed", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := "dcw-" + tc.name
+			must(t, ch.ExchangeDeclare(x, "x-message-deduplication", true, false, false, false, rmq.Table{"x-cache-size": int32(100)}))
+			headers := rmq.Table{}
+			if tc.args != nil {
+				_, err := ch.QueueDeclare(x+"-q", false, false, false, false, tc.args)
+				must(t, err)
+				must(t, ch.QueueBind(x+"-q", "", x, false, nil))
+			} else {
+				must(t, ch.ExchangeDeclare(x+"-later", "x-delayed-message", true, false, false, false, rmq.Table{"x-delayed-type": "fanout"}))
+				must(t, ch.ExchangeBind(x+"-later", "", x, false, nil))
+				headers["x-delay"] = int32(600_000)
+			}
+			pc, err := c.Channel()
+			must(t, err)
+			defer pc.Close()
+			must(t, pc.Confirm(false))
+			pub := func(id string) bool {
+				t.Helper()
+				h := rmq.Table{"x-deduplication-header": id}
+				for k, v := range headers {
+					h[k] = v
+				}
+				dc, err := pc.PublishWithDeferredConfirm(x, "", false, false, rmq.Publishing{Headers: h, Body: []byte(id)})
+				must(t, err)
+				return dc.Wait()
+			}
+			failing.Store(true)
+			acked := pub("a")
+			failing.Store(false)
+			if acked {
+				t.Fatal("acked although its deduplication record was not written")
+			}
+			if !pub("b") {
+				t.Fatal("nacked with a working store")
+			}
+		})
 	}
 }

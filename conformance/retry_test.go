@@ -346,6 +346,36 @@ func TestRetryArgumentValidation(t *testing.T) {
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-retry-delay' for queue 'retry-eq' in vhost '/': received '2000' but current is '1000'")
 }
 
+// x-retry-backoff and x-retry-jitter also take an AMQP decimal, the one
+// non-integer number some clients can put in a table (Python's pika
+// encodes no floats, only decimal.Decimal), checked and used as the same
+// number would be.
+func TestRetryDecimalArguments(t *testing.T) {
+	e := retryEnv(t)
+	ch := e.channel(e.conn)
+	_, err := ch.QueueDeclare("retry-dec-bad", false, false, false, false, rmq.Table{"x-retry-jitter": rmq.Decimal{Scale: 1, Value: 15}})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-retry-jitter' for queue 'retry-dec-bad' in vhost '/': {value_out_of_range,1.5}")
+	args := rmq.Table{"x-retry-delay": int32(200), "x-retry-backoff": rmq.Decimal{Scale: 1, Value: 30}, "x-retry-jitter": rmq.Decimal{Scale: 0, Value: 0}}
+	q := e.queue("retry-dec", args)
+	if _, err := e.ch.QueueDeclare(q, false, false, false, false, args); err != nil {
+		t.Fatalf("redeclare with the same arguments: %v", err)
+	}
+	e.publish("", q, "m")
+	ds := e.consume(q, false)
+	at := nackAt(t, recv(t, ds))
+	d := recv(t, ds)
+	if w := time.Since(at); w < 200*time.Millisecond {
+		t.Fatalf("first hold %v, want 200ms", w)
+	}
+	// The second nack: 200ms * 3.0 (the default backoff, 2, would give 400ms).
+	at = nackAt(t, d)
+	d = recv(t, ds)
+	if w := time.Since(at); w < 600*time.Millisecond {
+		t.Fatalf("second hold %v, want 600ms (backoff 3.0 as a decimal)", w)
+	}
+	must(t, d.Ack(false))
+}
+
 // A policy's retry-delay holds nacks on a live queue; the queue's own
 // x-retry-delay wins over it. Bad policy values are refused.
 func TestRetryPolicy(t *testing.T) {

@@ -29,6 +29,26 @@ func (s *Store) Commit(b *Batch, done func(error)) {
 	s.mu.Unlock()
 }
 
+// TryCommit is Commit, but for a closed store: it returns ErrClosed and
+// does not call done, so that a caller holding a lock that done's work
+// must not run under (done runs at once, on the caller's goroutine, when
+// Commit finds the store closed) handles the refusal after releasing it.
+func (s *Store) TryCommit(b *Batch, done func(error)) error {
+	b.done = done
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.pending = append(s.pending, b)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.Unlock()
+	return nil
+}
+
 // AddFlusher has f add its writes to every group commit, after the
 // round's batches: anything f was given before a batch was submitted is
 // durable once that batch is. f runs on the committer with no lock held

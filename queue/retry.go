@@ -3,6 +3,7 @@ package queue
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -153,7 +154,7 @@ func (q *Queue) pushHold(d Delivery, due int64) {
 	win, winBytes := q.window()
 	if q.cfg.Durable && q.stored(&d) && (q.holdsInMem >= win/2 || q.holdBytes+size > winBytes/2) {
 		q.account(-size)
-		d.Msg = pagedMsg(d.Msg)
+		d.Msg = q.pagedMsg(d.Msg)
 		q.holds.push(heldMsg{due: due, d: d, paged: true})
 	} else {
 		q.holdBytes += size
@@ -164,10 +165,20 @@ func (q *Queue) pushHold(d Delivery, due int64) {
 }
 
 // pagedMsg is what a paged hold keeps of m: what its entry, its lane and
-// its expiry need, without its bytes.
-func pagedMsg(m *Message) *Message {
-	return &Message{Persistent: m.Persistent, Priority: m.Priority, Enqueued: m.Enqueued, Expires: m.Expires,
+// its expiry need, without its bytes; on a deduplicating queue, a copy of
+// the properties of a message with an id (its body and properties share
+// one buffer), so that its id leaves the queue with it if it never comes
+// back (its record lost). exec held.
+func (q *Queue) pagedMsg(m *Message) *Message {
+	pm := &Message{Persistent: m.Persistent, Priority: m.Priority, Enqueued: m.Enqueued, Expires: m.Expires,
 		ID: m.ID, Shared: m.Shared, Inline: m.Inline}
+	if q.dedup != nil {
+		var buf [9]byte
+		if _, ok := DedupID(m.Props, &buf); ok {
+			pm.Props = slices.Clone(m.Props)
+		}
+	}
+	return pm
 }
 
 func (q *Queue) countHeld() { q.heldN.Store(int64(len(q.holds) + len(q.fetching))) }
@@ -255,6 +266,9 @@ func (q *Queue) landHold(ld *landing) {
 	}
 	if rec == nil {
 		q.cfg.Logger.Warn("held message missing from store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
+		if q.dedup != nil {
+			q.dedupForget(d.Msg) // it is gone: so is its id
+		}
 		return
 	}
 	m, err := DecodeMessage(rec)

@@ -1,11 +1,13 @@
 package queue
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/internal/poll"
 )
 
@@ -126,5 +128,80 @@ func BenchmarkRequeueNackedNoRetry(b *testing.B) {
 		ds[0] = s.last
 		q.RequeueNacked(ds, &fl)
 		fl.Flush()
+	}
+}
+
+// lostHoldStore is a Store whose reads of held messages find their record
+// missing, or corrupt.
+type lostHoldStore struct {
+	logStore
+	corrupt bool
+}
+
+func (s *lostHoldStore) LoadEntries(_, after uint64, _ int, _ int64, done func([]StoredEntry, error)) {
+	if !s.corrupt {
+		done(nil, nil)
+		return
+	}
+	done([]StoredEntry{{Seq: after + 1, Msg: 1, Inline: true, Record: []byte{0xff}}}, nil)
+}
+
+// chanConf reports its outcome on a channel.
+type chanConf chan error
+
+func (c chanConf) Done(err error) { c <- err }
+
+// A paged hold whose stored record is missing or corrupt when it comes
+// due is dropped; its deduplication id leaves the queue with it, as for
+// any message that leaves: a message with that id is taken again.
+func TestPagedHoldLostFreesDedupID(t *testing.T) {
+	for _, corrupt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "missing", true: "corrupt"}[corrupt], func(t *testing.T) {
+			st := &lostHoldStore{logStore: logStore{entries: map[uint64]bool{}}, corrupt: corrupt}
+			pol := NoPolicy
+			pol.Dedup = true
+			pol.Retry = Retry{Delay: 20 * time.Millisecond}
+			// A window of 2 keeps one hold in memory: the second is paged.
+			q := newQueue(t, Config{Name: "q", ID: 1, Durable: true, Store: st, Window: 2, WindowBytes: 1 << 20, Policy: &pol})
+			publish := func(id string) error {
+				t.Helper()
+				p := amqp.Properties{Flags: amqp.FlagHeaders, Headers: amqp.Table{DedupHeader: id}}
+				conf := make(chanConf, 1)
+				q.PublishConfirm(&Message{Props: p.Append(nil), Body: []byte(id), Persistent: true, ID: st.NewMessageID(), Inline: true,
+					Enqueued: time.Now().UnixNano()}, conf, nil)
+				select {
+				case err := <-conf:
+					return err
+				case <-time.After(5 * time.Second):
+					t.Fatal("no confirm")
+				}
+				return nil
+			}
+			for _, id := range []string{"a", "b"} {
+				if err := publish(id); err != nil {
+					t.Fatalf("publish %s: %v", id, err)
+				}
+			}
+			var ds []Delivery
+			for range 2 {
+				d, ok, _, err := q.Get(false)
+				if err != nil || !ok {
+					t.Fatalf("get: %v %v", ok, err)
+				}
+				ds = append(ds, d)
+			}
+			q.RequeueNacked(ds, nil)
+			// "a" comes back from memory; "b", paged, is lost when read.
+			poll.Eventually(t, 5*time.Second, func() bool {
+				n, _, _ := q.Stats()
+				return n == 1 && q.Held() == 0
+			}, "one message back, the lost one dropped")
+			if err := publish("a"); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("a duplicate of a queued message: %v, want ErrDuplicate", err)
+			}
+			if err := publish("b"); err != nil {
+				t.Fatalf("the id of the lost message: %v, want it taken", err)
+			}
+		})
 	}
 }

@@ -83,13 +83,17 @@ func wantInt(v any) string {
 	return ""
 }
 
-// number reads an integer or floating-point argument.
+// number reads an integer, floating-point or decimal argument (a decimal
+// is the one non-integer number some clients can send: pika encodes
+// decimal.Decimal, and no floats).
 func number(v any) (float64, bool) {
 	switch x := v.(type) {
 	case float64:
 		return x, true
 	case float32:
 		return float64(x), true
+	case amqp.Decimal:
+		return float64(x.Value) / math.Pow10(int(x.Scale)), true
 	}
 	n, ok := amqp.Int(v)
 	return float64(n), ok

@@ -290,7 +290,10 @@ func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string,
 		return
 	}
 	ex.AddDelayed(1)
-	v.store.Commit(b, func(err error) {
+	// Submitted under d.mu (see the top of the file), but a closed store
+	// refuses it at once: that is answered once d.mu is released, as
+	// LOCKS.md wants a confirm (channel locks, the connection's buffer).
+	err := v.store.TryCommit(b, func(err error) {
 		if err != nil {
 			ex.AddDelayed(-1) // not stored (a full disk): nacked if confirmed
 		} else {
@@ -301,6 +304,12 @@ func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string,
 		}
 	})
 	d.mu.Unlock()
+	if err != nil {
+		ex.AddDelayed(-1)
+		if wait && conf != nil {
+			conf.Done(err)
+		}
+	}
 }
 
 // written notes a delayed message of x due at due committed (readable).

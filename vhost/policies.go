@@ -197,15 +197,7 @@ func (v *VHost) SetPolicies(pols, ops []*PolicyDef) {
 	}
 	v.mu.Unlock()
 	for _, x := range xs {
-		ae := ""
-		p := best(pols, x.Name, false)
-		if p != nil {
-			ae, _ = p.Definition["alternate-exchange"].(string)
-		}
-		x.SetPolicyAE(ae)
-		if x.Dedup != nil {
-			v.dedupPolicy(x, p)
-		}
+		v.exchangePolicy(x, pols)
 	}
 	for _, q := range qs {
 		c := q.Config()
@@ -216,6 +208,21 @@ func (v *VHost) SetPolicies(pols, ops []*PolicyDef) {
 		if err := q.SetPolicy(pol); err != nil && err != queue.ErrDeleted {
 			v.log.Warn("applying a policy", zap.String("queue", c.Name), zap.Error(err))
 		}
+	}
+}
+
+// exchangePolicy applies to x what the matching policy of pols (if any)
+// sets for exchanges: its alternate exchange and, for a deduplication
+// exchange, its window.
+func (v *VHost) exchangePolicy(x *exchange.Exchange, pols []*PolicyDef) {
+	ae := ""
+	p := best(pols, x.Name, false)
+	if p != nil {
+		ae, _ = p.Definition["alternate-exchange"].(string)
+	}
+	x.SetPolicyAE(ae)
+	if x.Dedup != nil {
+		v.dedupPolicy(x, p)
 	}
 }
 

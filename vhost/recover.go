@@ -24,7 +24,10 @@ var recoveryProgressEvery = 1000
 //
 // It reads every stored definition first (readDefinitions), then rebuilds
 // the registry from them: exchanges, queues (each with the summary of its
-// stored entries), bindings; and only then starts the queues.
+// stored entries), bindings; and only then starts the queues, then the
+// delayed exchanges' routing. The policies set before it is called
+// (SetPolicies, with no queue or exchange to apply them to yet) apply to
+// the exchanges and queues it rebuilds from the start.
 func (v *VHost) Recover(defaults queue.Config) error {
 	if v.store == nil {
 		return nil
@@ -62,11 +65,21 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err != nil {
 		return nil, err
 	}
+	// The vhost's policies (SetPolicies before recovery) are in force on
+	// what is rebuilt before anything routes: the exchanges' here (an
+	// alternate exchange, a deduplication window, sized before its ids
+	// are restored into it), the queues' below. So a delayed message due
+	// at once is routed (startQueues starts the delayers, last) under
+	// them, as are the queues' first expiries and dead-letterings.
+	pols, ops := v.policies, v.opPolicies
 	dedupDrop := &persist.Batch{}
 	for _, x := range defs.exchanges {
 		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
 		if x.kind == exchange.Dedup {
 			v.attachDedup(ex, true)
+		}
+		v.exchangePolicy(ex, pols)
+		if x.kind == exchange.Dedup {
 			if err := v.recoverDedup(ex, dedupDrop); err != nil {
 				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
 			}
@@ -85,15 +98,23 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	// once, and its messages must find every exchange, queue and binding
 	// they route to; and no commit may reach the store while the queues'
 	// entries (and the shared messages' reference counts) are recovered.
+	// The policies are in force from a queue's start, as for a queue
+	// declared now: one deduplicated by a policy rebuilds its ids from
+	// its stored messages.
 	type pendingQueue struct {
-		name string
-		cfg  queue.Config
+		name    string
+		cfg     queue.Config
+		applied AppliedPolicy
 	}
 	pending := make([]pendingQueue, 0, len(defs.queues))
 	nm := 0
 	var maxID uint64
 	for i, d := range defs.queues {
 		qa, _ := validateQueueArgs(d.name, v.name, d.args)
+		var applied AppliedPolicy
+		if len(pols) > 0 || len(ops) > 0 {
+			qa, _, applied = v.policyFor(d.name, d.args, pols, ops)
+		}
 		cfg := v.queueConfig(defaults, QueueDecl{Name: d.name, Durable: true, AutoDelete: d.autoDelete, Args: d.args}, qa)
 		cfg.ID = d.id
 		// A priority queue's lanes page under ids of their own.
@@ -128,7 +149,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			sum.Dropped += s.Dropped
 		}
 		cfg.Recovered = rec
-		pending = append(pending, pendingQueue{d.name, cfg})
+		pending = append(pending, pendingQueue{d.name, cfg, applied})
 		maxID = max(maxID, d.id)
 		nm += sum.Count
 		if ce := v.log.Check(zap.DebugLevel, "queue recovered"); ce != nil {
@@ -175,7 +196,11 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	return func() {
 		v.mu.Lock()
 		for _, p := range pending {
-			v.queues[p.name] = queue.New(p.cfg)
+			q := queue.New(p.cfg)
+			v.queues[p.name] = q
+			if p.applied.Policy != "" || p.applied.OperatorPolicy != "" {
+				v.applied[q] = p.applied
+			}
 		}
 		v.mu.Unlock()
 		if dedupDrop.Len() > 0 {
