@@ -87,9 +87,10 @@ type Options struct {
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
 	// MemoryLimitBase is the Go heap target (runtime/debug.SetMemoryLimit)
-	// when queues hold nothing in memory; the target follows what they
-	// hold (base + twice that). 0 means 128 MiB; negative leaves the Go
-	// runtime's default (or GOMEMLIMIT) alone.
+	// when queues hold nothing in memory, beyond what the store's Badger
+	// keeps on the heap (persist.Store.HeapFixed); the target follows
+	// what queues hold (base + store + twice that). 0 means 128 MiB;
+	// negative leaves the Go runtime's default (or GOMEMLIMIT) alone.
 	MemoryLimitBase int64
 	// StoreGCInterval is how often the value log is garbage-collected.
 	StoreGCInterval time.Duration

@@ -36,7 +36,9 @@ import (
 // 5s. RAILMQ_DELAYED_LEAD (a duration, default none) makes every message
 // due at start + lead + [1 s, spread] instead of [1 s, spread] after its
 // publish: with a lead longer than the load, routing is measured apart
-// from publishing (on a two-core machine the two compete). The README's figures: RAILMQ_DELAYED_SIZES=100000,1000000
+// from publishing (on a two-core machine the two compete).
+// RAILMQ_DELAYED_BINARY runs that broker binary instead of building this
+// tree's (to compare two revisions side by side). The README's figures: RAILMQ_DELAYED_SIZES=100000,1000000
 // RAILMQ_DELAYED_SPREAD=60s go test -run '^$' -bench BenchmarkDelayedLoad
 // -benchtime=1x ./conformance
 func BenchmarkDelayedLoad(b *testing.B) {
@@ -62,7 +64,10 @@ func BenchmarkDelayedLoad(b *testing.B) {
 		return def
 	}
 	spread, lead := dur("RAILMQ_DELAYED_SPREAD", 5*time.Second), dur("RAILMQ_DELAYED_LEAD", 0)
-	bin := testutil.Binary(b)
+	bin := os.Getenv("RAILMQ_DELAYED_BINARY") // a broker built elsewhere (another revision), side by side
+	if bin == "" {
+		bin = testutil.Binary(b)
+	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			b.ReportAllocs()

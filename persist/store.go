@@ -35,6 +35,22 @@ type Options struct {
 // vlogFileSize is the size of a value-log file (Badger maps twice that).
 const vlogFileSize = 128 << 20
 
+// Badger's memtables and caches, all on the Go heap.
+const (
+	numMemtables   = 2
+	blockCacheSize = 16 << 20
+	indexCacheSize = 16 << 20
+)
+
+// HeapFixed is what Badger keeps on the Go heap however little the store
+// holds: its memtables' arenas (a memtable's size plus Badger's 15% for
+// its largest batch and as much again for that batch's skiplist nodes)
+// and its block and index caches. A heap target below it would have the
+// GC run all the time.
+func (s *Store) HeapFixed() int64 {
+	return numMemtables*(s.opt.MemTableSize*13/10) + blockCacheSize + indexCacheSize
+}
+
 // Store is the message and definition store.
 type Store struct {
 	db  *badger.DB
@@ -100,11 +116,11 @@ func Open(opt Options) (*Store, error) {
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
 		WithMemTableSize(opt.MemTableSize).
-		WithNumMemtables(2).
+		WithNumMemtables(numMemtables).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(8).
-		WithBlockCacheSize(16 << 20).
-		WithIndexCacheSize(16 << 20).
+		WithBlockCacheSize(blockCacheSize).
+		WithIndexCacheSize(indexCacheSize).
 		WithValueThreshold(256).
 		WithValueLogFileSize(vlogFileSize).
 		WithNumCompactors(2).
