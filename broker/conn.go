@@ -91,7 +91,7 @@ type conn struct {
 	authUser  *auth.User    // set by the handshake
 	grant     *auth.Grant   // the user's rights in vh
 	nchan     atomic.Int32  // channels open (user max-channels)
-	busy      int           // read batches so far (for the read buffer size)
+	fullReads int           // reads that filled the read buffer (for its size)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms
 	flowQ     *queue.Queue  // a queue published into that is behind (waitFlow)

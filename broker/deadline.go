@@ -40,6 +40,9 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 			continue // posted after runRequests: serve it before blocking
 		}
 		n, err := c.io.Read(p)
+		if n == len(p) {
+			c.fullReads++ // more may be waiting: a busy connection (readLoop)
+		}
 		if n == 0 && err != nil && isTimeout(err) {
 			if c.reqFlag.Load() {
 				continue // woken to serve a request, not a real timeout
