@@ -41,13 +41,7 @@ func storeDue(t *testing.T, s *persist.Store, vh, ex string, ms ...*queue.Messag
 // definitions' arguments alone.
 func TestRecoverDelayedUnderPolicies(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*persist.Store, *VHost) {
-		s, err := persist.Open(persist.Options{Dir: dir, GCInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, New("v", new(atomic.Int64), nil, s, 0, 0)
-	}
+	open := func() (*persist.Store, *VHost) { return openStoreVHost(t, dir, nil) }
 	s, v := open()
 	for _, d := range []ExchangeDecl{
 		{Name: "dx", Type: "x-delayed-message", Durable: true, Args: amqp.Table{"x-delayed-type": "direct"}},

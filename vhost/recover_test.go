@@ -119,17 +119,22 @@ func TestDefinitionsAdd(t *testing.T) {
 	}
 }
 
+// openStoreVHost opens the store in dir (no value-log GC) and a vhost "v"
+// on it, as a broker's restart would.
+func openStoreVHost(t *testing.T, dir string, log *zap.Logger) (*persist.Store, *VHost) {
+	t.Helper()
+	s, err := persist.Open(persist.Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, New("v", new(atomic.Int64), log, s, 0, 0)
+}
+
 // TestRecover declares durable definitions and messages, reopens the store
 // and recovers them, with progress lines every two queues.
 func TestRecover(t *testing.T) {
 	dir := t.TempDir()
-	open := func(log *zap.Logger) (*persist.Store, *VHost) {
-		s, err := persist.Open(persist.Options{Dir: dir, GCInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, New("v", new(atomic.Int64), log, s, 0, 0)
-	}
+	open := func(log *zap.Logger) (*persist.Store, *VHost) { return openStoreVHost(t, dir, log) }
 	s, v := open(nil)
 	for _, d := range []ExchangeDecl{
 		{Name: "x", Type: "topic", Durable: true},
@@ -252,13 +257,7 @@ func TestRecover(t *testing.T) {
 // back after another restart.
 func TestRecoverPriorityEntriesOfLaneZero(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*persist.Store, *VHost) {
-		s, err := persist.Open(persist.Options{Dir: dir, GCInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, New("v", new(atomic.Int64), nil, s, 0, 0)
-	}
+	open := func() (*persist.Store, *VHost) { return openStoreVHost(t, dir, nil) }
 	s, v := open()
 	q, _, _, err := v.DeclareQueue(QueueDecl{Name: "pq", Durable: true, Args: amqp.Table{"x-max-priority": int32(10)}}, queue.Config{})
 	if err != nil {
