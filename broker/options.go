@@ -89,7 +89,7 @@ type Options struct {
 	// MemoryLimitBase is the Go heap target (runtime/debug.SetMemoryLimit)
 	// when queues hold nothing in memory, beyond what the store's Badger
 	// keeps on the heap (persist.Store.HeapFixed); the target follows
-	// what queues hold (base + store + twice that). 0 means 128 MiB;
+	// what queues hold (base + store + twice that). 0 means 64 MiB;
 	// negative leaves the Go runtime's default (or GOMEMLIMIT) alone.
 	MemoryLimitBase int64
 	// StoreGCInterval is how often the value log is garbage-collected.
@@ -189,7 +189,7 @@ func (o Options) withDefaults() Options {
 		o.PagingRatio = 0.5
 	}
 	if o.MemoryLimitBase == 0 {
-		o.MemoryLimitBase = 128 << 20
+		o.MemoryLimitBase = 64 << 20
 	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
 		o.MemoryLimitBase = -1

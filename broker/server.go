@@ -347,8 +347,8 @@ func (s *Server) startAlarms() {
 }
 
 // tuneMemoryLimit keeps the Go heap target close to what the broker
-// needs: a small base, what the store's Badger keeps on the heap whatever
-// it holds (its memtables and caches, 74 MiB), plus the message bodies
+// needs: a small base (64 MiB), what the store's Badger keeps on the heap
+// whatever it holds (its memtables and caches, 74 MiB), plus the message bodies
 // queues hold in memory. With backlogs paged to the store, the heap (and
 // RSS) stays small; with large in-memory queues the target grows with
 // them, so the GC does not thrash. (Without the store's part, a busy
