@@ -2,7 +2,9 @@
 # compat-clients.sh: run our own checks of two more client libraries,
 # Python pika (Debian's python3-pika) and Ruby bunny (Debian's ruby-bunny),
 # against a freshly built railmq (scripts/clients/*: each expectation there
-# was taken from RabbitMQ 3.10.8 side by side), and summarise.
+# was taken from RabbitMQ 3.10.8 side by side; pika_plugins.py's, for the
+# built-in plugin features, from the plugins' READMEs and sources), and
+# summarise.
 #
 #   scripts/compat-clients.sh            (part of: make compat)
 #
@@ -48,10 +50,12 @@ fi
 # --- the checks ---------------------------------------------------------------
 cd "$ROOT/scripts/clients" || die "no scripts/clients"
 timeout 300 "$PY" pika_check.py "$URL" >"$LOG_DIR/railmq-compat-pika.log" 2>&1
+# railmq's built-in plugin features (delayed, retry, dedup, consistent hash)
+timeout 300 "$PY" pika_plugins.py "$URL" >"$LOG_DIR/railmq-compat-pika-plugins.log" 2>&1
 timeout 300 /usr/bin/ruby bunny_check.rb "$URL" >"$LOG_DIR/railmq-compat-bunny.log" 2>&1
 ALLOWED=$(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$ALLOWLIST" 2>/dev/null | sort -u)
 pass=0 fail=0 unexp=0
-for lib in pika bunny; do
+for lib in pika pika-plugins bunny; do
 	log=$LOG_DIR/railmq-compat-$lib.log
 	n=$(grep -c '^ok ' "$log")
 	pass=$((pass + n))
@@ -74,5 +78,5 @@ for lib in pika bunny; do
 done
 echo
 echo "==== pika/bunny compat summary: $pass passed, $fail failed"
-say "logs: $LOG_DIR/railmq-compat-pika.log, $LOG_DIR/railmq-compat-bunny.log"
+say "logs: $LOG_DIR/railmq-compat-pika.log, $LOG_DIR/railmq-compat-pika-plugins.log, $LOG_DIR/railmq-compat-bunny.log"
 finish "$unexp"
