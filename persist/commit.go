@@ -12,21 +12,9 @@ import (
 // the batch is durable, or with the error that kept it from being so.
 // Writes that arrive while a sync is under way go into the next one.
 func (s *Store) Commit(b *Batch, done func(error)) {
-	b.done = done
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		if done != nil {
-			done(ErrClosed)
-		}
-		return
+	if err := s.TryCommit(b, done); err != nil && done != nil {
+		done(err)
 	}
-	s.pending = append(s.pending, b)
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	s.mu.Unlock()
 }
 
 // TryCommit is Commit, but for a closed store: it returns ErrClosed and
@@ -201,9 +189,9 @@ func (s *Store) commitPending() {
 		if err := s.db.Sync(); err != nil {
 			writeErr = fmt.Errorf("fsync: %w", err)
 		}
-		s.metrics.Fsync.observe(since(t))
+		s.metrics.Fsync.Observe(since(t))
 	}
-	s.metrics.Batches.observe(int64(len(batch)))
+	s.metrics.Batches.Observe(int64(len(batch)))
 	s.syncs.Add(1)
 	s.maybePageOut()
 	if writeErr != nil {

@@ -19,10 +19,7 @@ func newHistogram(scale float64, bounds ...float64) *Histogram {
 }
 
 // Observe adds one value v, given in units of scale.
-func (h *Histogram) Observe(v int64) { h.observe(v) }
-
-// observe adds one value v, given in units of scale.
-func (h *Histogram) observe(v int64) {
+func (h *Histogram) Observe(v int64) {
 	f := float64(v) * h.scale
 	i := 0
 	for i < len(h.bounds) && f > h.bounds[i] {

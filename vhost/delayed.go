@@ -41,7 +41,7 @@ package vhost
 // it gone under mu before committing the drop of its messages, cannot
 // miss one). Nothing else is taken under it, and it is never held across
 // a read or a route. The store's callbacks (writes committed, copies
-// durable, deletes committed) take it, never wait, and wake the goroutine.
+// durable, deletes committed) take it, never wait, and wake the router.
 
 import (
 	"cmp"
@@ -131,14 +131,14 @@ type delayer struct {
 	mu         sync.Mutex
 	xs         map[*exchange.Exchange]*delayedX // mu
 	recovering bool                             // Recover has not started the vhost yet; mu
-	running    bool                             // the goroutine runs; mu
+	running    bool                             // the router (and its reader) run; mu
 	closed     bool                             // mu
 
 	wake     chan struct{} // the router's; one slot
 	readWake chan struct{} // the reader's; one slot
 	stop     chan struct{}
 	done     chan struct{}
-	fl       queue.Flushes // the goroutine's
+	fl       queue.Flushes // the router's
 }
 
 // delayedX is one delayed exchange's state. All of it is d.mu's.
@@ -151,7 +151,7 @@ type delayedX struct {
 	// is not committed yet: a read skips them.
 	inflight map[uint64]struct{}
 	// ahead are messages read (in flight) before they are due, in due
-	// order: the delayer's goroutine routes them when they are.
+	// order: the router routes them when they are.
 	ahead []persist.Delayed
 	gone  bool // deleted
 }
@@ -174,8 +174,8 @@ func (d *delayer) add(ex *exchange.Exchange) {
 	d.startLocked()
 }
 
-// startLocked starts the goroutine once there is a delayed exchange and
-// the vhost is recovered. d.mu held.
+// startLocked starts the router (which starts the reader) once there is
+// a delayed exchange and the vhost is recovered. d.mu held.
 func (d *delayer) startLocked() {
 	if d.running || d.recovering || d.closed || len(d.xs) == 0 || d.v.store == nil {
 		return
@@ -240,7 +240,7 @@ func (d *delayer) start() {
 	d.mu.Unlock()
 }
 
-// close stops the goroutine and waits for it. Batches being made durable
+// close stops the router and the reader and waits for them. Batches being made durable
 // finish on the committer (their deletes are submitted as usual).
 func (d *delayer) close() {
 	d.mu.Lock()
