@@ -55,6 +55,10 @@ const catchUpLag = 64
 // once: settled as they are written, so that the rest wait in the log.
 const noAckCredit = 256
 
+// pipelineMin is the smallest prefetch whose consumer gets twice its
+// prefetch in credit (see credit).
+const pipelineMin = 16
+
 var groupSpread atomic.Uint64
 
 func (m quorumMaker) NewGroup(size int) (string, []string) {
@@ -312,9 +316,25 @@ func (qq *quorumQueue) checkout(tag string, credit int) error {
 	}
 }
 
+// credit is how many messages the queue's log may check out to a
+// consumer at once. The channel still writes no more than the consumer's
+// prefetch unacked (queue.Sink refuses the rest, which wait in the
+// consumer's pending list on its node); a prefetch of pipelineMin or more
+// gets as many again, so that the next window is on the consumer's node
+// when it acks the last one. Without it, every ack waited for its
+// Settle's commit and for the entry checking out the next messages to
+// reach the consumer's node (two commits, tens of milliseconds under
+// load) before another message was written: two consumers with prefetch
+// 300 took 13-16 k msg/s of the 18-21 k the publishers sent; with the
+// pipeline they kept up. Small prefetches (a work queue's 1, fair
+// dispatch) keep their exact credit, so that no message waits behind a
+// busy consumer while another is idle.
 func credit(c *queue.Consumer) int {
-	if c.NoAck {
+	switch {
+	case c.NoAck:
 		return noAckCredit
+	case c.Prefetch >= pipelineMin:
+		return 2 * c.Prefetch
 	}
 	return c.Prefetch
 }

@@ -348,7 +348,8 @@ func (s *Server) startAlarms() {
 
 // tuneMemoryLimit keeps the Go heap target close to what the broker
 // needs: a small base (64 MiB), what the store's Badger keeps on the heap
-// whatever it holds (its memtables and caches, 74 MiB), plus the message bodies
+// whatever it holds (its memtables and caches, 74 MiB; a cluster node's
+// raft logs add 66 MiB each), plus the message bodies
 // queues hold in memory. With backlogs paged to the store, the heap (and
 // RSS) stays small; with large in-memory queues the target grows with
 // them, so the GC does not thrash. (Without the store's part, a busy
@@ -356,7 +357,11 @@ func (s *Server) startAlarms() {
 // second, a third of the broker's CPU, in a run of delayed messages.)
 func (s *Server) tuneMemoryLimit() {
 	if base := s.opts.MemoryLimitBase; base > 0 {
-		debug.SetMemoryLimit(base + s.store.HeapFixed() + 2*max(s.memory.Load(), 0))
+		fixed := s.store.HeapFixed()
+		if s.node != nil {
+			fixed += s.node.HeapFixed()
+		}
+		debug.SetMemoryLimit(base + fixed + 2*max(s.memory.Load(), 0))
 	}
 }
 

@@ -144,6 +144,7 @@ func (n *Node) queueDB() (*badger.DB, error) {
 			return nil, err
 		}
 		n.qdb = db
+		n.qdbOpen.Store(true)
 	}
 	return n.qdb, nil
 }

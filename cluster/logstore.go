@@ -50,10 +50,31 @@ func OpenLogStore(dir string) (*LogStore, error) {
 	return s, nil
 }
 
+// A raft log Badger's memtables and caches, all on the Go heap. Badger's
+// defaults (five memtables, a 256 MiB block cache, every table index in
+// memory) would put a few hundred MiB on the heap of a node that counts
+// only the store's share in its heap target, and have its GC run all the
+// time; a log is written once, read back by followers catching up and
+// then truncated, so small caches are enough.
+const (
+	logMemTableSize = 16 << 20
+	logMemtables    = 2
+	logBlockCache   = 16 << 20
+	logIndexCache   = 8 << 20
+)
+
+// LogDBHeap is what one log Badger opened by OpenLogDB keeps on the Go
+// heap however little it holds (as persist.Store.HeapFixed counts it).
+const LogDBHeap = logMemtables*(logMemTableSize*13/10) + logBlockCache + logIndexCache
+
 // OpenLogDB opens (or creates) a Badger for raft logs in dir.
 func OpenLogDB(dir string) (*badger.DB, error) {
 	opts := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false).
-		WithNumVersionsToKeep(1).WithMemTableSize(16 << 20).WithValueThreshold(1 << 10)
+		WithNumVersionsToKeep(1).WithDetectConflicts(false).
+		WithMemTableSize(logMemTableSize).WithNumMemtables(logMemtables).
+		WithNumLevelZeroTables(4).WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(logBlockCache).WithIndexCacheSize(logIndexCache).
+		WithNumCompactors(2).WithValueThreshold(1 << 10)
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: opening the raft log in %s: %w", dir, err)

@@ -73,8 +73,9 @@ type Node struct {
 	qrpc    raft.StreamLayer // commands forwarded to a group's leader
 	startMu sync.RWMutex     // StartGroup read-holds it; close takes it, and sets closing
 	closing bool
-	gmu     sync.Mutex // guards qdb, groups, clients
-	qdb     *badger.DB // every group's log, opened with the first
+	gmu     sync.Mutex  // guards qdb, groups, clients
+	qdb     *badger.DB  // every group's log, opened with the first
+	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
 	clients map[string]*groupClient // by leader address
 }
@@ -235,6 +236,17 @@ func (s streamLink) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
+
+// HeapFixed is what the node's raft log Badgers keep on the Go heap
+// however little they hold (LogDBHeap each: the metadata log, and the
+// quorum queues' log once one is open), for the broker's heap target.
+func (n *Node) HeapFixed() int64 {
+	h := int64(LogDBHeap)
+	if n.qdbOpen.Load() {
+		h += LogDBHeap
+	}
+	return h
+}
 
 // zapWriter passes raft's log lines (hclog's text) to zap as warnings.
 type zapWriter struct{ log *zap.Logger }

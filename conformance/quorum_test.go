@@ -362,3 +362,83 @@ func TestClusterDeclareThenUseElsewhere(t *testing.T) {
 		must(t, err)
 	}
 }
+
+// TestQuorumQueuePrefetch: a consumer of a quorum queue on a node that
+// does not lead it gets no more unacked messages than its prefetch, even
+// though the log checks out twice that to a prefetch of 16 or more (the
+// next window waits on its node, broker/quorum.go credit); acking frees
+// room at once. With prefetch 1 (fair dispatch), a busy consumer holds
+// one message and no other: the rest go to the idle consumer, as in
+// RabbitMQ.
+func TestQuorumQueuePrefetch(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "pf", quorumArgs)
+	declareQuorum(t, nodes[0].b.URL, "fair", quorumArgs)
+	chans := clusterChannels(t, nodes)
+	pub := chans[0]
+	must(t, pub.Confirm(false))
+	confirms := pub.NotifyPublish(make(chan rmq.Confirmation, 100))
+	publish := func(q string, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			must(t, pub.Publish("", q, false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte(fmt.Sprint(i))}))
+		}
+		for i := 0; i < n; i++ {
+			select {
+			case c := <-confirms:
+				if !c.Ack {
+					t.Fatalf("publish %d nacked", c.DeliveryTag)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of %d confirms", i, n)
+			}
+		}
+	}
+	none := func(ds <-chan rmq.Delivery, what string) {
+		t.Helper()
+		select {
+		case d := <-ds:
+			t.Fatalf("%s: got %q", what, d.Body)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	publish("pf", 100)
+	c := chans[1] // node 2 follows: the queue's leader is node 1
+	must(t, c.Qos(20, 0, false))
+	ds, err := c.Consume("pf", "", false, false, false, false, nil)
+	must(t, err)
+	var last rmq.Delivery
+	for i := 0; i < 20; i++ {
+		last = recv(t, ds)
+		if string(last.Body) != fmt.Sprint(i) {
+			t.Fatalf("delivery %d is %q", i, last.Body)
+		}
+	}
+	none(ds, "a 21st unacked delivery with prefetch 20")
+	must(t, last.Ack(true))
+	for i := 20; i < 40; i++ {
+		if d := recv(t, ds); string(d.Body) != fmt.Sprint(i) {
+			t.Fatalf("delivery %d is %q", i, d.Body)
+		}
+	}
+	none(ds, "more than 20 unacked after acking 20")
+
+	// Fair dispatch: A (node 2) holds its message; B (node 3) gets the
+	// other three one by one as it acks.
+	a, b := clusterChannels(t, nodes[1:2])[0], chans[2]
+	must(t, a.Qos(1, 0, false))
+	must(t, b.Qos(1, 0, false))
+	da, err := a.Consume("fair", "a", false, false, false, false, nil)
+	must(t, err)
+	publish("fair", 1)
+	recv(t, da) // A's, never acked
+	db, err := b.Consume("fair", "b", false, false, false, false, nil)
+	must(t, err)
+	publish("fair", 3)
+	for i := 0; i < 3; i++ {
+		must(t, recv(t, db).Ack(false))
+	}
+	none(da, "a second message to the busy consumer with prefetch 1")
+}
