@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -118,15 +119,61 @@ func Command(t testing.TB, name string) string {
 	return p
 }
 
-// FreePort returns a loopback address that was free a moment ago.
+// FreePort returns a loopback address that was free a moment ago, on a
+// port it has not given before (portRange says where from).
 func FreePort(t testing.TB) string {
 	t.Helper()
+	lo, hi := portRange()
+	for range 200 {
+		if lo >= hi {
+			break
+		}
+		port := lo + rand.IntN(hi-lo)
+		portsMu.Lock()
+		taken := portsGiven[port]
+		portsMu.Unlock()
+		if taken {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		portsMu.Lock()
+		portsGiven[port] = true
+		portsMu.Unlock()
+		return addr
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{} // handed out by FreePort in this process
+)
+
+// portRange is where FreePort picks ports: from 10000 up to the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range, 32768 by default). A
+// port from that range, what listening on port 0 gives, may be taken
+// again before the test listens on it, as the local port of any outgoing
+// connection: CI once saw a cluster node's port taken by its peers
+// dialling each other before it started.
+func portRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var a, z int
+		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a > lo {
+			hi = a
+		}
+	}
+	return lo, hi
 }
 
 // WaitListening polls until addr accepts TCP connections.
