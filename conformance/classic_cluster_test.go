@@ -69,16 +69,7 @@ func TestClassicQueueServedByEveryNode(t *testing.T) {
 		}
 		must(t, chans[1].Publish(ex, key, false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte(fmt.Sprint(i))}))
 	}
-	for i := 0; i < n; i++ {
-		select {
-		case c := <-confirms:
-			if !c.Ack {
-				t.Fatalf("publish %d nacked", c.DeliveryTag)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d confirms", i, n)
-		}
-	}
+	awaitAcks(t, confirms, n)
 	q, err = chans[0].QueueDeclarePassive("cq", true, false, false, false, nil)
 	must(t, err)
 	if q.Messages != n {

@@ -384,16 +384,7 @@ func TestQuorumQueuePrefetch(t *testing.T) {
 		for i := 0; i < n; i++ {
 			must(t, pub.Publish("", q, false, false, rmq.Publishing{DeliveryMode: 2, Body: []byte(fmt.Sprint(i))}))
 		}
-		for i := 0; i < n; i++ {
-			select {
-			case c := <-confirms:
-				if !c.Ack {
-					t.Fatalf("publish %d nacked", c.DeliveryTag)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%d of %d confirms", i, n)
-			}
-		}
+		awaitAcks(t, confirms, n)
 	}
 	none := func(ds <-chan rmq.Delivery, what string) {
 		t.Helper()
@@ -441,4 +432,20 @@ func TestQuorumQueuePrefetch(t *testing.T) {
 		must(t, recv(t, db).Ack(false))
 	}
 	none(da, "a second message to the busy consumer with prefetch 1")
+}
+
+// awaitAcks waits for n publisher confirms on confirms, each an ack,
+// 10 s at most for each.
+func awaitAcks(t *testing.T, confirms <-chan rmq.Confirmation, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				t.Fatalf("publish %d nacked", c.DeliveryTag)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d confirms", i, n)
+		}
+	}
 }
