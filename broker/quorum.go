@@ -339,6 +339,16 @@ func credit(c *queue.Consumer) int {
 	return c.Prefetch
 }
 
+// prefetchOf is the prefetch of a consumer checked out with credit (credit
+// inverted): the most it may have unacked. Credits from 16 to 31 never
+// occur, so 32 or more is twice a prefetch.
+func prefetchOf(credit int) int {
+	if credit >= 2*pipelineMin {
+		return credit / 2
+	}
+	return credit
+}
+
 func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 	qq.mu.Lock()
 	qc := qq.byCons[c]
@@ -682,7 +692,10 @@ func (qq *quorumQueue) publishCounts() {
 	var c queue.ReplicaCounts
 	var held int64
 	qq.g.View(func(f *cluster.Fifo) {
-		c.Ready, c.Unacked, c.Consumers = int64(f.Ready()), int64(f.Unacked()), int32(f.Consumers())
+		// What consumers' nodes hold back beyond their prefetch is ready
+		// to the client's eye, as in RabbitMQ (credit = prefetch there).
+		back := int64(f.Held(prefetchOf))
+		c.Ready, c.Unacked, c.Consumers = int64(f.Ready())+back, int64(f.Unacked())-back, int32(f.Consumers())
 		held = f.Bytes()
 		c.ReadyBytes = f.Bytes()
 		if h := f.Head(); h > 0 {

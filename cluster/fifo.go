@@ -434,6 +434,20 @@ func (f *Fifo) Expired(now int64) bool {
 // Consumers is the count of consumers.
 func (f *Fifo) Consumers() int { return len(f.cons) }
 
+// Held is how many checked-out messages are beyond what their consumers
+// may have unacked: for each consumer, those over visible(its credit).
+// A consumer's node keeps them unwritten (broker/quorum.go credit), so
+// they count as ready, not unacked.
+func (f *Fifo) Held(visible func(credit int) int) int {
+	n := 0
+	for _, c := range f.cons {
+		if v := visible(c.Prefetch); c.Prefetch > 0 && c.Out > v {
+			n += c.Out - v
+		}
+	}
+	return n
+}
+
 // Head is when the oldest ready message was enqueued (unix ms), 0 when
 // none is ready.
 func (f *Fifo) Head() int64 {

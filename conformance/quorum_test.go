@@ -408,6 +408,17 @@ func TestQuorumQueuePrefetch(t *testing.T) {
 		}
 	}
 	none(ds, "a 21st unacked delivery with prefetch 20")
+	// The management API counts them as RabbitMQ does: 20 unacked, 80
+	// ready (the next 20, checked out and waiting on node 2, are ready to
+	// the client's eye).
+	api3 := &api{t: t, url: nodes[2].api}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var qj struct {
+			Ready   int `json:"messages_ready"`
+			Unacked int `json:"messages_unacknowledged"`
+		}
+		return api3.call("GET", "/api/queues/%2F/pf", "guest", "guest", nil, &qj) == 200 && qj.Ready == 80 && qj.Unacked == 20
+	}, "GET /api/queues/%%2F/pf does not show 80 ready and 20 unacked")
 	must(t, last.Ack(true))
 	for i := 20; i < 40; i++ {
 		if d := recv(t, ds); string(d.Body) != fmt.Sprint(i) {
