@@ -20,21 +20,20 @@ type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
 	c := d.c
+	if c.push.on {
+		return c.rawRead(p)
+	}
+	if c.push.in {
+		return 0, errReadInPush
+	}
+	if err := c.push.err; err != nil {
+		c.push.err = nil // what a read in push mode ended with
+		return 0, err
+	}
 	c.flushes.Flush() // before waiting for input, write what we delivered
 	for {
-		if c.runRequests() {
-			c.rdlSet = false // post moved the deadline
-		}
-		dl, rearm := readDeadline(time.Now().UnixNano(), c.heartbeat, c.closeDeadline.Load(), c.rdl, c.rdlSet)
-		if rearm {
-			var t time.Time
-			if dl != 0 {
-				t = time.Unix(0, dl)
-			}
-			if err := c.nc.SetReadDeadline(t); err != nil {
-				return 0, err
-			}
-			c.rdl, c.rdlSet = dl, true
+		if err := c.armDeadline(); err != nil {
+			return 0, err
 		}
 		if c.reqFlag.Load() {
 			continue // posted after runRequests: serve it before blocking
@@ -43,18 +42,49 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection (readLoop)
 		}
-		if n == 0 && err != nil && isTimeout(err) {
-			if c.reqFlag.Load() {
-				continue // woken to serve a request, not a real timeout
-			}
-			if c.rdl != 0 && time.Now().UnixNano() < c.rdl {
-				// A post's wake-up that lost the race with our deadline.
-				c.rdlSet = false
-				continue
-			}
+		if n == 0 && err != nil && c.wokenEarly(err) {
+			continue
 		}
 		return n, err
 	}
+}
+
+// wokenEarly reports whether err, from a wait for input, is a post's
+// wake-up rather than the read deadline passing.
+func (c *conn) wokenEarly(err error) bool {
+	if !isTimeout(err) {
+		return false
+	}
+	if c.reqFlag.Load() {
+		return true // woken to serve a request, not a real timeout
+	}
+	if c.rdl != 0 && time.Now().UnixNano() < c.rdl {
+		// A post's wake-up that lost the race with our deadline.
+		c.rdlSet = false
+		return true
+	}
+	return false
+}
+
+// armDeadline runs what post queued and sets the socket's read deadline
+// for a read from the kernel now (see readDeadline). The caller checks
+// reqFlag after it, before blocking.
+func (c *conn) armDeadline() error {
+	if c.runRequests() {
+		c.rdlSet = false // post moved the deadline
+	}
+	dl, rearm := readDeadline(time.Now().UnixNano(), c.heartbeat, c.closeDeadline.Load(), c.rdl, c.rdlSet)
+	if rearm {
+		var t time.Time
+		if dl != 0 {
+			t = time.Unix(0, dl)
+		}
+		if err := c.nc.SetReadDeadline(t); err != nil {
+			return err
+		}
+		c.rdl, c.rdlSet = dl, true
+	}
+	return nil
 }
 
 // readDeadline decides the read deadline (unix nanos; 0 = none) for a

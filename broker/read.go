@@ -33,41 +33,59 @@ func (c *conn) readLoop() error {
 				c.waitFlow()
 			}
 		}
+		if c.io.rc != nil && !c.closing.Load() {
+			stop, err := c.pushFrames()
+			if stop {
+				return err
+			}
+			if c.published || c.growReader() {
+				continue // the checks above first
+			}
+		}
 		f, err := c.fr.ReadFrame()
-		if err != nil {
-			if c.closing.Load() {
-				return nil // no close-ok in time (or EOF): just close
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				c.log.Warn("missed heartbeats from client, closing", zap.Duration("heartbeat", c.heartbeat))
-				return errHeartbeat
-			}
-			if errors.Is(err, amqp.ErrFrame) {
-				return c.fail(frameError(err, f))
-			}
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-				if c.closeReason.Load() == nil {
-					c.closeReason.Store("client unexpectedly closed TCP connection")
-				}
-				return nil
-			}
+		if stop, err := c.onFrame(f, err); stop {
 			return err
 		}
-		if c.closing.Load() {
-			if done := c.whileClosing(f); done {
-				c.lingerFor = shortLinger
-				return nil
-			}
-			continue
-		}
-		if err := c.handleFrame(f); err != nil {
-			if errors.Is(err, errClientClosed) {
-				return nil
-			}
-			return c.fail(err)
-		}
 	}
+}
+
+// onFrame handles what one ReadFrame returned: a frame, or the error
+// that ends the connection. stop means the read loop ends with err.
+func (c *conn) onFrame(f amqp.Frame, err error) (stop bool, _ error) {
+	if err != nil {
+		if c.closing.Load() {
+			return true, nil // no close-ok in time (or EOF): just close
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.log.Warn("missed heartbeats from client, closing", zap.Duration("heartbeat", c.heartbeat))
+			return true, errHeartbeat
+		}
+		if errors.Is(err, amqp.ErrFrame) {
+			return true, c.fail(frameError(err, f))
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+			if c.closeReason.Load() == nil {
+				c.closeReason.Store("client unexpectedly closed TCP connection")
+			}
+			return true, nil
+		}
+		return true, err
+	}
+	if c.closing.Load() {
+		if done := c.whileClosing(f); done {
+			c.lingerFor = shortLinger
+			return true, nil
+		}
+		return false, nil
+	}
+	if err := c.handleFrame(f); err != nil {
+		if errors.Is(err, errClientClosed) {
+			return true, nil
+		}
+		return true, c.fail(err)
+	}
+	return false, nil
 }
 
 // maybeGrowReader swaps in a large read buffer once 64 reads found more
@@ -77,7 +95,7 @@ func (c *conn) readLoop() error {
 // call, and as many writes of their deliveries.) What the small buffer
 // holds is read first.
 func (c *conn) maybeGrowReader() {
-	if c.fullReads < 64 || c.br.Size() >= 64<<10 {
+	if !c.growReader() {
 		return
 	}
 	var r io.Reader = deadlineReader{c}
@@ -89,6 +107,11 @@ func (c *conn) maybeGrowReader() {
 	max := c.fr.Max
 	c.fr = amqp.NewFrameReader(c.br)
 	c.fr.Max = max
+}
+
+// growReader reports whether maybeGrowReader would grow the read buffer.
+func (c *conn) growReader() bool {
+	return c.fullReads >= 64 && c.br.Size() < 64<<10
 }
 
 // prefixReader reads pre, then r.

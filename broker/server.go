@@ -282,11 +282,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		// Closed outside s.mu: a Close waits for a reader inside its
+		// push-mode callback (push.go), which may want s.mu.
 		s.mu.Lock()
+		left := make([]*conn, 0, len(s.conns))
 		for c := range s.conns {
-			c.nc.Close()
+			left = append(left, c)
 		}
 		s.mu.Unlock()
+		for _, c := range left {
+			c.nc.Close()
+		}
 		<-done
 	}
 	<-s.swept
