@@ -36,17 +36,7 @@ func BenchmarkPublishDedupTCP(b *testing.B) {
 		{name: "queue/on", queueDedup: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			testutil.InProcess(b)
-			br := testutil.Start(b, broker.Options{})
-			c, err := rmq.Dial(br.URL)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ch, err := c.Channel()
-			if err != nil {
-				b.Fatal(err)
-			}
+			ch := benchChannel(b)
 			qargs := rmq.Table{"x-max-length": int32(1024)}
 			if bc.queueDedup {
 				qargs["x-message-deduplication"] = true
@@ -64,42 +54,68 @@ func BenchmarkPublishDedupTCP(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if err := ch.Confirm(false); err != nil {
-				b.Fatal(err)
-			}
 			mode := rmq.Transient
 			if bc.durable {
 				mode = rmq.Persistent
 			}
-			body := make([]byte, 256)
-			const window = 256
-			var inflight []*rmq.DeferredConfirmation
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				dc, err := ch.PublishWithDeferredConfirm(ex, key, false, false, rmq.Publishing{
-					Headers:      rmq.Table{"x-deduplication-header": "id-" + strconv.Itoa(i)},
-					DeliveryMode: mode, Body: body})
-				if err != nil {
-					b.Fatal(err)
-				}
-				inflight = append(inflight, dc)
-				if len(inflight) == window {
-					for _, dc := range inflight {
-						if !dc.Wait() {
-							b.Fatal("nacked")
-						}
-					}
-					inflight = inflight[:0]
-				}
-			}
+			publishConfirmed(b, ch, ex, mode, 256, func(i int) (string, rmq.Table) {
+				return key, rmq.Table{"x-deduplication-header": "id-" + strconv.Itoa(i)}
+			})
+		})
+	}
+}
+
+// publishConfirmed publishes for b.Loop, in confirm mode with up to 256
+// unconfirmed, size-byte messages of the delivery mode to exchange ex;
+// next gives the i-th message's routing key and headers.
+func publishConfirmed(b *testing.B, ch *rmq.Channel, ex string, mode uint8, size int, next func(i int) (string, rmq.Table)) {
+	b.Helper()
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, size)
+	const window = 256
+	var inflight []*rmq.DeferredConfirmation
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		key, h := next(i)
+		dc, err := ch.PublishWithDeferredConfirm(ex, key, false, false, rmq.Publishing{Headers: h, DeliveryMode: mode, Body: body})
+		if err != nil {
+			b.Fatal(err)
+		}
+		inflight = append(inflight, dc)
+		if len(inflight) == window {
 			for _, dc := range inflight {
 				if !dc.Wait() {
 					b.Fatal("nacked")
 				}
 			}
-		})
+			inflight = inflight[:0]
+		}
 	}
+	for _, dc := range inflight {
+		if !dc.Wait() {
+			b.Fatal("nacked")
+		}
+	}
+}
+
+// benchChannel starts an in-process broker for b and opens a channel on it.
+func benchChannel(b *testing.B) *rmq.Channel {
+	b.Helper()
+	testutil.InProcess(b)
+	br := testutil.Start(b, broker.Options{})
+	c, err := rmq.Dial(br.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	ch, err := c.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ch
 }
