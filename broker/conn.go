@@ -131,6 +131,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	// readLoop swaps in a large one once it carries traffic.
 	c.br = bufio.NewReaderSize(deadlineReader{c}, 2<<10)
 	c.fr = amqp.NewFrameReader(c.br)
+	c.push.step = c.pushStep
 	return c
 }
 

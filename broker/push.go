@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"syscall"
-	"unsafe"
 
 	"github.com/railmq/railmq/amqp"
 )
@@ -54,14 +53,14 @@ type pushState struct {
 	// read to return after the buffered frames.
 	err error
 	in  bool // inside the callback: no pull-mode read may run
-	// stop ends the read loop (the client's close-ok came).
+	// stop ends the read loop (the close handshake is over).
 	stop bool
 	// A ReadFrame error with its frame, or a handleFrame error: for
 	// pushFrames to handle outside the callback, as onFrame does.
 	frame     amqp.Frame
 	frameErr  error
 	handleErr error
-	step      func(fd uintptr) bool // c.pushStep, bound once
+	step      func(fd uintptr) bool // c.pushStep, bound once (newConn)
 }
 
 // errReadInPush is a pull-mode read tried inside the push-mode callback,
@@ -76,9 +75,6 @@ var errWouldBlock = errors.New("railmq: would block")
 // pushFrames handles frames in push mode until it must leave. stop means
 // the read loop ends with err.
 func (c *conn) pushFrames() (stop bool, err error) {
-	if c.push.step == nil {
-		c.push.step = c.pushStep
-	}
 	p := &c.push
 	p.drained, p.again, p.stop = false, false, false
 	p.in = true
@@ -97,10 +93,7 @@ func (c *conn) pushFrames() (stop bool, err error) {
 	case p.handleErr != nil:
 		herr := p.handleErr
 		p.handleErr = nil
-		if errors.Is(herr, errClientClosed) {
-			return true, nil
-		}
-		return true, c.fail(herr)
+		return true, c.failFor(herr)
 	}
 	return false, nil
 }
@@ -125,16 +118,9 @@ func (c *conn) pushStep(fd uintptr) bool {
 				c.push.frame, c.push.frameErr = f, err
 				return true
 			}
-			if c.closing.Load() {
-				if c.whileClosing(f) {
-					c.lingerFor = shortLinger
-					c.push.stop = true
-					return true
-				}
-				continue
-			}
-			if err := c.handleFrame(f); err != nil {
-				c.push.handleErr = err // idem
+			done, err := c.dispatch(f)
+			if err != nil || done {
+				c.push.stop, c.push.handleErr = done, err // handled outside, idem
 				return true
 			}
 			if c.published {
@@ -150,11 +136,13 @@ func (c *conn) pushStep(fd uintptr) bool {
 		if c.push.err != nil || c.closing.Load() || c.growReader() {
 			return true
 		}
+		// What the frames delivered goes out before the next read or
+		// the park, as in pull mode (deadlineReader).
+		c.flushes.Flush()
 		if c.push.drained || c.push.again {
 			c.push.drained, c.push.again = false, false
-			// Before parking: write what we delivered, serve posted
-			// requests, and arm the read deadline (heartbeats).
-			c.flushes.Flush()
+			// Before parking: serve posted requests and arm the read
+			// deadline (heartbeats).
 			if err := c.armDeadline(); err != nil || c.reqFlag.Load() {
 				return true
 			}
@@ -186,25 +174,21 @@ func (c *conn) rawRead(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, c.push.fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch {
-		case e == syscall.EINTR:
-			continue
-		case e == syscall.EAGAIN:
-			c.push.again = true
-		case e != 0:
-			c.push.err = c.io.opError("read", e)
-		case r == 0:
-			c.push.err = io.EOF
-		default:
-			if int(r) == len(p) {
-				c.fullReads++ // more may be waiting: a busy connection
-			} else {
-				c.push.drained = true
-			}
-			return int(r), nil
+	n, e := sysRead(c.push.fd, p)
+	switch {
+	case e == syscall.EAGAIN:
+		c.push.again = true
+	case e != 0:
+		c.push.err = c.io.opError("read", e)
+	case n == 0:
+		c.push.err = io.EOF
+	default:
+		if n == len(p) {
+			c.fullReads++ // more may be waiting: a busy connection
+		} else {
+			c.push.drained = true
 		}
-		return 0, errWouldBlock
+		return n, nil
 	}
+	return 0, errWouldBlock
 }

@@ -72,20 +72,36 @@ func (c *conn) onFrame(f amqp.Frame, err error) (stop bool, _ error) {
 		}
 		return true, err
 	}
+	done, err := c.dispatch(f)
+	if err != nil {
+		return true, c.failFor(err)
+	}
+	return done, nil
+}
+
+// dispatch handles a frame read whole. After we sent connection.close
+// only close and close-ok count: done means the close handshake is over.
+// Otherwise the frame goes to handleFrame, whose error ends the
+// connection (failFor).
+func (c *conn) dispatch(f amqp.Frame) (done bool, err error) {
 	if c.closing.Load() {
-		if done := c.whileClosing(f); done {
+		if c.whileClosing(f) {
 			c.lingerFor = shortLinger
 			return true, nil
 		}
 		return false, nil
 	}
-	if err := c.handleFrame(f); err != nil {
-		if errors.Is(err, errClientClosed) {
-			return true, nil
-		}
-		return true, c.fail(err)
+	return false, c.handleFrame(f)
+}
+
+// failFor is what the read loop ends with for a handleFrame error: the
+// client's own close is the normal end, anything else closes the
+// connection for it (fail, which reads until the client's close-ok).
+func (c *conn) failFor(err error) error {
+	if errors.Is(err, errClientClosed) {
+		return nil
 	}
-	return false, nil
+	return c.fail(err)
 }
 
 // maybeGrowReader swaps in a large read buffer once 64 reads found more

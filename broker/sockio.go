@@ -48,19 +48,25 @@ func newSockIO(nc net.Conn) *sockIO {
 
 // read is the RawConn callback of a read: false means wait for input.
 func (o *rawOp) read(fd uintptr) bool {
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.p[0])), uintptr(len(o.p)))
-		switch e {
-		case 0:
-			o.n = int(r)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		o.errno = e
+	n, e := sysRead(fd, o.p)
+	switch e {
+	case 0:
+		o.n = n
 		return true
+	case syscall.EAGAIN:
+		return false
+	}
+	o.errno = e
+	return true
+}
+
+// sysRead is one read(2) of fd into p (not empty), raw, again on EINTR.
+func sysRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != syscall.EINTR {
+			return int(r), e
+		}
 	}
 }
 
