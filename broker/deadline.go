@@ -39,6 +39,9 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 			continue // posted after runRequests: serve it before blocking
 		}
 		n, err := c.io.Read(p)
+		if n > 0 {
+			c.readAt = time.Now().UnixNano()
+		}
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection (readLoop)
 		}

@@ -14,6 +14,7 @@ import (
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
 )
@@ -410,5 +411,66 @@ func TestMemoryStrategyRSS(t *testing.T) {
 	b.Server.SetMemoryHighWatermark(1 << 40)
 	if second := blocked.waitFor(t, 2, "connection.unblocked")[1]; second.Active {
 		t.Fatalf("got %+v, want connection.unblocked", second)
+	}
+}
+
+// TestStampAfterAlarmWait: a message's TTL counts from when the broker
+// takes it in, as in RabbitMQ, where what a blocked connection sends waits
+// unread in the socket. Two publishes with a 1 s TTL arrive in one write
+// during a disk alarm. The first (no body: whole with its header, the
+// content frame that blocks the connection) is taken in; it expires in
+// the queue while the alarm lasts 1.5 s. The second waited in
+// the broker's read buffer (the same read brought it) and is stamped once
+// the connection is read again, so it is still there after the alarm.
+// (The broker stamps a read batch's messages with the time of the read,
+// and must not use that time after a wait.)
+func TestStampAfterAlarmWait(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 40)
+	b, dial := alarmBroker(t, broker.Options{
+		DiskFreeLimit: 50_000_000,
+		DiskFree:      func() (uint64, error) { return free.Load(), nil },
+	})
+	r := testutil.DialRaw(t, b.Addr)
+	r.Handshake(amqp.Table{"connection.blocked": true}, 0, true)
+	r.Send(1, &amqp.QueueDeclare{Queue: "stamp"})
+	r.Expect((*amqp.QueueDeclareOk)(nil))
+
+	// The alarm is on once another publisher is blocked by it.
+	other := dial()
+	blocked := watchBlocked(other)
+	och := openChannel(t, other)
+	free.Store(10_000_000)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		must(t, och.Publish("", "elsewhere", false, false, rmq.Publishing{}))
+		return len(blocked.all()) > 0
+	}, "connection.blocked")
+
+	props := (&amqp.Properties{Flags: amqp.FlagExpiration, Expiration: "1000"}).Append(nil)
+	var two []byte
+	for _, body := range []string{"", "second"} { // the first whole with its header
+		two = amqp.AppendMethodFrame(two, 1, &amqp.BasicPublish{RoutingKey: "stamp"})
+		two = amqp.AppendContent(two, 1, amqp.ClassBasic, props, []byte(body), 131072)
+	}
+	r.Write(two)
+	if m := r.Expect((*amqp.ConnectionBlocked)(nil)).(*amqp.ConnectionBlocked); m.Reason != "low on disk" {
+		t.Fatalf("connection.blocked %q", m.Reason)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	free.Store(1 << 40)
+	r.Expect((*amqp.ConnectionUnblocked)(nil))
+
+	ch := openChannel(t, dial())
+	var got []string
+	for {
+		d, ok, err := ch.Get("stamp", true)
+		must(t, err)
+		if !ok {
+			break
+		}
+		got = append(got, string(d.Body))
+	}
+	if len(got) != 1 || got[0] != "second" {
+		t.Fatalf("after the alarm the queue held %q, want [second] (the first expired while blocked)", got)
 	}
 }
