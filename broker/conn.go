@@ -92,7 +92,6 @@ type conn struct {
 	grant     *auth.Grant   // the user's rights in vh
 	nchan     atomic.Int32  // channels open (user max-channels)
 	fullReads int           // reads that filled the read buffer (for its size)
-	readAt    int64         // when the last read from the socket returned bytes (channel.Config.ReadAt)
 	push      pushState     // push-mode reading (push.go)
 	flushes   queue.Flushes // outlets this reader delivered to
 	published bool          // published since the last look at the alarms

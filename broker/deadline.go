@@ -40,7 +40,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		}
 		n, err := c.io.Read(p)
 		if n > 0 {
-			c.readAt = time.Now().UnixNano()
+			c.flushes.At = time.Now().UnixNano()
 		}
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection (readLoop)

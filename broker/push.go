@@ -184,7 +184,7 @@ func (c *conn) rawRead(p []byte) (int, error) {
 	case n == 0:
 		c.push.err = io.EOF
 	default:
-		c.readAt = time.Now().UnixNano()
+		c.flushes.At = time.Now().UnixNano()
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection
 		} else {

@@ -25,13 +25,13 @@ func (c *conn) readLoop() error {
 		if c.published {
 			c.published = false
 			if c.srv.alarmed() {
-				c.readAt = 0 // a wait: what follows is stamped afresh
+				c.flushes.At = 0 // a wait: what follows is stamped afresh
 				if err := c.blockWhileAlarm(); err != nil {
 					return err
 				}
 			}
 			if c.flowQ != nil {
-				c.readAt = 0
+				c.flushes.At = 0
 				c.waitFlow()
 			}
 		}
@@ -362,7 +362,7 @@ func (c *conn) openChannel(n uint16) error {
 		Flushes:         &c.flushes,
 		Memory:          &c.srv.memory,
 		Totals:          &c.srv.totals,
-		ReadAt:          &c.readAt,
+		ReadAt:          &c.flushes.At,
 	})
 	c.channels[n] = ch
 	c.nchan.Add(1)

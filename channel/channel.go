@@ -65,11 +65,12 @@ type Config struct {
 	// broker's metrics (nil: counted for nobody).
 	Totals *queue.Totals
 	// ReadAt, when not nil and not zero, is the time (unix nanoseconds)
-	// the reader last read from the socket: messages are stamped with it
-	// (queue.Message.Enqueued), not with a clock read each. The reader
-	// clears it before it waits between frames (alarm, flow control), so
-	// a stamp is never older than the read batch being handled. Only the
-	// reader goroutine, which also runs HandleContent, touches it.
+	// the reader last read from the socket (its Flushes.At): messages are
+	// stamped with it (queue.Message.Enqueued), not with a clock read
+	// each. The reader clears it before it waits between frames (alarm,
+	// flow control), so a stamp is never older than the read batch being
+	// handled. Only the reader goroutine, which also runs HandleContent,
+	// touches it.
 	ReadAt *int64
 }
 

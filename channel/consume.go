@@ -179,7 +179,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	if !qc.NoAck {
 		qc.Unacked++
 		c.globalUnacked++
-		c.track(q, qc, d)
+		c.track(q, qc, d, q.DeliveredAt())
 	}
 	c.counts.DeliveredConsume[b2i(qc.NoAck)].Add(1)
 	if d.Redelivered {
@@ -198,8 +198,9 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	return true
 }
 
-// track records an unacked delivery with tag c.nextTag. c.mu held.
-func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery) {
+// track records an unacked delivery with tag c.nextTag, made at at (unix
+// nanoseconds). c.mu held.
+func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery, at int64) {
 	timeout := c.cfg.ConsumerTimeout
 	if qt := q.ConsumerTimeout(); qt > 0 {
 		timeout = qt
@@ -216,7 +217,7 @@ func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery) {
 	if c.outstanding == 0 {
 		c.unacked = c.unacked[:0]
 	}
-	c.unacked = append(c.unacked, unacked{tag: c.nextTag, q: q, c: qc, d: d, at: time.Now().UnixNano(), timeout: timeout})
+	c.unacked = append(c.unacked, unacked{tag: c.nextTag, q: q, c: qc, d: d, at: at, timeout: timeout})
 	c.outstanding++
 }
 
@@ -297,7 +298,7 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	c.mu.Lock()
 	c.nextTag++
 	if !m.NoAck {
-		c.track(q, nil, d)
+		c.track(q, nil, d, time.Now().UnixNano())
 	}
 	tag := c.nextTag
 	c.mu.Unlock()

@@ -52,12 +52,20 @@ package queue
 //
 // Timers (message TTL, x-expires) post an op and never touch the state.
 
+import "time"
+
 // Flushes collects the outlets that inline drains appended deliveries
 // to, for one goroutine (a connection's reader) to flush when it is done
 // with its batch of work. Not safe for concurrent use; nil is allowed and
 // wakes each outlet at the end of the drain.
 type Flushes struct {
 	outs []Outlet
+	// At is when the goroutine last read its input (unix nanoseconds; 0:
+	// unknown, read the clock): what the work it posts is timed with, a
+	// message's arrival (channel.Config.ReadAt) and the deliveries it
+	// makes (Queue.DeliveredAt), instead of a clock read each. A reader
+	// that waits between reads (an alarm, flow control) sets it to 0.
+	At int64
 }
 
 func (f *Flushes) add(o Outlet) {
@@ -224,6 +232,10 @@ func (q *Queue) drain(fl *Flushes, inline bool) {
 		q.spare = ops[:0]
 		return
 	}
+	q.drainAt = 0
+	if fl != nil {
+		q.drainAt = fl.At
+	}
 	stop := false
 apply:
 	for i := range ops {
@@ -273,6 +285,17 @@ apply:
 	q.armTimer()
 	q.commit()
 	q.publishCounts()
+}
+
+// DeliveredAt is the time to record a delivery being made with (a
+// consumer timeout counts from it): the time the poster read what led to
+// it (Flushes.At), else the clock's, read once a drain. Only from a
+// Sink's Deliver, which runs in a drain (exec held).
+func (q *Queue) DeliveredAt() int64 {
+	if q.drainAt == 0 {
+		q.drainAt = time.Now().UnixNano()
+	}
+	return q.drainAt
 }
 
 // giveBack returns ops not applied to the front of the inbox (copied:

@@ -255,6 +255,7 @@ type Queue struct {
 	exec    sync.Mutex
 	dead    bool     // stopped: the goroutine exits
 	touched []Outlet // outlets delivered to in this drain
+	drainAt int64    // this drain's time for deliveries (DeliveredAt); 0: not read yet
 
 	spare        []op
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
