@@ -419,11 +419,11 @@ func TestMemoryStrategyRSS(t *testing.T) {
 // unread in the socket. Two publishes with a 1 s TTL arrive in one write
 // during a disk alarm. The first (no body: whole with its header, the
 // content frame that blocks the connection) is taken in; it expires in
-// the queue while the alarm lasts 1.5 s. The second waited in
-// the broker's read buffer (the same read brought it) and is stamped once
-// the connection is read again, so it is still there after the alarm.
-// (The broker stamps a read batch's messages with the time of the read,
-// and must not use that time after a wait.)
+// the queue while the alarm lasts 2 s. The second waited in the broker's
+// read buffer (the same read brought it) and is stamped once the
+// connection is read again, so it is still there after the alarm. (The
+// broker stamps a read batch's messages with the time of the read, and
+// must not use that time after a wait.)
 func TestStampAfterAlarmWait(t *testing.T) {
 	var free atomic.Uint64
 	free.Store(1 << 40)
@@ -435,6 +435,7 @@ func TestStampAfterAlarmWait(t *testing.T) {
 	r.Handshake(amqp.Table{"connection.blocked": true}, 0, true)
 	r.Send(1, &amqp.QueueDeclare{Queue: "stamp"})
 	r.Expect((*amqp.QueueDeclareOk)(nil))
+	ch := openChannel(t, dial()) // the reader, ready before the alarm ends
 
 	// The alarm is on once another publisher is blocked by it.
 	other := dial()
@@ -456,11 +457,14 @@ func TestStampAfterAlarmWait(t *testing.T) {
 	if m := r.Expect((*amqp.ConnectionBlocked)(nil)).(*amqp.ConnectionBlocked); m.Reason != "low on disk" {
 		t.Fatalf("connection.blocked %q", m.Reason)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2 * time.Second)
 	free.Store(1 << 40)
 	r.Expect((*amqp.ConnectionUnblocked)(nil))
+	// The broker sends connection.unblocked before it reads on: an answer
+	// to a synchronous method comes once the second publish is handled.
+	r.Send(1, &amqp.QueueDeclare{Queue: "stamp", Passive: true})
+	r.Expect((*amqp.QueueDeclareOk)(nil))
 
-	ch := openChannel(t, dial())
 	var got []string
 	for {
 		d, ok, err := ch.Get("stamp", true)
