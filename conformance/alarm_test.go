@@ -58,6 +58,20 @@ func alarmBroker(t *testing.T, opts broker.Options) (*testutil.Broker, func() *r
 	}
 }
 
+// diskAlarmBroker is alarmBroker with a 50 MB disk free limit and the
+// free space the broker sees in free (1 TiB to begin with): set it below
+// the limit for the disk alarm.
+func diskAlarmBroker(t *testing.T) (*testutil.Broker, func() *rmq.Connection, *atomic.Uint64) {
+	t.Helper()
+	free := new(atomic.Uint64)
+	free.Store(1 << 40)
+	b, dial := alarmBroker(t, broker.Options{
+		DiskFreeLimit: 50_000_000,
+		DiskFree:      func() (uint64, error) { return free.Load(), nil },
+	})
+	return b, dial, free
+}
+
 func openChannel(t *testing.T, c *rmq.Connection) *rmq.Channel {
 	t.Helper()
 	ch, err := c.Channel()
@@ -106,12 +120,7 @@ func (b *blockings) waitFor(t *testing.T, n int, what string) []rmq.Blocking {
 // connection.unblocked, and what the publisher sent meanwhile arrives, in
 // order and whole.
 func TestDiskAlarmBlocksPublisher(t *testing.T) {
-	var free atomic.Uint64
-	free.Store(1 << 40)
-	_, dial := alarmBroker(t, broker.Options{
-		DiskFreeLimit: 50_000_000,
-		DiskFree:      func() (uint64, error) { return free.Load(), nil },
-	})
+	_, dial, free := diskAlarmBroker(t)
 	pub, cons := dial(), dial()
 	pubBlocked, consBlocked := watchBlocked(pub), watchBlocked(cons)
 	pch, cch := openChannel(t, pub), openChannel(t, cons)
@@ -351,12 +360,7 @@ func connStates(t *testing.T, url string) map[string]string {
 }
 
 func TestConnectionStateInManagementAPI(t *testing.T) {
-	var free atomic.Uint64
-	free.Store(1 << 40)
-	b, _ := alarmBroker(t, broker.Options{
-		DiskFreeLimit: 50_000_000,
-		DiskFree:      func() (uint64, error) { return free.Load(), nil },
-	})
+	b, _, free := diskAlarmBroker(t)
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	defer hs.Close()
 	states := func() map[string]string { return connStates(t, hs.URL) }
@@ -425,12 +429,7 @@ func TestMemoryStrategyRSS(t *testing.T) {
 // broker stamps a read batch's messages with the time of the read, and
 // must not use that time after a wait.)
 func TestStampAfterAlarmWait(t *testing.T) {
-	var free atomic.Uint64
-	free.Store(1 << 40)
-	b, dial := alarmBroker(t, broker.Options{
-		DiskFreeLimit: 50_000_000,
-		DiskFree:      func() (uint64, error) { return free.Load(), nil },
-	})
+	b, dial, free := diskAlarmBroker(t)
 	r := testutil.DialRaw(t, b.Addr)
 	r.Handshake(amqp.Table{"connection.blocked": true}, 0, true)
 	r.Send(1, &amqp.QueueDeclare{Queue: "stamp"})
