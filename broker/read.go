@@ -253,6 +253,14 @@ func (c *conn) handleFrame(f amqp.Frame) error {
 		return nil
 	}
 	err = ch.HandleMethod(m)
+	switch m.(type) {
+	case *amqp.BasicPublish, *amqp.BasicAck, *amqp.BasicNack, *amqp.BasicReject:
+	default:
+		// Any other method may have waited (a declare in a cluster, a
+		// commit): what the rest of the read batch publishes or delivers
+		// is timed afresh, not with the read (queue.Flushes.At).
+		c.flushes.At = 0
+	}
 	return c.channelResult(f.Channel, err)
 }
 
@@ -362,7 +370,6 @@ func (c *conn) openChannel(n uint16) error {
 		Flushes:         &c.flushes,
 		Memory:          &c.srv.memory,
 		Totals:          &c.srv.totals,
-		ReadAt:          &c.flushes.At,
 	})
 	c.channels[n] = ch
 	c.nchan.Add(1)

@@ -53,7 +53,9 @@ type Config struct {
 	Replies      *ReplyRegistry
 	Logger       *zap.Logger
 	// Flushes collects what the reader's publishes and acks delivered
-	// (to any connection) for it to flush after its read batch.
+	// (to any connection) for it to flush after its read batch. Its At,
+	// when not zero, is the time of the reader's last read: messages are
+	// stamped with it (queue.Message.Enqueued), not with a clock read each.
 	Flushes *queue.Flushes
 	// Memory is the broker's count of bytes held for clients, the one its
 	// memory alarm compares with the watermark (queues add their bodies
@@ -64,14 +66,6 @@ type Config struct {
 	// Totals counts publishes, deliveries, acks and confirms for the
 	// broker's metrics (nil: counted for nobody).
 	Totals *queue.Totals
-	// ReadAt, when not nil and not zero, is the time (unix nanoseconds)
-	// the reader last read from the socket (its Flushes.At): messages are
-	// stamped with it (queue.Message.Enqueued), not with a clock read
-	// each. The reader clears it before it waits between frames (alarm,
-	// flow control), so a stamp is never older than the read batch being
-	// handled. Only the reader goroutine, which also runs HandleContent,
-	// touches it.
-	ReadAt *int64
 }
 
 // Channel is one AMQP channel. HandleMethod, HandleContent and Close are

@@ -205,12 +205,12 @@ func (c *Channel) complete() error {
 }
 
 // now is the time a message being published arrived: the reader's last
-// read (Config.ReadAt), or the clock's. Reading the clock for each message
+// read (Config.Flushes.At), or the clock's. Reading the clock for each message
 // was 3.4% of the broker's CPU with 16-byte messages, a thousand of them
 // to a read.
 func (c *Channel) now() int64 {
-	if r := c.cfg.ReadAt; r != nil && *r != 0 {
-		return *r
+	if f := c.cfg.Flushes; f != nil && f.At != 0 {
+		return f.At
 	}
 	return time.Now().UnixNano()
 }

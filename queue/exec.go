@@ -62,9 +62,10 @@ type Flushes struct {
 	outs []Outlet
 	// At is when the goroutine last read its input (unix nanoseconds; 0:
 	// unknown, read the clock): what the work it posts is timed with, a
-	// message's arrival (channel.Config.ReadAt) and the deliveries it
+	// message's arrival (channel.Channel stamps it) and the deliveries it
 	// makes (Queue.DeliveredAt), instead of a clock read each. A reader
-	// that waits between reads (an alarm, flow control) sets it to 0.
+	// sets it to 0 when it may have waited since the read (an alarm, flow
+	// control, a method other than publish and ack).
 	At int64
 }
 
