@@ -109,7 +109,10 @@ func NewDedup(size int, ttl int64, owner []byte) *DedupCache {
 // Check looks key up at time now (unix ms). A live entry makes the
 // message a duplicate (dup true; the entry becomes the most recently
 // used). Otherwise key is added, expiring after ttl ms (the message's
-// x-cache-ttl header; hasTTL false uses the cache's TTL; 0: never). A
+// x-cache-ttl header; hasTTL false uses the cache's TTL; 0: never).
+// now is a clock truncated to the millisecond, so the message came at
+// some point within [now, now+1): the entry lives until now+ttl+1, at
+// least ttl ms whatever the fraction was, never less. A
 // TTL of 0 or less adds nothing (the plugin stores such an entry already
 // expired), but the id is still looked up.
 func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
@@ -122,7 +125,7 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 	}
 	var expires int64
 	if hasTTL {
-		expires = now + ttl
+		expires = now + ttl + 1
 	}
 	if i, ok := d.m[h]; ok {
 		s := &d.slots[i]

@@ -36,8 +36,11 @@ func TestDedupCache(t *testing.T) {
 		}},
 		{"ttl", 10, 100, []step{
 			{key: "a", now: 1000}, {key: "a", now: 1099, dup: true},
-			{key: "a", now: 1100}, // expired: added anew
-			{key: "a", now: 1101, dup: true},
+			// Added within millisecond 1000, perhaps at its end: it
+			// lives through 1100, a full 100 ms, and no longer.
+			{key: "a", now: 1100, dup: true},
+			{key: "a", now: 1101}, // expired: added anew
+			{key: "a", now: 1102, dup: true},
 		}},
 		{"message-ttl", 10, 100, []step{
 			{key: "a", now: 1000, ttl: 5000}, {key: "a", now: 5999, dup: true},
