@@ -86,6 +86,11 @@ type Options struct {
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
+	// BeforeDiskWork, if set, runs before each round of disk work: the
+	// store's commits and reads, the page files' writes and reads. It
+	// runs on the goroutine doing that work, which it delays: keep it
+	// short.
+	BeforeDiskWork func()
 	// MemoryLimitBase is the Go heap target (runtime/debug.SetMemoryLimit)
 	// when queues hold nothing in memory, beyond what the store's Badger
 	// keeps on the heap (persist.Store.HeapFixed); the target follows

@@ -110,14 +110,14 @@ func New(opts Options) (*Server, error) {
 	if err := s.initTLS(); err != nil {
 		return nil, err
 	}
-	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
+	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, BeforeRound: opts.BeforeDiskWork, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
 	if err != nil {
 		return nil, err
 	}
 	s.store = store
 	// Non-durable queues page beyond their window to plain files, dropped
 	// at every start (transient messages do not outlive a restart).
-	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), &s.memory, s.log.Named("spill"))
+	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), &s.memory, opts.BeforeDiskWork, s.log.Named("spill"))
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -108,6 +108,9 @@ func (s *Store) commitPending() {
 	if len(batch) == 0 && !kicked {
 		return
 	}
+	if s.opt.BeforeRound != nil {
+		s.opt.BeforeRound()
+	}
 	growErr, allErr := s.spaceCheck(batch)
 	wb := s.db.NewWriteBatch()
 	var dones []func(error)

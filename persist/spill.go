@@ -45,6 +45,7 @@ type Spill struct {
 	Bytes, Held atomic.Int64
 	mem         *atomic.Int64 // the broker's memory figure: Held counts in it
 
+	before func()                 // runs before each round of disk work (OpenSpill)
 	queues map[uint64]*spillQueue // the loop's
 	short  bool                   // the last write found no room (logged once)
 	free   int64                  // bytes free on the filesystem this round (-1: not looked at)
@@ -100,8 +101,10 @@ type spillJob struct {
 // OpenSpill empties dir (what a previous run paged is dropped, as
 // RabbitMQ drops transient messages) and starts the spill's goroutine.
 // reserve is the free space to leave on dir's filesystem; mem (may be
-// nil) is the memory figure that entries held for want of room count in.
-func OpenSpill(dir string, reserve int64, mem *atomic.Int64, log *zap.Logger) (*Spill, error) {
+// nil) is the memory figure that entries held for want of room count in;
+// before (may be nil) runs on the spill's goroutine before each round of
+// page-file work.
+func OpenSpill(dir string, reserve int64, mem *atomic.Int64, before func(), log *zap.Logger) (*Spill, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -111,7 +114,7 @@ func OpenSpill(dir string, reserve int64, mem *atomic.Int64, log *zap.Logger) (*
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	s := &Spill{dir: dir, log: log, reserve: reserve, mem: mem, wake: make(chan struct{}, 1),
+	s := &Spill{dir: dir, log: log, reserve: reserve, mem: mem, before: before, wake: make(chan struct{}, 1),
 		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue), segMax: spillSegMax}
 	go s.loop()
 	return s, nil
@@ -184,6 +187,9 @@ func (s *Spill) loop() {
 			s.mu.Unlock()
 			if len(jobs) == 0 {
 				break
+			}
+			if s.before != nil {
+				s.before()
 			}
 			// Page-outs are gathered per queue and written once per round
 			// (one write per queue, one free-space check): a queue's

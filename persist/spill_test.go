@@ -60,7 +60,7 @@ func checkEntries(t *testing.T, es []Entry, from uint64, sizes map[uint64]int) u
 // removed and the counters return to zero.
 func TestSpillRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spill")
-	s, err := OpenSpill(dir, 0, nil, nil)
+	s, err := OpenSpill(dir, 0, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestSpillDropAndRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "1-1.spill"), []byte("left by a crash"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenSpill(dir, 0, nil, nil)
+	s, err := OpenSpill(dir, 0, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestSpillDropAndRestart(t *testing.T) {
 // is room.
 func TestSpillHoldsWithoutRoom(t *testing.T) {
 	var mem atomic.Int64
-	s, err := OpenSpill(filepath.Join(t.TempDir(), "spill"), 0, &mem, nil)
+	s, err := OpenSpill(filepath.Join(t.TempDir(), "spill"), 0, &mem, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,9 @@ type Options struct {
 	// AfterSync, if set, runs on the committer after each fsync, before
 	// the batch's callbacks (tests check fsync-before-confirm with it).
 	AfterSync func()
+	// BeforeRound, if set, runs on the committer before each round of
+	// disk work (writes, reads, the fsync).
+	BeforeRound func()
 	// Fault, if set, is consulted before each group commit; an error it
 	// returns fails the commit as a full disk would (a test hook).
 	Fault func() error

@@ -95,8 +95,7 @@ func run(args []string) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
-	stopProcs := setProcs(log)
-	defer stopProcs()
+	fullProcs, adapt := setProcs(log)
 
 	users, err := loadUsers(*usersFlag, *usersFile)
 	if err != nil {
@@ -162,7 +161,16 @@ func run(args []string) int {
 		defer hs.Close()
 		log.Info("management API listening", zap.String("addr", *mgmt))
 	}
+	// One P while nearly idle (procs.go); not in a cluster, whose Raft log
+	// writes and fsyncs are not the store's.
+	var procs *procsAdapter
+	var diskWork func()
+	if adapt && clusterCfg == nil {
+		procs = newProcsAdapter(fullProcs, log)
+		diskWork = procs.diskWork
+	}
 	srv, err := broker.New(broker.Options{
+		BeforeDiskWork:      diskWork,
 		RecoveryProgress:    startup.Progress,
 		Cluster:             clusterCfg,
 		DataDir:             *dataDir,
@@ -195,6 +203,10 @@ func run(args []string) int {
 	if err != nil {
 		log.Error("cannot start broker", zap.Error(err))
 		return 1
+	}
+	if procs != nil {
+		procs.start()
+		defer procs.stop()
 	}
 	if *loadDefs != "" {
 		if err := srv.LoadDefinitions(*loadDefs); err != nil {
