@@ -87,7 +87,8 @@ type Options struct {
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
 	// BeforeDiskWork, if set, runs before each round of disk work: the
-	// store's commits and reads, the page files' writes and reads. It
+	// store's commits and reads, its value-log garbage collection, the
+	// page files' writes and reads. It
 	// runs on the goroutine doing that work, which it delays: keep it
 	// short.
 	BeforeDiskWork func()

@@ -108,9 +108,7 @@ func (s *Store) commitPending() {
 	if len(batch) == 0 && !kicked {
 		return
 	}
-	if s.opt.BeforeRound != nil {
-		s.opt.BeforeRound()
-	}
+	s.beforeRound()
 	growErr, allErr := s.spaceCheck(batch)
 	wb := s.db.NewWriteBatch()
 	var dones []func(error)

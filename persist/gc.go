@@ -27,6 +27,7 @@ func (s *Store) gcLoop() {
 			}
 			lastGC = time.Now()
 			if s.freed.Swap(0) > 0 {
+				s.beforeRound()
 				// Deleted messages free value-log space only once a
 				// compaction has dropped their keys and counted it: flush
 				// the memtable (dropping an unused prefix does that) and
@@ -39,6 +40,9 @@ func (s *Store) gcLoop() {
 				}
 			}
 			ratio := s.gcRatio()
+			if ratio > 0 {
+				s.beforeRound()
+			}
 			n := 0
 			for ratio > 0 && n < 16 && s.db.RunValueLogGC(ratio) == nil {
 				n++
@@ -47,6 +51,13 @@ func (s *Store) gcLoop() {
 				s.log.Info("value log garbage collected", zap.Int("files", n))
 			}
 		}
+	}
+}
+
+// beforeRound runs Options.BeforeRound, if set.
+func (s *Store) beforeRound() {
+	if s.opt.BeforeRound != nil {
+		s.opt.BeforeRound()
 	}
 }
 

@@ -19,8 +19,9 @@ type Options struct {
 	// AfterSync, if set, runs on the committer after each fsync, before
 	// the batch's callbacks (tests check fsync-before-confirm with it).
 	AfterSync func()
-	// BeforeRound, if set, runs on the committer before each round of
-	// disk work (writes, reads, the fsync).
+	// BeforeRound, if set, runs before each round of disk work: on the
+	// committer before its writes, reads and fsync, and on the garbage
+	// collector before it compacts or rewrites the value log.
 	BeforeRound func()
 	// Fault, if set, is consulted before each group commit; an error it
 	// returns fails the commit as a full disk would (a test hook).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,5 +437,42 @@ func TestHeldEntries(t *testing.T) {
 	}
 	if es, err := s.LoadEntries(5, 0, 10); err != nil || len(es) != 1 || es[0].Seq != 3 {
 		t.Fatalf("after delete: %+v %v", es, err)
+	}
+}
+
+// The value log's garbage collection is disk work too: BeforeRound runs
+// before it compacts or rewrites (the broker's one-P mode must not meet
+// it with the only P).
+func TestGCRunsBeforeRound(t *testing.T) {
+	var rounds atomic.Int64
+	s, err := Open(Options{Dir: t.TempDir(), GCInterval: time.Nanosecond, BeforeRound: func() { rounds.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := &Batch{}
+	for seq := uint64(1); seq <= 4; seq++ {
+		b.PutMessage(seq, []byte("m"))
+		b.PutEntry(5, seq, seq, false, false, false, 0)
+	}
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	b = &Batch{}
+	b.DropQueue(5) // deletes: the next GC tick compacts
+	if err := s.CommitSync(b); err != nil {
+		t.Fatal(err)
+	}
+	committed := rounds.Load()
+	if committed < 2 {
+		t.Fatalf("BeforeRound ran %d times for 2 commits", committed)
+	}
+	// Nothing is committed from here on: a call is the collector's.
+	deadline := time.Now().Add(10 * time.Second)
+	for rounds.Load() == committed {
+		if time.Now().After(deadline) {
+			t.Fatal("the garbage collection ran without BeforeRound")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

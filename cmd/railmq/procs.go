@@ -47,8 +47,9 @@ func setProcs(log *zap.Logger) (full int, adapt bool) {
 // back, which at low load may take up to 10 ms; with one P, every
 // connection would wait that long. An earlier attempt that followed the
 // CPU alone gave persistent messages at 1,000 msg/s a p99 of 1.9 ms
-// instead of 0.85. So the store and the page files call diskWork before
-// each round of disk work, which goes back to the full count at once.
+// instead of 0.85. So the store (its commits, reads and value-log
+// garbage collection) and the page files call diskWork before each round
+// of disk work, which goes back to the full count at once.
 //
 // Otherwise the choice is made every procsSample from the process's CPU
 // time: a sample at or above procsBusy of a CPU goes to the full count
