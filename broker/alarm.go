@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,11 +49,21 @@ func blockedReason(bits uint32) string {
 
 // alarmBits is the alarms in force: s.alarms, and the memory alarm if
 // queues are over the watermark now, which it sets (and has the monitor
-// log) if it was not yet.
+// log) if it was not yet. Paging starts here too when queues are over the
+// paging ratio, so that a burst pages as it arrives rather than at the
+// monitor's next check; the monitor logs it and ends it.
 func (s *Server) alarmBits() uint32 {
 	bits := s.alarms.Load()
 	if bits&alarmMemory == 0 {
-		if used := s.memory.Load(); used > s.watermark.Load() {
+		used := s.memory.Load()
+		if !s.paging.Load() && s.overPagingRatio(used) {
+			s.paging.Store(true)
+			select {
+			case s.alarmWake <- struct{}{}:
+			default:
+			}
+		}
+		if used > s.watermark.Load() {
 			s.memTrip.Store(used)
 			if s.alarms.Or(alarmMemory)&alarmMemory == 0 {
 				select {
@@ -114,10 +125,11 @@ func (c *conn) blockWhileAlarm() error {
 // alarmMonitor is the monitor goroutine's state (New sets it up before
 // the goroutine starts).
 type alarmMonitor struct {
-	logged      uint32 // the alarms as last logged
-	diskOn      bool   // DiskFreeLimit > 0
-	diskFree    uint64 // bytes free at the last disk check
-	diskFailing bool   // the last disk check failed (logged once)
+	logged      uint32      // the alarms as last logged
+	paging      atomic.Bool // paging (Server.paging) as last logged; SetMemoryHighWatermark checks too
+	diskOn      bool        // DiskFreeLimit > 0
+	diskFree    uint64      // bytes free at the last disk check
+	diskFailing bool        // the last disk check failed (logged once)
 }
 
 // monitor checks the alarms until Shutdown.
@@ -163,9 +175,11 @@ func (s *Server) checkMemory() {
 		used = max(used, processRSS())
 	}
 	if r := s.opts.PagingRatio; r > 0 && r < 1 {
-		paging := float64(used) > r*float64(s.watermark.Load())
+		paging := s.overPagingRatio(used)
 		if paging != s.paging.Load() {
 			s.paging.Store(paging)
+		}
+		if s.mon.paging.Swap(paging) != paging { // a reader may have set it (alarmBits)
 			s.log.Info("memory paging ratio", zap.Bool("paging", paging), zap.String("used", humanBytes(used)),
 				zap.String("threshold", humanBytes(int64(r*float64(s.watermark.Load())))))
 		}
@@ -178,6 +192,13 @@ func (s *Server) checkMemory() {
 		s.memTrip.Store(used)
 		s.alarms.Or(alarmMemory)
 	}
+}
+
+// overPagingRatio reports whether used is over the paging ratio of the
+// watermark.
+func (s *Server) overPagingRatio(used int64) bool {
+	r := s.opts.PagingRatio
+	return r > 0 && r < 1 && float64(used) > r*float64(s.watermark.Load())
 }
 
 // checkDisk sets or clears the disk alarm by the space free on DataDir's
