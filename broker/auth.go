@@ -249,6 +249,7 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.ShareQueueIDs(&s.queueIDs)
 	vh.PageTransientTo(s.spill)
 	vh.PageUnderPressure(&s.paging)
+	vh.PacePublishers(!s.opts.NoPublisherPacing)
 	vh.CountInto(&s.totals)
 	if s.opts.Cluster != nil {
 		vh.SetQuorum(quorumMaker{s})

@@ -83,6 +83,11 @@ type Options struct {
 	// QueueWindowBytes bounds the bytes of bodies a durable queue keeps in
 	// memory, ready and unacked (0: 16 MiB): large messages page too.
 	QueueWindowBytes int64
+	// NoPublisherPacing turns off pacing: by default a publisher into a
+	// queue whose consumers drain a backlog beyond its window is slowed
+	// to their pace once the backlog has grown by another window
+	// (queue.Queue.Behind).
+	NoPublisherPacing bool
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()

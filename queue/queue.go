@@ -157,6 +157,9 @@ type Config struct {
 	WindowBytes int64
 	// Pressure, when set and true, shrinks the window (see window).
 	Pressure *atomic.Bool
+	// NoPace turns off pacing (Behind): a publisher is not slowed to the
+	// consumers' pace while they drain a paged backlog.
+	NoPace bool
 	// Recovered is set for a queue restored from the store.
 	Recovered *Recovered
 	// NoDedup: the queue ignores Policy.Dedup (a quorum queue, or a
@@ -250,6 +253,13 @@ type Queue struct {
 	// bytes of writes handed to the Store and not yet done.
 	inboxN   atomic.Int32
 	pendingW atomic.Int64
+	// pace is the ready count when pacing began (see Behind), -1 while
+	// the queue does not pace. paceStall is the Delivered count at which
+	// a publisher gave the pace up (PaceReset), -1 if none: pacing stops
+	// until the consumers take a message again, and begins afresh then.
+	// Both are set by the holder of exec (publishCounts); PaceReset sets
+	// paceStall.
+	pace, paceStall atomic.Int64
 
 	// exec is held while ops are applied; it guards everything below.
 	exec    sync.Mutex
@@ -364,6 +374,8 @@ func New(cfg Config) *Queue {
 		nextSeq:  1,
 		lastUsed: time.Now().UnixNano(),
 	}
+	q.pace.Store(-1)
+	q.paceStall.Store(-1)
 	q.toggleDedup()
 	q.noteMayReject()
 	if r := cfg.Recovered; r != nil && q.dedup != nil {
@@ -452,15 +464,54 @@ const (
 )
 
 // Behind reports whether the queue takes messages in more slowly than they
-// arrive: its store writes (page-outs, persistent messages) or its inbox
-// fall behind. A publisher into it is slowed down until it has CaughtUp,
-// as RabbitMQ's credit flow slows a publisher whose queue process lags.
-// Neither depends on consumers: a queue whose consumers are slow but that
-// takes its messages in (a backlog building up) is not behind, and a
-// publisher that waits for it cannot wait for its own acks.
+// arrive, or than its consumers take them out. A publisher into it is
+// slowed down until it has CaughtUp, as RabbitMQ's credit flow slows a
+// publisher whose queue process lags.
+//
+//   - Intake: its store writes (page-outs, persistent messages) or its
+//     inbox fall behind.
+//   - Pace: its consumers drain a backlog beyond the memory window (the
+//     queue pages) and the backlog has grown by more than a window
+//     (PaceSlack) since they began. The publisher then goes at the
+//     consumers' pace, so that the backlog, and the age of what they
+//     receive, stop growing while they work on it, and the publisher
+//     does not take the CPU they need. A queue without consumers, or
+//     whose backlog fits its window, absorbs a burst as before. A
+//     publisher's wait for the pace gives up (PaceReset) when the
+//     consumers stop taking messages (stuck, or waiting for the acks of
+//     the very connection that waits), so that it never waits for its
+//     own acks.
 func (q *Queue) Behind() bool {
-	return q.pendingW.Load() > FlowBytes || q.inboxN.Load() > FlowOps
+	return q.pendingW.Load() > FlowBytes || q.inboxN.Load() > FlowOps || q.paceBehind(q.paceSlack())
 }
+
+// paceSlack is how far a backlog being drained may grow before its
+// publishers are paced: the window, in messages.
+func (q *Queue) paceSlack() int64 { return int64(max(q.cfg.Window, 256)) }
+
+// paceBehind reports whether the queue paces and its ready count is more
+// than slack above where pacing began.
+func (q *Queue) paceBehind(slack int64) bool {
+	b := q.pace.Load()
+	return b >= 0 && q.readyN.Load() > b+slack && q.paceStall.Load() < 0
+}
+
+// Pacing reports whether a wait for the queue is (also) a wait for its
+// consumers' pace, which PaceReset can end.
+func (q *Queue) Pacing() bool { return q.paceBehind(q.paceSlack() / 2) }
+
+// PaceReset ends a wait for the consumers' pace: the queue does not pace
+// until its consumers take a message again, and then begins afresh from
+// the backlog as it is then. Called by a publisher whose wait saw no
+// delivery for a while: consumers that take nothing (stuck, or waiting
+// for acks the publisher's connection does not read while it waits) set
+// no pace.
+func (q *Queue) PaceReset() { q.paceStall.Store(q.nDeliverGet.Load()) }
+
+// Delivered is the count of messages delivered or got since the queue
+// started (redeliveries too): what a publisher waiting for the pace
+// watches to tell that the consumers still take messages.
+func (q *Queue) Delivered() int64 { return q.nDeliverGet.Load() }
 
 // CaughtUp reports whether a queue that was Behind has caught up, or is
 // gone.
@@ -468,7 +519,7 @@ func (q *Queue) CaughtUp() bool {
 	if q.cfg.Replica != nil {
 		return true
 	}
-	if q.pendingW.Load() <= FlowBytes/2 && q.inboxN.Load() <= FlowOps/2 {
+	if q.pendingW.Load() <= FlowBytes/2 && q.inboxN.Load() <= FlowOps/2 && !q.paceBehind(q.paceSlack()/2) {
 		return true
 	}
 	q.mu.Lock()
@@ -684,6 +735,19 @@ func (q *Queue) publishCounts() {
 		}
 	}
 	setCount(&q.readyN, int64(q.readyLen()))
+	// Pacing (Behind): while consumers drain a paged backlog.
+	if q.diskCount > 0 && len(q.consumers) > 0 && !q.cfg.NoPace && q.cfg.Replica == nil {
+		if q.pace.Load() < 0 {
+			q.pace.Store(int64(q.readyLen()))
+			q.paceStall.Store(-1)
+		} else if s := q.paceStall.Load(); s >= 0 && s != q.nDeliverGet.Load() {
+			q.pace.Store(int64(q.readyLen())) // the consumers go on: afresh
+			q.paceStall.Store(-1)
+		}
+	} else if q.pace.Load() >= 0 {
+		q.pace.Store(-1)
+		q.paceStall.Store(-1)
+	}
 	setCount(&q.unackedN, int64(q.unacked))
 	setCount(&q.readyBytesN, q.readyBytes)
 	setCount(&q.unackedBytesN, q.unackedBody)

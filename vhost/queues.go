@@ -143,6 +143,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	cfg.Logger = v.log
 	cfg.OnEmptyOfConsumers = v.forgetQueue
 	cfg.Window, cfg.WindowBytes, cfg.Pressure = v.window, v.windowB, v.pressure
+	cfg.NoPace = v.noPace
 	switch {
 	case cfg.Durable && v.store != nil:
 		cfg.Store = storeAdapter{v.store}

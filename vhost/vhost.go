@@ -39,6 +39,7 @@ type VHost struct {
 	store       *persist.Store                  // nil: nothing is durable
 	spill       *persist.Spill                  // nil: non-durable queues stay in memory
 	pressure    *atomic.Bool                    // see PageUnderPressure
+	noPace      bool                            // see PacePublishers
 	totals      *queue.Totals                   // see CountInto
 	progress    func(done, total, messages int) // see ReportRecovery
 	repl        Replicator                      // see ReplicateTo; guarded by mu
@@ -149,6 +150,12 @@ func (v *VHost) PageTransientTo(s *persist.Spill) { v.spill = s }
 // window while p is true (the broker's paging ratio of the memory
 // watermark is crossed). Call it before the vhost is used.
 func (v *VHost) PageUnderPressure(p *atomic.Bool) { v.pressure = p }
+
+// PacePublishers sets whether the queues declared from now on slow their
+// publishers to their consumers' pace while the consumers drain a paged
+// backlog (queue.Queue.Behind; on unless turned off). Call it before the
+// vhost is used.
+func (v *VHost) PacePublishers(on bool) { v.noPace = !on }
 
 // CountInto makes the vhost and the queues declared from now on count
 // into t, the broker's metrics. Call it before the vhost is used.

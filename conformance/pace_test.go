@@ -1,0 +1,231 @@
+package conformance
+
+import (
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// paceWindow is the queue window of the pacing tests: a backlog beyond it
+// pages, and pacing lets it grow by another window before it holds the
+// publisher (queue.Queue.Behind).
+const paceWindow = 256
+
+func paceBroker(t *testing.T, opts broker.Options) (*testutil.Broker, func() map[string]string) {
+	t.Helper()
+	testutil.InProcess(t)
+	opts.QueueWindow = paceWindow
+	b := testutil.Start(t, opts)
+	hs := httptest.NewServer(b.Server.ManagementHandler())
+	t.Cleanup(hs.Close)
+	return b, func() map[string]string { return connStates(t, hs.URL) }
+}
+
+// paceRun publishes n messages as fast as it can into a non-durable queue
+// whose consumer acks each after a short pause, much more slowly than the
+// publisher sends, and returns the largest ready count seen while it ran
+// and whether the publisher was seen in the "flow" state.
+func paceRun(t *testing.T, b *testutil.Broker, states func() map[string]string, n int) (maxReady int, sawFlow bool) {
+	t.Helper()
+	pub := namedConn(t, b.URL, "pub")
+	cons := namedConn(t, b.URL, "cons")
+	watch := openChannel(t, namedConn(t, b.URL, "watch"))
+	pch := openChannel(t, pub)
+	_, err := pch.QueueDeclare("paced", false, false, false, false, nil)
+	must(t, err)
+	cch := openChannel(t, cons)
+	must(t, cch.Qos(50, 0, false))
+	ds, err := cch.Consume("paced", "", false, false, false, false, nil)
+	must(t, err)
+	var got atomic.Int64
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for d := range ds {
+			time.Sleep(100 * time.Microsecond)
+			_ = d.Ack(false)
+			if got.Add(1) == int64(n) {
+				return
+			}
+		}
+	}()
+	published := make(chan error, 1)
+	body := make([]byte, 512)
+	go func() {
+		for range n {
+			if err := pch.Publish("", "paced", false, false, rmq.Publishing{Body: body}); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	var pubErr error
+	pubDone := false
+	deadline := time.After(120 * time.Second)
+	for got.Load() < int64(n) {
+		select {
+		case <-consumed:
+		case pubErr = <-published:
+			must(t, pubErr)
+			pubDone = true
+		case <-deadline:
+			t.Fatalf("consumer got %d of %d", got.Load(), n)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if q, err := watch.QueueDeclarePassive("paced", false, false, false, false, nil); err == nil {
+			maxReady = max(maxReady, q.Messages)
+		}
+		if !pubDone && states()["pub"] == "flow" {
+			sawFlow = true
+		}
+	}
+	if !pubDone {
+		must(t, <-published)
+	}
+	return maxReady, sawFlow
+}
+
+// A publisher that outruns the consumers of a queue draining a backlog
+// beyond its window is held to their pace (state "flow"): the backlog,
+// and with it the age of what the consumers get, stops growing about a
+// window beyond the window, instead of growing with everything published.
+func TestPacingHoldsPublisherToItsConsumers(t *testing.T) {
+	b, states := paceBroker(t, broker.Options{})
+	const n = 4000
+	maxReady, sawFlow := paceRun(t, b, states, n)
+	t.Logf("largest backlog %d of %d published", maxReady, n)
+	if !sawFlow {
+		t.Error("the publisher was never held back")
+	}
+	// The window, the window it may grow by, and what one wait lets
+	// through before the reader stops (a read buffer of publishes).
+	if limit := 4 * paceWindow; maxReady > limit {
+		t.Errorf("backlog reached %d, more than %d: the publisher was not held to the consumers' pace", maxReady, limit)
+	}
+}
+
+// --pace-publishers=false: the same run lets the backlog grow with what
+// the publisher sends, as without pacing (the test above measures what
+// pacing does, not the machine).
+func TestPacingOff(t *testing.T) {
+	b, states := paceBroker(t, broker.Options{NoPublisherPacing: true})
+	const n = 4000
+	maxReady, _ := paceRun(t, b, states, n)
+	t.Logf("largest backlog %d of %d published", maxReady, n)
+	if maxReady <= 4*paceWindow {
+		t.Errorf("backlog reached only %d without pacing: the run does not outrun its consumer", maxReady)
+	}
+}
+
+// A queue without consumers absorbs a backlog beyond its window at the
+// publisher's speed: nothing drains it, so there is no pace to keep, and
+// the publisher is never held for it.
+func TestPacingNotWithoutConsumers(t *testing.T) {
+	b, states := paceBroker(t, broker.Options{})
+	c := namedConn(t, b.URL, "absorb")
+	ch := openChannel(t, c)
+	_, err := ch.QueueDeclare("absorbing", false, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	const n = 20000
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirm("", "absorbing", false, false, rmq.Publishing{Body: []byte("x")})
+		must(t, err)
+		if i%1000 == 999 {
+			if !dc.Wait() {
+				t.Fatal("nacked")
+			}
+			if s := states()["absorb"]; s != "running" {
+				t.Fatalf("publisher into a queue without consumers is %q after %d", s, i+1)
+			}
+		}
+	}
+	q, err := ch.QueueDeclarePassive("absorbing", false, false, false, false, nil)
+	must(t, err)
+	if q.Messages != n {
+		t.Fatalf("queue holds %d, want %d", q.Messages, n)
+	}
+}
+
+// A consumer that takes its prefetch and never acks sets no pace: the
+// publisher's wait gives up when nothing is delivered, and the backlog
+// grows as without consumers.
+func TestPacingStuckConsumerDoesNotHoldPublisher(t *testing.T) {
+	b, _ := paceBroker(t, broker.Options{})
+	cons := openChannel(t, namedConn(t, b.URL, "stuck"))
+	_, err := cons.QueueDeclare("stuck", false, false, false, false, nil)
+	must(t, err)
+	must(t, cons.Qos(10, 0, false))
+	_, err = cons.Consume("stuck", "", false, false, false, false, nil)
+	must(t, err)
+	ch := openChannel(t, namedConn(t, b.URL, "pub"))
+	must(t, ch.Confirm(false))
+	const n = 20000
+	done := make(chan error, 1)
+	go func() {
+		var dc *rmq.DeferredConfirmation
+		for range n {
+			var err error
+			if dc, err = ch.PublishWithDeferredConfirm("", "stuck", false, false, rmq.Publishing{Body: []byte("x")}); err != nil {
+				done <- err
+				return
+			}
+		}
+		dc.Wait()
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the publisher is held by a consumer that takes nothing")
+	}
+	q, err := ch.QueueDeclarePassive("stuck", false, false, false, false, nil)
+	must(t, err)
+	if q.Messages != n-10 {
+		t.Fatalf("queue holds %d ready, want %d", q.Messages, n-10)
+	}
+}
+
+// A connection that publishes into a paged queue and consumes from it on
+// the same socket is paced but never stuck: while it waits it reads no
+// acks, so its consumer takes nothing, and the wait gives up.
+func TestPacingPublishAndConsumeOnOneConnection(t *testing.T) {
+	b, _ := paceBroker(t, broker.Options{})
+	c := namedConn(t, b.URL, "both")
+	pch := openChannel(t, c)
+	_, err := pch.QueueDeclare("both", false, false, false, false, nil)
+	must(t, err)
+	cch := openChannel(t, c)
+	must(t, cch.Qos(20, 0, false))
+	ds, err := cch.Consume("both", "", false, false, false, false, nil)
+	must(t, err)
+	const n = 20000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range n {
+			if pch.Publish("", "both", false, false, rmq.Publishing{Body: []byte("x")}) != nil {
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	for i := range n {
+		select {
+		case d := <-ds:
+			must(t, d.Ack(false))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("stuck after %d of %d deliveries", i, n)
+		}
+	}
+}
