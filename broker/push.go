@@ -77,6 +77,13 @@ var errWouldBlock = errors.New("railmq: would block")
 // the read loop ends with err.
 func (c *conn) pushFrames() (stop bool, err error) {
 	p := &c.push
+	// The read deadline (heartbeats) moves on with what was read: it is
+	// armed before parking too, but a connection whose socket always has
+	// more (a publisher held back by flow control, faster than the broker)
+	// never parks, and the RawConn read would fail at the old deadline.
+	if err := c.armDeadline(); err != nil {
+		return true, err
+	}
 	p.drained, p.again, p.stop = false, false, false
 	p.in = true
 	err = c.io.rc.Read(p.step)

@@ -229,3 +229,76 @@ func TestPacingPublishAndConsumeOnOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// A publisher held to its consumers' pace for several heartbeat intervals
+// on end is not dropped for missed heartbeats: its socket always has more
+// to read, so its reader never waits for input, and the read deadline
+// must still move on with what it reads.
+func TestPacingKeepsHeartbeats(t *testing.T) {
+	b, states := paceBroker(t, broker.Options{})
+	// 2 s: the broker drops a client silent for 5.5 to 6 s. (With 1 s,
+	// amqp091-go sends a heartbeat whenever its last write is over 0 s
+	// old, and its heartbeat goroutine then waits behind the publisher's
+	// blocked write, leaving its own read deadline unarmed.)
+	pub, err := rmq.DialConfig(b.URL, rmq.Config{Heartbeat: 2 * time.Second, Properties: rmq.Table{"connection_name": "pub"}})
+	must(t, err)
+	defer pub.Close()
+	closed := pub.NotifyClose(make(chan *rmq.Error, 1))
+	pch := openChannel(t, pub)
+	_, err = pch.QueueDeclare("paced-hb", false, false, false, false, nil)
+	must(t, err)
+	cch := openChannel(t, namedConn(t, b.URL, "cons"))
+	must(t, cch.Qos(50, 0, false))
+	ds, err := cch.Consume("paced-hb", "", false, false, false, false, nil)
+	must(t, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case d := <-ds:
+				time.Sleep(100 * time.Microsecond)
+				_ = d.Ack(false)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	pubErr := make(chan error, 1)
+	go func() {
+		body := make([]byte, 512)
+		end := time.Now().Add(8 * time.Second) // dropped after 6 s if not read
+		for time.Now().Before(end) {
+			if err := pch.Publish("", "paced-hb", false, false, rmq.Publishing{Body: body}); err != nil {
+				pubErr <- err
+				return
+			}
+		}
+		pubErr <- nil
+	}()
+	sawFlow := false
+	for {
+		select {
+		case err := <-pubErr:
+			must(t, err)
+			if !sawFlow {
+				t.Error("the publisher was never held back")
+			}
+			select {
+			case e := <-closed:
+				t.Fatalf("publisher's connection closed: %v", e)
+			default:
+			}
+			return
+		case e := <-closed:
+			t.Fatalf("publisher's connection closed while paced: %v", e)
+		case <-time.After(50 * time.Millisecond):
+			if states()["pub"] == "flow" {
+				sawFlow = true
+			}
+		}
+	}
+}
