@@ -150,9 +150,9 @@ type Config struct {
 	Store Store
 	// Window is how many ready messages a queue with a Store keeps in
 	// memory, and WindowBytes how many bytes of ready bodies at most; the
-	// rest wait in the store and are read ahead of the consumers. (The
-	// registry gives a Store to durable queues only, for now: paging
-	// transient backlogs through the store is [8]'s open work.)
+	// rest wait in the store and are read ahead of the consumers (a
+	// durable queue's in the broker's store, a non-durable one's in page
+	// files).
 	Window      int
 	WindowBytes int64
 	// Pressure, when set and true, shrinks the window (see window).
