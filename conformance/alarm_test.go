@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -361,19 +360,9 @@ func connStates(t *testing.T, url string) map[string]string {
 
 func TestConnectionStateInManagementAPI(t *testing.T) {
 	b, _, free := diskAlarmBroker(t)
-	hs := httptest.NewServer(b.Server.ManagementHandler())
-	defer hs.Close()
-	states := func() map[string]string { return connStates(t, hs.URL) }
-	named := func(name string) *rmq.Connection {
-		c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": name}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	named("idle")
-	pub := named("pub")
+	states := stateReader(t, b)
+	namedConn(t, b.URL, "idle")
+	pub := namedConn(t, b.URL, "pub")
 	pch := openChannel(t, pub)
 	want := func(idleState, pubState string) {
 		t.Helper()

@@ -24,10 +24,51 @@ func flowBroker(t *testing.T, slow *atomic.Bool) (*testutil.Broker, func() map[s
 			time.Sleep(20 * time.Millisecond)
 		}
 	}})
+	return b, stateReader(t, b)
+}
+
+// stateReader serves b's management API for the test and returns a reader
+// of its connections' states by connection_name (connStates).
+func stateReader(t *testing.T, b *testutil.Broker) func() map[string]string {
+	t.Helper()
 	hs := httptest.NewServer(b.Server.ManagementHandler())
 	t.Cleanup(hs.Close)
-	states := func() map[string]string { return connStates(t, hs.URL) }
-	return b, states
+	return func() map[string]string { return connStates(t, hs.URL) }
+}
+
+// publishAndConsumeOnOne publishes n copies of msg into queue on one
+// channel of c and consumes and acks them on another channel of c, with
+// prefetch 20: the connection's acks must get through while its publisher
+// is held back. It fails if a delivery takes over 30 s.
+func publishAndConsumeOnOne(t *testing.T, c *rmq.Connection, queue string, durable bool, n int, msg rmq.Publishing) {
+	t.Helper()
+	pch := openChannel(t, c)
+	_, err := pch.QueueDeclare(queue, durable, false, false, false, nil)
+	must(t, err)
+	cch := openChannel(t, c)
+	must(t, cch.Qos(20, 0, false))
+	ds, err := cch.Consume(queue, "", false, false, false, false, nil)
+	must(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range n {
+			if pch.Publish("", queue, false, false, msg) != nil {
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	for i := range n {
+		select {
+		case d := <-ds:
+			must(t, d.Ack(false))
+		case <-time.After(30 * time.Second):
+			c.Close() // the publisher's goroutine returns
+			t.Fatalf("stuck after %d of %d deliveries", i, n)
+		}
+	}
 }
 
 func namedConn(t *testing.T, url, name string) *rmq.Connection {
@@ -149,22 +190,6 @@ func TestFlowControlPublishAndConsumeOnOneConnection(t *testing.T) {
 	slow.Store(true)
 	b, states := flowBroker(t, &slow)
 	c := namedConn(t, b.URL, "both")
-	pch := openChannel(t, c)
-	_, err := pch.QueueDeclare("flow-both", true, false, false, false, nil)
-	must(t, err)
-	cch := openChannel(t, c)
-	must(t, cch.Qos(20, 0, false))
-	ds, err := cch.Consume("flow-both", "", false, false, false, false, nil)
-	must(t, err)
-	const n = 3000
-	body := make([]byte, 16<<10)
-	go func() {
-		for range n {
-			if pch.Publish("", "flow-both", false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: body}) != nil {
-				return
-			}
-		}
-	}()
 	var sawFlow atomic.Bool
 	stop := make(chan struct{})
 	var polling sync.WaitGroup
@@ -183,14 +208,7 @@ func TestFlowControlPublishAndConsumeOnOneConnection(t *testing.T) {
 			}
 		}
 	}()
-	for i := range n {
-		select {
-		case d := <-ds:
-			must(t, d.Ack(false))
-		case <-time.After(30 * time.Second):
-			t.Fatalf("stuck after %d of %d deliveries", i, n)
-		}
-	}
+	publishAndConsumeOnOne(t, c, "flow-both", true, 3000, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: make([]byte, 16<<10)})
 	if !sawFlow.Load() {
 		t.Fatal("the connection was never held back: the test did not exercise flow control")
 	}

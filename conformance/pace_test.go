@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,9 +22,7 @@ func paceBroker(t *testing.T, opts broker.Options) (*testutil.Broker, func() map
 	testutil.InProcess(t)
 	opts.QueueWindow = paceWindow
 	b := testutil.Start(t, opts)
-	hs := httptest.NewServer(b.Server.ManagementHandler())
-	t.Cleanup(hs.Close)
-	return b, func() map[string]string { return connStates(t, hs.URL) }
+	return b, stateReader(t, b)
 }
 
 // paceRun publishes n messages as fast as it can into a non-durable queue
@@ -200,34 +197,7 @@ func TestPacingStuckConsumerDoesNotHoldPublisher(t *testing.T) {
 // acks, so its consumer takes nothing, and the wait gives up.
 func TestPacingPublishAndConsumeOnOneConnection(t *testing.T) {
 	b, _ := paceBroker(t, broker.Options{})
-	c := namedConn(t, b.URL, "both")
-	pch := openChannel(t, c)
-	_, err := pch.QueueDeclare("both", false, false, false, false, nil)
-	must(t, err)
-	cch := openChannel(t, c)
-	must(t, cch.Qos(20, 0, false))
-	ds, err := cch.Consume("both", "", false, false, false, false, nil)
-	must(t, err)
-	const n = 20000
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range n {
-			if pch.Publish("", "both", false, false, rmq.Publishing{Body: []byte("x")}) != nil {
-				return
-			}
-		}
-	}()
-	defer wg.Wait()
-	for i := range n {
-		select {
-		case d := <-ds:
-			must(t, d.Ack(false))
-		case <-time.After(30 * time.Second):
-			t.Fatalf("stuck after %d of %d deliveries", i, n)
-		}
-	}
+	publishAndConsumeOnOne(t, namedConn(t, b.URL, "both"), "both", false, 20000, rmq.Publishing{Body: []byte("x")})
 }
 
 // A publisher held to its consumers' pace for several heartbeat intervals
