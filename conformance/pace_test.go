@@ -206,11 +206,15 @@ func TestPacingPublishAndConsumeOnOneConnection(t *testing.T) {
 // must still move on with what it reads.
 func TestPacingKeepsHeartbeats(t *testing.T) {
 	b, states := paceBroker(t, broker.Options{})
-	// 2 s: the broker drops a client silent for 5.5 to 6 s. (With 1 s,
-	// amqp091-go sends a heartbeat whenever its last write is over 0 s
-	// old, and its heartbeat goroutine then waits behind the publisher's
-	// blocked write, leaving its own read deadline unarmed.)
-	pub, err := rmq.DialConfig(b.URL, rmq.Config{Heartbeat: 2 * time.Second, Properties: rmq.Table{"connection_name": "pub"}})
+	// 3 s: the broker drops a client silent for 8.25 to 9 s (silentLimit).
+	// Not less: amqp091-go's heartbeater ticks at half the heartbeat and
+	// sends one whenever nothing was written for the tick less a second,
+	// so at 2 s or below it sends on every tick, waits there behind the
+	// publisher's write (held back, as flow control holds it), and misses
+	// the reads that would move its own read deadline (1.5 heartbeats):
+	// the client then drops the connection itself, as it would against
+	// RabbitMQ's credit flow (3 of 4 runs failed that way beside a CI run).
+	pub, err := rmq.DialConfig(b.URL, rmq.Config{Heartbeat: 3 * time.Second, Properties: rmq.Table{"connection_name": "pub"}})
 	must(t, err)
 	defer pub.Close()
 	closed := pub.NotifyClose(make(chan *rmq.Error, 1))
@@ -240,7 +244,7 @@ func TestPacingKeepsHeartbeats(t *testing.T) {
 	pubErr := make(chan error, 1)
 	go func() {
 		body := make([]byte, 512)
-		end := time.Now().Add(8 * time.Second) // dropped after 6 s if not read
+		end := time.Now().Add(10 * time.Second) // dropped after 9 s if not read
 		for time.Now().Before(end) {
 			if err := pch.Publish("", "paced-hb", false, false, rmq.Publishing{Body: body}); err != nil {
 				pubErr <- err

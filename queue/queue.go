@@ -490,10 +490,13 @@ func (q *Queue) Behind() bool {
 func (q *Queue) paceSlack() int64 { return int64(max(q.cfg.Window, 256)) }
 
 // paceBehind reports whether the queue paces and its ready count is more
-// than slack above where pacing began.
+// than slack above where pacing began. What waits in the inbox counts as
+// ready too: on a busy machine the queue may take the publishes in long
+// after they were made (up to FlowOps of them), and the ready count alone
+// would let the backlog overshoot by as much.
 func (q *Queue) paceBehind(slack int64) bool {
 	b := q.pace.Load()
-	return b >= 0 && q.readyN.Load() > b+slack && q.paceStall.Load() < 0
+	return b >= 0 && q.readyN.Load()+int64(q.inboxN.Load()) > b+slack && q.paceStall.Load() < 0
 }
 
 // Pacing reports whether a wait for the queue is (also) a wait for its
@@ -735,8 +738,11 @@ func (q *Queue) publishCounts() {
 		}
 	}
 	setCount(&q.readyN, int64(q.readyLen()))
-	// Pacing (Behind): while consumers drain a paged backlog.
-	if q.diskCount > 0 && len(q.consumers) > 0 && !q.cfg.NoPace && q.cfg.Replica == nil {
+	// Pacing (Behind): while consumers drain a backlog beyond the window,
+	// counted as it is published, not as it is paged (the spill may lag
+	// far behind a fast publisher on a busy machine).
+	beyond := q.diskCount > 0 || (q.cfg.Window > 0 && q.readyLen() > q.cfg.Window)
+	if beyond && len(q.consumers) > 0 && !q.cfg.NoPace && q.cfg.Replica == nil {
 		if q.pace.Load() < 0 {
 			q.pace.Store(int64(q.readyLen()))
 			q.paceStall.Store(-1)
