@@ -738,10 +738,11 @@ func (q *Queue) publishCounts() {
 		}
 	}
 	setCount(&q.readyN, int64(q.readyLen()))
-	// Pacing (Behind): while consumers drain a backlog beyond the window,
-	// counted as it is published, not as it is paged (the spill may lag
-	// far behind a fast publisher on a busy machine).
-	beyond := q.diskCount > 0 || (q.cfg.Window > 0 && q.readyLen() > q.cfg.Window)
+	// Pacing (Behind): while consumers drain a backlog beyond the window of
+	// a queue that pages (a Store), counted as it is published, not as it
+	// is paged (the spill may lag far behind a fast publisher on a busy
+	// machine). Window is never 0 (New).
+	beyond := q.diskCount > 0 || (q.cfg.Store != nil && q.readyLen() > q.cfg.Window)
 	if beyond && len(q.consumers) > 0 && !q.cfg.NoPace && q.cfg.Replica == nil {
 		if q.pace.Load() < 0 {
 			q.pace.Store(int64(q.readyLen()))
