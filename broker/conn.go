@@ -88,14 +88,19 @@ type conn struct {
 	rdlSet bool
 
 	vh        *vhost.VHost
-	authUser  *auth.User    // set by the handshake
-	grant     *auth.Grant   // the user's rights in vh
-	nchan     atomic.Int32  // channels open (user max-channels)
-	fullReads int           // reads that filled the read buffer (for its size)
-	push      pushState     // push-mode reading (push.go)
-	flushes   queue.Flushes // outlets this reader delivered to
-	published bool          // published since the last look at the alarms
-	flowQ     *queue.Queue  // a queue published into that is behind (waitFlow)
+	authUser  *auth.User   // set by the handshake
+	grant     *auth.Grant  // the user's rights in vh
+	nchan     atomic.Int32 // channels open (user max-channels)
+	fullReads int          // reads that filled the read buffer (for its size)
+	push      pushState    // push-mode reading (push.go)
+	coal      ackCoalescer // ack coalescing (lowat.go), reader-owned
+	// lowatRaised: the reader raised the socket's low-water mark, and
+	// no delivery or deadline has lowered it since (lowat.go).
+	lowatRaised atomic.Bool
+	pokeFn      func(fd uintptr) // c.poke, bound once
+	flushes     queue.Flushes    // outlets this reader delivered to
+	published   bool             // published since the last look at the alarms
+	flowQ       *queue.Queue     // a queue published into that is behind (waitFlow)
 
 	// Requests from other goroutines for the reader (consumer timeouts):
 	// queued under reqMu, flagged in reqFlag, and the reader is woken by a
@@ -132,6 +137,7 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c.br = bufio.NewReaderSize(deadlineReader{c}, 2<<10)
 	c.fr = amqp.NewFrameReader(c.br)
 	c.push.step = c.pushStep
+	c.pokeFn = c.poke
 	return c
 }
 

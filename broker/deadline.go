@@ -61,6 +61,13 @@ func (c *conn) wokenEarly(err error) bool {
 	if c.reqFlag.Load() {
 		return true // woken to serve a request, not a real timeout
 	}
+	if c.coal.until != 0 && time.Now().UnixNano() >= c.coal.until {
+		// The coalesced acks' deadline: read what the mark held back.
+		c.coal.until = 0
+		c.lowerLowat()
+		c.rdlSet = false
+		return true
+	}
 	if c.rdl != 0 && time.Now().UnixNano() < c.rdl {
 		// A post's wake-up that lost the race with our deadline.
 		c.rdlSet = false
@@ -76,7 +83,19 @@ func (c *conn) armDeadline() error {
 	if c.runRequests() {
 		c.rdlSet = false // post moved the deadline
 	}
-	dl, rearm := readDeadline(time.Now().UnixNano(), c.heartbeat, c.closeDeadline.Load(), c.rdl, c.rdlSet)
+	cd := c.closeDeadline.Load()
+	if u := c.coal.until; u != 0 && (cd == 0 || u < cd) {
+		// Coalesced acks are read by then (lowat.go): the earliest
+		// deadline, heartbeats' being seconds away.
+		if !c.rdlSet || c.rdl != u {
+			if err := c.nc.SetReadDeadline(time.Unix(0, u)); err != nil {
+				return err
+			}
+			c.rdl, c.rdlSet = u, true
+		}
+		return nil
+	}
+	dl, rearm := readDeadline(time.Now().UnixNano(), c.heartbeat, cd, c.rdl, c.rdlSet)
 	if rearm {
 		var t time.Time
 		if dl != 0 {

@@ -88,6 +88,14 @@ type Options struct {
 	// to their pace once the backlog has grown by another window
 	// (queue.Queue.Behind).
 	NoPublisherPacing bool
+	// NoAckCoalescing turns off ack coalescing: by default a consumer's
+	// connection whose wake-ups bring a few acks each, with prefetch to
+	// spare, has them read with the next delivery to it or within 10 ms
+	// instead of one wake-up each (lowat.go).
+	NoAckCoalescing bool
+	// AckCoalescingWait is the longest coalesced acks wait in the socket
+	// (0: 10 ms). Tests lengthen it to see the states between.
+	AckCoalescingWait time.Duration
 	// AfterStoreSync, if set, runs after each store fsync, before the
 	// confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
@@ -192,6 +200,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DiskFreeLimit == 0 {
 		o.DiskFreeLimit = DefaultDiskFreeLimit
+	}
+	if o.AckCoalescingWait <= 0 {
+		o.AckCoalescingWait = 10 * time.Millisecond
 	}
 	if o.AlarmCheckInterval <= 0 {
 		o.AlarmCheckInterval = time.Second

@@ -126,6 +126,7 @@ func (c *conn) pushStep(fd uintptr) bool {
 				c.push.frame, c.push.frameErr = f, err
 				return true
 			}
+			c.coal.note(f)
 			done, err := c.dispatch(f)
 			if err != nil || done {
 				c.push.stop, c.push.handleErr = done, err // handled outside, idem
@@ -149,8 +150,9 @@ func (c *conn) pushStep(fd uintptr) bool {
 		c.flushes.Flush()
 		if c.push.drained || c.push.again {
 			c.push.drained, c.push.again = false, false
+			c.coalesceAcks()
 			// Before parking: serve posted requests and arm the read
-			// deadline (heartbeats).
+			// deadline (heartbeats, coalesced acks).
 			if err := c.armDeadline(); err != nil || c.reqFlag.Load() {
 				return true
 			}

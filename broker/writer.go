@@ -148,6 +148,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 		if !c.writeAll(buf, hb) {
 			return wrote, false
 		}
+		c.readHeldAcks() // see Flush
 	}
 	c.outMu.Lock()
 	c.inflight = 0
@@ -220,6 +221,7 @@ func (c *conn) Flush() {
 	c.inflight = len(buf)
 	c.outMu.Unlock()
 	n := c.io.TryWrite(buf)
+	c.readHeldAcks() // the acks held back are read in this wake-up
 	if n < len(buf) {
 		// The socket is full (or failed): the writer waits for it.
 		c.rest, c.restBuf = buf[n:], buf

@@ -1,0 +1,267 @@
+package conformance
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+	"github.com/railmq/railmq/queue"
+)
+
+// Ack coalescing (broker/lowat.go): a consumer's connection whose wake-ups
+// bring only a few acks, with prefetch to spare, has its acks read with
+// the next delivery or within 10 ms. These tests look at the broker's
+// side of the socket (its SO_RCVLOWAT) to see the coalescing engage, and
+// check that nothing an ack or a close does is lost or left waiting.
+
+// serverLowat returns the receive low-water mark of the broker's socket
+// of client connection c (the in-process broker's socket whose peer is
+// c's local address), or -1 when there is none.
+func serverLowat(t *testing.T, c *rmq.Connection) int {
+	t.Helper()
+	want := c.LocalAddr().(*net.TCPAddr)
+	fds, err := os.ReadDir("/proc/self/fd")
+	must(t, err)
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		sa, err := syscall.Getpeername(fd)
+		if err != nil {
+			continue
+		}
+		in4, ok := sa.(*syscall.SockaddrInet4)
+		if !ok || in4.Port != want.Port || !net.IP(in4.Addr[:]).Equal(want.IP) {
+			continue
+		}
+		v, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT)
+		must(t, err)
+		return v
+	}
+	return -1
+}
+
+func coalesceQueue(t *testing.T, b *testutil.Broker, name string) *queue.Queue {
+	t.Helper()
+	q, err := b.Server.VHost("/").Queue(0, name)
+	must(t, err)
+	return q
+}
+
+// TestAckCoalescingEngagesAndReadsHeldAcks: after a wake-up that brought
+// one ack, with 9 deliveries outstanding and prefetch to spare, the mark
+// is raised past their acks; acks under it wait, are read at once by the
+// next delivery, and at the wait's deadline when no delivery follows. The
+// wait is 3 s here, so that each state lasts long enough to be seen.
+func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{AckCoalescingWait: 3 * time.Second})
+	name := "coalesce-engage"
+	e.queue(name, nil)
+	q := coalesceQueue(t, e.b, name)
+
+	cc := dial(t, e.b.URL)
+	defer cc.Close()
+	cch := openChannel(t, cc)
+	must(t, cch.Qos(100, 0, false))
+	ds, err := cch.Consume(name, "", false, false, false, false, nil)
+	must(t, err)
+	for i := range 10 {
+		e.publish("", name, fmt.Sprint(i))
+	}
+	var got []rmq.Delivery
+	for range 10 {
+		got = append(got, recv(t, ds))
+	}
+	if l := serverLowat(t, cc); l != 0 && l != 1 {
+		t.Fatalf("low-water mark %d before any ack, want the default (0 or 1, both 1 byte)", l)
+	}
+	must(t, got[0].Ack(false))
+	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 9 }, "unacked %d, want 9", q.Unacked())
+	// The reader parks after handling that ack: 9 acks outstanding.
+	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 9*21+1 },
+		"low-water mark %d, want %d (9 acks and a byte)", serverLowat(t, cc), 9*21+1)
+	raisedAt := time.Now()
+
+	// Eight acks stay under the mark.
+	for _, d := range got[1:9] {
+		must(t, d.Ack(false))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := q.Unacked(); n != 9 {
+		t.Fatalf("unacked %d with 8 acks under the mark, want 9 (not held back)", n)
+	}
+	// A delivery reads them.
+	e.publish("", name, "next")
+	next := recv(t, ds)
+	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 2 }, "unacked %d after a delivery, want 2", q.Unacked())
+	if time.Since(raisedAt) > 2500*time.Millisecond {
+		t.Skipf("too slow a machine to tell the delivery from the deadline (%v)", time.Since(raisedAt))
+	}
+
+	// Now 2 outstanding: an ack under the mark waits for the deadline,
+	// with no delivery after it.
+	must(t, got[9].Ack(false))
+	time.Sleep(50 * time.Millisecond)
+	if n := q.Unacked(); n != 2 && time.Since(raisedAt) < 2900*time.Millisecond {
+		t.Fatalf("unacked %d with an ack under the mark, want 2 (not held back)", n)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 1 }, "unacked %d, want 1: held acks never read", q.Unacked())
+	must(t, next.Ack(false))
+	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 0 }, "unacked %d, want 0", q.Unacked())
+}
+
+// TestAckCoalescingClose: a channel.close sent while the mark is up (and
+// smaller than it) is served within the wait (300 ms here), and the
+// unacked deliveries go back to the queue flagged redelivered, as without
+// coalescing.
+func TestAckCoalescingClose(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{AckCoalescingWait: 300 * time.Millisecond})
+	name := "coalesce-close"
+	e.queue(name, nil)
+	q := coalesceQueue(t, e.b, name)
+
+	cc := dial(t, e.b.URL)
+	defer cc.Close()
+	cch := openChannel(t, cc)
+	must(t, cch.Qos(100, 0, false))
+	ds, err := cch.Consume(name, "", false, false, false, false, nil)
+	must(t, err)
+	for i := range 20 {
+		e.publish("", name, fmt.Sprint(i))
+	}
+	var got []rmq.Delivery
+	for range 20 {
+		got = append(got, recv(t, ds))
+	}
+	must(t, got[0].Ack(false))
+	testutil.Eventually(t, 5*time.Second, func() bool { return serverLowat(t, cc) > 1 }, "the mark was never raised")
+	start := time.Now()
+	must(t, cch.Close())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("channel.close took %v", d)
+	}
+	e.waitCount(name, 19)
+	if n := q.Unacked(); n != 0 {
+		t.Fatalf("unacked %d after the close, want 0", n)
+	}
+	ch := openChannel(t, cc)
+	for i := range 19 {
+		d := e.get(ch, name, true)
+		if !d.Redelivered || string(d.Body) != fmt.Sprint(i+1) {
+			t.Fatalf("get %d: %q redelivered %v, want %q redelivered", i, d.Body, d.Redelivered, fmt.Sprint(i+1))
+		}
+	}
+}
+
+// TestAckCoalescingStream: a paced stream (bursts of 4 every millisecond)
+// to a consumer that acks each delivery: every message arrives once, none
+// redelivered, and the queue has nothing unacked soon after the last ack.
+// The mark is seen raised during the stream.
+func TestAckCoalescingStream(t *testing.T) {
+	testutil.InProcess(t)
+	e := setup(t, broker.Options{})
+	name := "coalesce-stream"
+	e.queue(name, nil)
+	q := coalesceQueue(t, e.b, name)
+
+	cc := dial(t, e.b.URL)
+	defer cc.Close()
+	cch := openChannel(t, cc)
+	must(t, cch.Qos(300, 0, false))
+	ds, err := cch.Consume(name, "", false, false, false, false, nil)
+	must(t, err)
+
+	const n = 2000
+	pc := dial(t, e.b.URL)
+	defer pc.Close()
+	pch := openChannel(t, pc)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < n; {
+			<-tick.C
+			for j := 0; j < 4 && i < n; j++ {
+				if pch.Publish("", name, false, false, rmq.Publishing{Body: []byte(strconv.Itoa(i))}) != nil {
+					return
+				}
+				i++
+			}
+		}
+	}()
+	raised := false
+	for i := range n {
+		d := recv(t, ds)
+		if d.Redelivered || string(d.Body) != strconv.Itoa(i) {
+			t.Fatalf("delivery %d: %q redelivered %v", i, d.Body, d.Redelivered)
+		}
+		must(t, d.Ack(false))
+		if i%100 == 50 && !raised {
+			raised = serverLowat(t, cc) > 1
+		}
+	}
+	none(t, ds, 50*time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, func() bool { return q.Unacked() == 0 }, "unacked %d after the last ack", q.Unacked())
+	if !raised {
+		t.Fatal("the mark was never seen raised during the stream")
+	}
+}
+
+// TestAckCoalescingNotForPublishersOrWhenOff: a connection that publishes
+// as well as consumes, and any connection with --coalesce-acks=false,
+// keeps the mark at its default (1 byte; the kernel may show it as 0).
+func TestAckCoalescingNotForPublishersOrWhenOff(t *testing.T) {
+	testutil.InProcess(t)
+	for _, tc := range []struct {
+		name    string
+		opts    broker.Options
+		publish bool // publish on the consumer's connection
+	}{
+		{"publisher", broker.Options{}, true},
+		{"off", broker.Options{NoAckCoalescing: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, tc.opts)
+			name := "coalesce-" + tc.name
+			e.queue(name, nil)
+			cc := dial(t, e.b.URL)
+			defer cc.Close()
+			cch := openChannel(t, cc)
+			must(t, cch.Qos(100, 0, false))
+			ds, err := cch.Consume(name, "", false, false, false, false, nil)
+			must(t, err)
+			for i := range 30 {
+				if tc.publish {
+					must(t, cch.Publish("", name, false, false, rmq.Publishing{Body: []byte(fmt.Sprint(i))}))
+				} else {
+					e.publish("", name, fmt.Sprint(i))
+				}
+			}
+			var got []rmq.Delivery
+			for range 30 {
+				got = append(got, recv(t, ds))
+			}
+			for _, d := range got {
+				must(t, d.Ack(false))
+				time.Sleep(time.Millisecond)
+				if l := serverLowat(t, cc); l != 0 && l != 1 {
+					t.Fatalf("low-water mark %d, want the default (0 or 1)", l)
+				}
+			}
+		})
+	}
+}
