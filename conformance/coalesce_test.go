@@ -61,31 +61,38 @@ func coalesceQueue(t *testing.T, b *testutil.Broker, name string) *queue.Queue {
 	return q
 }
 
+// coalesceConsumer starts a broker with opts and a queue, consumes it with
+// manual acks and prefetch 100 on a connection of its own, publishes n
+// messages ("0", "1", ...) and returns them as received, unacked.
+func coalesceConsumer(t *testing.T, opts broker.Options, name string, n int) (e *env, q *queue.Queue, cc *rmq.Connection, cch *rmq.Channel, ds <-chan rmq.Delivery, got []rmq.Delivery) {
+	t.Helper()
+	testutil.InProcess(t)
+	e = setup(t, opts)
+	e.queue(name, nil)
+	q = coalesceQueue(t, e.b, name)
+	cc = dial(t, e.b.URL)
+	t.Cleanup(func() { cc.Close() })
+	cch = openChannel(t, cc)
+	must(t, cch.Qos(100, 0, false))
+	ds, err := cch.Consume(name, "", false, false, false, false, nil)
+	must(t, err)
+	for i := range n {
+		e.publish("", name, fmt.Sprint(i))
+	}
+	for range n {
+		got = append(got, recv(t, ds))
+	}
+	return e, q, cc, cch, ds, got
+}
+
 // TestAckCoalescingEngagesAndReadsHeldAcks: after a wake-up that brought
 // one ack, with 9 deliveries outstanding and prefetch to spare, the mark
 // is raised past their acks; acks under it wait, are read at once by the
 // next delivery, and at the wait's deadline when no delivery follows. The
 // wait is 3 s here, so that each state lasts long enough to be seen.
 func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
-	testutil.InProcess(t)
-	e := setup(t, broker.Options{AckCoalescingWait: 3 * time.Second})
 	name := "coalesce-engage"
-	e.queue(name, nil)
-	q := coalesceQueue(t, e.b, name)
-
-	cc := dial(t, e.b.URL)
-	defer cc.Close()
-	cch := openChannel(t, cc)
-	must(t, cch.Qos(100, 0, false))
-	ds, err := cch.Consume(name, "", false, false, false, false, nil)
-	must(t, err)
-	for i := range 10 {
-		e.publish("", name, fmt.Sprint(i))
-	}
-	var got []rmq.Delivery
-	for range 10 {
-		got = append(got, recv(t, ds))
-	}
+	e, q, cc, _, ds, got := coalesceConsumer(t, broker.Options{AckCoalescingWait: 3 * time.Second}, name, 10)
 	if l := serverLowat(t, cc); l != 0 && l != 1 {
 		t.Fatalf("low-water mark %d before any ack, want the default (0 or 1, both 1 byte)", l)
 	}
@@ -129,25 +136,8 @@ func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 // unacked deliveries go back to the queue flagged redelivered, as without
 // coalescing.
 func TestAckCoalescingClose(t *testing.T) {
-	testutil.InProcess(t)
-	e := setup(t, broker.Options{AckCoalescingWait: 300 * time.Millisecond})
 	name := "coalesce-close"
-	e.queue(name, nil)
-	q := coalesceQueue(t, e.b, name)
-
-	cc := dial(t, e.b.URL)
-	defer cc.Close()
-	cch := openChannel(t, cc)
-	must(t, cch.Qos(100, 0, false))
-	ds, err := cch.Consume(name, "", false, false, false, false, nil)
-	must(t, err)
-	for i := range 20 {
-		e.publish("", name, fmt.Sprint(i))
-	}
-	var got []rmq.Delivery
-	for range 20 {
-		got = append(got, recv(t, ds))
-	}
+	e, q, cc, cch, _, got := coalesceConsumer(t, broker.Options{AckCoalescingWait: 300 * time.Millisecond}, name, 20)
 	must(t, got[0].Ack(false))
 	testutil.Eventually(t, 5*time.Second, func() bool { return serverLowat(t, cc) > 1 }, "the mark was never raised")
 	start := time.Now()
