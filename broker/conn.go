@@ -97,6 +97,7 @@ type conn struct {
 	// lowatRaised: the reader raised the socket's low-water mark, and
 	// no delivery or deadline has lowered it since (lowat.go).
 	lowatRaised atomic.Bool
+	lowatIdle   atomic.Bool      // raised with nothing outstanding (lowat.go)
 	pokeFn      func(fd uintptr) // c.poke, bound once
 	flushes     queue.Flushes    // outlets this reader delivered to
 	published   bool             // published since the last look at the alarms

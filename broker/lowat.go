@@ -90,12 +90,12 @@ func (c *conn) coalesceAcks() {
 	k := &c.coal
 	acks, other := k.acks, k.other
 	k.acks, k.other = 0, false
-	want := 1
+	want, idle := 1, false
 	if acks > 0 && acks <= coalesceMaxAcks && !other && !k.publisher && !c.srv.opts.NoAckCoalescing && !c.closing.Load() {
 		if n, roomy := c.ackWait(); roomy {
 			// Past the acks still to come; with none outstanding, past
 			// those of the next deliveries (whose flush reads them).
-			want = maxLowat
+			want, idle = maxLowat, n == 0
 			if n > 0 {
 				want = min(n*ackFrameSize+1, maxLowat)
 			}
@@ -112,6 +112,7 @@ func (c *conn) coalesceAcks() {
 		// its old time anyway. It lowers nothing when it fires now.
 		return
 	}
+	c.lowatIdle.Store(idle)
 	if want != k.set || !c.lowatRaised.Load() {
 		setLowat(c.push.fd, want)
 		k.set = want
@@ -145,11 +146,14 @@ func (c *conn) lowerLowat() {
 	}
 }
 
-// readHeldAcks has the reader read what the raised mark holds back, if
-// anything: from a goroutine that just wrote deliveries to the connection.
-// The reader then handles those acks in the wake-up under way and raises
-// the mark again past the acks of what was just delivered. With nothing
-// held back the mark stays, so that those acks do not wake it either.
+// readHeldAcks has the reader read what the raised mark holds back: from
+// a goroutine that just wrote deliveries to the connection. The reader
+// then handles those acks in the wake-up under way and raises the mark
+// again past the acks of what was just delivered. With deliveries
+// outstanding when the mark was raised, their acks are there by the next
+// delivery, or soon after (and then wake the reader, which raises the
+// mark again); with none (lowatIdle), only input already held back lowers
+// it, so that the acks of this delivery do not wake the reader either.
 func (c *conn) readHeldAcks() {
 	if c.lowatRaised.Load() && c.io.rc != nil {
 		_ = c.io.rc.Control(c.pokeFn)
@@ -158,9 +162,14 @@ func (c *conn) readHeldAcks() {
 
 // poke is readHeldAcks inside RawConn.Control.
 func (c *conn) poke(fd uintptr) {
-	var n int32
-	_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
-	if (e != 0 || n > 0) && c.lowatRaised.CompareAndSwap(true, false) {
+	if c.lowatIdle.Load() {
+		var n int32
+		_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+		if e == 0 && n == 0 {
+			return
+		}
+	}
+	if c.lowatRaised.CompareAndSwap(true, false) {
 		setLowat(fd, 1)
 	}
 }
