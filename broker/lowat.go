@@ -20,16 +20,16 @@ import (
 // classic queues on this node (Channel.AckWait: a quorum queue's acks
 // must reach its leader before a failover hands the messages out
 // again; TestClusterFaults saw acked messages come back when they were
-// held), the reader
-// raises the socket's receive low-water mark (SO_RCVLOWAT) before it
-// parks: past the acks of what is outstanding, or to maxLowat when
-// nothing is (then past the acks of the next deliveries). The kernel does
-// not report the socket readable for input below the mark. What it holds
-// back is read
+// held), the reader raises the socket's receive low-water mark
+// (SO_RCVLOWAT) before it parks: past the acks of what is outstanding, or
+// to maxLowat when nothing is (then past the acks of the next
+// deliveries). The kernel does not report the socket readable for input
+// below the mark. What it holds back is read
 //   - at the next delivery to the connection: the goroutine that writes it
-//     (Flush, or the writer) lowers the mark when input waits (poke), and
-//     the reader, woken in the same pass, handles it and raises the mark
-//     past the acks of what was just delivered;
+//     (Flush, or the writer) lowers the mark (poke; with nothing
+//     outstanding at the raise, only when input waits), and the reader,
+//     woken in the same pass, handles it and raises the mark past the
+//     acks of what was just delivered;
 //   - at the latest when the wait (Options.AckCoalescingWait, 10 ms) has
 //     passed since the mark was first raised: a read deadline, fixed
 //     until it fires (moving a timer later still wakes the poller at its
