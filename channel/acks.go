@@ -173,23 +173,18 @@ func (c *Channel) requeueAll() {
 // and whether the connection may read their acks late (the broker's ack
 // coalescing): every consumer (and the channel's global prefetch) has at
 // least half its prefetch free, so no delivery waits for those acks, and
-// none of them is from a queue whose state is elsewhere (a quorum queue,
-// a classic queue on another node), whose acks must reach its leader
-// before a failover can hand the messages out again.
+// the channel never had a delivery from a queue whose state is elsewhere
+// (a quorum queue, a classic queue on another node), whose acks must
+// reach its leader before a failover can hand the messages out again.
 func (c *Channel) AckWait() (outstanding int, roomy bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.globalPrefetch > 0 && 2*c.globalUnacked > c.globalPrefetch {
+	if c.replicated || (c.globalPrefetch > 0 && 2*c.globalUnacked > c.globalPrefetch) {
 		return c.outstanding, false
 	}
 	for _, cs := range c.consumers {
-		if p := cs.Prefetch; (p > 0 && 2*cs.Unacked > p) || cs.q.Replicated() {
+		if p := cs.Prefetch; p > 0 && 2*cs.Unacked > p {
 			return c.outstanding, false
-		}
-	}
-	for i := range c.unacked {
-		if u := &c.unacked[i]; !u.done && u.q.Replicated() {
-			return c.outstanding, false // a basic.get's
 		}
 	}
 	return c.outstanding, true

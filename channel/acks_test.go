@@ -205,3 +205,42 @@ func TestSettleRequeue(t *testing.T) {
 		})
 	}
 }
+
+// replicaStub marks a queue as a Replica's handle (AckWait's rule looks
+// no further); the channel's close returns the delivery to it.
+type replicaStub struct{ queue.Replica }
+
+func (replicaStub) Requeue([]queue.Delivery, bool) {}
+func (replicaStub) Kick(*queue.Consumer)           {}
+
+// TestAckWait: the broker may read a channel's acks late only while each
+// consumer has half its prefetch free, and never once the channel had a
+// delivery from a queue whose state is elsewhere (a quorum queue).
+func TestAckWait(t *testing.T) {
+	c, _, _ := consuming(t, 4)
+	if n, roomy := c.AckWait(); n != 4 || !roomy {
+		t.Fatalf("AckWait = %d, %v; want 4, true (no prefetch limit)", n, roomy)
+	}
+	c.mu.Lock()
+	qc := c.consumers["ctag"]
+	qc.Prefetch = 8 // 4 unacked: half free
+	c.mu.Unlock()
+	if _, roomy := c.AckWait(); !roomy {
+		t.Fatal("not roomy with 4 of 8 unacked")
+	}
+	c.mu.Lock()
+	qc.Prefetch = 7 // 4 of 7: less than half free
+	c.mu.Unlock()
+	if _, roomy := c.AckWait(); roomy {
+		t.Fatal("roomy with 4 of 7 unacked")
+	}
+	c.mu.Lock()
+	qc.Prefetch = 0
+	rq := queue.New(queue.Config{Name: "qq", Replica: replicaStub{}})
+	c.nextTag++
+	c.track(rq, nil, queue.Delivery{Msg: &queue.Message{}}, 0)
+	c.mu.Unlock()
+	if n, roomy := c.AckWait(); n != 5 || roomy {
+		t.Fatalf("AckWait = %d, %v after a quorum queue's delivery; want 5, false", n, roomy)
+	}
+}

@@ -151,6 +151,7 @@ type Channel struct {
 	nextTag        uint64
 	unacked        []unacked // in delivery tag order; settled ones until compacted
 	outstanding    int       // entries of unacked not yet settled
+	replicated     bool      // had a delivery from a Replicated queue (AckWait)
 	globalPrefetch int
 	globalUnacked  int
 	minTimeout     time.Duration

@@ -219,6 +219,7 @@ func (c *Channel) track(q *queue.Queue, qc *queue.Consumer, d queue.Delivery, at
 	}
 	c.unacked = append(c.unacked, unacked{tag: c.nextTag, q: q, c: qc, d: d, at: at, timeout: timeout})
 	c.outstanding++
+	c.replicated = c.replicated || q.Replicated()
 }
 
 // writable runs on the writer goroutine once the outbound buffer drained.
