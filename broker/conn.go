@@ -102,6 +102,7 @@ type conn struct {
 	flushes     queue.Flushes    // outlets this reader delivered to
 	published   bool             // published since the last look at the alarms
 	flowQ       *queue.Queue     // a queue published into that is behind (waitFlow)
+	floor       paceFloor        // the least a paced connection is read (flow.go)
 
 	// Requests from other goroutines for the reader (consumer timeouts):
 	// queued under reqMu, flagged in reqFlag, and the reader is woken by a

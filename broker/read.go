@@ -86,6 +86,7 @@ func (c *conn) onFrame(f amqp.Frame, err error) (stop bool, _ error) {
 // Otherwise the frame goes to handleFrame, whose error ends the
 // connection (failFor).
 func (c *conn) dispatch(f amqp.Frame) (done bool, err error) {
+	c.floor.in += int64(len(f.Payload)) + amqp.FrameOverhead
 	if c.closing.Load() {
 		if c.whileClosing(f) {
 			c.lingerFor = shortLinger

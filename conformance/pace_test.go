@@ -201,19 +201,22 @@ func TestPacingPublishAndConsumeOnOneConnection(t *testing.T) {
 }
 
 // A publisher held to its consumers' pace for several heartbeat intervals
-// on end is not dropped for missed heartbeats: its socket always has more
-// to read, so its reader never waits for input, and the read deadline
-// must still move on with what it reads.
+// on end is not dropped for missed heartbeats, by either side: its socket
+// always has more to read, so the broker's reader never waits for input,
+// and the read deadline must still move on with what it reads; and the
+// client's own heartbeater, which waits behind a publish blocked on a full
+// send buffer and meanwhile does not move the client's read deadline (1.5
+// heartbeats), must not wait that long: pacing reads at least a third of a
+// send buffer every quarter heartbeat (broker.paceFloorRate). Without that
+// floor a consumer at 1-2 k msg/s blocked the publisher's writes for over
+// 2 s at a time, and 2 to 3 runs in 8 ended in amqp091-go dropping the
+// connection with an i/o timeout.
 func TestPacingKeepsHeartbeats(t *testing.T) {
 	b, states := paceBroker(t, broker.Options{})
-	// 3 s: the broker drops a client silent for 8.25 to 9 s (silentLimit).
-	// Not less: amqp091-go's heartbeater ticks at half the heartbeat and
-	// sends one whenever nothing was written for the tick less a second,
-	// so at 2 s or below it sends on every tick, waits there behind the
-	// publisher's write (held back, as flow control holds it), and misses
-	// the reads that would move its own read deadline (1.5 heartbeats):
-	// the client then drops the connection itself, as it would against
-	// RabbitMQ's credit flow (3 of 4 runs failed that way beside a CI run).
+	// 3 s: the broker drops a client silent for 8.25 to 9 s (silentLimit);
+	// amqp091-go's heartbeater ticks every 1.5 s and sends one whenever
+	// nothing was written for half a second, and drops a connection it
+	// read nothing from for 4.5 s.
 	pub, err := rmq.DialConfig(b.URL, rmq.Config{Heartbeat: 3 * time.Second, Properties: rmq.Table{"connection_name": "pub"}})
 	must(t, err)
 	defer pub.Close()
