@@ -199,7 +199,15 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 			}
 		}
 	}
-	g.fsm.OnRestore = cfg.OnRestore
+	g.fsm.OnRestore = func() {
+		// Lag counts from the snapshot's last entry: what it covers was
+		// not applied here one by one, and what follows it is still to
+		// come (a leader sends its last snapshot, often far behind).
+		g.applying.Store(g.fsm.Index())
+		if cfg.OnRestore != nil {
+			cfg.OnRestore()
+		}
+	}
 	n.gmu.Lock()
 	if n.groups[cfg.ID] != nil {
 		n.gmu.Unlock()

@@ -87,6 +87,13 @@ func (q *QueueFSM) Restore(r io.ReadCloser) error {
 	return nil
 }
 
+// Index is the Raft log index of the last entry the state reflects.
+func (q *QueueFSM) Index() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.f.index
+}
+
 // View runs fn on the state as this member has applied it; fn must not
 // keep what it reads beyond the call, nor call back into q.
 func (q *QueueFSM) View(fn func(f *Fifo)) {
