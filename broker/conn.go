@@ -98,6 +98,7 @@ type conn struct {
 	// no delivery or deadline has lowered it since (lowat.go).
 	lowatRaised atomic.Bool
 	lowatIdle   atomic.Bool      // raised with nothing outstanding (lowat.go)
+	lowatGen    atomic.Uint64    // raises so far: a write pokes only for one before it (lowat.go)
 	pokeFn      func(fd uintptr) // c.poke, bound once
 	flushes     queue.Flushes    // outlets this reader delivered to
 	published   bool             // published since the last look at the alarms

@@ -114,6 +114,7 @@ func (c *conn) coalesceAcks() {
 	}
 	c.lowatIdle.Store(idle)
 	if want != k.set || !c.lowatRaised.Load() {
+		c.lowatGen.Add(1)
 		setLowat(c.push.fd, want)
 		k.set = want
 		c.lowatRaised.Store(true)
@@ -154,8 +155,15 @@ func (c *conn) lowerLowat() {
 // delivery, or soon after (and then wake the reader, which raises the
 // mark again); with none (lowatIdle), only input already held back lowers
 // it, so that the acks of this delivery do not wake the reader either.
-func (c *conn) readHeldAcks() {
-	if c.lowatRaised.Load() && c.io.rc != nil {
+//
+// gen is lowatGen as it was before the write took its bytes: a mark
+// raised since then was raised by a reader that had counted these
+// deliveries already (their acks even: the client may read them, ack
+// and have the ack handled before the writer gets back from its write),
+// so it stays. Lowering it then lost the raise on a loaded machine
+// (TestAckCoalescingClose failed 4 runs in 10 beside a busy core).
+func (c *conn) readHeldAcks(gen uint64) {
+	if c.lowatRaised.Load() && c.lowatGen.Load() == gen && c.io.rc != nil {
 		_ = c.io.rc.Control(c.pokeFn)
 	}
 }

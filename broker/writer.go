@@ -132,6 +132,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 		c.spare = c.restBuf[:0]
 		c.rest, c.restBuf = nil, nil
 	}
+	gen := c.lowatGen.Load()
 	c.outMu.Lock()
 	buf := c.out
 	c.out = c.spare[:0]
@@ -148,7 +149,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 		if !c.writeAll(buf, hb) {
 			return wrote, false
 		}
-		c.readHeldAcks() // see Flush
+		c.readHeldAcks(gen) // see Flush
 	}
 	c.outMu.Lock()
 	c.inflight = 0
@@ -204,6 +205,7 @@ func (c *conn) Flush() {
 		c.signal() // the writer is at it, and will look again
 		return
 	}
+	gen := c.lowatGen.Load()
 	c.outMu.Lock()
 	if c.outClosed || len(c.rest) > 0 || len(c.hooks) > 0 || len(c.waiters) > 0 || len(c.out) == 0 {
 		// Nothing to write, or work that is the writer's.
@@ -221,7 +223,7 @@ func (c *conn) Flush() {
 	c.inflight = len(buf)
 	c.outMu.Unlock()
 	n := c.io.TryWrite(buf)
-	c.readHeldAcks() // the acks held back are read in this wake-up
+	c.readHeldAcks(gen) // the acks held back are read in this wake-up
 	if n < len(buf) {
 		// The socket is full (or failed): the writer waits for it.
 		c.rest, c.restBuf = buf[n:], buf
