@@ -29,8 +29,10 @@ import (
 // a quorum queue under publishers with confirms and acking consumers that
 // hop from node to node as nodes fail. Each round injects one fault: kill
 // -9 the queue's leader, kill -9 a follower, restart a node with its
-// data, restart one with an empty data dir, or cut one node off from the
-// other two. A history of every message (published, confirmed, refused,
+// data, restart one with an empty data dir, cut one node off from the
+// other two for a few seconds, or for longer than the leader waits before
+// it takes a node for gone (the long form only: 6 kinds, the short form
+// runs the first 5). A history of every message (published, confirmed, refused,
 // each delivery, acked) decides at the end, not a count: no confirmed
 // message may be lost, a message acked and delivered again must come
 // flagged redelivered, nothing unpublished or corrupted may arrive, and
@@ -620,7 +622,7 @@ func TestClusterFaults(t *testing.T) {
 		return 0, false
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition"}
+	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition", "long-partition"}
 	count := map[string]int{}
 	var worst time.Duration
 	minorityProbes := 0 // under h.mu
@@ -635,7 +637,8 @@ func TestClusterFaults(t *testing.T) {
 		if kind != "kill-leader" {
 			victim = (leader + 1 + rng.IntN(2)) % 3
 		}
-		if kind == "restart" || kind == "wipe" || kind == "partition" {
+		partition := kind == "partition" || kind == "long-partition"
+		if kind == "restart" || kind == "wipe" || partition {
 			victim = rng.IntN(3)
 		}
 		n := nodes[victim]
@@ -653,7 +656,7 @@ func TestClusterFaults(t *testing.T) {
 			if err := os.RemoveAll(n.dir); err != nil {
 				t.Fatal(err)
 			}
-		case "partition":
+		case "partition", "long-partition":
 			fn.isolate(victim, true)
 			// A publisher on the cut-off node: nothing it sends may be
 			// confirmed while the node is alone.
@@ -683,14 +686,22 @@ func TestClusterFaults(t *testing.T) {
 		}
 		worst = max(worst, took)
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		if kind == "long-partition" {
+			// Past the leader's 10 s (broker's downAfter): it returns what
+			// the cut-off node's consumers held, and they take it again
+			// elsewhere; back, the node most often catches up from a
+			// snapshot older than that, so what the snapshot shows
+			// checked out to its consumers must not be written.
+			time.Sleep(time.Until(at.Add(13 * time.Second)))
+		}
 		if minorityDone != nil {
 			<-minorityDone
 			minorityDone = nil
 		}
-		switch kind {
-		case "partition":
+		switch {
+		case partition:
 			fn.isolate(victim, false)
-		case "wipe":
+		case kind == "wipe":
 			n.start(t, bin, true) // an empty node re-joins: the leader brings it up to date
 		default:
 			n.start(t, bin, false)
