@@ -99,6 +99,7 @@ type conn struct {
 	lowatRaised atomic.Bool
 	lowatIdle   atomic.Bool      // raised with nothing outstanding (lowat.go)
 	lowatGen    atomic.Uint64    // raises so far: a write pokes only for one before it (lowat.go)
+	lowatRoom   atomic.Int64     // deliveries the raise left room for; a write past them pokes (lowat.go)
 	pokeFn      func(fd uintptr) // c.poke, bound once
 	flushes     queue.Flushes    // outlets this reader delivered to
 	published   bool             // published since the last look at the alarms

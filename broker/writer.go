@@ -41,6 +41,7 @@ func (c *conn) AppendContent(ch uint16, m amqp.Method, props, body []byte) (full
 		full = len(c.out)+c.inflight >= maxOutbound
 	}
 	c.outMu.Unlock()
+	c.lowatRoom.Add(-1) // a delivery (or get-ok, return): one ack more may come (lowat.go)
 	return full
 }
 

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"math"
 	"sort"
 
 	"github.com/railmq/railmq/amqp"
@@ -176,16 +177,26 @@ func (c *Channel) requeueAll() {
 // the channel never had a delivery from a queue whose state is elsewhere
 // (a quorum queue, a classic queue on another node), whose acks must
 // reach its leader before a failover can hand the messages out again.
-func (c *Channel) AckWait() (outstanding int, roomy bool) {
+// room is how many more deliveries keep it so: the least, over the
+// consumers and the global prefetch, of half the prefetch less what is
+// unacked (math.MaxInt32 without a prefetch).
+func (c *Channel) AckWait() (outstanding, room int, roomy bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	room = math.MaxInt32
 	if c.replicated || (c.globalPrefetch > 0 && 2*c.globalUnacked > c.globalPrefetch) {
-		return c.outstanding, false
+		return c.outstanding, 0, false
+	}
+	if c.globalPrefetch > 0 {
+		room = min(room, c.globalPrefetch/2-c.globalUnacked)
 	}
 	for _, cs := range c.consumers {
-		if p := cs.Prefetch; p > 0 && 2*cs.Unacked > p {
-			return c.outstanding, false
+		if p := cs.Prefetch; p > 0 {
+			if 2*cs.Unacked > p {
+				return c.outstanding, 0, false
+			}
+			room = min(room, p/2-cs.Unacked)
 		}
 	}
-	return c.outstanding, true
+	return c.outstanding, room, true
 }

@@ -3,6 +3,7 @@ package channel
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -218,20 +219,26 @@ func (replicaStub) Kick(*queue.Consumer)           {}
 // delivery from a queue whose state is elsewhere (a quorum queue).
 func TestAckWait(t *testing.T) {
 	c, _, _ := consuming(t, 4)
-	if n, roomy := c.AckWait(); n != 4 || !roomy {
-		t.Fatalf("AckWait = %d, %v; want 4, true (no prefetch limit)", n, roomy)
+	if n, room, roomy := c.AckWait(); n != 4 || room != math.MaxInt32 || !roomy {
+		t.Fatalf("AckWait = %d, %d, %v; want 4, MaxInt32, true (no prefetch limit)", n, room, roomy)
 	}
 	c.mu.Lock()
 	qc := c.consumers["ctag"]
+	qc.Prefetch = 20 // 4 unacked: 6 more keep half free
+	c.mu.Unlock()
+	if _, room, roomy := c.AckWait(); room != 6 || !roomy {
+		t.Fatalf("AckWait room %d, roomy %v with 4 of 20 unacked; want 6, true", room, roomy)
+	}
+	c.mu.Lock()
 	qc.Prefetch = 8 // 4 unacked: half free
 	c.mu.Unlock()
-	if _, roomy := c.AckWait(); !roomy {
-		t.Fatal("not roomy with 4 of 8 unacked")
+	if _, room, roomy := c.AckWait(); room != 0 || !roomy {
+		t.Fatalf("AckWait room %d, roomy %v with 4 of 8 unacked; want 0, true", room, roomy)
 	}
 	c.mu.Lock()
 	qc.Prefetch = 7 // 4 of 7: less than half free
 	c.mu.Unlock()
-	if _, roomy := c.AckWait(); roomy {
+	if _, _, roomy := c.AckWait(); roomy {
 		t.Fatal("roomy with 4 of 7 unacked")
 	}
 	c.mu.Lock()
@@ -240,7 +247,7 @@ func TestAckWait(t *testing.T) {
 	c.nextTag++
 	c.track(rq, nil, queue.Delivery{Msg: &queue.Message{}}, 0)
 	c.mu.Unlock()
-	if n, roomy := c.AckWait(); n != 5 || roomy {
+	if n, _, roomy := c.AckWait(); n != 5 || roomy {
 		t.Fatalf("AckWait = %d, %v after a quorum queue's delivery; want 5, false", n, roomy)
 	}
 }

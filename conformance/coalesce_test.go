@@ -87,9 +87,11 @@ func coalesceConsumer(t *testing.T, opts broker.Options, name string, n int) (e 
 
 // TestAckCoalescingEngagesAndReadsHeldAcks: after a wake-up that brought
 // one ack, with 9 deliveries outstanding and prefetch to spare, the mark
-// is raised past their acks; acks under it wait, are read at once by the
-// next delivery, and at the wait's deadline when no delivery follows. The
-// wait is 3 s here, so that each state lasts long enough to be seen.
+// is raised past their acks; acks under it wait, also while deliveries
+// go out within the room the raise left (the consumer back at half its
+// prefetch of 100 unacked: 41 more), are read at once by the delivery
+// that uses it up, and at the wait's deadline when no delivery follows.
+// The wait is 3 s here, so that each state lasts long enough to be seen.
 func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 	name := "coalesce-engage"
 	e, q, cc, _, ds, got := coalesceConsumer(t, broker.Options{AckCoalescingWait: 3 * time.Second}, name, 10)
@@ -111,23 +113,35 @@ func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 	if n := q.Unacked(); n != 9 {
 		t.Fatalf("unacked %d with 8 acks under the mark, want 9 (not held back)", n)
 	}
-	// A delivery reads them.
+	// 40 deliveries within the room leave them held.
+	var more []rmq.Delivery
+	for i := range 40 {
+		e.publish("", name, fmt.Sprint("more", i))
+		more = append(more, recv(t, ds))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := q.Unacked(); n != 49 && time.Since(raisedAt) < 2500*time.Millisecond {
+		t.Fatalf("unacked %d after 40 deliveries within the room, want 49 (acks still held)", n)
+	}
+	// The 41st uses the room up: it reads them.
 	e.publish("", name, "next")
 	next := recv(t, ds)
-	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 2 }, "unacked %d after a delivery, want 2", q.Unacked())
+	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 42 }, "unacked %d after the room's last delivery, want 42", q.Unacked())
 	if time.Since(raisedAt) > 2500*time.Millisecond {
 		t.Skipf("too slow a machine to tell the delivery from the deadline (%v)", time.Since(raisedAt))
 	}
 
-	// Now 2 outstanding: an ack under the mark waits for the deadline,
+	// Now 42 outstanding: an ack under the mark waits for the deadline,
 	// with no delivery after it.
 	must(t, got[9].Ack(false))
 	time.Sleep(50 * time.Millisecond)
-	if n := q.Unacked(); n != 2 && time.Since(raisedAt) < 2900*time.Millisecond {
-		t.Fatalf("unacked %d with an ack under the mark, want 2 (not held back)", n)
+	if n := q.Unacked(); n != 42 && time.Since(raisedAt) < 2900*time.Millisecond {
+		t.Fatalf("unacked %d with an ack under the mark, want 42 (not held back)", n)
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 1 }, "unacked %d, want 1: held acks never read", q.Unacked())
-	must(t, next.Ack(false))
+	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 41 }, "unacked %d, want 41: held acks never read", q.Unacked())
+	for _, d := range append(more, next) {
+		must(t, d.Ack(false))
+	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 0 }, "unacked %d, want 0", q.Unacked())
 }
 

@@ -54,7 +54,7 @@ func run(args []string) int {
 	mgmt := fs.String("management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
 	promListen := fs.String("prometheus-listen", "", "address for Prometheus metrics under RabbitMQ's names, GET /metrics and /metrics/per-object (RabbitMQ's port is 15692, e.g. :15692); empty disables it")
 	window := fs.Int("queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
-	coalesce := fs.Bool("coalesce-acks", true, "read a consumer's acks in batches, with the next delivery to it or within 10 ms, while its consumers have prefetch to spare (false: each ack wakes the broker as it arrives)")
+	coalesce := fs.Bool("coalesce-acks", true, "read a consumer's acks in batches, at the latest when its consumers reach half their prefetch unacked or after 10 ms (false: each ack wakes the broker as it arrives)")
 	pace := fs.Bool("pace-publishers", true, "slow a publisher to the consumers' pace while they drain a queue's backlog beyond its window (false: the backlog grows as fast as publishers send)")
 	windowBytes := fs.Int64("queue-window-bytes", 16<<20, "bytes of message bodies a durable queue keeps in memory (ready and unacked); beyond, messages wait in the store")
 	gcEvery := fs.Duration("store-gc-interval", time.Minute, "how often the store's value log is garbage-collected (disk reclaimed after a backlog drains)")
