@@ -97,7 +97,6 @@ type conn struct {
 	// lowatRaised: the reader raised the socket's low-water mark, and
 	// no delivery or deadline has lowered it since (lowat.go).
 	lowatRaised atomic.Bool
-	lowatIdle   atomic.Bool      // raised with nothing outstanding (lowat.go)
 	lowatGen    atomic.Uint64    // raises so far: a write pokes only for one before it (lowat.go)
 	lowatRoom   atomic.Int64     // deliveries the raise left room for; a write past them pokes (lowat.go)
 	pokeFn      func(fd uintptr) // c.poke, bound once

@@ -29,9 +29,9 @@ import (
 //   - at the delivery that uses up the room the raise left (its consumers
 //     back at half their prefetch unacked, counting what was delivered
 //     since): the goroutine that writes it (Flush, or the writer) lowers
-//     the mark (poke; with nothing outstanding at the raise, only when
-//     input waits), and the reader, woken in the same pass, handles it
-//     and raises the mark past the acks of what is outstanding then. So
+//     the mark (poke), and the reader, woken in the same pass, handles
+//     what was held and raises the mark past the acks of what is
+//     outstanding then, if there is room again. So
 //     no delivery waits for held acks, a multi-ack every 50 among them.
 //     Poking at every delivery instead cost two setsockopt calls a
 //     delivery write: S5 (bench/compare.sh AGAINST, 6 rounds) went from
@@ -97,13 +97,13 @@ func (c *conn) coalesceAcks() {
 	k := &c.coal
 	acks, other := k.acks, k.other
 	k.acks, k.other = 0, false
-	want, idle := 1, false
+	want := 1
 	if acks > 0 && acks <= coalesceMaxAcks && !other && !k.publisher && !c.srv.opts.NoAckCoalescing && !c.closing.Load() {
 		if n, room, roomy := c.ackWait(); roomy {
 			c.lowatRoom.Store(int64(room))
 			// Past the acks still to come; with none outstanding, past
 			// those of the next deliveries (whose flush reads them).
-			want, idle = maxLowat, n == 0
+			want = maxLowat
 			if n > 0 {
 				want = min(n*ackFrameSize+1, maxLowat)
 			}
@@ -120,7 +120,6 @@ func (c *conn) coalesceAcks() {
 		// its old time anyway. It lowers nothing when it fires now.
 		return
 	}
-	c.lowatIdle.Store(idle)
 	if want != k.set || !c.lowatRaised.Load() {
 		c.lowatGen.Add(1)
 		setLowat(c.push.fd, want)
@@ -160,11 +159,9 @@ func (c *conn) lowerLowat() {
 // readHeldAcks has the reader read what the raised mark holds back: from
 // a goroutine that just wrote deliveries to the connection. The reader
 // then handles those acks in the wake-up under way and raises the mark
-// again past the acks of what was just delivered. With deliveries
-// outstanding when the mark was raised, their acks are there by the next
-// delivery, or soon after (and then wake the reader, which raises the
-// mark again); with none (lowatIdle), only input already held back lowers
-// it, so that the acks of this delivery do not wake the reader either.
+// again past the acks of what was just delivered. Only once the
+// deliveries since the raise used up the room it left (lowatRoom), so
+// that no delivery waits for held acks.
 //
 // gen is lowatGen as it was before the write took its bytes: a mark
 // raised since then was raised by a reader that had counted these
@@ -180,13 +177,6 @@ func (c *conn) readHeldAcks(gen uint64) {
 
 // poke is readHeldAcks inside RawConn.Control.
 func (c *conn) poke(fd uintptr) {
-	if c.lowatIdle.Load() {
-		var n int32
-		_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
-		if e == 0 && n == 0 {
-			return
-		}
-	}
 	if c.lowatRaised.CompareAndSwap(true, false) {
 		setLowat(fd, 1)
 	}

@@ -41,7 +41,12 @@ func (c *conn) AppendContent(ch uint16, m amqp.Method, props, body []byte) (full
 		full = len(c.out)+c.inflight >= maxOutbound
 	}
 	c.outMu.Unlock()
-	c.lowatRoom.Add(-1) // a delivery (or get-ok, return): one ack more may come (lowat.go)
+	if c.lowatRaised.Load() {
+		// A delivery (or get-ok, return) under a raised mark: one ack
+		// more may come (lowat.go). Counted only then: the raise takes
+		// its room from the channels' counts, which hold the others.
+		c.lowatRoom.Add(-1)
+	}
 	return full
 }
 
