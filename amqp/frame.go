@@ -118,6 +118,11 @@ func AppendMethodFrame(b []byte, ch uint16, m Method) []byte {
 	return endFrame(b, start)
 }
 
+// IsHeartbeat reports whether b is one heartbeat frame and nothing else.
+func IsHeartbeat(b []byte) bool {
+	return len(b) == 8 && b[0] == FrameHeartbeat && b[7] == FrameEnd
+}
+
 // AppendHeartbeat appends a heartbeat frame (type 8, channel 0, 8 bytes).
 func AppendHeartbeat(b []byte) []byte {
 	return append(b, FrameHeartbeat, 0, 0, 0, 0, 0, 0, FrameEnd)

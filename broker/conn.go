@@ -42,7 +42,12 @@ type conn struct {
 	hooks     []func()      // to call before the next write (FrameSink.Schedule)
 	wake      chan struct{} // one slot: the writer has work
 	tuned     chan struct{} // closed once frameMax and heartbeat are final
-	writerEnd chan struct{} // closed when the writer has exited
+	writerEnd chan struct{} // closed when the last writer has exited
+	// writerOn is set while a writer goroutine runs (signal starts one),
+	// and for good once the last one exited.
+	writerOn     atomic.Bool
+	wroteTraffic atomic.Bool // the writer wrote since the last heartbeat tick
+	hbTimer      *time.Timer // heartbeatTick, once tuned; outMu guards Reset and Stop
 	// wmu is held to write the socket: by the writer, or by a reader
 	// flushing inline (Flush). It guards spare, rest and restBuf.
 	wmu         sync.Mutex
@@ -146,7 +151,6 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 
 func (c *conn) serve() {
 	defer c.srv.forget(c)
-	go c.writeLoop()
 	err := c.handshake()
 	if err != nil && c.lingerFor == 0 && !isTimeout(err) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		// A refused handshake: let the client read why before we close.

@@ -34,7 +34,7 @@ func (c *conn) handshake() error {
 	c.outMu.Lock()
 	c.out = append(c.out, c.startFrame()...) // encoded once per server (and once for TLS: tls.go)
 	c.outMu.Unlock()
-	c.signal()
+	c.flushes.Add(c) // written before the read (reply)
 	m, err := c.readHandshakeMethod()
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func (c *conn) handshake() error {
 	c.user = user
 
 	opts := &c.srv.opts
-	c.SendMethod(0, &amqp.ConnectionTune{
+	c.reply(0, &amqp.ConnectionTune{
 		ChannelMax: opts.ChannelMax,
 		FrameMax:   opts.FrameMax,
 		Heartbeat:  uint16(opts.Heartbeat / time.Second),
@@ -100,7 +100,8 @@ func (c *conn) handshake() error {
 	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
 	c.frameMax = to.FrameMax
 	c.fr.Max = to.FrameMax
-	close(c.tuned) // the writer starts heartbeats
+	close(c.tuned)
+	c.startHeartbeats()
 
 	m, err = c.readHandshakeMethod()
 	if err != nil {
@@ -137,7 +138,7 @@ func (c *conn) handshake() error {
 		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties, State: "running",
 		Node: c.srv.nodeName(), Protocol: "AMQP 0-9-1", Type: "network"})
 	c.srv.connOpened.Add(1)
-	c.SendMethod(0, &amqp.ConnectionOpenOk{})
+	c.reply(0, &amqp.ConnectionOpenOk{})
 	c.closeDeadline.Store(0)
 	return nil
 }

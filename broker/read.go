@@ -378,7 +378,7 @@ func (c *conn) openChannel(n uint16) error {
 	c.snapMu.Lock()
 	c.snap[n] = ch
 	c.snapMu.Unlock()
-	c.SendMethod(n, &amqp.ChannelOpenOk{})
+	c.reply(n, &amqp.ChannelOpenOk{})
 	return nil
 }
 

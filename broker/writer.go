@@ -22,6 +22,20 @@ func (c *conn) SendMethod(ch uint16, m amqp.Method) {
 	c.signal()
 }
 
+// reply queues a method frame from the reader without waking the writer:
+// the reader writes it inline (Flush) once it has handled what it read,
+// before it reads or parks again. The handshake's and channel.open's
+// replies go so, so that opening a connection starts no writer goroutine
+// (an idle connection then holds none: signal).
+func (c *conn) reply(ch uint16, m amqp.Method) {
+	c.outMu.Lock()
+	if !c.outClosed {
+		c.out = amqp.AppendMethodFrame(c.out, ch, m)
+	}
+	c.outMu.Unlock()
+	c.flushes.Add(c)
+}
+
 // SendContent queues a method with its content header and body frames,
 // so they go out in one flush, and reports whether the bytes queued and
 // being written are now over the cap (channel.FrameSink).
@@ -68,60 +82,127 @@ func (c *conn) NotifyWritable(fn func()) {
 	c.signal()
 }
 
+// signal wakes the writer, and starts one if none runs.
 func (c *conn) signal() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	if !c.writerOn.Load() && c.writerOn.CompareAndSwap(false, true) {
+		go c.writeLoop()
+	}
 }
 
-// writeLoop writes whatever is queued, one write per batch, and a
-// heartbeat whenever a half interval passed with nothing written.
+// writerIdle is how long a writer goroutine waits with nothing to write
+// before it exits (between one and two of these). Most connections are
+// idle most of the time: an idle connection then holds one goroutine, its
+// reader, and the memory of a connection is about a quarter less (S7:
+// 16 KiB instead of 21). The handshake's replies and heartbeats are
+// written inline (reply, heartbeatTick), so they start no writer; the
+// next signal starts one again.
+const writerIdle = 250 * time.Millisecond
+
+// writeLoop writes whatever is queued, one write per batch, until the
+// connection's output is closed (it then closes writerEnd and leaves
+// writerOn set: no writer starts again) or it was idle for writerIdle.
 func (c *conn) writeLoop() {
-	defer close(c.writerEnd)
-	var tick <-chan time.Time
-	tuned := c.tuned
-	var hb time.Duration // c.heartbeat, once tuned
-	wrote := false
+	idle := time.NewTicker(writerIdle)
+	defer idle.Stop()
+	rounds := 0
 	for {
-		counts := true // whether this round's write counts as traffic
 		select {
-		case <-tuned:
-			tuned = nil
-			if hb = c.heartbeat; hb > 0 {
-				ticker := time.NewTicker(hb / 2)
-				defer ticker.Stop()
-				tick = ticker.C
-			}
-			continue
 		case <-c.wake:
-		case <-tick:
-			// A heartbeat every half interval in which nothing else went
-			// out, as RabbitMQ's heartbeater: clients count two silent
-			// intervals as a dead peer, so a full interval would leave no
-			// margin. The heartbeat itself does not count as traffic.
-			if inline := c.wroteInline.Swap(false); !wrote && !inline {
-				c.outMu.Lock()
-				if !c.outClosed && len(c.out) == 0 {
-					c.out = amqp.AppendHeartbeat(c.out)
-				}
-				c.outMu.Unlock()
+		case <-idle.C:
+			if rounds > 0 {
+				rounds = 0
+				continue
 			}
-			wrote, counts = false, false
+			// Idle: exit. A signal that came after the last wake-up and
+			// saw writerOn still set started no writer: its token is in
+			// wake, and this writer takes the work back if no other
+			// writer has started since.
+			c.writerOn.Store(false)
+			select {
+			case <-c.wake:
+				if !c.writerOn.CompareAndSwap(false, true) {
+					c.signal() // the token is the new writer's
+					return
+				}
+			default:
+				return
+			}
 		}
+		rounds++
 		c.wmu.Lock()
-		w, ok := c.writeOut(hb)
+		w, ok := c.writeOut(c.tunedHeartbeat())
 		c.wmu.Unlock()
-		wrote = wrote || (w && counts)
+		if w {
+			c.wroteTraffic.Store(true)
+		}
 		if !ok {
+			close(c.writerEnd)
 			return
 		}
 	}
 }
 
+// tunedHeartbeat is the negotiated heartbeat, 0 before tune-ok.
+func (c *conn) tunedHeartbeat() time.Duration {
+	select {
+	case <-c.tuned:
+		return c.heartbeat
+	default:
+		return 0
+	}
+}
+
+// startHeartbeats arms the heartbeat timer once the heartbeat is tuned
+// (handshake): a heartbeat goes out every half interval in which nothing
+// else did, as RabbitMQ's heartbeater: clients count two silent intervals
+// as a dead peer, so a full interval would leave no margin.
+func (c *conn) startHeartbeats() {
+	if c.heartbeat > 0 {
+		c.outMu.Lock()
+		if !c.outClosed {
+			c.hbTimer = time.AfterFunc(c.heartbeat/2, c.heartbeatTick)
+		}
+		c.outMu.Unlock()
+	}
+}
+
+// heartbeatTick runs on the heartbeat timer. The heartbeat itself does not
+// count as traffic (writeOut).
+func (c *conn) heartbeatTick() {
+	wrote := c.wroteTraffic.Swap(false)
+	if inline := c.wroteInline.Swap(false); wrote || inline {
+		c.outMu.Lock()
+		if !c.outClosed {
+			c.hbTimer.Reset(c.heartbeat / 2)
+		}
+		c.outMu.Unlock()
+		return
+	}
+	c.outMu.Lock()
+	if c.outClosed {
+		c.outMu.Unlock()
+		return
+	}
+	if len(c.out) == 0 {
+		c.out = amqp.AppendHeartbeat(c.out)
+	}
+	c.hbTimer.Reset(c.heartbeat / 2)
+	c.outMu.Unlock()
+	// Written from here if it can be at once (no writer goroutine woken);
+	// the writer takes it otherwise. Not traffic: the next tick looks at
+	// what went out after this.
+	c.Flush()
+	c.wroteInline.Store(false)
+}
+
 // writeOut is one round of the writer: the scheduled hooks, then what is
 // left of an inline flush, then everything queued. It reports whether it
-// wrote, and false in ok once the writer must exit. c.wmu held.
+// wrote (a lone heartbeat does not count), and false in ok once the
+// writer must exit. c.wmu held.
 func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 	c.outMu.Lock()
 	hooks := c.hooks
@@ -151,7 +232,7 @@ func (c *conn) writeOut(hb time.Duration) (wrote, ok bool) {
 		fn()
 	}
 	if len(buf) > 0 {
-		wrote = true
+		wrote = wrote || !amqp.IsHeartbeat(buf)
 		if !c.writeAll(buf, hb) {
 			return wrote, false
 		}
@@ -264,6 +345,9 @@ func writeTimeout(hb time.Duration) time.Duration {
 func (c *conn) stopWriter() {
 	c.outMu.Lock()
 	c.outClosed = true
+	if c.hbTimer != nil {
+		c.hbTimer.Stop() // a tick running now sees outClosed
+	}
 	c.outMu.Unlock()
 	c.signal()
 	select {

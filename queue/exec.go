@@ -69,7 +69,8 @@ type Flushes struct {
 	At int64
 }
 
-func (f *Flushes) add(o Outlet) {
+// Add collects o, to be flushed with the others (once).
+func (f *Flushes) Add(o Outlet) {
 	for _, x := range f.outs {
 		if x == o {
 			return
@@ -276,7 +277,7 @@ apply:
 	q.dispatch()
 	for i, o := range q.touched {
 		if fl != nil {
-			fl.add(o)
+			fl.Add(o)
 		} else {
 			o.Wake()
 		}
