@@ -9,6 +9,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/channel"
+	"github.com/railmq/railmq/queue"
 )
 
 // deadlineReader sets the socket's read deadline before reads from the
@@ -40,7 +41,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		}
 		n, err := c.io.Read(p)
 		if n > 0 {
-			c.flushes.At = time.Now().UnixNano()
+			c.flushes.At = queue.Now()
 		}
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection (readLoop)
@@ -185,7 +186,7 @@ func (c *conn) runRequests() bool {
 
 // checkTimeouts closes (through the reader) each channel holding a
 // delivery past its consumer timeout. Called by the server's sweeper.
-func (c *conn) checkTimeouts(now time.Time) {
+func (c *conn) checkTimeouts() {
 	c.snapMu.Lock()
 	type hit struct {
 		n  uint16
@@ -194,7 +195,7 @@ func (c *conn) checkTimeouts(now time.Time) {
 	}
 	var hits []hit
 	for n, ch := range c.snap {
-		if t, ok := ch.TimedOut(now); ok {
+		if t, ok := ch.TimedOut(); ok {
 			hits = append(hits, hit{n, ch, t})
 		}
 	}

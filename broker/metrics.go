@@ -166,7 +166,7 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	// Queues: summed, or one series each.
 	var all queueFigures
 	nq, oldest := 0, 0.0
-	now := time.Now().UnixNano()
+	now := queue.Now()
 	for _, st := range s.allVHosts() {
 		vh := st.v.Name()
 		for _, q := range st.v.Queues() {

@@ -117,7 +117,7 @@ func (s *Server) apiAliveness(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := []byte("test_message")
-	q.Publish(&queue.Message{RoutingKey: "aliveness-test", Body: body, Props: []byte{0, 0}, Enqueued: time.Now().UnixNano()})
+	q.Publish(&queue.Message{RoutingKey: "aliveness-test", Body: body, Props: []byte{0, 0}, Enqueued: queue.Now()})
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		d, ok, _, err := q.Get(true)

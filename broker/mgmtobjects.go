@@ -313,7 +313,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 	}
 	if at := q.HeadEnqueuedAt(); at != 0 {
 		m["head_message_timestamp"] = at / int64(time.Second)
-		m["head_message_timestamp_age_seconds"] = time.Since(time.Unix(0, at)).Seconds()
+		m["head_message_timestamp_age_seconds"] = queue.Since(at).Seconds()
 	}
 	switch r := c.Replica.(type) {
 	case *quorumQueue:
@@ -713,7 +713,7 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 	pm, _ := body["properties"].(map[string]any)
 	props := propsFromJSON(pm)
 	msg := &queue.Message{Exchange: x, RoutingKey: key, Props: props.Append(nil), Body: data,
-		Persistent: props.DeliveryMode == 2, Priority: props.Priority, Enqueued: time.Now().UnixNano()}
+		Persistent: props.DeliveryMode == 2, Priority: props.Priority, Enqueued: queue.Now()}
 	if props.Flags&amqp.FlagExpiration != 0 {
 		if ms, err := strconv.ParseInt(props.Expiration, 10, 64); err == nil && ms >= 0 {
 			msg.Expires = msg.Enqueued + ms*int64(time.Millisecond)

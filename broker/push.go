@@ -5,9 +5,9 @@ import (
 	"errors"
 	"io"
 	"syscall"
-	"time"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/queue"
 )
 
 // Push-mode reading. A read that finds the socket empty costs a system
@@ -193,7 +193,7 @@ func (c *conn) rawRead(p []byte) (int, error) {
 	case n == 0:
 		c.push.err = io.EOF
 	default:
-		c.flushes.At = time.Now().UnixNano()
+		c.flushes.At = queue.Now()
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection
 		} else {

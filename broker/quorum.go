@@ -254,7 +254,7 @@ func (qq *quorumQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	now := time.Now()
 	cm := cluster.Message{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body}
 	if m.Expires > 0 {
-		cm.TTL = max((m.Expires-now.UnixNano())/int64(time.Millisecond), 1)
+		cm.TTL = max((m.Expires-queue.Now())/int64(time.Millisecond), 1)
 	}
 	qq.published.Add(1)
 	var done func(cluster.Effects, error)

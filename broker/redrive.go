@@ -118,7 +118,7 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 		m := *d.Msg // the same properties and body, published anew
 		m.Exchange, m.RoutingKey = ex, keys[0]
 		m.ID, m.Shared, m.Inline = 0, false, false
-		m.Enqueued = time.Now().UnixNano()
+		m.Enqueued = queue.Now()
 		sc := vhost.Scratch{Props: m.Props, Extra: keys[1:]}
 		if pv, err := amqp.ScanProperties(m.Props); err == nil {
 			sc.RawHeaders = pv.Headers

@@ -402,7 +402,7 @@ func (s *Server) sweep() {
 			}
 			s.mu.Unlock()
 			for _, c := range conns {
-				c.checkTimeouts(now)
+				c.checkTimeouts()
 			}
 			if s.node != nil && now.Sub(lastQuorumTick) >= time.Second {
 				lastQuorumTick = now

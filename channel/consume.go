@@ -299,7 +299,7 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	c.mu.Lock()
 	c.nextTag++
 	if !m.NoAck {
-		c.track(q, nil, d, time.Now().UnixNano())
+		c.track(q, nil, d, queue.Now())
 	}
 	tag := c.nextTag
 	c.mu.Unlock()
@@ -315,13 +315,13 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 // TimedOut reports whether a delivery has stayed unacked past its
 // consumer timeout, and the timeout it exceeded. Safe from any goroutine;
 // it looks only at deliveries old enough to have expired.
-func (c *Channel) TimedOut(now time.Time) (time.Duration, bool) {
+func (c *Channel) TimedOut() (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.outstanding == 0 || c.minTimeout == 0 || c.closed {
 		return 0, false
 	}
-	n := now.UnixNano()
+	n := queue.Now()
 	for i := range c.unacked {
 		u := &c.unacked[i]
 		if n-u.at < int64(c.minTimeout) {

@@ -212,7 +212,7 @@ func (c *Channel) now() int64 {
 	if f := c.cfg.Flushes; f != nil && f.At != 0 {
 		return f.At
 	}
-	return time.Now().UnixNano()
+	return queue.Now()
 }
 
 func (c *Channel) publishAssembled() error {

@@ -1,10 +1,6 @@
 package queue
 
-import (
-	"time"
-
-	"go.uber.org/zap"
-)
+import "go.uber.org/zap"
 
 // apply runs one op.
 func (q *Queue) apply(o *op) outcome {
@@ -39,7 +35,7 @@ func (q *Queue) apply(o *op) outcome {
 			}
 			if o.flags&flagRetry != 0 && q.pol.Retry.Delay > 0 {
 				if now == 0 {
-					now = time.Now().UnixNano()
+					now = Now()
 				}
 				q.hold(d, now+int64(q.pol.Retry.hold(d.Count)))
 				continue
@@ -56,10 +52,10 @@ func (q *Queue) apply(o *op) outcome {
 		q.setPolicy(*o.pol)
 		o.reply <- result{}
 	case opTouch:
-		q.lastUsed = time.Now().UnixNano()
+		q.lastUsed = Now()
 	case opTick:
 		q.ticks.Add(1)
-		now := time.Now().UnixNano()
+		now := Now()
 		q.timerAt = 0
 		if len(q.holds) > 0 {
 			q.releaseHolds(now)
@@ -80,13 +76,13 @@ func (q *Queue) apply(o *op) outcome {
 	case opConsume:
 		err := q.addConsumer(o.consumer)
 		if err == nil {
-			q.lastUsed = time.Now().UnixNano()
+			q.lastUsed = Now()
 			q.armExpires() // stops it: a consumer is attached
 		}
 		o.reply <- result{err: err}
 	case opCancel:
 		removed := q.removeConsumer(o.consumer)
-		q.lastUsed = time.Now().UnixNano()
+		q.lastUsed = Now()
 		q.armExpires() // the last consumer gone: unused from now
 		if removed && len(q.consumers) == 0 && q.cfg.AutoDelete && q.cfg.OnEmptyOfConsumers != nil {
 			// Deleted synchronously, before cancel-ok (RabbitMQ does too).
@@ -97,7 +93,7 @@ func (q *Queue) apply(o *op) outcome {
 		}
 		o.reply <- result{}
 	case opGet:
-		q.lastUsed = time.Now().UnixNano()
+		q.lastUsed = Now()
 		d, ok := q.pop(q.lastUsed)
 		if !ok && q.diskCount > 0 {
 			q.stalled = true // pop began the read (refill)

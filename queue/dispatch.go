@@ -1,9 +1,5 @@
 package queue
 
-import (
-	"time"
-)
-
 // lane holds the ready messages of one priority: new ones in order, and
 // returned ones waiting to go out again ahead of later ones. Beyond the
 // window, a lane pages (paging.go): disk ready messages wait in the store,
@@ -147,7 +143,7 @@ func (q *Queue) pop(now int64) (Delivery, bool) {
 		}
 		exp := q.expiry(&d)
 		if exp != 0 && now == 0 {
-			now = time.Now().UnixNano()
+			now = Now()
 		}
 		if exp != 0 && exp <= now {
 			q.deadLetter(d, ReasonExpired)
@@ -177,7 +173,7 @@ func (q *Queue) dispatch() {
 		c := q.nextConsumer()
 		if c == nil {
 			if len(q.consumers) > 0 && q.limitedSince.Load() == 0 {
-				q.limitedSince.Store(time.Now().UnixNano()) // consumers all full: utilisation drops
+				q.limitedSince.Store(Now()) // consumers all full: utilisation drops
 			}
 			return
 		}
@@ -206,7 +202,7 @@ func (q *Queue) deliver(c *Consumer, d Delivery) bool {
 		q.touch(c.Out)
 	}
 	if since := q.limitedSince.Load(); since != 0 {
-		q.limitedTotal.Add(time.Now().UnixNano() - since)
+		q.limitedTotal.Add(Now() - since)
 		q.limitedSince.Store(0)
 	}
 	q.counted(&d)

@@ -52,8 +52,6 @@ package queue
 //
 // Timers (message TTL, x-expires) post an op and never touch the state.
 
-import "time"
-
 // Flushes collects the outlets that inline drains appended deliveries
 // to, for one goroutine (a connection's reader) to flush when it is done
 // with its batch of work. Not safe for concurrent use; nil is allowed and
@@ -295,7 +293,7 @@ apply:
 // Sink's Deliver, which runs in a drain (exec held).
 func (q *Queue) DeliveredAt() int64 {
 	if q.drainAt == 0 {
-		q.drainAt = time.Now().UnixNano()
+		q.drainAt = Now()
 	}
 	return q.drainAt
 }

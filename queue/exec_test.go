@@ -86,7 +86,7 @@ func TestStoreReadOffExec(t *testing.T) {
 	}
 	var ents []StoredEntry
 	for i, b := range []string{"one", "two", "three"} {
-		m := &Message{Body: []byte(b), Persistent: true, Enqueued: time.Now().UnixNano()}
+		m := &Message{Body: []byte(b), Persistent: true, Enqueued: Now()}
 		ents = append(ents, StoredEntry{Seq: uint64(i + 1), Msg: uint64(i + 1), Inline: true, Record: EncodeMessage(m)})
 	}
 	land(ents, nil)

@@ -56,7 +56,7 @@ func (q *Queue) armTimer() {
 		return
 	}
 	q.timerAt = next
-	wait := time.Duration(next - time.Now().UnixNano())
+	wait := time.Duration(next - Now())
 	if q.timer != nil {
 		q.timer.Stop()
 	}
@@ -106,7 +106,7 @@ func (q *Queue) setPolicy(p Policy) {
 	q.noteMayReject()
 	q.consumerTimeout.Store(int64(p.ConsumerTimeout))
 	q.trim()
-	q.expireHeads(time.Now().UnixNano())
+	q.expireHeads(Now())
 	q.timerAt = 0 // re-armed for the new TTL by the drain
 	q.expAt = 0
 	if q.expTimer != nil {
@@ -131,7 +131,7 @@ func (q *Queue) armExpires() {
 		return // armed, and fires no later than needed
 	}
 	q.expAt = at
-	wait := max(time.Duration(at-time.Now().UnixNano())+time.Millisecond, time.Millisecond)
+	wait := max(time.Duration(at-Now())+time.Millisecond, time.Millisecond)
 	if q.expTimer == nil {
 		q.expTimer = time.AfterFunc(wait, func() { q.post(op{kind: opTick}) })
 		return

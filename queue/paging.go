@@ -134,7 +134,7 @@ func (q *Queue) refill() {
 	if li < 0 {
 		return
 	}
-	if q.loadRetry != 0 && time.Now().UnixNano() < q.loadRetry {
+	if q.loadRetry != 0 && Now() < q.loadRetry {
 		return
 	}
 	l := &q.lanes[li]
@@ -181,7 +181,7 @@ func (q *Queue) land(ld *landing) {
 	q.loading, q.stalled = false, false
 	if ld.err != nil {
 		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
-		q.loadRetry = time.Now().Add(time.Second).UnixNano()
+		q.loadRetry = Now() + int64(time.Second)
 		time.AfterFunc(time.Second, q.signal)
 		return
 	}
@@ -207,7 +207,7 @@ func (q *Queue) land(ld *landing) {
 			d := Delivery{Msg: m, Seq: e.Seq, Redelivered: e.Redelivered || e.Seq <= q.recDlv, Count: e.Count, Transient: e.Transient, Lane: ld.lane}
 			q.account(m.MemSize())
 			if e.Until != 0 && now == 0 {
-				now = time.Now().UnixNano()
+				now = Now()
 			}
 			if e.Until > now {
 				// Held for a retry delay before a restart: held for the

@@ -372,7 +372,7 @@ func New(cfg Config) *Queue {
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
 		nextSeq:  1,
-		lastUsed: time.Now().UnixNano(),
+		lastUsed: Now(),
 	}
 	q.pace.Store(-1)
 	q.paceStall.Store(-1)
@@ -710,7 +710,7 @@ func (q *Queue) ConsumerTimeout() time.Duration { return time.Duration(q.consume
 func (q *Queue) LimitedNanos() int64 {
 	n := q.limitedTotal.Load()
 	if since := q.limitedSince.Load(); since != 0 {
-		n += time.Now().UnixNano() - since
+		n += Now() - since
 	}
 	return n
 }
@@ -733,7 +733,7 @@ func (q *Queue) Done() <-chan struct{} { return q.stopped }
 func (q *Queue) publishCounts() {
 	if q.readyLen() == 0 || len(q.consumers) == 0 {
 		if since := q.limitedSince.Load(); since != 0 { // nothing waits, or no one to take it
-			q.limitedTotal.Add(time.Now().UnixNano() - since)
+			q.limitedTotal.Add(Now() - since)
 			q.limitedSince.Store(0)
 		}
 	}

@@ -265,7 +265,7 @@ func TestZeroTTL(t *testing.T) {
 	}
 	q := newQueue(t, Config{Name: "q", Policy: &pol, Memory: &mem})
 	zero := func(s string) *Message {
-		now := time.Now().UnixNano()
+		now := Now()
 		return &Message{Body: []byte(s), Enqueued: now, Expires: now}
 	}
 	rec := newRecorder(2)
@@ -354,7 +354,7 @@ func TestDeadLetterRightAfterPut(t *testing.T) {
 			}
 			q := newQueue(t, Config{Name: "q", ID: 1, Durable: true, Store: st, Policy: &pol})
 			for range 3 {
-				q.Publish(&Message{Body: []byte("x"), Persistent: true, ID: st.NewMessageID(), Inline: true, Enqueued: time.Now().UnixNano()})
+				q.Publish(&Message{Body: []byte("x"), Persistent: true, ID: st.NewMessageID(), Inline: true, Enqueued: Now()})
 			}
 			poll.Eventually(t, 5*time.Second, func() bool { return dead.Load() == 3 }, "dead-lettering")
 			poll.Eventually(t, 5*time.Second, func() bool { return st.len() == 0 }, "entries deleted")

@@ -251,7 +251,7 @@ func (q *Queue) landHold(ld *landing) {
 	}
 	d := q.fetching[i]
 	q.fetching = append(q.fetching[:i], q.fetching[i+1:]...)
-	now := time.Now().UnixNano()
+	now := Now()
 	defer q.releaseHolds(now) // those that waited for a read; counts Held
 	if ld.err != nil {
 		q.cfg.Logger.Error("reading a held message from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))

@@ -168,7 +168,7 @@ func TestPagedHoldLostFreesDedupID(t *testing.T) {
 				p := amqp.Properties{Flags: amqp.FlagHeaders, Headers: amqp.Table{DedupHeader: id}}
 				conf := make(chanConf, 1)
 				q.PublishConfirm(&Message{Props: p.Append(nil), Body: []byte(id), Persistent: true, ID: st.NewMessageID(), Inline: true,
-					Enqueued: time.Now().UnixNano()}, conf, nil)
+					Enqueued: Now()}, conf, nil)
 				select {
 				case err := <-conf:
 					return err

@@ -63,7 +63,7 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 			return
 		}
 		nm := &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
-			Persistent: m.Persistent, Priority: m.Priority, Enqueued: time.Now().UnixNano()}
+			Persistent: m.Persistent, Priority: m.Priority, Enqueued: queue.Now()}
 		// A delayed exchange on the way holds the copy back (delayed.go):
 		// its store write is waited for too.
 		nd := 0

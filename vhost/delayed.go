@@ -276,7 +276,7 @@ func (v *VHost) Delay(ex *exchange.Exchange, msg *queue.Message, extra []string,
 	d := v.delays
 	rec := encodeDelayed(msg, extra)
 	// Rounded up to the millisecond: never routed before delay is over.
-	due := (time.Now().UnixNano() + delay*int64(time.Millisecond) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	due := (queue.Now() + delay*int64(time.Millisecond) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	seq := v.store.NewMessageID()
 	b := &persist.Batch{}
 	b.PutDelayed(DefName(v.name, ex.Name), due, seq, !msg.Persistent, rec)
@@ -394,7 +394,7 @@ func (d *delayer) run() {
 	defer t.Stop()
 	var sc Scratch
 	for {
-		now := time.Now().UnixMilli()
+		now := queue.Now() / int64(time.Millisecond)
 		earliest := persist.NoDue
 		var fire []*delayedX
 		read := false
@@ -428,7 +428,7 @@ func (d *delayer) run() {
 		}
 		wait := time.Hour
 		if earliest != persist.NoDue {
-			wait = min(wait, time.Until(time.UnixMilli(earliest)))
+			wait = min(wait, time.Duration(earliest*int64(time.Millisecond)-queue.Now()))
 		}
 		t.Reset(wait)
 		select {
@@ -451,7 +451,7 @@ func (d *delayer) reader(done chan struct{}) {
 		case <-d.readWake:
 		}
 		for {
-			now := time.Now().UnixMilli()
+			now := queue.Now() / int64(time.Millisecond)
 			var x *delayedX
 			var from int64
 			d.mu.Lock()
@@ -503,7 +503,7 @@ func (d *delayer) route(x *delayedX, now int64, sc *Scratch) {
 	late := d.v.store.Metrics().DelayedLate
 	for _, e := range ds {
 		d.routeOne(x, e, sc, newConf)
-		late.Observe(max(time.Now().UnixMicro()-e.Due*1000, 0))
+		late.Observe(max(queue.Now()/int64(time.Microsecond)-e.Due*1000, 0))
 	}
 	d.fl.Flush() // the deliveries of the batch go out together, as a reader's do
 	bc.Done(nil)
@@ -520,7 +520,7 @@ func (d *delayer) readAhead(x *delayedX, from, until int64) {
 	if err != nil {
 		d.v.log.Error("reading delayed messages", zap.String("exchange", x.ex.Name), zap.Error(err))
 		x.floor = min(x.floor, from)
-		x.next = min(x.next, time.Now().UnixMilli()+lookahead+1000) // retried in a second
+		x.next = min(x.next, queue.Now()/int64(time.Millisecond)+lookahead+1000) // retried in a second
 		return
 	}
 	if x.gone {
@@ -566,7 +566,7 @@ func (d *delayer) settle(x *delayedX, ds []persist.Delayed, failed bool) {
 		}
 		if failed {
 			x.floor = min(x.floor, ds[0].Due)
-			x.next = min(x.next, time.Now().UnixMilli()+lookahead+1000) // retried in a second
+			x.next = min(x.next, queue.Now()/int64(time.Millisecond)+lookahead+1000) // retried in a second
 		}
 		d.mu.Unlock()
 		d.signal()
@@ -636,7 +636,7 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	props.Headers = h
 	props.Flags |= amqp.FlagHeaders
 	m.Props = props.Append(nil)
-	now := time.Now().UnixNano()
+	now := queue.Now()
 	if m.Expires != 0 {
 		m.Expires = now + (m.Expires - m.Enqueued)
 	}

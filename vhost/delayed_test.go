@@ -18,7 +18,7 @@ func delayedMsg(ex, key string, delay int32) *queue.Message {
 	p := amqp.Properties{Flags: amqp.FlagHeaders | amqp.FlagDeliveryMode, DeliveryMode: 2,
 		Headers: amqp.Table{"x-delay": delay}}
 	return &queue.Message{Exchange: ex, RoutingKey: key, Props: p.Append(nil), Body: []byte(key),
-		Persistent: true, Enqueued: time.Now().UnixNano()}
+		Persistent: true, Enqueued: queue.Now()}
 }
 
 // storeDue writes delayed messages of vhost vh's exchange ex straight to
