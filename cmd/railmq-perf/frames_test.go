@@ -139,6 +139,13 @@ func TestFramesEngineDetectsDuplicates(t *testing.T) {
 	if err := ch.PublishWithContext(context.Background(), "", "dup-1", false, false, rmq.Publishing{Body: body}); err != nil {
 		t.Fatal(err)
 	}
+	// Publish returns once the frames are written: the message is queued
+	// when the broker has read them, which under a loaded CI run came
+	// after the tool's first publishes (out of order 0). Wait for it.
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		q, err := ch.QueueDeclarePassive("dup-1", false, false, false, false, nil)
+		return err == nil && q.Messages == 1
+	}, "the test's message is not in dup-1")
 	code, res, stderr := perfRun(t, b.URL, "--engine", "frames", "--queue-prefix", "dup", "--predeclared", "--pmessages", "10")
 	if code != exitVerify || res.Duplicated != 1 || res.OutOfOrder != 3 || res.Lost != 0 || res.Consumed != 11 {
 		t.Fatalf("exit %d: duplicated %d, out of order %d, lost %d, consumed %d; want 3, 1, 3, 0, 11\n%s",
