@@ -568,6 +568,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		// This node was taken for gone (a partition); its consumers are
 		// still here: they check out again, and what they had out
 		// returns to the queue (their acks of it will not count).
+		qq.logProgress("quorum queue member taken for gone: its consumers check out again")
 		for _, qc := range qq.byTag {
 			qc.pending = nil
 			qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
@@ -589,6 +590,9 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		// a message that a later entry (the leader taking this node for
 		// gone, say) gave to another since, which acked it. Written
 		// now, it would reach the client as a first delivery.
+		if !qq.deferred {
+			qq.logProgress("quorum queue member catching up: deliveries deferred")
+		}
 		qq.deferred = true
 		touched = nil
 	case qq.deferred:
@@ -597,6 +601,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		// now; what the deferred entries gave them and later ones took
 		// back is not.
 		qq.deferred = false
+		written := 0
 		qq.g.View(func(f *cluster.Fifo) {
 			for _, qc := range qq.byTag {
 				qc.pending = nil
@@ -607,9 +612,11 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 				}
 				if qc := qq.byTag[d.Consumer]; qc != nil {
 					qc.pending = append(qc.pending, d)
+					written++
 				}
 			}
 		})
+		qq.logProgress("quorum queue member near the log's end: deferred deliveries written", zap.Int("messages", written))
 		touched = touched[:0]
 		for _, qc := range qq.byTag {
 			touched = append(touched, qc)
@@ -697,6 +704,7 @@ func (qq *quorumQueue) restored() {
 		}
 	}
 	qq.deferred = true
+	qq.logProgress("quorum queue member restored from a snapshot", zap.Int("consumers_again", len(again)))
 	qq.mu.Unlock()
 	for _, qc := range again {
 		qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
@@ -705,6 +713,16 @@ func (qq *quorumQueue) restored() {
 	// the deferral (reconcile sends another while none comes).
 	qq.g.Submit(cluster.Tick(0), nil)
 	qq.publishCounts()
+}
+
+// logProgress logs msg (info) with the member's progress in its log:
+// restores and catch-ups, rare, and what TestClusterFaults' histories
+// need beside the deliveries (RAILMQ_CLUSTER_LOG_LEVEL=info).
+func (qq *quorumQueue) logProgress(msg string, fields ...zap.Field) {
+	if ce := qq.s.log.Check(zap.InfoLevel, msg); ce != nil {
+		applying, commit := qq.g.Progress()
+		ce.Write(append(fields, zap.String("queue", qq.q.Name()), zap.Uint64("applying", applying), zap.Uint64("commit", commit))...)
+	}
 }
 
 func (qq *quorumQueue) publishCounts() {

@@ -374,6 +374,16 @@ func (g *Group) Submit(c Command, done func(Effects, error)) {
 // expires nothing) is proposed, whose append carries the commit.
 func (g *Group) Nudge() { g.nudge.Store(true) }
 
+// Progress is the index of the entry being applied and the commit index
+// Lag counts to (for logs).
+func (g *Group) Progress() (applying, commit uint64) {
+	applying = g.applying.Load()
+	if r := g.live.Load(); r != nil {
+		commit = max(r.CommitIndex(), g.trans.leaderCommit.Load())
+	}
+	return applying, commit
+}
+
 // Lag, called by OnApply, is how many committed entries this member
 // has still to apply after the one it is told of: a member catching up
 // (restarted, or back from a partition) applies entries whose effects

@@ -154,7 +154,11 @@ func (n *faultNode) url() string { return "amqp://guest:guest@" + n.amqp + "/" }
 
 func (n *faultNode) start(t *testing.T, bin string, join bool) {
 	t.Helper()
-	args := []string{"--listen", n.amqp, "--data-dir", n.dir, "--log-level", "warn",
+	level := os.Getenv("RAILMQ_CLUSTER_LOG_LEVEL") // with RAILMQ_CLUSTER_DUMP: info keeps the quorum queues' restores and catch-ups
+	if level == "" {
+		level = "warn"
+	}
+	args := []string{"--listen", n.amqp, "--data-dir", n.dir, "--log-level", level,
 		"--node-name", n.name, "--cluster-listen", n.listen, "--cluster-peers", n.peers,
 		"--cluster-secret-file", n.secret, "--management-listen", n.mgmt}
 	if join {
