@@ -136,8 +136,8 @@ func (c *conn) writeLoop() {
 		c.wmu.Lock()
 		w, ok := c.writeOut(c.tunedHeartbeat())
 		c.wmu.Unlock()
-		if w {
-			c.wroteTraffic.Store(true)
+		if w && !c.wroteTraffic.Load() {
+			c.wroteTraffic.Store(true) // once per tick, not per round
 		}
 		if !ok {
 			close(c.writerEnd)
@@ -170,33 +170,28 @@ func (c *conn) startHeartbeats() {
 	}
 }
 
-// heartbeatTick runs on the heartbeat timer. The heartbeat itself does not
-// count as traffic (writeOut).
+// heartbeatTick runs on the heartbeat timer: a heartbeat when nothing
+// went out since the last tick, written from here if it can be at once
+// (no writer goroutine woken; the writer takes it otherwise). The
+// heartbeat itself does not count as traffic (writeOut; wroteInline is
+// cleared after its flush).
 func (c *conn) heartbeatTick() {
-	wrote := c.wroteTraffic.Swap(false)
-	if inline := c.wroteInline.Swap(false); wrote || inline {
-		c.outMu.Lock()
-		if !c.outClosed {
-			c.hbTimer.Reset(c.heartbeat / 2)
-		}
-		c.outMu.Unlock()
-		return
-	}
+	beat := !c.wroteTraffic.Swap(false)
+	beat = !c.wroteInline.Swap(false) && beat
 	c.outMu.Lock()
 	if c.outClosed {
 		c.outMu.Unlock()
 		return
 	}
-	if len(c.out) == 0 {
+	c.hbTimer.Reset(c.heartbeat / 2)
+	if beat && len(c.out) == 0 {
 		c.out = amqp.AppendHeartbeat(c.out)
 	}
-	c.hbTimer.Reset(c.heartbeat / 2)
 	c.outMu.Unlock()
-	// Written from here if it can be at once (no writer goroutine woken);
-	// the writer takes it otherwise. Not traffic: the next tick looks at
-	// what went out after this.
-	c.Flush()
-	c.wroteInline.Store(false)
+	if beat {
+		c.Flush()
+		c.wroteInline.Store(false)
+	}
 }
 
 // writeOut is one round of the writer: the scheduled hooks, then what is
