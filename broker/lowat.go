@@ -16,7 +16,9 @@ import (
 // machine a sleep and a wake-up cost more than everything the ack does.
 //
 // So when a wake-up brought a consumer's connection nothing but a few
-// acks (at most coalesceMaxAcks), and its consumers have at least half
+// acks (at most coalesceMaxAcks, or any number that a raised mark held
+// back: the acks of what was delivered meanwhile, not a busy consumer's
+// batch), and its consumers have at least half
 // their prefetch free (no delivery waits for those acks) and consume from
 // classic queues on this node (Channel.AckWait: a quorum queue's acks
 // must reach its leader before a failover hands the messages out
@@ -97,8 +99,17 @@ func (c *conn) coalesceAcks() {
 	k := &c.coal
 	acks, other := k.acks, k.other
 	k.acks, k.other = 0, false
+	if acks == 0 && !other {
+		// Nothing read (the poller's readiness from a lowering whose
+		// input was read already): the mark stays as it is.
+		return
+	}
+	// held: the mark this reader raised was lowered since (a poke, or the
+	// wait's deadline): this wake-up brought the acks it held back, as
+	// many as were delivered meanwhile, not a busy consumer's.
+	held := k.set > 1 && !c.lowatRaised.Load()
 	want := 1
-	if acks > 0 && acks <= coalesceMaxAcks && !other && !k.publisher && !c.srv.opts.NoAckCoalescing && !c.closing.Load() {
+	if acks > 0 && (acks <= coalesceMaxAcks || held) && !other && !k.publisher && !c.srv.opts.NoAckCoalescing && !c.closing.Load() {
 		if n, room, roomy := c.ackWait(); roomy {
 			c.lowatRoom.Store(int64(room))
 			// Past the acks still to come; with none outstanding, past

@@ -56,6 +56,9 @@ type pushState struct {
 	in  bool // inside the callback: no pull-mode read may run
 	// stop ends the read loop (the close handshake is over).
 	stop bool
+	// woken: the callback was left for an early wake-up (wokenEarly),
+	// nothing else to handle: readLoop goes on in push mode.
+	woken bool
 	// A ReadFrame error with its frame, or a handleFrame error: for
 	// pushFrames to handle outside the callback, as onFrame does.
 	frame     amqp.Frame
@@ -84,12 +87,20 @@ func (c *conn) pushFrames() (stop bool, err error) {
 	if err := c.armDeadline(); err != nil {
 		return true, err
 	}
-	p.drained, p.again, p.stop = false, false, false
+	p.drained, p.again, p.stop, p.woken = false, false, false, false
 	p.in = true
 	err = c.io.rc.Read(p.step)
 	p.in, p.on = false, false
-	if err != nil && p.err == nil && !c.wokenEarly(err) {
-		p.err = err // a deadline (heartbeats), a closed socket
+	if err != nil && p.err == nil {
+		if c.wokenEarly(err) {
+			// A post, or the coalesced acks' deadline: back to push
+			// mode (readLoop), not through a pull-mode read, whose
+			// read finding the socket empty after the input is one
+			// system call more each time.
+			p.woken = true
+		} else {
+			p.err = err // a deadline (heartbeats), a closed socket
+		}
 	}
 	switch {
 	case p.stop:

@@ -40,7 +40,8 @@ func (c *conn) readLoop() error {
 			if stop {
 				return err
 			}
-			if c.published || c.growReader() {
+			if c.published || c.growReader() || c.push.woken {
+				c.push.woken = false
 				continue // the checks above first
 			}
 		}

@@ -145,6 +145,44 @@ func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 0 }, "unacked %d, want 0", q.Unacked())
 }
 
+// TestAckCoalescingRaisesAgainAfterHeldAcks: the wake-up that reads the
+// acks a raised mark held back raises it again past what is outstanding
+// then, also when they are more than a busy consumer's few (20 here), so
+// that the acks that follow wait for the next poke or deadline instead of
+// each waking the broker.
+func TestAckCoalescingRaisesAgainAfterHeldAcks(t *testing.T) {
+	name := "coalesce-again"
+	e, q, cc, _, ds, got := coalesceConsumer(t, broker.Options{AckCoalescingWait: 3 * time.Second}, name, 30)
+	must(t, got[0].Ack(false))
+	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 29*21+1 },
+		"low-water mark %d, want %d (29 acks and a byte)", serverLowat(t, cc), 29*21+1)
+	raisedAt := time.Now()
+	for _, d := range got[1:21] {
+		must(t, d.Ack(false))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := q.Unacked(); n != 29 {
+		t.Fatalf("unacked %d with 20 acks under the mark, want 29 (not held back)", n)
+	}
+	// The room the raise left: half the prefetch of 100 less 29 unacked.
+	// Its last delivery reads the 20 held acks.
+	var more []rmq.Delivery
+	for i := range 21 {
+		e.publish("", name, fmt.Sprint("more", i))
+		more = append(more, recv(t, ds))
+	}
+	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 30 }, "unacked %d after the room's last delivery, want 30", q.Unacked())
+	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 30*21+1 },
+		"low-water mark %d after reading 20 held acks, want %d (raised again past the 30 outstanding)", serverLowat(t, cc), 30*21+1)
+	if time.Since(raisedAt) > 2500*time.Millisecond {
+		t.Skipf("too slow a machine to tell the delivery from the deadline (%v)", time.Since(raisedAt))
+	}
+	for _, d := range append(got[21:], more...) {
+		must(t, d.Ack(false))
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return q.Unacked() == 0 }, "unacked %d, want 0", q.Unacked())
+}
+
 // TestAckCoalescingClose: a channel.close sent while the mark is up (and
 // smaller than it) is served within the wait (300 ms here), and the
 // unacked deliveries go back to the queue flagged redelivered, as without
