@@ -85,6 +85,40 @@ func coalesceConsumer(t *testing.T, opts broker.Options, name string, n int) (e 
 	return e, q, cc, cch, ds, got
 }
 
+// raiseAndHold acks got[0] and waits for the mark raised past the acks of
+// the other len(got)-1 deliveries outstanding, then acks held more and
+// checks that they stay under it; it returns when the mark was seen up.
+func raiseAndHold(t *testing.T, q *queue.Queue, cc *rmq.Connection, got []rmq.Delivery, held int) time.Time {
+	t.Helper()
+	out := len(got) - 1
+	must(t, got[0].Ack(false))
+	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == int64(out) }, "unacked %d, want %d", q.Unacked(), out)
+	// The reader parks after handling that ack, with out acks to come.
+	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == out*21+1 },
+		"low-water mark %d, want %d (%d acks and a byte)", serverLowat(t, cc), out*21+1, out)
+	raisedAt := time.Now()
+	for _, d := range got[1 : 1+held] {
+		must(t, d.Ack(false))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := q.Unacked(); n != int64(out) {
+		t.Fatalf("unacked %d with %d acks under the mark, want %d (not held back)", n, held, out)
+	}
+	return raisedAt
+}
+
+// publishRecv publishes n messages ("more0", "more1", ...) to the queue
+// and receives them from ds.
+func publishRecv(t *testing.T, e *env, name string, ds <-chan rmq.Delivery, n int) []rmq.Delivery {
+	t.Helper()
+	var got []rmq.Delivery
+	for i := range n {
+		e.publish("", name, fmt.Sprint("more", i))
+		got = append(got, recv(t, ds))
+	}
+	return got
+}
+
 // TestAckCoalescingEngagesAndReadsHeldAcks: after a wake-up that brought
 // one ack, with 9 deliveries outstanding and prefetch to spare, the mark
 // is raised past their acks; acks under it wait, also while deliveries
@@ -98,27 +132,10 @@ func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 	if l := serverLowat(t, cc); l != 0 && l != 1 {
 		t.Fatalf("low-water mark %d before any ack, want the default (0 or 1, both 1 byte)", l)
 	}
-	must(t, got[0].Ack(false))
-	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 9 }, "unacked %d, want 9", q.Unacked())
-	// The reader parks after handling that ack: 9 acks outstanding.
-	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 9*21+1 },
-		"low-water mark %d, want %d (9 acks and a byte)", serverLowat(t, cc), 9*21+1)
-	raisedAt := time.Now()
-
 	// Eight acks stay under the mark.
-	for _, d := range got[1:9] {
-		must(t, d.Ack(false))
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := q.Unacked(); n != 9 {
-		t.Fatalf("unacked %d with 8 acks under the mark, want 9 (not held back)", n)
-	}
+	raisedAt := raiseAndHold(t, q, cc, got, 8)
 	// 40 deliveries within the room leave them held.
-	var more []rmq.Delivery
-	for i := range 40 {
-		e.publish("", name, fmt.Sprint("more", i))
-		more = append(more, recv(t, ds))
-	}
+	more := publishRecv(t, e, name, ds, 40)
 	time.Sleep(100 * time.Millisecond)
 	if n := q.Unacked(); n != 49 && time.Since(raisedAt) < 2500*time.Millisecond {
 		t.Fatalf("unacked %d after 40 deliveries within the room, want 49 (acks still held)", n)
@@ -153,24 +170,10 @@ func TestAckCoalescingEngagesAndReadsHeldAcks(t *testing.T) {
 func TestAckCoalescingRaisesAgainAfterHeldAcks(t *testing.T) {
 	name := "coalesce-again"
 	e, q, cc, _, ds, got := coalesceConsumer(t, broker.Options{AckCoalescingWait: 3 * time.Second}, name, 30)
-	must(t, got[0].Ack(false))
-	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 29*21+1 },
-		"low-water mark %d, want %d (29 acks and a byte)", serverLowat(t, cc), 29*21+1)
-	raisedAt := time.Now()
-	for _, d := range got[1:21] {
-		must(t, d.Ack(false))
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := q.Unacked(); n != 29 {
-		t.Fatalf("unacked %d with 20 acks under the mark, want 29 (not held back)", n)
-	}
+	raisedAt := raiseAndHold(t, q, cc, got, 20)
 	// The room the raise left: half the prefetch of 100 less 29 unacked.
 	// Its last delivery reads the 20 held acks.
-	var more []rmq.Delivery
-	for i := range 21 {
-		e.publish("", name, fmt.Sprint("more", i))
-		more = append(more, recv(t, ds))
-	}
+	more := publishRecv(t, e, name, ds, 21)
 	testutil.Eventually(t, 2*time.Second, func() bool { return q.Unacked() == 30 }, "unacked %d after the room's last delivery, want 30", q.Unacked())
 	testutil.Eventually(t, 2*time.Second, func() bool { return serverLowat(t, cc) == 30*21+1 },
 		"low-water mark %d after reading 20 held acks, want %d (raised again past the 30 outstanding)", serverLowat(t, cc), 30*21+1)
