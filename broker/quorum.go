@@ -46,9 +46,12 @@ const defaultGroupSize = 3
 
 // catchUpLag is how many committed entries a member may have still to
 // apply and write its consumers' deliveries at once; further behind, it
-// is catching up, and they wait until it is near (quorumQueue.deferred).
-// A leader takes a node for gone only after downAfter, seconds of entries
-// under load, so an entry that a later one undid is further back.
+// is catching up, and they wait until it has applied what was committed
+// then (quorumQueue.deferred, deferUntil). A member back from a silence
+// waits so too, however few entries it missed (cluster.Group.
+// CatchUpTarget): entries are rounds of up to 512 commands, and a leader
+// that took the member for gone may have done so fewer than catchUpLag
+// entries before its commit index.
 const catchUpLag = 64
 
 // noAckCredit is how many messages a no-ack consumer has checked out at
@@ -191,10 +194,18 @@ type quorumQueue struct {
 	// applied yet; what the log still gives them goes back.
 	cancelled map[string]bool
 	// deferred: this member is catching up (more than catchUpLag
-	// committed entries to apply): its consumers' deliveries wait in
-	// their pending lists, and are written, those still checked out to
-	// them, once it is near the log's end (see applied).
+	// committed entries to apply, back from a silence, or restored from a
+	// snapshot): its consumers' deliveries wait in their pending lists,
+	// and are written, those still checked out to them, once it has
+	// applied deferUntil (see applied).
 	deferred bool
+	// deferUntil: the entry the deferral lasts until at least (the
+	// commit index known when it began, or a catch-up target); refresh:
+	// raise it to the commit index the next entry brings (a restore from
+	// a snapshot may come before any append told this member the
+	// leader's commit).
+	deferUntil uint64
+	refresh    bool
 
 	published, delivered, acked, redelivered atomic.Int64
 	downed                                   map[string]bool // leader: nodes whose consumers were downed; ticker's
@@ -584,22 +595,43 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		ids []uint64
 	}
 	var after []settled
-	switch lag := qq.g.Lag(); {
+	applying, commit := qq.g.Progress()
+	if t := qq.g.CatchUpTarget(); t > applying && t > qq.deferUntil {
+		// Heard from a leader again after a silence (cluster.Group.
+		// CatchUpTarget): what it had committed by then may take back
+		// what entries before it give this member's consumers.
+		if !qq.deferred {
+			qq.logProgress("quorum queue member heard from its leader after a silence: deliveries deferred", zap.Uint64("until", t))
+		}
+		qq.deferred, qq.deferUntil = true, t
+	}
+	if qq.refresh {
+		qq.refresh = false
+		qq.deferUntil = max(qq.deferUntil, commit)
+	}
+	switch lag := commit - min(commit, applying); {
 	case lag > catchUpLag:
 		// Catching up: an entry this far back may hand a consumer here
 		// a message that a later entry (the leader taking this node for
 		// gone, say) gave to another since, which acked it. Written
-		// now, it would reach the client as a first delivery.
+		// now, it would reach the client as a first delivery. So the
+		// deliveries wait until this member has applied what was
+		// committed when it found itself behind (not merely until it is
+		// near the log's end: a Down a few large rounds before the
+		// commit index is near it too).
 		if !qq.deferred {
 			qq.logProgress("quorum queue member catching up: deliveries deferred")
 		}
 		qq.deferred = true
+		qq.deferUntil = max(qq.deferUntil, commit)
 		touched = nil
+	case qq.deferred && applying < qq.deferUntil:
+		touched = nil // still short of where the deferral lasts to
 	case qq.deferred:
-		// Near the log's end: what is checked out to each consumer now
-		// and was not written here is written, with its flag as it is
-		// now; what the deferred entries gave them and later ones took
-		// back is not.
+		// At the target: what is checked out to each consumer now and
+		// was not written here is written, with its flag as it is now;
+		// what the deferred entries gave them and later ones took back
+		// is not.
 		qq.deferred = false
 		written := 0
 		qq.g.View(func(f *cluster.Fifo) {
@@ -677,8 +709,9 @@ func (qq *quorumQueue) downedHere(c *cluster.Command) bool {
 // another, which acked it; written then, it reached the client as a first
 // delivery (TestClusterFaults: 188 acked messages delivered again without
 // the redelivered flag, after a partition of 11 s). So this member defers
-// as while catching up entry by entry, and applied writes what is still
-// checked out to each consumer once the lag is small.
+// as while catching up entry by entry, until it has applied what the
+// leader had committed when the first entry after the snapshot came, and
+// applied writes what is still checked out to each consumer then.
 func (qq *quorumQueue) restored() {
 	cons := map[string]bool{}
 	qq.g.View(func(f *cluster.Fifo) {
@@ -703,7 +736,9 @@ func (qq *quorumQueue) restored() {
 			}
 		}
 	}
-	qq.deferred = true
+	qq.deferred, qq.refresh = true, true
+	_, commit := qq.g.Progress()
+	qq.deferUntil = max(qq.deferUntil, commit)
 	qq.logProgress("quorum queue member restored from a snapshot", zap.Int("consumers_again", len(again)))
 	qq.mu.Unlock()
 	for _, qc := range again {

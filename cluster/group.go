@@ -404,15 +404,54 @@ func (g *Group) Lag() uint64 {
 	return commit - at
 }
 
+// CatchUpTarget is the commit index the first append after a silence of
+// rejoinGap or more (a partition, a leader's loss) brought: a member
+// back from being cut off holds its consumers' deliveries until it has
+// applied that far (quorumQueue.applied). 0: never silent.
+//
+// A member cut off for downAfter was taken for gone by its leader, which
+// gave what its consumers had to others; the entries that checked those
+// messages out to this member's consumers, applied late, would write
+// them again as first deliveries. The Down that took them back is among
+// what the leader had committed when the member was heard from again:
+// the target. Counting entries instead (Lag against catchUpLag) misses
+// it when the rounds are large and few (TestClusterFaults: a Down 33
+// messages back, fewer than 64 entries before the leader's commit, under
+// -race).
+func (g *Group) CatchUpTarget() uint64 { return g.trans.rejoinCommit.Load() }
+
+// rejoinGap is a silence from the leader (no append, no heartbeat: they
+// come every 50-200 ms) after which a member sets a catch-up target: far
+// below the leader's downAfter, above a slow round's wait.
+const rejoinGap = 2 * time.Second
+
 // watchedTransport is raft's transport with the leader's commit index
 // noted from each append and heartbeat it brings, before raft sees it
-// (see Lag).
+// (see Lag), and the commit index the first append after a silence
+// brings (see CatchUpTarget).
 type watchedTransport struct {
 	*raft.NetworkTransport
 	rpcs         chan raft.RPC
 	done         chan struct{}
 	closeOnce    sync.Once
 	leaderCommit atomic.Uint64
+	heard        atomic.Int64 // monoNanos of the last append or heartbeat
+	silent       atomic.Bool  // heard after a silence; the next commit index is the target
+	rejoinCommit atomic.Uint64
+}
+
+// monoStart anchors monoNanos, the monotonic clock in nanoseconds.
+var monoStart = time.Now()
+
+func monoNanos() int64 { return int64(time.Since(monoStart)) }
+
+func storeMax(v *atomic.Uint64, x uint64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 func watchTransport(t *raft.NetworkTransport) *watchedTransport {
@@ -443,11 +482,16 @@ func (w *watchedTransport) note(rpc raft.RPC) {
 	if !ok {
 		return
 	}
-	for {
-		old := w.leaderCommit.Load()
-		if a.LeaderCommitIndex <= old || w.leaderCommit.CompareAndSwap(old, a.LeaderCommitIndex) {
-			return
-		}
+	now := monoNanos()
+	if prev := w.heard.Swap(now); prev != 0 && now-prev >= int64(rejoinGap) {
+		w.silent.Store(true)
+	}
+	if a.LeaderCommitIndex == 0 {
+		return // a heartbeat: no commit index
+	}
+	storeMax(&w.leaderCommit, a.LeaderCommitIndex)
+	if w.silent.Load() && w.silent.CompareAndSwap(true, false) {
+		storeMax(&w.rejoinCommit, a.LeaderCommitIndex)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/railmq/railmq/internal/poll"
 )
 
@@ -195,5 +197,40 @@ func TestGroupLagCountsTheLeadersCommit(t *testing.T) {
 	}
 	if last := lags[n-1]; last > 64 {
 		t.Fatalf("Lag at its last entry %d, want near 0", last)
+	}
+}
+
+// TestCatchUpTargetAfterASilence: the commit index of the first append
+// after a silence of rejoinGap (a heartbeat, which brings none, does not
+// set it) is the member's catch-up target; appends that keep coming set
+// none, and a later silence sets a new one.
+func TestCatchUpTargetAfterASilence(t *testing.T) {
+	w := &watchedTransport{}
+	g := &Group{trans: w}
+	appendOf := func(commit uint64) raft.RPC {
+		return raft.RPC{Command: &raft.AppendEntriesRequest{LeaderCommitIndex: commit}}
+	}
+	w.note(appendOf(10))
+	w.note(appendOf(20))
+	if got := g.CatchUpTarget(); got != 0 {
+		t.Fatalf("target %d without a silence, want 0", got)
+	}
+	w.heard.Store(monoNanos() - int64(rejoinGap) - 1)
+	w.note(appendOf(0)) // a heartbeat after the silence
+	if got := g.CatchUpTarget(); got != 0 {
+		t.Fatalf("target %d after a heartbeat, want 0 (it brings no commit index)", got)
+	}
+	w.note(appendOf(500))
+	w.note(appendOf(600))
+	if got := g.CatchUpTarget(); got != 500 {
+		t.Fatalf("target %d, want 500 (the first append after the silence)", got)
+	}
+	if got := w.leaderCommit.Load(); got != 600 {
+		t.Fatalf("leader's commit %d, want 600", got)
+	}
+	w.heard.Store(monoNanos() - int64(rejoinGap) - 1)
+	w.note(appendOf(900))
+	if got := g.CatchUpTarget(); got != 900 {
+		t.Fatalf("target %d after a second silence, want 900", got)
 	}
 }
