@@ -793,8 +793,10 @@ func TestClusterFaults(t *testing.T) {
 	t.Logf("%d fault rounds %v; %d published, %d confirmed, %d refused, %d returned unroutable, %d delivered (%d more than once), "+
 		"%d minority-side probes; the slowest return to service took %v",
 		rounds, count, len(h.published), len(h.confirmed), len(h.refused), len(h.returned), len(h.delivered), len(dups), minorityProbes, worst)
-	if len(lost) > 0 {
+	if len(lost)+len(h.unflagged)+len(h.unknown)+len(h.corrupted)+len(h.minority) > 0 {
 		dumpNodes(nodes)
+	}
+	if len(lost) > 0 {
 		t.Errorf("%d confirmed messages lost, ids %v", len(lost), someIDs(lost))
 	}
 	if len(h.unflagged) > 0 {
