@@ -147,7 +147,8 @@ type faultNode struct {
 	amqp, mgmt, listen, peers string
 	secret                    string
 	cmd                       *exec.Cmd
-	logs                      *bytes.Buffer
+	logs                      *bytes.Buffer // this life's log
+	lives                     *bytes.Buffer // every life's, for RAILMQ_CLUSTER_DUMP
 }
 
 func (n *faultNode) url() string { return "amqp://guest:guest@" + n.amqp + "/" }
@@ -166,7 +167,11 @@ func (n *faultNode) start(t *testing.T, bin string, join bool) {
 	}
 	n.cmd = exec.Command(bin, args...)
 	n.logs = &bytes.Buffer{}
-	n.cmd.Stderr = n.logs
+	if n.lives == nil {
+		n.lives = &bytes.Buffer{}
+	}
+	fmt.Fprintf(n.lives, "--- %s started (join %v)\n", n.name, join)
+	n.cmd.Stderr = io.MultiWriter(n.logs, n.lives)
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -835,7 +840,7 @@ func describeNodes(nodes []*faultNode, qname string) string {
 }
 
 // dumpNodes, with RAILMQ_CLUSTER_DUMP=FILE, writes each node's log and
-// goroutine stacks to FILE.<node>.
+// goroutine stacks to FILE.<node>: every life's, a line where each began.
 func dumpNodes(nodes []*faultNode) {
 	dump := os.Getenv("RAILMQ_CLUSTER_DUMP")
 	if dump == "" {
@@ -848,6 +853,6 @@ func dumpNodes(nodes []*faultNode) {
 	}
 	time.Sleep(time.Second)
 	for _, m := range nodes {
-		_ = os.WriteFile(dump+"."+m.name, m.logs.Bytes(), 0o644)
+		_ = os.WriteFile(dump+"."+m.name, m.lives.Bytes(), 0o644)
 	}
 }
