@@ -433,18 +433,32 @@ func (l *faultLoad) consumeOn(n *faultNode) {
 	if err != nil {
 		return
 	}
+	// A consumer held up (its ack's write, say) sees the broker's
+	// deliveries late: the history would take a delivery made before
+	// another node's for one made after it. Such a stall is in the
+	// timeline, and in where each delivery was seen.
+	var last time.Time
 	for {
 		select {
 		case d, ok := <-ds:
 			if !ok {
 				return
 			}
-			id, good := l.h.deliver(d.Body, d.Redelivered, fmt.Sprintf("on %s conn %d tag %d", n.name, conn, d.DeliveryTag))
+			where := fmt.Sprintf("on %s conn %d tag %d", n.name, conn, d.DeliveryTag)
+			if !last.IsZero() {
+				where += fmt.Sprintf(" (%.2fs after its previous)", time.Since(last).Seconds())
+			}
+			last = time.Now()
+			id, good := l.h.deliver(d.Body, d.Redelivered, where)
 			if !good {
 				continue
 			}
+			began := time.Now()
 			if d.Ack(false) != nil {
 				return
+			}
+			if took := time.Since(began); took > time.Second {
+				l.h.event("conn %d on %s: an ack took %.2fs", conn, n.name, took.Seconds())
 			}
 			l.h.mu.Lock()
 			l.h.acked[id] = true
