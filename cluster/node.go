@@ -119,7 +119,12 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	}
 	hl := hclog.NewNullLogger()
 	if cfg.Logger != nil {
-		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
+		// Raft's warnings always; its elections and votes too at debug.
+		level := hclog.Warn
+		if cfg.Logger.Core().Enabled(zap.DebugLevel) {
+			level = hclog.Debug
+		}
+		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: level, Output: zapWriter{cfg.Logger.Named("raft")}})
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

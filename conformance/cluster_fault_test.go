@@ -147,8 +147,27 @@ type faultNode struct {
 	amqp, mgmt, listen, peers string
 	secret                    string
 	cmd                       *exec.Cmd
-	logs                      *bytes.Buffer // this life's log
-	lives                     *bytes.Buffer // every life's, for RAILMQ_CLUSTER_DUMP
+	logs                      *syncBuffer // this life's log
+	lives                     *syncBuffer // every life's, for RAILMQ_CLUSTER_DUMP
+}
+
+// syncBuffer is a node's log as its process writes it, read while it
+// does.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (n *faultNode) url() string { return "amqp://guest:guest@" + n.amqp + "/" }
@@ -166,9 +185,9 @@ func (n *faultNode) start(t *testing.T, bin string, join bool) {
 		args = append(args, "--cluster-join")
 	}
 	n.cmd = exec.Command(bin, args...)
-	n.logs = &bytes.Buffer{}
+	n.logs = &syncBuffer{}
 	if n.lives == nil {
-		n.lives = &bytes.Buffer{}
+		n.lives = &syncBuffer{}
 	}
 	fmt.Fprintf(n.lives, "--- %s started (join %v)\n", n.name, join)
 	n.cmd.Stderr = io.MultiWriter(n.logs, n.lives)
@@ -708,6 +727,11 @@ func TestClusterFaults(t *testing.T) {
 			t.Fatalf("round %d (%s of %s): no confirm within 15 s of the fault", round, kind, n.name)
 		}
 		worst = max(worst, took)
+		if took > slowService {
+			// Not a violation, but past "a few seconds": keep the logs.
+			dumpLogs(nodes, fmt.Sprintf("slow%d", round))
+			t.Logf("round %d: %s of %s: served again only after %v", round, kind, n.name, took)
+		}
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 		if kind == "long-partition" {
 			// Past the leader's 10 s (broker's downAfter): it returns what
@@ -856,8 +880,7 @@ func describeNodes(nodes []*faultNode, qname string) string {
 // dumpNodes, with RAILMQ_CLUSTER_DUMP=FILE, writes each node's log and
 // goroutine stacks to FILE.<node>: every life's, a line where each began.
 func dumpNodes(nodes []*faultNode) {
-	dump := os.Getenv("RAILMQ_CLUSTER_DUMP")
-	if dump == "" {
+	if os.Getenv("RAILMQ_CLUSTER_DUMP") == "" {
 		return
 	}
 	for _, m := range nodes {
@@ -866,7 +889,24 @@ func dumpNodes(nodes []*faultNode) {
 		}
 	}
 	time.Sleep(time.Second)
+	dumpLogs(nodes, "")
+}
+
+// slowService is how long a round may take to serve again before the
+// suite keeps the nodes' logs (RAILMQ_CLUSTER_DUMP) to show why.
+const slowService = 5 * time.Second
+
+// dumpLogs writes every life's log of each node to
+// $RAILMQ_CLUSTER_DUMP[.tag].name, if set.
+func dumpLogs(nodes []*faultNode, tag string) {
+	dump := os.Getenv("RAILMQ_CLUSTER_DUMP")
+	if dump == "" {
+		return
+	}
+	if tag != "" {
+		dump += "." + tag
+	}
 	for _, m := range nodes {
-		_ = os.WriteFile(dump+"."+m.name, m.lives.Bytes(), 0o644)
+		_ = os.WriteFile(dump+"."+m.name, []byte(m.lives.String()), 0o644)
 	}
 }
