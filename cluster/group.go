@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -429,6 +430,9 @@ const rejoinGap = 2 * time.Second
 // noted from each append and heartbeat it brings, before raft sees it
 // (see Lag), and the commit index the first append after a silence
 // brings (see CatchUpTarget).
+//
+// It also keeps raft from backing off for long from a follower it could
+// not reach (see linkWait).
 type watchedTransport struct {
 	*raft.NetworkTransport
 	rpcs         chan raft.RPC
@@ -438,7 +442,29 @@ type watchedTransport struct {
 	heard        atomic.Int64 // monoNanos of the last append or heartbeat
 	silent       atomic.Bool  // heard after a silence; the next commit index is the target
 	rejoinCommit atomic.Uint64
+
+	linkMu      sync.Mutex
+	down        map[raft.ServerAddress]chan struct{} // closed when the peer answers again
+	quit        chan struct{}                        // closed by release
+	releaseOnce sync.Once
 }
+
+// linkWait is how long a failed append or snapshot to a peer waits for
+// the peer to answer again before raft learns of the failure.
+//
+// Raft's replication to a follower backs off after each failure in a
+// row, doubling up to 10 s; a follower cut off for a few seconds, where
+// each try fails at once (a closed port, a reset connection), ran up
+// enough failures that the leader sent it nothing for up to 10 s after
+// it was back, while it answered heartbeats. Had the other follower
+// failed then, the queue would have stood still that long
+// (TestClusterFaults: a partition of one follower, healed, then of the
+// other: 10 s without a confirm). So a failed append waits until the
+// peer answers a heartbeat again (raft retries them every half
+// HeartbeatTimeout whatever the failures) and is then sent once more:
+// failures count at most one per linkWait, as when a dial times out, and
+// replication resumes within a heartbeat of the peer's return.
+const linkWait = 10 * time.Second
 
 // monoStart anchors monoNanos, the monotonic clock in nanoseconds.
 var monoStart = time.Now()
@@ -455,10 +481,82 @@ func storeMax(v *atomic.Uint64, x uint64) {
 }
 
 func watchTransport(t *raft.NetworkTransport) *watchedTransport {
-	w := &watchedTransport{NetworkTransport: t, rpcs: make(chan raft.RPC), done: make(chan struct{})}
+	w := &watchedTransport{NetworkTransport: t, rpcs: make(chan raft.RPC), done: make(chan struct{}),
+		down: map[raft.ServerAddress]chan struct{}{}, quit: make(chan struct{})}
 	go w.forward()
 	return w
 }
+
+// AppendEntries sends an append or a heartbeat; a failed append waits
+// for the peer to answer again (see linkWait) and is sent once more.
+func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := w.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		w.answered(target)
+		return nil
+	}
+	if isHeartbeat(args) || !w.awaitPeer(target) {
+		return err
+	}
+	if err = w.NetworkTransport.AppendEntries(id, target, args, resp); err == nil {
+		w.answered(target)
+	}
+	return err
+}
+
+// InstallSnapshot sends a snapshot; if that fails, it waits for the peer
+// to answer again (see linkWait) before saying so: the snapshot's reader
+// cannot be read again, raft sends it afresh.
+func (w *watchedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	err := w.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+	if err == nil {
+		w.answered(target)
+		return nil
+	}
+	w.awaitPeer(target)
+	return err
+}
+
+// isHeartbeat reports whether an append is raft's heartbeat: term and
+// leader only.
+func isHeartbeat(a *raft.AppendEntriesRequest) bool {
+	return a.PrevLogEntry == 0 && a.PrevLogTerm == 0 && len(a.Entries) == 0 && a.LeaderCommitIndex == 0
+}
+
+// answered ends the waits for target.
+func (w *watchedTransport) answered(target raft.ServerAddress) {
+	w.linkMu.Lock()
+	if ch := w.down[target]; ch != nil {
+		close(ch)
+		delete(w.down, target)
+	}
+	w.linkMu.Unlock()
+}
+
+// awaitPeer waits until target answers again, for at most linkWait, and
+// reports whether it did.
+func (w *watchedTransport) awaitPeer(target raft.ServerAddress) bool {
+	w.linkMu.Lock()
+	ch := w.down[target]
+	if ch == nil {
+		ch = make(chan struct{})
+		w.down[target] = ch
+	}
+	w.linkMu.Unlock()
+	t := time.NewTimer(linkWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-w.quit:
+	}
+	return false
+}
+
+// release ends every wait for a peer, and those to come: raft's Shutdown
+// waits for its replication, which may be waiting here.
+func (w *watchedTransport) release() { w.releaseOnce.Do(func() { close(w.quit) }) }
 
 func (w *watchedTransport) forward() {
 	in := w.NetworkTransport.Consumer()
@@ -753,6 +851,7 @@ func (g *Group) shutdown() error {
 		if g.obs != nil {
 			g.r.DeregisterObserver(g.obs)
 		}
+		g.trans.release()
 		errs = append(errs, g.r.Shutdown().Error())
 	}
 	close(g.stop)

@@ -234,3 +234,62 @@ func TestCatchUpTargetAfterASilence(t *testing.T) {
 		t.Fatalf("target %d after a second silence, want 900", got)
 	}
 }
+
+// TestReplicationResumesWhenAFollowerReturns: a follower gone for 11 s
+// (its port closed: every append to it fails at once) is sent the log
+// again as soon as it is back, not after raft's backoff (by then 10 s):
+// the other follower gone next, the leader still commits, with the one
+// that came back, within a few seconds.
+func TestReplicationResumesWhenAFollowerReturns(t *testing.T) {
+	nodes, cfgs := startNodes(t, 3)
+	nodeLeader(t, nodes)
+	voters := []string{"rabbit0", "rabbit1", "rabbit2"}
+	gs := startGroup(t, nodes, "q4", voters)
+	l := -1
+	poll.Eventually(t, 10*time.Second, func() bool {
+		for i, gn := range gs {
+			if gn.g.IsLeader() {
+				l = i
+				return true
+			}
+		}
+		return false
+	}, "no group leader")
+	back, next := (l+1)%3, (l+2)%3
+	submitWait(t, gs[l].g, Enqueue(time.Now().UnixMilli(), msg("first")))
+
+	if err := nodes[back].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, until := 0, time.Now().Add(11*time.Second); time.Now().Before(until); i++ {
+		submitWait(t, gs[l].g, Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i))))
+		time.Sleep(100 * time.Millisecond)
+	}
+	nd, err := StartNode(cfgs[back])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[back] = nd
+	g, err := nd.StartGroup(GroupConfig{ID: "q4", Voters: voters, Fifo: FifoConfig{DeliveryLimit: DefaultDeliveryLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodes[l].Name()
+	poll.Eventually(t, 10*time.Second, func() bool { return g.Leader() == leader }, "the returned follower did not hear from its leader")
+
+	if err := nodes[next].Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	gs[l].g.Submit(Enqueue(time.Now().UnixMilli(), msg("last")), func(_ Effects, err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("publish with one follower back and the other gone: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no commit within 5 s with one follower back and the other gone: the leader is not sending to the one back")
+	}
+	t.Logf("committed %v after the other follower went", time.Since(start))
+}

@@ -61,7 +61,7 @@ type NodeConfig struct {
 type Node struct {
 	cfg   NodeConfig
 	mux   *Mux
-	trans *raft.NetworkTransport
+	trans *watchedTransport
 	logs  *LogStore
 	meta  *MetaFSM
 	r     *raft.Raft
@@ -144,7 +144,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	n.trans = raft.NewNetworkTransportWithLogger(&advertised{layer, cfg.Peers[cfg.Name]}, 3, 10*time.Second, hl)
+	n.trans = watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, cfg.Peers[cfg.Name]}, 3, 10*time.Second, hl))
 	dir := filepath.Join(cfg.DataDir, "cluster", "meta")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
@@ -308,6 +308,7 @@ func (n *Node) close() error {
 		c.close(errNotSent)
 	}
 	if n.r != nil {
+		n.trans.release()
 		errs = append(errs, n.r.Shutdown().Error())
 	}
 	if n.trans != nil {
