@@ -225,7 +225,8 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		return fail(err)
 	}
 	self := n.cfg.Peers[n.cfg.Name]
-	g.trans = watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, n.hl))
+	hl := n.hl.Named(cfg.ID) // raft's lines name the queue's group (the metadata group's do not)
+	g.trans = watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, hl))
 	if g.logs, err = GroupLogStore(db, groupPrefix(cfg.ID)); err != nil {
 		return fail(err)
 	}
@@ -233,11 +234,12 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		return fail(err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, n.hl)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hl)
 	if err != nil {
 		return fail(err)
 	}
 	rc := n.raftConfig()
+	rc.Logger = hl
 	rc.CommitTimeout = groupCommitTimeout
 	// Snapshots every few thousand entries, checked every 10 s (raft's
 	// defaults: 8192, 120 s): a member that restarts replays its log from
