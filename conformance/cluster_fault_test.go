@@ -728,9 +728,13 @@ func TestClusterFaults(t *testing.T) {
 		}
 		worst = max(worst, took)
 		if took > slowService {
-			// Not a violation, but past "a few seconds": keep the logs.
+			// Past "a few seconds": keep the logs; past maxService, fail.
 			dumpLogs(nodes, fmt.Sprintf("slow%d", round))
-			t.Logf("round %d: %s of %s: served again only after %v", round, kind, n.name, took)
+			if took > maxService {
+				t.Errorf("round %d: %s of %s: served again only after %v, over %v", round, kind, n.name, took, maxService)
+			} else {
+				t.Logf("round %d: %s of %s: served again only after %v", round, kind, n.name, took)
+			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 		if kind == "long-partition" {
@@ -893,8 +897,15 @@ func dumpNodes(nodes []*faultNode) {
 }
 
 // slowService is how long a round may take to serve again before the
-// suite keeps the nodes' logs (RAILMQ_CLUSTER_DUMP) to show why.
-const slowService = 5 * time.Second
+// suite keeps the nodes' logs (RAILMQ_CLUSTER_DUMP) to show why;
+// maxService, before it fails ("a new leader serves within a few
+// seconds"). The slowest seen in 390 rounds, with and without -race,
+// since a follower back from a cut-off is sent the log at once: 4.0 s
+// (raft's election, 2-4 s); before that, about 1 round in 100 took 9-10 s.
+const (
+	slowService = 5 * time.Second
+	maxService  = 8 * time.Second
+)
 
 // dumpLogs writes every life's log of each node to
 // $RAILMQ_CLUSTER_DUMP[.tag].name, if set.
