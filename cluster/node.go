@@ -253,11 +253,21 @@ func (n *Node) HeapFixed() int64 {
 	return h
 }
 
-// zapWriter passes raft's log lines (hclog's text) to zap as warnings.
+// zapWriter passes raft's log lines (hclog's text) to zap, at the level
+// the line gives (hclog's "[DEBUG]" and "[INFO]" tags; warnings and
+// errors as warnings).
 type zapWriter struct{ log *zap.Logger }
 
 func (w zapWriter) Write(p []byte) (int, error) {
-	w.log.Warn("raft", zap.String("line", strings.TrimSpace(string(p))))
+	line := strings.TrimSpace(string(p))
+	switch {
+	case strings.Contains(line, " [DEBUG] "), strings.Contains(line, " [TRACE] "):
+		w.log.Debug("raft", zap.String("line", line))
+	case strings.Contains(line, " [INFO] "):
+		w.log.Info("raft", zap.String("line", line))
+	default:
+		w.log.Warn("raft", zap.String("line", line))
+	}
 	return len(p), nil
 }
 
