@@ -22,10 +22,10 @@ import (
 // the vhosts' own (persist def kinds, names as vhost.DefName makes them),
 // written at once (CommitSync) when an operator changes them.
 const (
-	defVHost     = 'v' // vhost name → vhostRec
-	defUser      = 'u' // user name → userRec
-	defPerm      = 'p' // vhost, user → permRec
-	defTopicPerm = 't' // vhost, user, exchange → topicRec
+	defVHost     = persist.DefVHost // vhost name → vhostRec
+	defUser      = persist.DefUser  // user name → userRec
+	defPerm      = persist.DefPerm  // vhost, user → permRec
+	defTopicPerm = persist.DefTopic // vhost, user, exchange → topicRec
 )
 
 type vhostRec struct {

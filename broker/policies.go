@@ -14,8 +14,8 @@ import (
 // Policies and operator policies through the HTTP API, stored as
 // definitions (kinds defPolicy and defOpPolicy, named vhost and policy).
 const (
-	defPolicy   = 'l'
-	defOpPolicy = 'o'
+	defPolicy   = persist.DefPolicy
+	defOpPolicy = persist.DefOpPolicy
 )
 
 type policyRec struct {

@@ -17,11 +17,19 @@ const (
 	// (entryHeld), so that deleting an entry drops its hold with it.
 )
 
-// Definition kinds (the byte after prefixDef).
+// Definition kinds (the byte after prefixDef). The store treats every
+// definition alike; the kinds are listed here so that one file names every
+// key the store holds.
 const (
-	DefExchange = 'x'
-	DefQueue    = 'q'
-	DefBinding  = 'b'
+	DefExchange = 'x' // vhost, exchange               → exchange (vhost)
+	DefQueue    = 'q' // vhost, queue                  → queue (vhost)
+	DefBinding  = 'b' // vhost, source, destination... → binding (vhost)
+	DefVHost    = 'v' // vhost                         → description, tags, limits (broker)
+	DefUser     = 'u' // user                          → password hash, tags (broker)
+	DefPerm     = 'p' // vhost, user                   → configure, write, read (broker)
+	DefTopic    = 't' // vhost, user, exchange         → topic permissions (broker)
+	DefPolicy   = 'l' // vhost, policy                 → policy (broker)
+	DefOpPolicy = 'o' // vhost, policy                 → operator policy (broker)
 )
 
 // Deduplication cache owners (the byte after prefixDedup).
