@@ -11,7 +11,18 @@
 // writes before them), recover.go (start-up summaries and orphan
 // clean-up), gc.go (value-log GC), keys.go (the key and value layout),
 // delayed.go (delayed messages indexed by due time: read straight from
-// Badger by the registry's delayer, recovered at start-up).
+// Badger by the registry's delayer, recovered at start-up), space.go (the
+// free-space reserve that keeps Badger's mmaps off a full disk),
+// pageout_linux.go (giving Badger's cold pages back to the kernel),
+// metrics.go (the committer's histograms and the store's size, read by
+// the metrics collector), spill.go (non-durable queues' paged messages in
+// plain append-only files, dropped at every start).
+//
+// keys.go names every key prefix the store holds, definition kinds
+// included (exchanges, queues, bindings, and the broker's vhosts, users,
+// permissions, topic permissions, policies and operator policies): no
+// other package writes a key of its own. A cluster node's Raft logs live
+// in their own Badger databases (cluster/logstore.go), not here.
 // The committer goroutine owns the Badger write batch and the reference
 // counts; recovery (RecoverQueue) fills the counts before the first Commit.
 package persist
