@@ -73,22 +73,8 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	// them, as are the queues' first expiries and dead-letterings.
 	pols, ops := v.policies, v.opPolicies
 	dedupDrop := &persist.Batch{}
-	for _, x := range defs.exchanges {
-		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
-		if x.kind == exchange.Dedup {
-			v.attachDedup(ex, true)
-		}
-		v.exchangePolicy(ex, pols)
-		if x.kind == exchange.Dedup {
-			if err := v.recoverDedup(ex, dedupDrop); err != nil {
-				return nil, fmt.Errorf("exchange %q: %w", x.name, err)
-			}
-		}
-		if x.delayed {
-			ex.Delayed = true
-			v.delays.add(ex)
-		}
-		v.exchanges[x.name] = ex
+	if err := v.recoverExchanges(defs.exchanges, pols, dedupDrop); err != nil {
+		return nil, err
 	}
 	if err := v.delays.recover(); err != nil {
 		return nil, err
@@ -117,36 +103,9 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 		}
 		cfg := v.queueConfig(defaults, QueueDecl{Name: d.name, Durable: true, AutoDelete: d.autoDelete, Args: d.args}, qa)
 		cfg.ID = d.id
-		// A priority queue's lanes page under ids of their own.
-		rec := &queue.Recovered{}
-		lanes := 1
-		if cfg.Policy != nil && cfg.Policy.MaxPriority > 0 {
-			lanes = int(cfg.Policy.MaxPriority) + 1
-			rec.Lanes = make([]int, lanes)
-		}
-		var sum persist.QueueSummary
-		for l := 0; l < lanes; l++ {
-			id := queue.LaneStoreID(d.id, l)
-			s, err := v.store.RecoverQueue(id)
-			if err != nil {
-				return nil, fmt.Errorf("queue %q: %w", d.name, err)
-			}
-			keep[id] = true
-			if cfg.Policy != nil && cfg.Policy.Dedup {
-				if err := v.recoverDedupIDs(id, rec); err != nil {
-					return nil, fmt.Errorf("queue %q: %w", d.name, err)
-				}
-			}
-			if l == 0 {
-				rec.Delivered = s.Delivered
-			}
-			if rec.Lanes != nil {
-				rec.Lanes[l] = s.Count
-			}
-			rec.Count += s.Count
-			rec.MaxSeq = max(rec.MaxSeq, s.MaxSeq)
-			sum.Count += s.Count
-			sum.Dropped += s.Dropped
+		rec, sum, err := v.recoverQueueEntries(d.id, d.name, cfg, keep)
+		if err != nil {
+			return nil, err
 		}
 		cfg.Recovered = rec
 		pending = append(pending, pendingQueue{d.name, cfg, applied})
@@ -170,23 +129,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			break
 		}
 	}
-	// In RabbitMQ's order (the plugin re-adds a consistent-hash exchange's
-	// bindings sorted as #binding records: by key, then destination,
-	// exchanges before queues), so a recovered ring has RabbitMQ's bucket
-	// order. Other kinds do not depend on the order.
-	slices.SortStableFunc(defs.bindings, func(a, b bindingDef) int {
-		return cmp.Or(strings.Compare(a.source, b.source), strings.Compare(a.binding.Key, b.binding.Key),
-			cmpBool(!a.binding.Dest.Exchange, !b.binding.Dest.Exchange), strings.Compare(a.binding.Dest.Name, b.binding.Dest.Name))
-	})
-	nb := 0
-	for _, b := range defs.bindings {
-		src := v.exchanges[b.source]
-		if src == nil {
-			continue
-		}
-		src.Bind(b.binding)
-		nb++
-	}
+	nb := v.recoverBindings(defs.bindings)
 	v.log.Info("definitions and messages recovered", zap.Int("exchanges", len(defs.exchanges)), zap.Int("queues", len(defs.queues)),
 		zap.Int("bindings", nb), zap.Int("messages", nm), zap.Float64("messages_per_second", perSecond(nm, start)),
 		zap.Duration("took", time.Since(start)))
@@ -210,6 +153,89 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 		}
 		v.delays.start() // the delayed messages due route to the queues just started
 	}, nil
+}
+
+// recoverExchanges rebuilds the durable exchanges under the vhost's
+// policies; a deduplicating exchange's cache segments left without
+// entries are added to dedupDrop.
+func (v *VHost) recoverExchanges(xs []exchangeDef, pols []*PolicyDef, dedupDrop *persist.Batch) error {
+	for _, x := range xs {
+		ex := exchange.New(x.name, x.kind, true, x.autoDelete, x.internal, x.args)
+		if x.kind == exchange.Dedup {
+			v.attachDedup(ex, true)
+		}
+		v.exchangePolicy(ex, pols)
+		if x.kind == exchange.Dedup {
+			if err := v.recoverDedup(ex, dedupDrop); err != nil {
+				return fmt.Errorf("exchange %q: %w", x.name, err)
+			}
+		}
+		if x.delayed {
+			ex.Delayed = true
+			v.delays.add(ex)
+		}
+		v.exchanges[x.name] = ex
+	}
+	return nil
+}
+
+// recoverQueueEntries recovers a durable queue's entries from the store,
+// lane by lane, and marks their store ids in keep.
+func (v *VHost) recoverQueueEntries(id uint64, name string, cfg queue.Config, keep map[uint64]bool) (rec *queue.Recovered, sum persist.QueueSummary, err error) {
+	// A priority queue's lanes page under ids of their own.
+	rec = &queue.Recovered{}
+	lanes := 1
+	if cfg.Policy != nil && cfg.Policy.MaxPriority > 0 {
+		lanes = int(cfg.Policy.MaxPriority) + 1
+		rec.Lanes = make([]int, lanes)
+	}
+	for l := 0; l < lanes; l++ {
+		sid := queue.LaneStoreID(id, l)
+		s, err := v.store.RecoverQueue(sid)
+		if err != nil {
+			return nil, sum, fmt.Errorf("queue %q: %w", name, err)
+		}
+		keep[sid] = true
+		if cfg.Policy != nil && cfg.Policy.Dedup {
+			if err := v.recoverDedupIDs(sid, rec); err != nil {
+				return nil, sum, fmt.Errorf("queue %q: %w", name, err)
+			}
+		}
+		if l == 0 {
+			rec.Delivered = s.Delivered
+		}
+		if rec.Lanes != nil {
+			rec.Lanes[l] = s.Count
+		}
+		rec.Count += s.Count
+		rec.MaxSeq = max(rec.MaxSeq, s.MaxSeq)
+		sum.Count += s.Count
+		sum.Dropped += s.Dropped
+	}
+	return rec, sum, nil
+}
+
+// recoverBindings adds the stored bindings to their source exchanges and
+// returns how many it added.
+func (v *VHost) recoverBindings(bs []bindingDef) int {
+	// In RabbitMQ's order (the plugin re-adds a consistent-hash exchange's
+	// bindings sorted as #binding records: by key, then destination,
+	// exchanges before queues), so a recovered ring has RabbitMQ's bucket
+	// order. Other kinds do not depend on the order.
+	slices.SortStableFunc(bs, func(a, b bindingDef) int {
+		return cmp.Or(strings.Compare(a.source, b.source), strings.Compare(a.binding.Key, b.binding.Key),
+			cmpBool(!a.binding.Dest.Exchange, !b.binding.Dest.Exchange), strings.Compare(a.binding.Dest.Name, b.binding.Dest.Name))
+	})
+	nb := 0
+	for _, b := range bs {
+		src := v.exchanges[b.source]
+		if src == nil {
+			continue
+		}
+		src.Bind(b.binding)
+		nb++
+	}
+	return nb
 }
 
 func perSecond(n int, since time.Time) float64 {
