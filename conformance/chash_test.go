@@ -566,7 +566,7 @@ func TestConsistentHashKill(t *testing.T) {
 	}
 }
 
-// TestConsistentHashPerKeyOrder is the README's recipe: a consistent-hash
+// TestConsistentHashPerKeyOrder is the recipe in docs/features.md: a consistent-hash
 // exchange over single-active-consumer queues, two consumers on each.
 // Every key's messages reach one queue and one consumer at a time, in
 // publish order, while the keys spread over the queues.

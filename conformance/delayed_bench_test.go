@@ -38,7 +38,7 @@ import (
 // publish: with a lead longer than the load, routing is measured apart
 // from publishing (on a two-core machine the two compete).
 // RAILMQ_DELAYED_BINARY runs that broker binary instead of building this
-// tree's (to compare two revisions side by side). The README's figures: RAILMQ_DELAYED_SIZES=100000,1000000
+// tree's (to compare two revisions side by side). The figures in bench/RESULTS-features.md: RAILMQ_DELAYED_SIZES=100000,1000000
 // RAILMQ_DELAYED_SPREAD=60s go test -run '^$' -bench BenchmarkDelayedLoad
 // -benchtime=1x ./conformance
 func BenchmarkDelayedLoad(b *testing.B) {

@@ -27,7 +27,7 @@ import (
 // TLS as RabbitMQ 3.10.8 does it with listeners.ssl.N, ssl_options and
 // the rabbitmq_auth_mechanism_ssl plugin (auth_mechanisms PLAIN,
 // AMQPLAIN, EXTERNAL; ssl_cert_login_from = common_name), compared side
-// by side with one (see README, TLS). Certificates are made per test.
+// by side with one (see docs/operations.md, TLS). Certificates are made per test.
 
 // pki is a test's CA and the broker's certificate files.
 type pki struct {

@@ -6,7 +6,7 @@ Usage: /usr/bin/python3 scripts/clients/pika_plugins.py amqp://guest:guest@127.0
 Delayed messages (rabbitmq-delayed-message-exchange), deduplication
 (rabbitmq-message-deduplication), consistent hashing
 (rabbitmq_consistent_hash_exchange) and railmq's own retry with backoff.
-The expectations follow the plugins' READMEs and sources and railmq's README
+The expectations follow the plugins' READMEs and sources and railmq's docs/features.md
 ("Built in"); plain RabbitMQ, without the plugins, fails them. Prints one
 line per check, `ok NAME` or `FAIL NAME: detail`, then `N checks, M failed`,
 and exits 1 if any check failed.
