@@ -118,7 +118,7 @@ type Options struct {
 	Logger *zap.Logger
 	// RecoveryProgress, when set, is called as recovery rebuilds each
 	// stored queue: the vhost, its queues done of total, and the messages
-	// found in it so far (Startup.Progress shows it on the console).
+	// found in it so far (mgmt.Startup.Progress shows it on the console).
 	RecoveryProgress func(vhost string, done, total, messages int)
 
 	// Version is reported in the server properties.

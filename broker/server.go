@@ -79,7 +79,7 @@ type Server struct {
 	sessions  map[*linkSession]struct{}
 	linkLayer cluster.Link
 
-	// Counted for the metrics (metrics.go).
+	// Counted for the metrics (admin.go: Totals, Churn).
 	totals                 queue.Totals
 	connOpened, connClosed atomic.Int64
 	chOpened, chClosed     atomic.Int64
