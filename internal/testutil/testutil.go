@@ -49,7 +49,7 @@ func Start(t testing.TB, opts broker.Options) *Broker {
 		if i := len(host) - 1; host[i] == '/' {
 			host = host[:i]
 		}
-		return &Broker{Addr: host, URL: u}
+		return &Broker{Addr: host, URL: u, t: t}
 	}
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
