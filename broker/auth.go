@@ -22,13 +22,14 @@ import (
 // the vhosts' own (persist def kinds, names as vhost.DefName makes them),
 // written at once (CommitSync) when an operator changes them.
 const (
-	defVHost     = persist.DefVHost // vhost name → vhostRec
+	defVHost     = persist.DefVHost // vhost name → VHostRecord
 	defUser      = persist.DefUser  // user name → userRec
 	defPerm      = persist.DefPerm  // vhost, user → permRec
 	defTopicPerm = persist.DefTopic // vhost, user, exchange → topicRec
 )
 
-type vhostRec struct {
+// VHostRecord is what is stored of a vhost (as JSON, under defVHost).
+type VHostRecord struct {
 	Description string           `json:"description"`
 	Tags        []string         `json:"tags"`
 	Limits      map[string]int64 `json:"limits,omitempty"`
@@ -55,7 +56,7 @@ type topicRec struct {
 // vhostState is a vhost and what the API shows of it.
 type vhostState struct {
 	v   *vhost.VHost
-	rec vhostRec
+	rec VHostRecord
 }
 
 // loadAccess reads the stored vhosts, users and permissions into s, and
@@ -65,8 +66,8 @@ type vhostState struct {
 // Options.Users if given, else DefaultUser. Options.Users given to a
 // store that has users are added or updated (their passwords set): they
 // keep working as before users were stored.
-func (s *Server) loadAccess() (vhosts map[string]vhostRec, err error) {
-	vhosts = map[string]vhostRec{}
+func (s *Server) loadAccess() (vhosts map[string]VHostRecord, err error) {
+	vhosts = map[string]VHostRecord{}
 	type perm struct {
 		vh, user string
 		rec      permRec
@@ -89,7 +90,7 @@ func (s *Server) loadAccess() (vhosts map[string]vhostRec, err error) {
 		}
 		switch {
 		case kind == defVHost && len(parts) == 1:
-			var r vhostRec
+			var r VHostRecord
 			if err := json.Unmarshal(val, &r); err != nil {
 				return fmt.Errorf("vhost %q: %w", parts[0], err)
 			}
@@ -140,7 +141,7 @@ func (s *Server) loadAccess() (vhosts map[string]vhostRec, err error) {
 	fresh := len(vhosts) == 0 && len(s.reg.Users()) == 0
 	if fresh {
 		vh := s.opts.DefaultVHost
-		vhosts[vh] = vhostRec{Description: "Default virtual host", Tags: []string{}}
+		vhosts[vh] = VHostRecord{Description: "Default virtual host", Tags: []string{}}
 		putVHostDef(b, vh, vhosts[vh])
 		users := s.opts.Users
 		if users == nil {
@@ -197,7 +198,7 @@ func (s *Server) bootstrapUser(b *persist.Batch, name, pass, vh string) error {
 	return nil
 }
 
-func putVHostDef(b *persist.Batch, name string, r vhostRec) {
+func putVHostDef(b *persist.Batch, name string, r VHostRecord) {
 	v, _ := json.Marshal(r)
 	b.PutDef(defVHost, vhost.DefName(name), v)
 }
@@ -261,7 +262,7 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 // recoverVHosts opens the stored vhosts and recovers them all before
 // any of their queues starts, then drops the entries of queues none of
 // them keeps.
-func (s *Server) recoverVHosts(recs map[string]vhostRec, pols storedPolicies) error {
+func (s *Server) recoverVHosts(recs map[string]VHostRecord, pols storedPolicies) error {
 	keep := map[uint64]bool{}
 	var starts []func()
 	vhs := map[string]*vhostState{}
@@ -324,7 +325,7 @@ type vhostMap = atomic.Pointer[map[string]*vhostState]
 // putVHost adds a vhost, or updates its description, tags and limits.
 // It reports whether it was new. In a cluster every node does it, as the
 // change is committed (replicate.go).
-func (s *Server) putVHost(name string, rec vhostRec) (bool, error) {
+func (s *Server) putVHost(name string, rec VHostRecord) (bool, error) {
 	if s.node != nil {
 		_, existed := (*s.vhosts.Load())[name]
 		v, _ := json.Marshal(rec)
@@ -333,7 +334,7 @@ func (s *Server) putVHost(name string, rec vhostRec) (bool, error) {
 	return s.putVHostLocal(name, rec)
 }
 
-func (s *Server) putVHostLocal(name string, rec vhostRec) (bool, error) {
+func (s *Server) putVHostLocal(name string, rec VHostRecord) (bool, error) {
 	s.vhMu.Lock()
 	defer s.vhMu.Unlock()
 	old := *s.vhosts.Load()

@@ -117,7 +117,7 @@ type conn struct {
 	reqs    []func()
 	reqFlag atomic.Bool
 
-	info    atomic.Pointer[connInfo] // for the management API, once open
+	info    atomic.Pointer[connInfo] // for the admin API (admin.go), once open
 	blocked atomic.Bool              // not read for an alarm (blockWhileAlarm)
 	flowAt  atomic.Int64             // when waitFlow last began (Unix ns): the "flow" state
 

@@ -1,9 +1,15 @@
-// Package broker is the server: the listener and accept loop, one reader
-// and one writer goroutine per connection (handshake, tuning, heartbeats,
-// channel 0, frame dispatch to channels, exception handling), the memory
-// alarm, the consumer-timeout sweeper, the management API subset, and
-// graceful Shutdown. It wires the store, the vhost registry and channels
-// together; nothing but cmd/ and tests imports it.
+// Package broker is the AMQP node: the listener and accept loop, one
+// reader and one writer goroutine per connection (handshake, tuning,
+// heartbeats, channel 0, frame dispatch to channels, exception handling),
+// TLS, resource alarms and the memory limit, flow control, the
+// consumer-timeout sweeper, the limits' AMQP half, users, vhosts and
+// policies as stored (and, in a cluster, replicated) state, and graceful
+// Shutdown. It wires the store, the vhost registry and channels together.
+//
+// It knows neither HTTP nor Prometheus: it imports neither net/http nor
+// the Prometheus client. What the management plane (package mgmt) and
+// the metrics (package metrics) may ask of a running node is the admin
+// API in admin.go, which returns plain data.
 //
 // A connection (conn.go) has two goroutines. The reader owns the protocol
 // state and the channels: it runs the handshake (handshake.go), reads and

@@ -135,7 +135,7 @@ func (c *conn) handshake() error {
 	c.vh = st.v
 	host, port := peer(c.nc)
 	c.info.Store(&connInfo{Name: connectionName(c.nc), User: c.user, VHost: c.vhost, PeerHost: host, PeerPort: port,
-		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties, State: "running",
+		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties,
 		Node: c.srv.nodeName(), Protocol: "AMQP 0-9-1", Type: "network"})
 	c.srv.connOpened.Add(1)
 	c.reply(0, &amqp.ConnectionOpenOk{})

@@ -73,10 +73,6 @@ type Options struct {
 	// sees queues over the watermark) and the disk is checked at most this
 	// far apart, sooner as free space nears the limit. 0 means 1s.
 	AlarmCheckInterval time.Duration
-	// StatsInterval is how often queues' message counts are sampled into
-	// the management API's rates (RabbitMQ's collect_statistics_interval;
-	// 0: 5 s).
-	StatsInterval time.Duration
 	// QueueWindow is how many ready messages a durable queue keeps in
 	// memory; the rest wait in the store (0: 4096).
 	QueueWindow int
@@ -122,7 +118,7 @@ type Options struct {
 	Logger *zap.Logger
 	// RecoveryProgress, when set, is called as recovery rebuilds each
 	// stored queue: the vhost, its queues done of total, and the messages
-	// found in it so far (Startup.Progress shows it on the console).
+	// found in it so far (mgmt.Startup.Progress shows it on the console).
 	RecoveryProgress func(vhost string, done, total, messages int)
 
 	// Version is reported in the server properties.
@@ -161,9 +157,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DefaultUser == "" {
 		o.DefaultUser, o.DefaultPass = "guest", "guest"
-	}
-	if o.StatsInterval <= 0 {
-		o.StatsInterval = defaultStatsInterval
 	}
 	if o.DefaultVHost == "" {
 		o.DefaultVHost = "/"

@@ -2,17 +2,15 @@ package broker
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/vhost"
 )
 
-// Policies and operator policies through the HTTP API, stored as
-// definitions (kinds defPolicy and defOpPolicy, named vhost and policy).
+// Policies and operator policies, stored as definitions (kinds defPolicy
+// and defOpPolicy, named vhost and policy).
 const (
 	defPolicy   = persist.DefPolicy
 	defOpPolicy = persist.DefOpPolicy
@@ -138,123 +136,4 @@ func (s *Server) putPolicyLocal(st *vhostState, operator bool, name string, p *v
 		st.v.SetPolicies(next, ops)
 	}
 	return had, nil
-}
-
-func policyJSON(vh string, p *vhost.PolicyDef) map[string]any {
-	return map[string]any{"vhost": vh, "name": p.Name, "pattern": p.Pattern, "apply-to": p.ApplyTo,
-		"definition": p.Definition, "priority": p.Priority}
-}
-
-// policyAccess lets in administrators, and policymakers in the vhosts
-// they have permissions in (RabbitMQ's policymaker tag).
-func (s *Server) policyAccess(w http.ResponseWriter, r *http.Request, vh string) bool {
-	u := apiUser(r)
-	if u.HasTag("administrator") || u.HasTag("policymaker") && (vh == "" || s.reg.Grant(vh, u.Name).Permission() != nil) {
-		return true
-	}
-	apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
-	return false
-}
-
-func (s *Server) policiesHandlers(operator bool) (list, get, put, del http.HandlerFunc) {
-	pick := func(st *vhostState) []*vhost.PolicyDef {
-		pols, ops := st.v.Policies()
-		if operator {
-			return ops
-		}
-		return pols
-	}
-	list = func(w http.ResponseWriter, r *http.Request) {
-		vh := r.PathValue("vhost")
-		if !s.policyAccess(w, r, vh) {
-			return
-		}
-		if vh != "" && s.vhostByName(vh) == nil {
-			notFound(w)
-			return
-		}
-		out := []map[string]any{}
-		for _, st := range s.allVHosts() {
-			if vh != "" && st.v.Name() != vh || !s.canSee(apiUser(r), st.v.Name()) {
-				continue
-			}
-			for _, p := range pick(st) {
-				out = append(out, policyJSON(st.v.Name(), p))
-			}
-		}
-		writeList(w, r, out)
-	}
-	get = func(w http.ResponseWriter, r *http.Request) {
-		st := s.vhostByName(r.PathValue("vhost"))
-		if !s.policyAccess(w, r, r.PathValue("vhost")) {
-			return
-		}
-		if st != nil {
-			for _, p := range pick(st) {
-				if p.Name == r.PathValue("name") {
-					writeJSON(w, policyJSON(st.v.Name(), p))
-					return
-				}
-			}
-		}
-		notFound(w)
-	}
-	put = func(w http.ResponseWriter, r *http.Request) {
-		vh, name := r.PathValue("vhost"), r.PathValue("name")
-		if !s.policyAccess(w, r, vh) {
-			return
-		}
-		st := s.vhostByName(vh)
-		if st == nil {
-			notFound(w)
-			return
-		}
-		body, ok := readBody(w, r)
-		if !ok || keysMissing(w, body, "pattern", "definition") {
-			return
-		}
-		pattern, _ := str(body, "pattern")
-		applyTo, _ := str(body, "apply-to")
-		prio, _ := intArg(body["priority"])
-		def, _ := body["definition"].(map[string]any)
-		p, err := vhost.NewPolicyDef(name, pattern, applyTo, prio, def, operator)
-		if err != nil {
-			var pe *vhost.PolicyError
-			if errors.As(err, &pe) {
-				badRequest(w, pe.Reason())
-			} else {
-				badRequest(w, err.Error())
-			}
-			return
-		}
-		had, err := s.putPolicy(st, operator, name, p)
-		if err != nil {
-			internalError(w, err)
-			return
-		}
-		answerPut(w, !had)
-	}
-	del = func(w http.ResponseWriter, r *http.Request) {
-		vh, name := r.PathValue("vhost"), r.PathValue("name")
-		if !s.policyAccess(w, r, vh) {
-			return
-		}
-		st := s.vhostByName(vh)
-		found := false
-		if st != nil {
-			for _, p := range pick(st) {
-				found = found || p.Name == name
-			}
-		}
-		if !found {
-			notFound(w)
-			return
-		}
-		if _, err := s.putPolicy(st, operator, name, nil); err != nil {
-			internalError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}
-	return list, get, put, del
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"go.uber.org/zap"
 
@@ -73,15 +72,6 @@ func (s *Server) commitDefs(b *persist.Batch, local func()) error {
 		return nil
 	}
 	return s.node.Write(ops)
-}
-
-// commitDefsOr500 is commitDefs for an API handler: false after a 500.
-func (s *Server) commitDefsOr500(w http.ResponseWriter, b *persist.Batch, local func()) bool {
-	if err := s.commitDefs(b, local); err != nil {
-		internalError(w, err)
-		return false
-	}
-	return true
 }
 
 // applyReplicated applies committed metadata changes on this node (raft's
@@ -176,7 +166,7 @@ func (s *Server) applyDef(kind byte, name, val []byte, del bool) error {
 			_, err := s.deleteVHostLocal(parts[0])
 			return err
 		}
-		var r vhostRec
+		var r VHostRecord
 		if err := json.Unmarshal(val, &r); err != nil {
 			return err
 		}

@@ -60,8 +60,6 @@ type Server struct {
 	alarmWake   chan struct{}
 	mon         alarmMonitor
 	watched     chan struct{} // closed when the alarm monitor has exited
-	qstats      queueStats    // message rates (mgmtstats.go)
-	sampled     chan struct{} // closed when the rates sampler has exited
 	diskFreeNow atomic.Uint64 // the disk check's last figure, for /api/nodes
 	watermark   atomic.Int64  // the memory high watermark in force (SetMemoryHighWatermark)
 	startedAt   time.Time
@@ -81,7 +79,7 @@ type Server struct {
 	sessions  map[*linkSession]struct{}
 	linkLayer cluster.Link
 
-	// Counted for the metrics (metrics.go).
+	// Counted for the metrics (admin.go: Totals, Churn).
 	totals                 queue.Totals
 	connOpened, connClosed atomic.Int64
 	chOpened, chClosed     atomic.Int64
@@ -103,7 +101,6 @@ func New(opts Options) (*Server, error) {
 
 		alarmWake: make(chan struct{}, 1),
 		watched:   make(chan struct{}),
-		sampled:   make(chan struct{}),
 		startedAt: time.Now(),
 	}
 	s.watermark.Store(opts.MemoryHighWatermark)
@@ -176,7 +173,6 @@ func New(opts Options) (*Server, error) {
 	s.startAlarms()
 	go s.sweep()
 	go s.monitor()
-	go s.sampler()
 	return s, nil
 }
 
@@ -297,7 +293,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	<-s.swept
 	<-s.watched
-	<-s.sampled
 	for _, v := range s.allVHosts() {
 		v.v.Close()
 	}

@@ -42,7 +42,7 @@ func newAPI(t *testing.T, b *testutil.Broker) *api {
 		}
 		return &api{t: t, url: u}
 	}
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	return &api{t: t, url: hs.URL}
 }
@@ -671,7 +671,7 @@ func TestRabbitmqadminManagesAccess(t *testing.T) {
 		t.Skip("rabbitmqadmin not found: set RAILMQ_RABBITMQADMIN=$(bash scripts/rabbitmqadmin.sh)")
 	}
 	b := testutil.Start(t, broker.Options{})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	defer hs.Close()
 	u, _ := neturl.Parse(hs.URL)
 	run := func(args ...string) string {

@@ -398,7 +398,7 @@ func TestConsistentHashDurable(t *testing.T) {
 func TestConsistentHashManagement(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{})
-	hs := httptest.NewServer(e.b.Server.ManagementHandler())
+	hs := httptest.NewServer(e.b.ManagementHandler())
 	defer hs.Close()
 	get := func(path string, out any) {
 		t.Helper()

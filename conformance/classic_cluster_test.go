@@ -78,7 +78,7 @@ func TestClassicQueueServedByEveryNode(t *testing.T) {
 	// Prometheus: the home reports the queue, the other nodes do not
 	// (summed over the nodes, as Grafana does, it counts once).
 	for i, node := range nodes {
-		ps := httptest.NewServer(node.b.Server.PrometheusHandler())
+		ps := httptest.NewServer(node.b.PrometheusHandler())
 		m := getMetrics(t, ps.URL+"/metrics/per-object")
 		ps.Close()
 		got, ok := m.series[`rabbitmq_queue_messages_ready{queue="cq",vhost="/"}`]

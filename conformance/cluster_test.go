@@ -43,7 +43,7 @@ func startClusterNodeIn(t *testing.T, dir, name string, peers map[string]string,
 	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir, Cluster: &cluster.NodeConfig{
 		Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"), Join: join,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL, dir: dir, peers: peers}
 }
@@ -107,7 +107,7 @@ func TestClusterMembership(t *testing.T) {
 	}
 	t.Logf("cluster status on the leader:\n%s", out)
 	for _, n := range nodes {
-		ps := httptest.NewServer(n.b.Server.PrometheusHandler())
+		ps := httptest.NewServer(n.b.PrometheusHandler())
 		m := getMetrics(t, ps.URL+"/metrics")
 		ps.Close()
 		want := 0.0

@@ -20,6 +20,7 @@ import (
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
+	"github.com/railmq/railmq/mgmt"
 )
 
 // The web console in a real browser: Debian's headless Chromium driven
@@ -179,8 +180,8 @@ func number(s string) float64 {
 func TestConsoleInBrowser(t *testing.T) {
 	testutil.InProcess(t)
 	br := newBrowser(t)
-	b := testutil.Start(t, broker.Options{StatsInterval: 250 * time.Millisecond})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	b := testutil.Start(t, broker.Options{})
+	hs := httptest.NewServer(b.Management(mgmt.Options{StatsInterval: 250 * time.Millisecond}).Handler())
 	t.Cleanup(hs.Close)
 	url := hs.URL + "/?poll=300"
 
@@ -298,7 +299,7 @@ func TestConsolePages(t *testing.T) {
 	testutil.InProcess(t)
 	br := newBrowser(t)
 	b := testutil.Start(t, broker.Options{})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	url := hs.URL + "/?poll=300"
 	conn := dial(t, b.URL)
@@ -398,7 +399,7 @@ func TestConsoleLoginAndTags(t *testing.T) {
 	testutil.InProcess(t)
 	br := newBrowser(t)
 	b := testutil.Start(t, broker.Options{})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	a := newAPI(t, b)
 	for user, tags := range map[string]string{"plain": "", "manager": "management"} {
@@ -428,7 +429,7 @@ func TestConsoleLoginAndTags(t *testing.T) {
 func TestConsoleWhileRecovering(t *testing.T) {
 	testutil.InProcess(t)
 	br := newBrowser(t)
-	st := broker.NewStartup()
+	st := mgmt.NewStartup()
 	hs := httptest.NewServer(st)
 	t.Cleanup(hs.Close)
 	st.Progress("/", 120, 400, 56000)
@@ -458,6 +459,6 @@ func TestConsoleWhileRecovering(t *testing.T) {
 	if last != [3]int{3, 3, 0} {
 		t.Errorf("last recovery progress = %v, want [3 3 0]", last)
 	}
-	st.Ready(b.Server.ManagementHandler())
+	st.Ready(b.ManagementHandler())
 	br.waitText("#total-queues", 15*time.Second, func(s string) bool { return s == "3" }, "the console carries on once the broker is up")
 }

@@ -228,7 +228,7 @@ func TestDefinitionsRoundTripFromRabbitMQ(t *testing.T) {
 		t.Fatalf("RabbitMQ's export: %d", code)
 	}
 	b, _ := testutil.StartStoppable(t, broker.Options{DataDir: t.TempDir()})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	defer hs.Close()
 	rail := &api{t: t, url: hs.URL}
 	file, _ := json.Marshal(theirs)

@@ -306,7 +306,7 @@ func TestDelayedStats(t *testing.T) {
 	if x["type"] != "x-delayed-message" || x["messages_delayed"] != float64(5) {
 		t.Fatalf("exchange JSON: type %v messages_delayed %v", x["type"], x["messages_delayed"])
 	}
-	hs := httptest.NewServer(b.Server.PrometheusHandler())
+	hs := httptest.NewServer(b.PrometheusHandler())
 	t.Cleanup(hs.Close)
 	m := getMetrics(t, hs.URL+"/metrics/per-object")
 	if got := m.series[`railmq_exchange_messages_delayed{exchange="ds",vhost="/"}`]; got != 5 {

@@ -31,7 +31,7 @@ func flowBroker(t *testing.T, slow *atomic.Bool) (*testutil.Broker, func() map[s
 // of its connections' states by connection_name (connStates).
 func stateReader(t *testing.T, b *testutil.Broker) func() map[string]string {
 	t.Helper()
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	return func() map[string]string { return connStates(t, hs.URL) }
 }

@@ -69,7 +69,7 @@ func TestUncommittedTxRaisesMemoryAlarm(t *testing.T) {
 		t.Fatalf("blocked with %d uncommitted bytes counted, the watermark at %d", used, 4*oneMiB)
 	}
 
-	hs := httptest.NewServer(srv.ManagementHandler())
+	hs := httptest.NewServer(e.b.ManagementHandler())
 	defer hs.Close()
 	call := func(method, path string, out any) {
 		t.Helper()

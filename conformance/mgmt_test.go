@@ -17,7 +17,7 @@ import (
 func TestManagementAPI(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{})
-	hs := httptest.NewServer(e.b.Server.ManagementHandler())
+	hs := httptest.NewServer(e.b.ManagementHandler())
 	defer hs.Close()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	call := func(method, path, user string, out any) int {

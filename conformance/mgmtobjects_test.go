@@ -15,6 +15,7 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
+	"github.com/railmq/railmq/mgmt"
 )
 
 // Exchanges, queues and bindings through the management API: the same
@@ -291,7 +292,8 @@ func (a *api) raw(method, path string) (int, string) {
 // pagination parameters.
 func TestQueueMessageStatsAndListParameters(t *testing.T) {
 	testutil.InProcess(t)
-	b := testutil.Start(t, broker.Options{StatsInterval: time.Second})
+	b := testutil.Start(t, broker.Options{})
+	b.Management(mgmt.Options{StatsInterval: time.Second}) // what newAPI serves
 	a := newAPI(t, b)
 	c := dial(t, b.URL)
 	defer c.Close()
@@ -531,7 +533,8 @@ func TestObjectBindingsAndConnection(t *testing.T) {
 // for a consumer that keeps up; 0 without consumers, as RabbitMQ shows.
 func TestConsumerUtilisation(t *testing.T) {
 	testutil.InProcess(t)
-	b := testutil.Start(t, broker.Options{StatsInterval: 500 * time.Millisecond})
+	b := testutil.Start(t, broker.Options{})
+	b.Management(mgmt.Options{StatsInterval: 500 * time.Millisecond}) // what newAPI serves
 	a := newAPI(t, b)
 	c := dial(t, b.URL)
 	defer c.Close()

@@ -67,7 +67,7 @@ func getMetrics(t *testing.T, url string) scrape {
 func TestPrometheusNamesTypesAndLabels(t *testing.T) {
 	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
-	hs := httptest.NewServer(b.Server.PrometheusHandler())
+	hs := httptest.NewServer(b.PrometheusHandler())
 	t.Cleanup(hs.Close)
 	conn := dial(t, b.URL)
 	ch, err := conn.Channel()

@@ -97,7 +97,7 @@ func TestPrometheusOverviewDashboard(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	target := os.Getenv("RAILMQ_TEST_PROMETHEUS_TARGET")
 	if testutil.ExternalURL() == "" {
-		hs := httptest.NewServer(b.Server.PrometheusHandler())
+		hs := httptest.NewServer(b.PrometheusHandler())
 		t.Cleanup(hs.Close)
 		target = strings.TrimPrefix(hs.URL, "http://")
 	} else if target == "" {

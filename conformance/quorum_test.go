@@ -118,7 +118,7 @@ func TestQuorumQueueServedByEveryNode(t *testing.T) {
 	// Its Raft figures are in the per-object metrics, under RabbitMQ's
 	// names; node 1 leads it.
 	for i, n := range nodes[:2] {
-		ps := httptest.NewServer(n.b.Server.PrometheusHandler())
+		ps := httptest.NewServer(n.b.PrometheusHandler())
 		m := getMetrics(t, ps.URL+"/metrics/per-object")
 		ps.Close()
 		if m.series[`rabbitmq_raft_log_commit_index{queue="orders",vhost="/"}`] < 1 || m.types["rabbitmq_raft_term_total"] != "counter" {

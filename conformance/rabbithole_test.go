@@ -21,7 +21,7 @@ func TestRabbitHoleManagesAccess(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
 	url := os.Getenv("RAILMQ_TEST_MGMT_URL")
 	if testutil.ExternalURL() == "" {
-		hs := httptest.NewServer(b.Server.ManagementHandler())
+		hs := httptest.NewServer(b.ManagementHandler())
 		defer hs.Close()
 		url = hs.URL
 	} else if url == "" {

@@ -21,7 +21,7 @@ func TestRailmqctl(t *testing.T) {
 	testutil.InProcess(t)
 	bin := testutil.Command(t, "railmqctl")
 	b := testutil.Start(t, broker.Options{})
-	hs := httptest.NewServer(b.Server.ManagementHandler())
+	hs := httptest.NewServer(b.ManagementHandler())
 	defer hs.Close()
 	run := func(args ...string) string {
 		t.Helper()

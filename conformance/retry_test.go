@@ -91,7 +91,7 @@ func TestRetryHeldIsNotReady(t *testing.T) {
 	if _, ok, err := e.ch.Get(q, false); err != nil || ok {
 		t.Fatalf("basic.get during the hold: ok=%v err=%v", ok, err)
 	}
-	hs := httptest.NewServer(e.b.Server.PrometheusHandler())
+	hs := httptest.NewServer(e.b.PrometheusHandler())
 	t.Cleanup(hs.Close)
 	po := getMetrics(t, hs.URL+"/metrics/per-object")
 	if v := po.series[`railmq_queue_messages_held{queue="retry-get",vhost="/"}`]; v != 1 {
@@ -598,7 +598,7 @@ func TestRetryHoldsPageBeyondWindow(t *testing.T) {
 		nacked[i] = nackAt(t, d)
 	}
 	// The queue holds at most 8 bodies (half its window of 16) in memory.
-	hs := httptest.NewServer(r.b.Server.PrometheusHandler())
+	hs := httptest.NewServer(r.b.PrometheusHandler())
 	testutil.Eventually(t, 5*time.Second, func() bool {
 		return getMetrics(t, hs.URL+"/metrics").series["railmq_memory_held_bytes"] < 12*size
 	}, "railmq_memory_held_bytes stays at 12 bodies of %d or more: the holds are not paged", size)

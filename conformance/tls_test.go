@@ -576,7 +576,7 @@ func TestTLSManagementHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: b.Server.ManagementHandler(), TLSConfig: b.Server.ManagementTLSConfig(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: b.ManagementHandler(), TLSConfig: b.Server.ManagementTLSConfig(), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- hs.ServeTLS(ln, "", "") }()
 	defer func() {

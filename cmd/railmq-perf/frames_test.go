@@ -426,7 +426,7 @@ func TestFramesEngineCancelAndReturns(t *testing.T) {
 func TestFramesEngineBrokerClose(t *testing.T) {
 	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
-	mgmt := httptest.NewServer(b.Server.ManagementHandler())
+	mgmt := httptest.NewServer(b.ManagementHandler())
 	defer mgmt.Close()
 	done := perfRunAsync(t, b.URL, "--engine", "frames", "--queue-prefix", "forced", "--rate", "1000", "--duration", "1500ms", "--prefetch", "10")
 	var name string

@@ -24,6 +24,8 @@ import (
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/metrics"
+	mgmtapi "github.com/railmq/railmq/mgmt" // the management API; mgmt is the --management-listen flag
 )
 
 var version = "0.1.0"
@@ -151,7 +153,7 @@ func run(args []string) int {
 	// The management listener comes up first: while the store recovers,
 	// the console shows how far it has got.
 	errc := make(chan error, 16)
-	startup := broker.NewStartup()
+	startup := mgmtapi.NewStartup()
 	if *mgmt != "" {
 		ln, err := net.Listen("tcp", *mgmt)
 		if err != nil {
@@ -212,8 +214,10 @@ func run(args []string) int {
 		procs.start()
 		defer procs.stop()
 	}
+	api := mgmtapi.New(srv, mgmtapi.Options{})
+	defer api.Close()
 	if *loadDefs != "" {
-		if err := srv.LoadDefinitions(*loadDefs); err != nil {
+		if err := mgmtapi.LoadDefinitions(srv, *loadDefs); err != nil {
 			log.Error("cannot start broker: loading definitions", zap.Error(err))
 			shutdown(srv)
 			return 1
@@ -252,15 +256,15 @@ func run(args []string) int {
 		defer ds.Close()
 		log.Info("pprof listening", zap.String("addr", *debugAddr))
 	}
-	startup.Ready(srv.ManagementHandler())
+	startup.Ready(api.Handler())
 	if *promListen != "" { // rabbitmq_prometheus's prometheus.tcp.port
-		ps := &http.Server{Addr: *promListen, Handler: srv.PrometheusHandler(), ReadHeaderTimeout: 10 * time.Second}
+		ps := &http.Server{Addr: *promListen, Handler: metrics.Handler(srv, metrics.Options{Utilisation: api.ConsumerUtilisation}), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- ps.ListenAndServe() }()
 		defer ps.Close()
 		log.Info("prometheus metrics listening", zap.String("addr", *promListen))
 	}
 	if *mgmtTLS != "" { // rabbitmq_management's management.ssl.port
-		hs := &http.Server{Addr: *mgmtTLS, Handler: srv.ManagementHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: srv.ManagementTLSConfig()}
+		hs := &http.Server{Addr: *mgmtTLS, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: srv.ManagementTLSConfig()}
 		go func() { errc <- hs.ListenAndServeTLS("", "") }() // the certificate comes from TLSConfig
 		defer hs.Close()
 		log.Info("management API listening", zap.String("addr", *mgmtTLS), zap.Bool("tls", true))

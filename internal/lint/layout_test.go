@@ -11,7 +11,7 @@ const mod = "github.com/railmq/railmq/"
 
 // allowed lists, per package, the module packages and third-party modules
 // it may import (the direction of imports in STYLE.md). The standard
-// library is always allowed.
+// library is allowed, except what banned says.
 var allowed = map[string][]string{
 	"amqp":     {},
 	"auth":     {"amqp"},
@@ -21,10 +21,24 @@ var allowed = map[string][]string{
 	"vhost":    {"amqp", "auth", "exchange", "queue", "persist", "go.uber.org/zap"},
 	"channel":  {"amqp", "auth", "exchange", "queue", "vhost", "go.uber.org/zap"},
 	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
-	"broker":   {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "go.uber.org/zap", "github.com/prometheus/client_golang"},
+	"broker":   {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "go.uber.org/zap"},
+	// Above broker: the management plane and the metrics, never channel
+	// (what a channel holds comes through broker's admin API).
+	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
+	"metrics": {"broker", "vhost", "queue", "replica", "github.com/prometheus/client_golang", "go.uber.org/zap"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},
+}
+
+// banned lists, per package, what it must never import, the standard
+// library included (STYLE.md): the broker is the AMQP node and knows
+// neither HTTP nor Prometheus; the management plane and the metrics see
+// channels only through broker's admin API.
+var banned = map[string][]string{
+	"broker":  {"net/http", "github.com/prometheus/client_golang"},
+	"mgmt":    {"channel"},
+	"metrics": {"channel"},
 }
 
 // free lists the packages that may import anything: the commands, test
@@ -56,10 +70,14 @@ func TestLayout(t *testing.T) {
 			continue
 		}
 		for _, imp := range fields[1:] {
+			name := strings.TrimPrefix(imp, mod)
+			if permitted(banned[pkg], name) {
+				t.Errorf("%s imports %s, which STYLE.md forbids", pkg, imp)
+				continue
+			}
 			if !strings.Contains(strings.Split(imp, "/")[0], ".") {
 				continue // standard library
 			}
-			name := strings.TrimPrefix(imp, mod)
 			if !permitted(rules, name) {
 				t.Errorf("%s imports %s, which STYLE.md forbids", pkg, imp)
 			}

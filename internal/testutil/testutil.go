@@ -19,6 +19,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/mgmt"
 )
 
 // Broker is a broker started for one test.
@@ -27,6 +28,11 @@ type Broker struct {
 	URL     string // amqp://guest:guest@host:port/
 	DataDir string
 	Server  *broker.Server // nil for an external or subprocess broker
+
+	t       testing.TB
+	mu      sync.Mutex
+	api     *mgmt.API // made on first use (mgmt.go)
+	apiOpts mgmt.Options
 }
 
 // ExternalURL is set (RAILMQ_TEST_URL) to run the conformance tests
@@ -43,7 +49,7 @@ func Start(t testing.TB, opts broker.Options) *Broker {
 		if i := len(host) - 1; host[i] == '/' {
 			host = host[:i]
 		}
-		return &Broker{Addr: host, URL: u}
+		return &Broker{Addr: host, URL: u, t: t}
 	}
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
@@ -79,7 +85,7 @@ func StartStoppable(t testing.TB, opts broker.Options) (*Broker, func()) {
 	}
 	t.Cleanup(stop)
 	addr := ln.Addr().String()
-	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv}, stop
+	return &Broker{Addr: addr, URL: "amqp://guest:guest@" + addr + "/", DataDir: opts.DataDir, Server: srv, t: t}, stop
 }
 
 // InProcess skips a test that needs the in-process broker (its options or

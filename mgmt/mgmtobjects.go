@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"crypto/sha256"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
@@ -30,13 +31,13 @@ import (
 
 // objectVHost finds the path's vhost for a user allowed in it, answering
 // 404 (missing) or 401 (no access) as RabbitMQ.
-func (s *Server) objectVHost(w http.ResponseWriter, r *http.Request) (*vhostState, bool) {
+func (a *API) objectVHost(w http.ResponseWriter, r *http.Request) (*broker.VHostInfo, bool) {
 	name := r.PathValue("vhost")
-	if !s.canSee(apiUser(r), name) {
+	if !a.canSee(apiUser(r), name) {
 		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
 		return nil, false
 	}
-	st := s.vhostByName(name)
+	st := a.srv.LookupVHost(name)
 	if st == nil {
 		notFound(w)
 		return nil, false
@@ -186,60 +187,60 @@ func defaultExchangeJSON(vh string) map[string]any {
 		"auto_delete": false, "internal": false, "arguments": map[string]any{}, "incoming": []any{}, "outgoing": []any{}}
 }
 
-func (s *Server) vhostsFor(w http.ResponseWriter, r *http.Request) ([]*vhostState, bool) {
+func (a *API) vhostsFor(w http.ResponseWriter, r *http.Request) ([]*broker.VHostInfo, bool) {
 	if r.PathValue("vhost") == "" {
-		var out []*vhostState
-		for _, st := range s.allVHosts() {
-			if s.canSee(apiUser(r), st.v.Name()) {
+		var out []*broker.VHostInfo
+		for _, st := range a.srv.VHosts() {
+			if a.canSee(apiUser(r), st.Name()) {
 				out = append(out, st)
 			}
 		}
 		return out, true
 	}
-	st, ok := s.objectVHost(w, r)
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return nil, false
 	}
-	return []*vhostState{st}, true
+	return []*broker.VHostInfo{st}, true
 }
 
-func (s *Server) apiExchanges(w http.ResponseWriter, r *http.Request) {
-	sts, ok := s.vhostsFor(w, r)
+func (a *API) apiExchanges(w http.ResponseWriter, r *http.Request) {
+	sts, ok := a.vhostsFor(w, r)
 	if !ok {
 		return
 	}
 	out := []map[string]any{}
 	for _, st := range sts {
-		xs := st.v.Exchanges()
+		xs := st.Exchanges()
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
-		out = append(out, defaultExchangeJSON(st.v.Name()))
+		out = append(out, defaultExchangeJSON(st.Name()))
 		for _, x := range xs {
-			out = append(out, exchangeJSON(st.v.Name(), x))
+			out = append(out, exchangeJSON(st.Name(), x))
 		}
 	}
 	writeList(w, r, out)
 }
 
-func (s *Server) apiExchange(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
 	name := r.PathValue("exchange")
 	if name == "amq.default" {
-		writeJSON(w, defaultExchangeJSON(st.v.Name()))
+		writeJSON(w, defaultExchangeJSON(st.Name()))
 		return
 	}
-	x := st.v.Exchange(name)
+	x := st.Exchange(name)
 	if x == nil {
 		notFound(w)
 		return
 	}
-	writeJSON(w, exchangeJSON(st.v.Name(), x))
+	writeJSON(w, exchangeJSON(st.Name(), x))
 }
 
-func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiPutExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
@@ -256,10 +257,10 @@ func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "invalid exchange type '"+kind+"'")
 		return
 	}
-	existed := st.v.Exchange(name) != nil
-	err := st.v.DeclareExchange(vhost.ExchangeDecl{Name: name, Type: kind, Durable: boolArg(body, "durable", true),
+	existed := st.Exchange(name) != nil
+	err := st.DeclareExchange(vhost.ExchangeDecl{Name: name, Type: kind, Durable: boolArg(body, "durable", true),
 		AutoDelete: boolArg(body, "auto_delete", false), Internal: boolArg(body, "internal", false),
-		Args: tableArg(body), Grant: s.reg.Grant(st.v.Name(), apiUser(r).Name)})
+		Args: tableArg(body), Grant: a.srv.Access().Grant(st.Name(), apiUser(r).Name)})
 	if err != nil {
 		amqpToHTTP(w, err)
 		return
@@ -267,21 +268,21 @@ func (s *Server) apiPutExchange(w http.ResponseWriter, r *http.Request) {
 	answerPut(w, !existed)
 }
 
-func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
 	name := r.PathValue("exchange")
-	if st.v.Exchange(name) == nil {
+	if st.Exchange(name) == nil {
 		notFound(w)
 		return
 	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Configure, "exchange", name); err != nil {
+	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Configure, "exchange", name); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
-	if err := st.v.DeleteExchange(name, r.URL.Query().Get("if-unused") == "true"); err != nil {
+	if err := st.DeleteExchange(name, r.URL.Query().Get("if-unused") == "true"); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -290,23 +291,25 @@ func (s *Server) apiDeleteExchange(w http.ResponseWriter, r *http.Request) {
 
 // --- queues --------------------------------------------------------------
 
-func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
+// queueJSON is q as the API shows it; with members, also each quorum
+// queue member's progress, asked of the members (a single queue's GET).
+func (a *API) queueJSON(vh string, q *queue.Queue, members bool) map[string]any {
 	c := q.Config()
 	ready, unacked, held := q.Ready(), q.Unacked(), q.Held()
 	// messages_held (railmq's own): held back for a retry delay
 	// (x-retry-delay), in the queue's messages but neither ready nor
 	// unacknowledged.
 	m := map[string]any{"name": c.Name, "vhost": vh, "durable": c.Durable, "auto_delete": c.AutoDelete,
-		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": s.nodeName(), "type": "classic",
+		"exclusive": c.Exclusive, "arguments": jsonTable(c.Args), "node": a.srv.NodeName(), "type": "classic",
 		"state": "running", "messages": ready + unacked + held, "messages_ready": ready, "messages_unacknowledged": unacked,
 		"messages_held": held,
 		"consumers":     q.Consumers(), "exclusive_consumer_tag": nil,
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
-		"message_stats": s.messageStats(q)}
-	m["consumer_utilisation"] = s.consumerUtilisation(q)
+		"message_stats": a.messageStats(q)}
+	m["consumer_utilisation"] = a.ConsumerUtilisation(q)
 	rb, ub := q.Bytes()
 	m["message_bytes"], m["message_bytes_ready"], m["message_bytes_unacknowledged"] = rb+ub, rb, ub
-	ap := s.vhostPolicy(vh, q)
+	ap := a.vhostPolicy(vh, q)
 	m["policy"], m["operator_policy"], m["effective_policy_definition"] = nullIfEmpty(ap.Policy), nullIfEmpty(ap.OperatorPolicy), ap.Effective
 	if ap.Effective == nil {
 		m["effective_policy_definition"] = map[string]any{}
@@ -315,12 +318,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = queue.Since(at).Seconds()
 	}
-	switch r := c.Replica.(type) {
-	case *quorumQueue:
-		r.describe(m)
-	case *classicProxy:
-		m["node"] = r.home // its messages are there; this node forwards
-	}
+	a.srv.DescribeQueue(q, m, members)
 	return m
 }
 
@@ -333,35 +331,35 @@ func nullIfEmpty(s string) any {
 	return s
 }
 
-func (s *Server) vhostPolicy(vh string, q *queue.Queue) vhost.AppliedPolicy {
-	if st := s.vhostByName(vh); st != nil {
-		return st.v.AppliedPolicy(q)
+func (a *API) vhostPolicy(vh string, q *queue.Queue) vhost.AppliedPolicy {
+	if st := a.srv.LookupVHost(vh); st != nil {
+		return st.AppliedPolicy(q)
 	}
 	return vhost.AppliedPolicy{}
 }
 
-func (s *Server) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
-	sts, ok := s.vhostsFor(w, r)
+func (a *API) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
+	sts, ok := a.vhostsFor(w, r)
 	if !ok {
 		return
 	}
 	out := []map[string]any{}
 	for _, st := range sts {
-		qs := st.v.Queues()
+		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 		for _, q := range qs {
-			out = append(out, s.queueJSON(st.v.Name(), q))
+			out = append(out, a.queueJSON(st.Name(), q, false))
 		}
 	}
 	writeList(w, r, out)
 }
 
-func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState, *queue.Queue, bool) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) findQueue(w http.ResponseWriter, r *http.Request) (*broker.VHostInfo, *queue.Queue, bool) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return nil, nil, false
 	}
-	for _, q := range st.v.Queues() {
+	for _, q := range st.Queues() {
 		if q.Name() == r.PathValue("queue") {
 			return st, q, true
 		}
@@ -370,23 +368,20 @@ func (s *Server) findQueue(w http.ResponseWriter, r *http.Request) (*vhostState,
 	return nil, nil, false
 }
 
-func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
-	st, q, ok := s.findQueue(w, r)
+func (a *API) apiQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return
 	}
-	m := s.queueJSON(st.v.Name(), q)
-	if qq, ok := q.Config().Replica.(*quorumQueue); ok {
-		qq.describeMembers(m)
-	}
+	m := a.queueJSON(st.Name(), q, true /* members */)
 	if age, incr, ok := historyParams(r); ok {
-		addSamples(m, s.queueHistory(q, age, incr))
+		addSamples(m, a.queueHistory(q, age, incr))
 	}
 	writeJSON(w, m)
 }
 
-func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiPutQueue(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
@@ -396,12 +391,12 @@ func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("queue")
 	existed := false
-	for _, q := range st.v.Queues() {
+	for _, q := range st.Queues() {
 		existed = existed || q.Name() == name
 	}
-	_, _, _, err := st.v.DeclareQueue(vhost.QueueDecl{Name: name, Durable: boolArg(body, "durable", true),
+	_, _, _, err := st.DeclareQueue(vhost.QueueDecl{Name: name, Durable: boolArg(body, "durable", true),
 		AutoDelete: boolArg(body, "auto_delete", false), Args: tableArg(body),
-		Grant: s.reg.Grant(st.v.Name(), apiUser(r).Name)}, queue.Config{})
+		Grant: a.srv.Access().Grant(st.Name(), apiUser(r).Name)}, queue.Config{})
 	if err != nil {
 		amqpToHTTP(w, err)
 		return
@@ -409,29 +404,29 @@ func (s *Server) apiPutQueue(w http.ResponseWriter, r *http.Request) {
 	answerPut(w, !existed)
 }
 
-func (s *Server) apiDeleteQueue(w http.ResponseWriter, r *http.Request) {
-	st, q, ok := s.findQueue(w, r)
+func (a *API) apiDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return
 	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Configure, "queue", q.Name()); err != nil {
+	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Configure, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
 	qs := r.URL.Query()
-	if _, err := st.v.DeleteQueue(q.Config().Owner, q.Name(), qs.Get("if-unused") == "true", qs.Get("if-empty") == "true"); err != nil {
+	if _, err := st.DeleteQueue(q.Config().Owner, q.Name(), qs.Get("if-unused") == "true", qs.Get("if-empty") == "true"); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) apiPurgeQueue(w http.ResponseWriter, r *http.Request) {
-	st, q, ok := s.findQueue(w, r)
+func (a *API) apiPurgeQueue(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return
 	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
+	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -472,25 +467,25 @@ func bindingJSON(vh, source string, b exchange.Binding) map[string]any {
 
 // allBindings lists a vhost's bindings as RabbitMQ does: the default
 // exchange's implicit one to each queue first, then by source.
-func allBindings(st *vhostState) []map[string]any {
+func allBindings(st *broker.VHostInfo) []map[string]any {
 	out := []map[string]any{}
-	qs := st.v.Queues()
+	qs := st.Queues()
 	sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 	for _, q := range qs {
-		out = append(out, bindingJSON(st.v.Name(), "", exchange.Binding{Dest: exchange.Dest{Name: q.Name()}, Key: q.Name()}))
+		out = append(out, bindingJSON(st.Name(), "", exchange.Binding{Dest: exchange.Dest{Name: q.Name()}, Key: q.Name()}))
 	}
-	xs := st.v.Exchanges()
+	xs := st.Exchanges()
 	sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
 	for _, x := range xs {
 		for _, b := range x.Bindings() {
-			out = append(out, bindingJSON(st.v.Name(), x.Name, b))
+			out = append(out, bindingJSON(st.Name(), x.Name, b))
 		}
 	}
 	return out
 }
 
-func (s *Server) apiBindings(w http.ResponseWriter, r *http.Request) {
-	sts, ok := s.vhostsFor(w, r)
+func (a *API) apiBindings(w http.ResponseWriter, r *http.Request) {
+	sts, ok := a.vhostsFor(w, r)
 	if !ok {
 		return
 	}
@@ -508,8 +503,8 @@ func bindingEnds(r *http.Request) (source, dest string, toExchange bool) {
 	return r.PathValue("exchange"), r.PathValue("dest"), r.PathValue("dtype") == "e"
 }
 
-func (s *Server) apiBindingsBetween(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiBindingsBetween(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
@@ -533,8 +528,8 @@ func (s *Server) apiBindingsBetween(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-func (s *Server) apiPostBinding(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiPostBinding(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
@@ -545,7 +540,7 @@ func (s *Server) apiPostBinding(w http.ResponseWriter, r *http.Request) {
 	source, dest, toX := bindingEnds(r)
 	key, _ := str(body, "routing_key")
 	args := tableArg(body)
-	g := s.reg.Grant(st.v.Name(), apiUser(r).Name)
+	g := a.srv.Access().Grant(st.Name(), apiUser(r).Name)
 	kind := "queue"
 	if toX {
 		kind = "exchange"
@@ -558,7 +553,7 @@ func (s *Server) apiPostBinding(w http.ResponseWriter, r *http.Request) {
 		amqpToHTTP(w, err)
 		return
 	}
-	if err := st.v.Bind(0, dest, toX, source, key, args); err != nil {
+	if err := st.Bind(0, dest, toX, source, key, args); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -567,20 +562,20 @@ func (s *Server) apiPostBinding(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 }
 
-func (s *Server) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
 	source, dest, toX := bindingEnds(r)
-	x := st.v.Exchange(source)
+	x := st.Exchange(source)
 	if x == nil {
 		notFound(w)
 		return
 	}
 	for _, b := range x.Bindings() {
 		if b.Dest.Name == dest && b.Dest.Exchange == toX && propsKey(b.Key, b.Args) == r.PathValue("props") {
-			if err := st.v.Unbind(0, dest, toX, source, b.Key, b.Args); err != nil {
+			if err := st.Unbind(0, dest, toX, source, b.Key, b.Args); err != nil {
 				amqpToHTTP(w, err)
 				return
 			}
@@ -682,8 +677,8 @@ func propsJSON(raw []byte) map[string]any {
 // apiPublish is POST /api/exchanges/{vh}/{x}/publish: it routes the
 // message, waits until it is confirmed where it is to be stored, and
 // answers whether it was routed. "amq.default" is the default exchange.
-func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiPublish(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
@@ -695,7 +690,7 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 	if x == "amq.default" {
 		x = ""
 	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Write, "exchange", x); err != nil {
+	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Write, "exchange", x); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -723,7 +718,7 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 	if pv, err := amqp.ScanProperties(msg.Props); err == nil {
 		sc.RawHeaders = pv.Headers
 	}
-	qs, err := st.v.Route(x, key, &sc)
+	qs, err := st.Route(x, key, &sc)
 	if err != nil {
 		// RabbitMQ answers 400 with the AMQP error, code and all.
 		var e *amqp.Error
@@ -739,13 +734,13 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 	// that must be durable, and not routed now, as the plugin's route.
 	nd := 0
 	for _, dx := range sc.Delayed {
-		if st.v.DelayWaits(dx, msg) {
+		if st.DelayWaits(dx, msg) {
 			nd++
 		}
 	}
 	held := *msg // copied before FanOut marks msg for the queues' writes
 	var conf *waitConf
-	routed, waited := vhost.FanOut(st.v.Store(), msg, qs, false, func(n int) queue.Confirmer {
+	routed, waited := vhost.FanOut(st.Store(), msg, qs, false, func(n int) queue.Confirmer {
 		conf = &waitConf{n: n + nd, done: make(chan struct{})}
 		return conf
 	}, nil)
@@ -757,7 +752,7 @@ func (s *Server) apiPublish(w http.ResponseWriter, r *http.Request) {
 		if conf != nil {
 			c = conf
 		}
-		st.v.Delay(dx, &held, nil, sc.Delay, c)
+		st.Delay(dx, &held, nil, sc.Delay, c)
 	}
 	if waited {
 		select {
@@ -797,9 +792,9 @@ func messageJSON(d queue.Delivery, remaining int, enc string, truncate int) map[
 
 // apiGet is POST /api/queues/{vh}/{q}/get: up to count messages, then
 // acked, requeued or rejected as ackmode says.
-func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
-	if st := s.vhostByName(r.PathValue("vhost")); st != nil && s.canSee(apiUser(r), st.v.Name()) {
-		if _, err := st.v.Queue(0, r.PathValue("queue")); err != nil {
+func (a *API) apiGet(w http.ResponseWriter, r *http.Request) {
+	if st := a.srv.LookupVHost(r.PathValue("vhost")); st != nil && a.canSee(apiUser(r), st.Name()) {
+		if _, err := st.Queue(0, r.PathValue("queue")); err != nil {
 			var e *amqp.Error
 			if errors.As(err, &e) && e.Code == amqp.NotFound {
 				apiError(w, http.StatusNotFound, "not_found", e.Text) // as RabbitMQ: the AMQP text
@@ -807,7 +802,7 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	st, q, ok := s.findQueue(w, r)
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return
 	}
@@ -815,7 +810,7 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 	if !ok || keysMissing(w, body, "count", "ackmode", "encoding") {
 		return
 	}
-	if err := s.reg.Grant(st.v.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
+	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -856,12 +851,11 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // apiConnection is GET /api/connections/{name}.
-func (s *Server) apiConnection(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiConnection(w http.ResponseWriter, r *http.Request) {
 	u := apiUser(r)
-	for _, c := range s.openConns() {
-		if ci := *c.info.Load(); ci.Name == r.PathValue("name") && (seesAll(u) || ci.User == u.Name) {
-			ci.State = s.connState(c)
-			writeJSON(w, ci.view())
+	for _, c := range a.srv.Connections() {
+		if c.Name == r.PathValue("name") && (seesAll(u) || c.User == u.Name) {
+			writeJSON(w, connView(c))
 			return
 		}
 	}
@@ -870,8 +864,8 @@ func (s *Server) apiConnection(w http.ResponseWriter, r *http.Request) {
 
 // apiQueueBindings is GET /api/queues/{vh}/{q}/bindings: the bindings to
 // the queue, the default exchange's first.
-func (s *Server) apiQueueBindings(w http.ResponseWriter, r *http.Request) {
-	st, q, ok := s.findQueue(w, r)
+func (a *API) apiQueueBindings(w http.ResponseWriter, r *http.Request) {
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return
 	}
@@ -886,13 +880,13 @@ func (s *Server) apiQueueBindings(w http.ResponseWriter, r *http.Request) {
 
 // apiExchangeBindings is GET /api/exchanges/{vh}/{x}/bindings/source (the
 // exchange's own bindings) or .../destination (those to it).
-func (s *Server) apiExchangeBindings(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiExchangeBindings(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
 	x := r.PathValue("exchange")
-	if st.v.Exchange(x) == nil {
+	if st.Exchange(x) == nil {
 		notFound(w)
 		return
 	}

@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"net/http"
@@ -95,44 +95,44 @@ func (h *history) newest(now int64, age, incr time.Duration) []histPoint {
 }
 
 // sample reads every queue's counters and updates its rates.
-func (s *Server) sample() {
+func (a *API) sample() {
 	now := time.Now().UnixNano()
 	next := map[*queue.Queue]*queueSample{}
-	s.qstats.mu.Lock()
-	defer s.qstats.mu.Unlock()
-	if s.qstats.overview == nil {
-		s.qstats.overview = newHistory(s.opts.StatsInterval)
+	a.qstats.mu.Lock()
+	defer a.qstats.mu.Unlock()
+	if a.qstats.overview == nil {
+		a.qstats.overview = newHistory(a.opts.StatsInterval)
 	}
 	var tot histPoint
 	tot.at = now
-	for _, st := range s.allVHosts() {
-		for _, q := range st.v.Queues() {
-			p, d, a, r := q.Counters()
-			ns := &queueSample{at: now, publish: p, deliverGet: d, ack: a, redeliv: r, limited: q.LimitedNanos(), utilisation: -1}
-			hp := histPoint{at: now, ready: q.Ready(), unacked: q.Unacked(), publish: p, deliverGet: d, ack: a, redelivers: r}
+	for _, st := range a.srv.VHosts() {
+		for _, q := range st.Queues() {
+			p, d, ak, r := q.Counters()
+			ns := &queueSample{at: now, publish: p, deliverGet: d, ack: ak, redeliv: r, limited: q.LimitedNanos(), utilisation: -1}
+			hp := histPoint{at: now, ready: q.Ready(), unacked: q.Unacked(), publish: p, deliverGet: d, ack: ak, redelivers: r}
 			if at := q.HeadEnqueuedAt(); at > 0 {
 				hp.age = max(0, float64(now-at)/1e9)
 			}
 			tot.ready += hp.ready
 			tot.unacked += hp.unacked
 			tot.age = max(tot.age, hp.age)
-			if w, ok := s.qstats.watched[q]; ok {
+			if w, ok := a.qstats.watched[q]; ok {
 				if now-w > int64(historySpan) {
-					delete(s.qstats.watched, q)
+					delete(a.qstats.watched, q)
 				} else {
-					if old := s.qstats.m[q]; old != nil && old.hist != nil {
+					if old := a.qstats.m[q]; old != nil && old.hist != nil {
 						ns.hist = old.hist
 					} else {
-						ns.hist = newHistory(s.opts.StatsInterval)
+						ns.hist = newHistory(a.opts.StatsInterval)
 					}
 					ns.hist.add(hp)
 				}
 			}
-			if old := s.qstats.m[q]; old != nil {
+			if old := a.qstats.m[q]; old != nil {
 				dt := float64(now-old.at) / float64(time.Second)
 				if dt > 0 {
 					ns.rates = [4]float64{float64(p-old.publish) / dt, float64(d-old.deliverGet) / dt,
-						float64(a-old.ack) / dt, float64(r-old.redeliv) / dt}
+						float64(ak-old.ack) / dt, float64(r-old.redeliv) / dt}
 					if q.Consumers() > 0 {
 						ns.utilisation = max(0, 1-float64(ns.limited-old.limited)/float64(now-old.at))
 					}
@@ -141,18 +141,18 @@ func (s *Server) sample() {
 			next[q] = ns
 		}
 	}
-	for q := range s.qstats.watched {
+	for q := range a.qstats.watched {
 		if next[q] == nil {
-			delete(s.qstats.watched, q) // deleted
+			delete(a.qstats.watched, q) // deleted
 		}
 	}
-	t := s.totals.Sum()
+	t := a.srv.Totals().Sum()
 	tot.publish = t.Received
 	tot.deliverGet = t.DeliveredConsume[0] + t.DeliveredConsume[1] + t.DeliveredGet[0] + t.DeliveredGet[1]
 	tot.ack = t.Acknowledged
 	tot.redelivers = t.Redelivered
-	s.qstats.overview.add(tot)
-	s.qstats.m = next
+	a.qstats.overview.add(tot)
+	a.qstats.m = next
 }
 
 // historyParams reads RabbitMQ's sample parameters: lengths_age and
@@ -207,39 +207,39 @@ func addSamples(m map[string]any, pts []histPoint) {
 }
 
 // queueHistory marks q watched and returns its samples as asked.
-func (s *Server) queueHistory(q *queue.Queue, age, incr time.Duration) []histPoint {
-	s.qstats.mu.Lock()
-	defer s.qstats.mu.Unlock()
-	if s.qstats.watched == nil {
-		s.qstats.watched = map[*queue.Queue]int64{}
+func (a *API) queueHistory(q *queue.Queue, age, incr time.Duration) []histPoint {
+	a.qstats.mu.Lock()
+	defer a.qstats.mu.Unlock()
+	if a.qstats.watched == nil {
+		a.qstats.watched = map[*queue.Queue]int64{}
 	}
 	now := time.Now().UnixNano()
-	if _, ok := s.qstats.watched[q]; ok || len(s.qstats.watched) < maxWatched {
-		s.qstats.watched[q] = now
+	if _, ok := a.qstats.watched[q]; ok || len(a.qstats.watched) < maxWatched {
+		a.qstats.watched[q] = now
 	}
-	if ns := s.qstats.m[q]; ns != nil && ns.hist != nil {
+	if ns := a.qstats.m[q]; ns != nil && ns.hist != nil {
 		return ns.hist.newest(now, age, incr)
 	}
 	return nil
 }
 
 // overviewHistory returns the broker's totals' samples as asked.
-func (s *Server) overviewHistory(age, incr time.Duration) []histPoint {
-	s.qstats.mu.Lock()
-	defer s.qstats.mu.Unlock()
-	if s.qstats.overview == nil {
+func (a *API) overviewHistory(age, incr time.Duration) []histPoint {
+	a.qstats.mu.Lock()
+	defer a.qstats.mu.Unlock()
+	if a.qstats.overview == nil {
 		return nil
 	}
-	return s.qstats.overview.newest(time.Now().UnixNano(), age, incr)
+	return a.qstats.overview.newest(time.Now().UnixNano(), age, incr)
 }
 
 // totalRates are the message rates summed over every queue u may see, as
 // of the last sample: the overview's message_stats rates.
-func (s *Server) totalRates(visible func(*queue.Queue) bool) [4]float64 {
-	s.qstats.mu.Lock()
-	defer s.qstats.mu.Unlock()
+func (a *API) totalRates(visible func(*queue.Queue) bool) [4]float64 {
+	a.qstats.mu.Lock()
+	defer a.qstats.mu.Unlock()
 	var out [4]float64
-	for q, ns := range s.qstats.m {
+	for q, ns := range a.qstats.m {
 		if visible(q) {
 			for i := range out {
 				out[i] += ns.rates[i]
@@ -249,48 +249,51 @@ func (s *Server) totalRates(visible func(*queue.Queue) bool) [4]float64 {
 	return out
 }
 
-// sampler samples until Shutdown.
-func (s *Server) sampler() {
-	defer close(s.sampled)
-	t := time.NewTicker(s.opts.StatsInterval)
+// sampler samples until Close, or until the broker shuts down.
+func (a *API) sampler() {
+	defer close(a.sampled)
+	t := time.NewTicker(a.opts.StatsInterval)
 	defer t.Stop()
-	s.sample()
+	a.sample()
 	for {
 		select {
-		case <-s.stop:
+		case <-a.stop:
+			return
+		case <-a.srv.Done():
 			return
 		case <-t.C:
-			s.sample()
+			a.sample()
 		}
 	}
 }
 
 // messageStats is a queue's message_stats: counts and the rates of the
 // last sample.
-func (s *Server) messageStats(q *queue.Queue) map[string]any {
-	p, d, a, r := q.Counters()
+func (a *API) messageStats(q *queue.Queue) map[string]any {
+	p, d, ak, r := q.Counters()
 	var rates [4]float64
-	s.qstats.mu.Lock()
-	if ns := s.qstats.m[q]; ns != nil {
+	a.qstats.mu.Lock()
+	if ns := a.qstats.m[q]; ns != nil {
 		rates = ns.rates
 	}
-	s.qstats.mu.Unlock()
+	a.qstats.mu.Unlock()
 	rate := func(v float64) map[string]float64 { return map[string]float64{"rate": float64(int64(v*10)) / 10} }
 	return map[string]any{
 		"publish": p, "publish_details": rate(rates[0]),
 		"deliver_get": d, "deliver_get_details": rate(rates[1]),
-		"ack": a, "ack_details": rate(rates[2]),
+		"ack": ak, "ack_details": rate(rates[2]),
 		"redeliver": r, "redeliver_details": rate(rates[3]),
 	}
 }
 
-// consumerUtilisation is RabbitMQ's consumer_utilisation for q: the
+// ConsumerUtilisation is RabbitMQ's consumer_utilisation for q: the
 // fraction of the last sample in which its consumers could take messages
 // at once; 0 without consumers or a sample yet, as RabbitMQ 3.10.8 shows.
-func (s *Server) consumerUtilisation(q *queue.Queue) float64 {
-	s.qstats.mu.Lock()
-	defer s.qstats.mu.Unlock()
-	if ns := s.qstats.m[q]; ns != nil && ns.utilisation >= 0 && q.Consumers() > 0 {
+// The metrics show it too (metrics.Options.Utilisation).
+func (a *API) ConsumerUtilisation(q *queue.Queue) float64 {
+	a.qstats.mu.Lock()
+	defer a.qstats.mu.Unlock()
+	if ns := a.qstats.m[q]; ns != nil && ns.utilisation >= 0 && q.Consumers() > 0 {
 		return ns.utilisation
 	}
 	return 0

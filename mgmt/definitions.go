@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
-	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -123,15 +123,15 @@ type defsBinding struct {
 	Arguments       map[string]any `json:"arguments"`
 }
 
-// exportDefinitions is the broker's definitions, those of one vhost when
-// only is not "".
-func (s *Server) exportDefinitions(only string) defsFile {
-	d := defsFile{RabbitVersion: defsVersion, RabbitMQVersion: defsVersion, ProductName: "railmq", ProductVersion: s.opts.Version,
+// exportDefinitions is srv's definitions, those of one vhost when only is
+// not "".
+func exportDefinitions(srv *broker.Server, only string) defsFile {
+	d := defsFile{RabbitVersion: defsVersion, RabbitMQVersion: defsVersion, ProductName: "railmq", ProductVersion: srv.Version(),
 		Users: []defsUser{}, VHosts: []defsVHost{}, Permissions: []defsPerm{}, TopicPermissions: []defsTopic{},
 		Parameters: []defsParameter{}, GlobalParameters: []any{}, Policies: []defsPolicy{},
 		Queues: []defsQueue{}, Exchanges: []defsExchange{}, Bindings: []defsBinding{}}
 	if only == "" {
-		for _, u := range s.reg.Users() {
+		for _, u := range srv.Access().Users() {
 			algo := u.Algo
 			if algo == "" {
 				algo = auth.SHA256
@@ -143,33 +143,33 @@ func (s *Server) exportDefinitions(only string) defsFile {
 			d.Users = append(d.Users, defsUser{Name: u.Name, PasswordHash: auth.EncodeHash(u.Hash), HashingAlgorithm: algo,
 				Tags: tagList(u.Tags), Limits: limits})
 		}
-		for _, p := range s.reg.Permissions() {
+		for _, p := range srv.Access().Permissions() {
 			d.Permissions = append(d.Permissions, defsPerm{p.User, p.VHost, p.Configure, p.Write, p.Read})
 		}
-		for _, t := range s.reg.TopicPermissions() {
+		for _, t := range srv.Access().TopicPermissions() {
 			d.TopicPermissions = append(d.TopicPermissions, defsTopic{t.User, t.VHost, t.Exchange, t.Write, t.Read})
 		}
 	}
-	for _, st := range s.allVHosts() {
-		vh := st.v.Name()
+	for _, st := range srv.VHosts() {
+		vh := st.Name()
 		if only != "" && vh != only {
 			continue
 		}
 		if only == "" {
 			d.VHosts = append(d.VHosts, defsVHost{Name: vh}) // RabbitMQ 3.10 exports the name alone
 		}
-		if len(st.rec.Limits) > 0 {
+		if len(st.Rec.Limits) > 0 {
 			val := map[string]any{}
-			for k, v := range st.rec.Limits {
+			for k, v := range st.Rec.Limits {
 				val[k] = v
 			}
 			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: val})
 		}
-		pols, _ := st.v.Policies()
+		pols, _ := st.Policies()
 		for _, p := range pols {
 			d.Policies = append(d.Policies, defsPolicy{VHost: vh, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: p.Definition, Priority: p.Priority})
 		}
-		xs := st.v.Exchanges()
+		xs := st.Exchanges()
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
 		for _, x := range xs {
 			if strings.HasPrefix(x.Name, "amq.") {
@@ -178,7 +178,7 @@ func (s *Server) exportDefinitions(only string) defsFile {
 			d.Exchanges = append(d.Exchanges, defsExchange{Name: x.Name, VHost: vh, Type: x.Type(), Durable: x.Durable,
 				AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: jsonTable(x.Args)})
 		}
-		qs := st.v.Queues()
+		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 		for _, q := range qs {
 			c := q.Config()
@@ -201,16 +201,16 @@ func (s *Server) exportDefinitions(only string) defsFile {
 	return d
 }
 
-func (s *Server) apiGetDefinitions(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiGetDefinitions(w http.ResponseWriter, r *http.Request) {
 	vh := r.PathValue("vhost")
-	if vh != "" && s.vhostByName(vh) == nil {
+	if vh != "" && a.srv.LookupVHost(vh) == nil {
 		notFound(w)
 		return
 	}
-	writeJSON(w, s.exportDefinitions(vh))
+	writeJSON(w, exportDefinitions(a.srv, vh))
 }
 
-func (s *Server) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
 	var d defsFile
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err := dec.Decode(&d); err != nil {
@@ -218,13 +218,13 @@ func (s *Server) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if vh := r.PathValue("vhost"); vh != "" {
-		if s.vhostByName(vh) == nil {
+		if a.srv.LookupVHost(vh) == nil {
 			notFound(w)
 			return
 		}
 		d.retarget(vh)
 	}
-	if err := s.importDefinitions(&d); err != nil {
+	if err := importDefinitions(a.srv, &d); err != nil {
 		badRequest(w, err.Error())
 		return
 	}
@@ -249,8 +249,9 @@ func (d *defsFile) retarget(vh string) {
 	}
 }
 
-// LoadDefinitions imports a definitions file (--load-definitions).
-func (s *Server) LoadDefinitions(path string) error {
+// LoadDefinitions imports a definitions file into srv
+// (--load-definitions).
+func LoadDefinitions(srv *broker.Server, path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -259,23 +260,25 @@ func (s *Server) LoadDefinitions(path string) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := s.importDefinitions(&d); err != nil {
+	if err := importDefinitions(srv, &d); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	s.log.Info("definitions loaded", zap.String("file", path), zap.Int("vhosts", len(d.VHosts)), zap.Int("users", len(d.Users)),
+	srv.Logger().Info("definitions loaded", zap.String("file", path), zap.Int("vhosts", len(d.VHosts)), zap.Int("users", len(d.Users)),
 		zap.Int("queues", len(d.Queues)), zap.Int("exchanges", len(d.Exchanges)), zap.Int("bindings", len(d.Bindings)))
 	return nil
 }
 
-// importDefinitions checks every entry of d, then applies them all.
-func (s *Server) importDefinitions(d *defsFile) error {
+// importDefinitions checks every entry of d, then applies them all to
+// srv.
+func importDefinitions(srv *broker.Server, d *defsFile) error {
+	log := srv.Logger()
 	// --- check ---
 	newVHosts := map[string]bool{}
 	for i, v := range d.VHosts {
 		if v.Name == "" {
 			return fmt.Errorf("vhosts[%d]: no name", i)
 		}
-		if s.vhostByName(v.Name) == nil {
+		if srv.LookupVHost(v.Name) == nil {
 			newVHosts[v.Name] = true
 		}
 	}
@@ -283,8 +286,8 @@ func (s *Server) importDefinitions(d *defsFile) error {
 	// are checked against them (and each other) before anything exists.
 	scratch := map[string]*vhost.VHost{}
 	vhostFor := func(name string) *vhost.VHost {
-		if st := s.vhostByName(name); st != nil {
-			return st.v
+		if st := srv.LookupVHost(name); st != nil {
+			return st.VHost
 		}
 		if !newVHosts[name] {
 			return nil
@@ -326,7 +329,7 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		}
 		users[u.Name] = nu
 	}
-	userExists := func(name string) bool { return users[name] != nil || s.reg.User(name) != nil }
+	userExists := func(name string) bool { return users[name] != nil || srv.Access().User(name) != nil }
 	perms := make([]*auth.Permission, len(d.Permissions))
 	for i, p := range d.Permissions {
 		if vhostFor(p.VHost) == nil {
@@ -445,7 +448,7 @@ func (s *Server) importDefinitions(d *defsFile) error {
 
 	// --- apply ---
 	for _, v := range d.VHosts {
-		rec := vhostRec{Description: v.Description, Tags: []string{}}
+		rec := broker.VHostRecord{Description: v.Description, Tags: []string{}}
 		tags := v.Tags
 		if v.Metadata != nil {
 			if rec.Description == "" {
@@ -458,43 +461,35 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		if t, err := auth.ParseTags(tags); err == nil {
 			rec.Tags = t
 		}
-		if st := s.vhostByName(v.Name); st != nil {
-			rec.Limits = st.rec.Limits
+		if st := srv.LookupVHost(v.Name); st != nil {
+			rec.Limits = st.Rec.Limits
 		}
-		if _, err := s.putVHost(v.Name, rec); err != nil {
+		if _, err := srv.PutVHost(v.Name, rec); err != nil {
 			return err
 		}
 	}
 	// Stored, then in the registry (in a cluster: replicated, and applied
 	// by every node as committed).
-	b := &persist.Batch{}
-	for _, u := range d.Users {
-		putUserDef(b, users[u.Name])
+	us := make([]*auth.User, len(d.Users))
+	for i, u := range d.Users {
+		us[i] = users[u.Name]
 	}
+	pes := make([]auth.PermissionEntry, len(d.Permissions))
 	for i, p := range d.Permissions {
-		putPermDef(b, p.VHost, p.User, perms[i])
+		pes[i] = auth.PermissionEntry{VHost: p.VHost, User: p.User, Permission: perms[i]}
 	}
+	tes := make([]auth.TopicPermissionEntry, len(d.TopicPermissions))
 	for i, p := range d.TopicPermissions {
-		putTopicDef(b, p.VHost, p.User, topics[i])
+		tes[i] = auth.TopicPermissionEntry{VHost: p.VHost, User: p.User, TopicPermission: topics[i]}
 	}
-	if err := s.commitDefs(b, func() {
-		for _, u := range d.Users {
-			s.reg.PutUser(users[u.Name])
-		}
-		for i, p := range d.Permissions {
-			s.reg.SetPermission(p.VHost, p.User, perms[i])
-		}
-		for i, p := range d.TopicPermissions {
-			s.reg.SetTopicPermission(p.VHost, p.User, topics[i])
-		}
-	}); err != nil {
+	if err := srv.PutAccess(us, pes, tes); err != nil {
 		return err
 	}
 	for vh, m := range limits {
-		st := s.vhostByName(vh)
-		rec := st.rec
+		st := srv.LookupVHost(vh)
+		rec := st.Rec
 		rec.Limits = m
-		if _, err := s.putVHost(vh, rec); err != nil {
+		if _, err := srv.PutVHost(vh, rec); err != nil {
 			return err
 		}
 	}
@@ -502,30 +497,30 @@ func (s *Server) importDefinitions(d *defsFile) error {
 		if strings.HasPrefix(x.Name, "amq.") {
 			continue
 		}
-		if err := s.vhostByName(x.VHost).v.DeclareExchange(declX(x)); err != nil {
+		if err := srv.LookupVHost(x.VHost).DeclareExchange(declX(x)); err != nil {
 			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
 		}
 	}
 	start := time.Now()
 	for i, q := range d.Queues {
-		if _, _, _, err := s.vhostByName(q.VHost).v.DeclareQueue(declQ(q), queue.Config{}); err != nil {
+		if _, _, _, err := srv.LookupVHost(q.VHost).DeclareQueue(declQ(q), queue.Config{}); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
 		}
 		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Queues) {
-			s.log.Info("importing definitions: queues", zap.Int("queues_so_far", n), zap.Int("queues", len(d.Queues)), zap.Duration("took_so_far", time.Since(start)))
+			log.Info("importing definitions: queues", zap.Int("queues_so_far", n), zap.Int("queues", len(d.Queues)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
 	for i, bd := range d.Bindings {
 		args := tableArg(map[string]any{"arguments": bd.Arguments})
-		if err := s.vhostByName(bd.VHost).v.Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
+		if err := srv.LookupVHost(bd.VHost).Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
 			return fmt.Errorf("bindings[%d]: %s", i, reasonOf(err))
 		}
 		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Bindings) {
-			s.log.Info("importing definitions: bindings", zap.Int("bindings_so_far", n), zap.Int("bindings", len(d.Bindings)), zap.Duration("took_so_far", time.Since(start)))
+			log.Info("importing definitions: bindings", zap.Int("bindings_so_far", n), zap.Int("bindings", len(d.Bindings)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
 	for i, p := range d.Policies {
-		if _, err := s.putPolicy(s.vhostByName(p.VHost), false, p.Name, policies[i]); err != nil {
+		if _, err := srv.PutPolicy(p.VHost, false, p.Name, policies[i]); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"net/http/httptest"
@@ -59,11 +59,11 @@ func TestHistoryParams(t *testing.T) {
 // TestWatchedQueuesBounded: API clients cannot make the broker keep the
 // history of more than maxWatched queues.
 func TestWatchedQueuesBounded(t *testing.T) {
-	s := &Server{}
+	a := &API{}
 	for i := 0; i < maxWatched+50; i++ {
-		s.queueHistory(new(queue.Queue), time.Minute, 0)
+		a.queueHistory(new(queue.Queue), time.Minute, 0)
 	}
-	if n := len(s.qstats.watched); n != maxWatched {
+	if n := len(a.qstats.watched); n != maxWatched {
 		t.Errorf("%d queues watched, want at most %d", n, maxWatched)
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package metrics
 
 import (
 	"net/http"
@@ -9,54 +9,54 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/queue"
 )
 
-// Prometheus metrics under rabbitmq_prometheus's names, types and labels
-// (RabbitMQ 3.10.8's, with 4.x's rabbitmq_message_size_bytes), so that
-// the dashboards and alerts written for RabbitMQ (Grafana's
-// RabbitMQ-Overview, 10991) work unchanged; and railmq's own under
-// railmq_. Everything is read from the broker's state when scraped: the
-// hot path only adds to atomic counters (queue.Totals, the queues'
-// counters, the store's histograms).
-//
-// /metrics aggregates, as RabbitMQ's default endpoint does: queue figures
-// are sums over every queue. /metrics/per-object has the same families,
-// with the queue ones per queue (labels vhost, queue), plus per exchange
-// (vhost, exchange).
+// Options configure the handler.
+type Options struct {
+	// Utilisation, if set, is a queue's consumer utilisation as of the
+	// management plane's last sample (mgmt.API.ConsumerUtilisation):
+	// rabbitmq_queue_consumer_utilisation. Nil: 0.
+	Utilisation func(*queue.Queue) float64
+}
 
-// PrometheusHandler serves GET /metrics and /metrics/per-object, for
-// --prometheus-listen (RabbitMQ's port is 15692). Like rabbitmq_prometheus
-// it asks for no credentials.
-func (s *Server) PrometheusHandler() http.Handler {
+// Handler serves GET /metrics and /metrics/per-object for srv, for
+// --prometheus-listen (RabbitMQ's port is 15692). Like
+// rabbitmq_prometheus it asks for no credentials.
+func Handler(srv *broker.Server, opts Options) http.Handler {
+	if opts.Utilisation == nil {
+		opts.Utilisation = func(*queue.Queue) float64 { return 0 }
+	}
 	mux := http.NewServeMux()
 	for path, perObject := range map[string]bool{"/metrics": false, "/metrics/per-object": true} {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(&metricsCollector{s: s, perObject: perObject},
+		reg.MustRegister(&collector{s: srv, perObject: perObject, util: opts.Utilisation},
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		mux.Handle("GET "+path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zapPromLog{s}}))
+		mux.Handle("GET "+path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zapPromLog{srv}}))
 	}
 	return mux
 }
 
-type zapPromLog struct{ s *Server }
+type zapPromLog struct{ s *broker.Server }
 
-func (l zapPromLog) Println(v ...any) { l.s.log.Sugar().Warn(v...) }
+func (l zapPromLog) Println(v ...any) { l.s.Logger().Sugar().Warn(v...) }
 
-// metricsCollector is an unchecked collector (Describe sends nothing):
-// the families it has depend on what the broker holds.
-type metricsCollector struct {
-	s         *Server
+// collector is an unchecked collector (Describe sends nothing): the
+// families it has depend on what the broker holds.
+type collector struct {
+	s         *broker.Server
 	perObject bool
+	util      func(*queue.Queue) float64
 }
 
-func (*metricsCollector) Describe(chan<- *prometheus.Desc) {}
+func (*collector) Describe(chan<- *prometheus.Desc) {}
 
 // Label values RabbitMQ uses.
 const (
 	protoLabel     = "amqp091"
 	classicQueue   = "rabbit_classic_queue"
-	rabbitVersions = compatVersion
+	rabbitVersions = broker.CompatVersion
 )
 
 // emitter sends const metrics, making their descriptions as it goes.
@@ -128,37 +128,34 @@ func (f *queueFigures) emit(e emitter, labels ...string) {
 	e.counter("rabbitmq_queue_messages_published_total", "Total number of messages published to queues", f.published, labels...)
 }
 
-func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
+func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	s, e := m.s, emitter{ch}
-	node := s.nodeName()
+	node := s.NodeName()
+	ns := s.Status()
 	e.untyped("rabbitmq_identity_info", "RabbitMQ node & cluster identity info", 1,
 		"rabbitmq_node", node, "rabbitmq_cluster", node, "rabbitmq_cluster_permanent_id", "railmq-cluster-"+node)
 	e.untyped("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info", 1,
 		"rabbitmq_version", rabbitVersions, "prometheus_plugin_version", rabbitVersions,
 		"prometheus_client_version", "client_golang", "erlang_version", runtime.Version(),
-		"product_name", "railmq", "product_version", s.opts.Version)
-	e.gauge("rabbitmq_erlang_uptime_seconds", "Node uptime", time.Since(s.startedAt).Seconds())
+		"product_name", "railmq", "product_version", s.Version())
+	e.gauge("rabbitmq_erlang_uptime_seconds", "Node uptime", time.Since(ns.Started).Seconds())
 
 	// Connections, channels and their churn.
-	conns := s.openConns()
+	conns := s.Connections()
 	nch, unackedCh, unconfirmed := 0, 0, 0
-	for _, c := range conns {
-		c.snapMu.Lock()
-		for _, chn := range c.snap {
-			in := chn.Info()
-			nch++
-			unackedCh += in.Unacked
-			unconfirmed += in.Unconfirmed
-		}
-		c.snapMu.Unlock()
+	for _, in := range s.Channels() {
+		nch++
+		unackedCh += in.Unacked
+		unconfirmed += in.Unconfirmed
 	}
 	e.gauge("rabbitmq_connections", "Connections currently open", float64(len(conns)))
 	e.gauge("rabbitmq_channels", "Channels currently open", float64(nch))
-	e.counter("rabbitmq_connections_opened_total", "Total number of connections opened", s.connOpened.Load())
-	e.counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", s.connClosed.Load())
-	e.counter("rabbitmq_channels_opened_total", "Total number of channels opened", s.chOpened.Load())
-	e.counter("rabbitmq_channels_closed_total", "Total number of channels closed", s.chClosed.Load())
-	t := &s.totals
+	churn := s.Churn()
+	e.counter("rabbitmq_connections_opened_total", "Total number of connections opened", churn.ConnectionsOpened)
+	e.counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", churn.ConnectionsClosed)
+	e.counter("rabbitmq_channels_opened_total", "Total number of channels opened", churn.ChannelsOpened)
+	e.counter("rabbitmq_channels_closed_total", "Total number of channels closed", churn.ChannelsClosed)
+	t := s.Totals()
 	e.counter("rabbitmq_queues_declared_total", "Total number of queues declared", t.QueuesDeclared.Load())
 	e.counter("rabbitmq_queues_created_total", "Total number of queues created", t.QueuesCreated.Load())
 	e.counter("rabbitmq_queues_deleted_total", "Total number of queues deleted", t.QueuesDeleted.Load())
@@ -167,10 +164,11 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	var all queueFigures
 	nq, oldest := 0, 0.0
 	now := queue.Now()
-	for _, st := range s.allVHosts() {
-		vh := st.v.Name()
-		for _, q := range st.v.Queues() {
-			if _, ok := q.Config().Replica.(*classicProxy); ok {
+	for _, v := range s.VHosts() {
+		vh := v.Name()
+		for _, q := range v.Queues() {
+			rep := s.QueueReplica(q)
+			if rep.Kind == "remote" {
 				continue // its home reports it, as RabbitMQ's node hosting a queue does: summed over the nodes, counted once
 			}
 			nq++
@@ -188,22 +186,21 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			all.consumers += f.consumers
 			lv := []string{"vhost", vh, "queue", q.Name()}
 			f.emit(e, lv...)
-			e.gauge("rabbitmq_queue_consumer_utilisation", "Consumer utilisation", s.consumerUtilisation(q), lv...)
+			e.gauge("rabbitmq_queue_consumer_utilisation", "Consumer utilisation", m.util(q), lv...)
 			if at := q.HeadEnqueuedAt(); at > 0 {
 				e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
 			}
 			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
 			e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
-			if qq, ok := q.Config().Replica.(*quorumQueue); ok {
-				st := qq.g.Status()
-				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(st.Term), lv...)
-				e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(st.Commit), lv...)
-				e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(st.Applied), lv...)
-				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(qq.g.IsLeader()), lv...)
+			if rep.Kind == "quorum" {
+				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(rep.Term), lv...)
+				e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(rep.Commit), lv...)
+				e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(rep.Applied), lv...)
+				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(rep.Leader), lv...)
 			}
 		}
 		if m.perObject {
-			for _, x := range st.v.Exchanges() {
+			for _, x := range v.Exchanges() {
 				e.gauge("railmq_exchange_bindings", "Bindings whose source is the exchange", float64(len(x.Bindings())),
 					"vhost", vh, "exchange", x.Name, "type", x.Type())
 				if x.Delayed {
@@ -224,18 +221,17 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", float64(unconfirmed))
 
 	// The node's resources and alarms.
-	fdUsed, fdTotal := fdCounts()
-	bits := s.alarms.Load()
-	e.gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", float64(processRSS()))
-	e.gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", float64(s.watermark.Load()))
-	e.gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", float64(s.diskFreeNow.Load()))
-	e.gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes", float64(s.opts.DiskFreeLimit))
+	fdUsed, fdTotal := ns.FDUsed, ns.FDTotal
+	e.gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", float64(ns.RSS))
+	e.gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", float64(ns.Watermark))
+	e.gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", float64(ns.DiskFree))
+	e.gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes", float64(ns.DiskLimit))
 	e.gauge("rabbitmq_process_open_fds", "Open file descriptors", float64(fdUsed))
 	e.gauge("rabbitmq_process_max_fds", "Open file descriptors limit", float64(fdTotal))
 	e.gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", float64(len(conns)))
 	e.gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", float64(fdTotal*9/10))
-	e.untyped("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect", b2f(bits&alarmMemory != 0))
-	e.untyped("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect", b2f(bits&alarmDisk != 0))
+	e.untyped("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect", b2f(ns.MemoryAlarm))
+	e.untyped("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect", b2f(ns.DiskAlarm))
 	e.untyped("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", 0)
 
 	// Message counts since start (rabbit_global_counters).
@@ -271,29 +267,28 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	e.histogram("rabbitmq_message_size_bytes", "Size of messages received from publishers", count, size, buckets, p...)
 
 	// railmq's own.
-	lsm, vlog := s.store.Size()
+	lsm, vlog := s.Store().Size()
 	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(lsm), "part", "lsm")
 	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(vlog), "part", "vlog")
-	sm := s.store.Metrics()
+	sm := s.Store().Metrics()
 	c, sumB, b := sm.Batches.Snapshot()
 	e.histogram("railmq_store_group_commit_batches", "Batches written by one group commit (one fsync)", c, sumB, b)
 	c, sumB, b = sm.Fsync.Snapshot()
 	e.histogram("railmq_store_fsync_seconds", "Duration of the store's fsyncs", c, sumB, b)
 	c, sumB, b = sm.DelayedLate.Snapshot()
 	e.histogram("railmq_delayed_routing_lateness_seconds", "How long after its due time each delayed message was routed", c, sumB, b)
-	e.gauge("railmq_memory_held_bytes", "Bytes held for clients (queued bodies, content being assembled, transactions): what the memory alarm compares with the watermark", float64(s.memory.Load()))
-	e.gauge("railmq_paging", "1 while memory is above the paging ratio of the watermark and every queue pages beyond a small window", b2f(s.paging.Load()))
+	e.gauge("railmq_memory_held_bytes", "Bytes held for clients (queued bodies, content being assembled, transactions): what the memory alarm compares with the watermark", float64(ns.MemoryHeld))
+	e.gauge("railmq_paging", "1 while memory is above the paging ratio of the watermark and every queue pages beyond a small window", b2f(ns.Paging))
 	blocked, flow := 0, 0
-	now2 := time.Now()
 	for _, c := range conns {
-		if c.blocked.Load() {
+		if c.Blocked {
 			blocked++
-		} else if c.inFlow(now2) {
+		} else if c.InFlow {
 			flow++
 		}
 	}
-	if s.node != nil {
-		st := s.node.Status()
+	if n := s.Cluster(); n != nil {
+		st := n.Status()
 		voters := 0
 		for _, m := range st.Members {
 			if m.Voter {

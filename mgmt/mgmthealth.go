@@ -1,9 +1,7 @@
-package broker
+package mgmt
 
 import (
-	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
@@ -22,58 +20,42 @@ func healthFailed(w http.ResponseWriter, body map[string]any) {
 	writeJSONBody(w, body)
 }
 
-func (s *Server) alarmList() []map[string]string {
+func (a *API) alarmList() []map[string]string {
 	var out []map[string]string
-	bits := s.alarms.Load()
-	node := s.nodeName()
-	if bits&alarmMemory != 0 {
+	st := a.srv.Status()
+	node := a.srv.NodeName()
+	if st.MemoryAlarm {
 		out = append(out, map[string]string{"node": node, "resource": "memory"})
 	}
-	if bits&alarmDisk != 0 {
+	if st.DiskAlarm {
 		out = append(out, map[string]string{"node": node, "resource": "disk"})
 	}
 	return out
 }
 
-func (s *Server) apiHealthAlarms(w http.ResponseWriter, r *http.Request) {
-	if a := s.alarmList(); len(a) > 0 {
-		healthFailed(w, map[string]any{"reason": "There are alarms in effect in the cluster", "alarms": a})
+func (a *API) apiHealthAlarms(w http.ResponseWriter, r *http.Request) {
+	if al := a.alarmList(); len(al) > 0 {
+		healthFailed(w, map[string]any{"reason": "There are alarms in effect in the cluster", "alarms": al})
 		return
 	}
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
-func (s *Server) apiHealthLocalAlarms(w http.ResponseWriter, r *http.Request) {
-	if a := s.alarmList(); len(a) > 0 {
-		healthFailed(w, map[string]any{"reason": "There are alarms in effect on the node", "alarms": a})
+func (a *API) apiHealthLocalAlarms(w http.ResponseWriter, r *http.Request) {
+	if al := a.alarmList(); len(al) > 0 {
+		healthFailed(w, map[string]any{"reason": "There are alarms in effect on the node", "alarms": al})
 		return
 	}
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
-// listenerPorts are the ports the AMQP listeners (plain and TLS) serve.
-func (s *Server) listenerPorts() []int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ports []int
-	for _, ln := range s.lns {
-		if _, p, err := net.SplitHostPort(ln.Addr().String()); err == nil {
-			if n, err := strconv.Atoi(p); err == nil {
-				ports = append(ports, n)
-			}
-		}
-	}
-	sort.Ints(ports)
-	return ports
-}
-
-func (s *Server) apiHealthPortListener(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiHealthPortListener(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
 		badRequest(w, "Invalid port: "+r.PathValue("port"))
 		return
 	}
-	ports := s.listenerPorts()
+	ports := a.srv.Status().Listeners
 	for _, p := range ports {
 		if p == port {
 			writeJSON(w, map[string]any{"status": "ok", "port": port})
@@ -86,11 +68,11 @@ func (s *Server) apiHealthPortListener(w http.ResponseWriter, r *http.Request) {
 	healthFailed(w, map[string]any{"reason": "No active listener", "missing": port, "ports": ports})
 }
 
-func (s *Server) apiHealthProtocolListener(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiHealthProtocolListener(w http.ResponseWriter, r *http.Request) {
 	proto := r.PathValue("protocol")
 	switch proto {
 	case "amqp", "amqp091", "amqp0-9-1":
-		if len(s.listenerPorts()) > 0 {
+		if len(a.srv.Status().Listeners) > 0 {
 			writeJSON(w, map[string]any{"status": "ok", "protocol": proto})
 			return
 		}
@@ -100,18 +82,18 @@ func (s *Server) apiHealthProtocolListener(w http.ResponseWriter, r *http.Reques
 
 // apiHealthVirtualHosts: every vhost is up while the broker runs (a vhost
 // has no processes of its own to fail).
-func (s *Server) apiHealthVirtualHosts(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiHealthVirtualHosts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
 // apiAliveness is RabbitMQ's aliveness test: declare the queue
 // aliveness-test in the vhost, publish a message to it and get it back.
-func (s *Server) apiAliveness(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.objectVHost(w, r)
+func (a *API) apiAliveness(w http.ResponseWriter, r *http.Request) {
+	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
-	q, _, _, err := st.v.DeclareQueue(vhost.QueueDecl{Name: "aliveness-test"}, queue.Config{})
+	q, _, _, err := st.DeclareQueue(vhost.QueueDecl{Name: "aliveness-test"}, queue.Config{})
 	if err != nil {
 		healthFailed(w, map[string]any{"reason": err.Error()})
 		return

@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/railmq/railmq/broker"
 )
 
 // TestImportLogsProgress: a long import says how far it has got.
@@ -18,7 +20,7 @@ func TestImportLogsProgress(t *testing.T) {
 	defer func(n int) { importProgressEvery = n }(importProgressEvery)
 	importProgressEvery = 10
 	core, logs := observer.New(zapcore.InfoLevel)
-	s, err := New(Options{DataDir: t.TempDir(), Logger: zap.New(core)})
+	s, err := broker.New(broker.Options{DataDir: t.TempDir(), Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestImportLogsProgress(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"queues": [`+strings.Join(qs, ",")+`], "bindings": [`+strings.Join(bs, ",")+`]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.LoadDefinitions(path); err != nil {
+	if err := LoadDefinitions(s, path); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

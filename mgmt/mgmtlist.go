@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"encoding/json"

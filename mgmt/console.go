@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"embed"
@@ -49,8 +49,8 @@ func withConsole(api http.Handler) http.Handler {
 // Startup serves the management listener while the broker starts: the
 // console, and for the API a 503 that says how far recovery has got
 // ("recovering 120 of 400 queues"), which the console shows instead of an
-// error. Ready hands the listener over to the broker's handler. Its
-// Progress is Options.RecoveryProgress.
+// error. Ready hands the listener over to the API's handler. Its
+// Progress is broker.Options.RecoveryProgress.
 type Startup struct {
 	mu                    sync.Mutex // guards the progress fields
 	vhost                 string

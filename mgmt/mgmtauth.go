@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"context"
@@ -9,10 +9,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
-	"github.com/railmq/railmq/persist"
-	"github.com/railmq/railmq/vhost"
+	"github.com/railmq/railmq/broker"
 )
 
 // The management API's users, vhosts and permissions, with RabbitMQ's JSON
@@ -84,7 +82,7 @@ func pathName(r *http.Request, key string) string { return r.PathValue(key) }
 // clients name the vhost "/" as %2F, which http.ServeMux, matching the
 // unescaped path (and cleaning its "//"), cannot take as one segment.
 // Other paths go to next.
-func (s *Server) accessRouter(next http.Handler) http.Handler {
+func (a *API) accessRouter(next http.Handler) http.Handler {
 	type route struct {
 		method string
 		path   []string // literal segments, or {name}
@@ -94,92 +92,92 @@ func (s *Server) accessRouter(next http.Handler) http.Handler {
 	add := func(method, pattern string, h http.HandlerFunc) {
 		routes = append(routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
 	}
-	add("GET", "/api/whoami", s.apiWhoami)
-	add("GET", "/api/cluster", s.apiCluster)
-	add("PUT", "/api/cluster/members/{name}", admin(s.apiPutClusterMember))
-	add("DELETE", "/api/cluster/members/{name}", admin(s.apiDeleteClusterMember))
-	add("GET", "/api/overview", s.apiOverview)
-	add("GET", "/api/channels", s.apiChannels)
-	add("GET", "/api/connections", s.apiConnections)
-	add("GET", "/api/connections/{name}", s.apiConnection)
-	add("DELETE", "/api/connections/{name}", s.apiCloseConnection)
-	add("GET", "/api/queues/{vhost}/{queue}/bindings", s.apiQueueBindings)
-	add("GET", "/api/exchanges/{vhost}/{exchange}/bindings/{side}", s.apiExchangeBindings)
-	add("GET", "/api/consumers", s.apiConsumers)
-	add("GET", "/api/consumers/{vhost}", s.apiConsumers)
-	add("GET", "/api/nodes", s.apiNodes)
-	add("GET", "/api/nodes/{node}", s.apiNode)
-	add("PUT", "/api/vm-memory-high-watermark", admin(s.apiSetWatermark))
-	add("GET", "/api/vhosts", s.apiVHosts)
-	add("GET", "/api/vhosts/{vhost}", s.apiVHost)
-	add("PUT", "/api/vhosts/{vhost}", admin(s.apiPutVHost))
-	add("DELETE", "/api/vhosts/{vhost}", admin(s.apiDeleteVHost))
-	add("GET", "/api/users", admin(s.apiUsers))
-	add("GET", "/api/users/{user}", admin(s.apiUserGet))
-	add("PUT", "/api/users/{user}", admin(s.apiPutUser))
-	add("DELETE", "/api/users/{user}", admin(s.apiDeleteUser))
-	add("GET", "/api/permissions", admin(s.apiPermissions))
-	add("GET", "/api/permissions/{vhost}/{user}", admin(s.apiPermission))
-	add("PUT", "/api/permissions/{vhost}/{user}", admin(s.apiPutPermission))
-	add("DELETE", "/api/permissions/{vhost}/{user}", admin(s.apiDeletePermission))
-	add("GET", "/api/topic-permissions", admin(s.apiTopicPermissions))
-	add("GET", "/api/topic-permissions/{vhost}/{user}", admin(s.apiTopicPermission))
-	add("PUT", "/api/topic-permissions/{vhost}/{user}", admin(s.apiPutTopicPermission))
-	add("DELETE", "/api/topic-permissions/{vhost}/{user}", admin(s.apiDeleteTopicPermission))
-	add("GET", "/api/vhosts/{vhost}/permissions", admin(s.apiPermissions))
-	add("GET", "/api/users/{user}/permissions", admin(s.apiPermissions))
-	add("GET", "/api/vhosts/{vhost}/topic-permissions", admin(s.apiTopicPermissions))
-	add("GET", "/api/users/{user}/topic-permissions", admin(s.apiTopicPermissions))
-	add("GET", "/api/exchanges", s.apiExchanges)
-	add("GET", "/api/exchanges/{vhost}", s.apiExchanges)
-	add("GET", "/api/exchanges/{vhost}/{exchange}", s.apiExchange)
-	add("PUT", "/api/exchanges/{vhost}/{exchange}", s.apiPutExchange)
-	add("DELETE", "/api/exchanges/{vhost}/{exchange}", s.apiDeleteExchange)
-	add("GET", "/api/queues", s.apiVHostQueues)
-	add("GET", "/api/queues/{vhost}", s.apiVHostQueues)
-	add("GET", "/api/queues/{vhost}/{queue}", s.apiQueue)
-	add("PUT", "/api/queues/{vhost}/{queue}", s.apiPutQueue)
-	add("DELETE", "/api/queues/{vhost}/{queue}", s.apiDeleteQueue)
-	add("DELETE", "/api/queues/{vhost}/{queue}/contents", s.apiPurgeQueue)
-	add("POST", "/api/exchanges/{vhost}/{exchange}/publish", s.apiPublish)
-	add("POST", "/api/queues/{vhost}/{queue}/get", s.apiGet)
-	add("POST", "/api/queues/{vhost}/{queue}/redrive", s.apiRedrive)
-	add("POST", "/api/queues/{vhost}/{queue}/peek", s.apiPeek)
-	add("GET", "/api/bindings", s.apiBindings)
-	add("GET", "/api/bindings/{vhost}", s.apiBindings)
-	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiBindingsBetween)
-	add("POST", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", s.apiPostBinding)
-	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", s.apiBindingsBetween)
-	add("DELETE", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", s.apiDeleteBinding)
-	add("GET", "/api/health/checks/alarms", s.apiHealthAlarms)
-	add("GET", "/api/health/checks/local-alarms", s.apiHealthLocalAlarms)
-	add("GET", "/api/health/checks/port-listener/{port}", s.apiHealthPortListener)
-	add("GET", "/api/health/checks/protocol-listener/{protocol}", s.apiHealthProtocolListener)
-	add("GET", "/api/health/checks/virtual-hosts", s.apiHealthVirtualHosts)
-	add("GET", "/api/aliveness-test/{vhost}", s.apiAliveness)
-	add("GET", "/api/definitions", admin(s.apiGetDefinitions))
-	add("GET", "/api/definitions/{vhost}", admin(s.apiGetDefinitions))
-	add("POST", "/api/definitions", admin(s.apiPostDefinitions))
-	add("POST", "/api/definitions/{vhost}", admin(s.apiPostDefinitions))
+	add("GET", "/api/whoami", a.apiWhoami)
+	add("GET", "/api/cluster", a.apiCluster)
+	add("PUT", "/api/cluster/members/{name}", admin(a.apiPutClusterMember))
+	add("DELETE", "/api/cluster/members/{name}", admin(a.apiDeleteClusterMember))
+	add("GET", "/api/overview", a.apiOverview)
+	add("GET", "/api/channels", a.apiChannels)
+	add("GET", "/api/connections", a.apiConnections)
+	add("GET", "/api/connections/{name}", a.apiConnection)
+	add("DELETE", "/api/connections/{name}", a.apiCloseConnection)
+	add("GET", "/api/queues/{vhost}/{queue}/bindings", a.apiQueueBindings)
+	add("GET", "/api/exchanges/{vhost}/{exchange}/bindings/{side}", a.apiExchangeBindings)
+	add("GET", "/api/consumers", a.apiConsumers)
+	add("GET", "/api/consumers/{vhost}", a.apiConsumers)
+	add("GET", "/api/nodes", a.apiNodes)
+	add("GET", "/api/nodes/{node}", a.apiNode)
+	add("PUT", "/api/vm-memory-high-watermark", admin(a.apiSetWatermark))
+	add("GET", "/api/vhosts", a.apiVHosts)
+	add("GET", "/api/vhosts/{vhost}", a.apiVHost)
+	add("PUT", "/api/vhosts/{vhost}", admin(a.apiPutVHost))
+	add("DELETE", "/api/vhosts/{vhost}", admin(a.apiDeleteVHost))
+	add("GET", "/api/users", admin(a.apiUsers))
+	add("GET", "/api/users/{user}", admin(a.apiUserGet))
+	add("PUT", "/api/users/{user}", admin(a.apiPutUser))
+	add("DELETE", "/api/users/{user}", admin(a.apiDeleteUser))
+	add("GET", "/api/permissions", admin(a.apiPermissions))
+	add("GET", "/api/permissions/{vhost}/{user}", admin(a.apiPermission))
+	add("PUT", "/api/permissions/{vhost}/{user}", admin(a.apiPutPermission))
+	add("DELETE", "/api/permissions/{vhost}/{user}", admin(a.apiDeletePermission))
+	add("GET", "/api/topic-permissions", admin(a.apiTopicPermissions))
+	add("GET", "/api/topic-permissions/{vhost}/{user}", admin(a.apiTopicPermission))
+	add("PUT", "/api/topic-permissions/{vhost}/{user}", admin(a.apiPutTopicPermission))
+	add("DELETE", "/api/topic-permissions/{vhost}/{user}", admin(a.apiDeleteTopicPermission))
+	add("GET", "/api/vhosts/{vhost}/permissions", admin(a.apiPermissions))
+	add("GET", "/api/users/{user}/permissions", admin(a.apiPermissions))
+	add("GET", "/api/vhosts/{vhost}/topic-permissions", admin(a.apiTopicPermissions))
+	add("GET", "/api/users/{user}/topic-permissions", admin(a.apiTopicPermissions))
+	add("GET", "/api/exchanges", a.apiExchanges)
+	add("GET", "/api/exchanges/{vhost}", a.apiExchanges)
+	add("GET", "/api/exchanges/{vhost}/{exchange}", a.apiExchange)
+	add("PUT", "/api/exchanges/{vhost}/{exchange}", a.apiPutExchange)
+	add("DELETE", "/api/exchanges/{vhost}/{exchange}", a.apiDeleteExchange)
+	add("GET", "/api/queues", a.apiVHostQueues)
+	add("GET", "/api/queues/{vhost}", a.apiVHostQueues)
+	add("GET", "/api/queues/{vhost}/{queue}", a.apiQueue)
+	add("PUT", "/api/queues/{vhost}/{queue}", a.apiPutQueue)
+	add("DELETE", "/api/queues/{vhost}/{queue}", a.apiDeleteQueue)
+	add("DELETE", "/api/queues/{vhost}/{queue}/contents", a.apiPurgeQueue)
+	add("POST", "/api/exchanges/{vhost}/{exchange}/publish", a.apiPublish)
+	add("POST", "/api/queues/{vhost}/{queue}/get", a.apiGet)
+	add("POST", "/api/queues/{vhost}/{queue}/redrive", a.apiRedrive)
+	add("POST", "/api/queues/{vhost}/{queue}/peek", a.apiPeek)
+	add("GET", "/api/bindings", a.apiBindings)
+	add("GET", "/api/bindings/{vhost}", a.apiBindings)
+	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", a.apiBindingsBetween)
+	add("POST", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}", a.apiPostBinding)
+	add("GET", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", a.apiBindingsBetween)
+	add("DELETE", "/api/bindings/{vhost}/e/{exchange}/{dtype}/{dest}/{props}", a.apiDeleteBinding)
+	add("GET", "/api/health/checks/alarms", a.apiHealthAlarms)
+	add("GET", "/api/health/checks/local-alarms", a.apiHealthLocalAlarms)
+	add("GET", "/api/health/checks/port-listener/{port}", a.apiHealthPortListener)
+	add("GET", "/api/health/checks/protocol-listener/{protocol}", a.apiHealthProtocolListener)
+	add("GET", "/api/health/checks/virtual-hosts", a.apiHealthVirtualHosts)
+	add("GET", "/api/aliveness-test/{vhost}", a.apiAliveness)
+	add("GET", "/api/definitions", admin(a.apiGetDefinitions))
+	add("GET", "/api/definitions/{vhost}", admin(a.apiGetDefinitions))
+	add("POST", "/api/definitions", admin(a.apiPostDefinitions))
+	add("POST", "/api/definitions/{vhost}", admin(a.apiPostDefinitions))
 	for _, kind := range []struct {
 		path     string
 		operator bool
 	}{{"policies", false}, {"operator-policies", true}} {
-		list, get, put, del := s.policiesHandlers(kind.operator)
+		list, get, put, del := a.policiesHandlers(kind.operator)
 		add("GET", "/api/"+kind.path, list)
 		add("GET", "/api/"+kind.path+"/{vhost}", list)
 		add("GET", "/api/"+kind.path+"/{vhost}/{name}", get)
 		add("PUT", "/api/"+kind.path+"/{vhost}/{name}", put)
 		add("DELETE", "/api/"+kind.path+"/{vhost}/{name}", del)
 	}
-	add("GET", "/api/vhost-limits", s.apiVHostLimits)
-	add("GET", "/api/vhost-limits/{vhost}", s.apiVHostLimits)
-	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(s.apiPutVHostLimit))
-	add("DELETE", "/api/vhost-limits/{vhost}/{name}", admin(s.apiDeleteVHostLimit))
-	add("GET", "/api/user-limits", admin(s.apiUserLimits))
-	add("GET", "/api/user-limits/{user}", admin(s.apiUserLimits))
-	add("PUT", "/api/user-limits/{user}/{name}", admin(s.apiPutUserLimit))
-	add("DELETE", "/api/user-limits/{user}/{name}", admin(s.apiDeleteUserLimit))
+	add("GET", "/api/vhost-limits", a.apiVHostLimits)
+	add("GET", "/api/vhost-limits/{vhost}", a.apiVHostLimits)
+	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(a.apiPutVHostLimit))
+	add("DELETE", "/api/vhost-limits/{vhost}/{name}", admin(a.apiDeleteVHostLimit))
+	add("GET", "/api/user-limits", admin(a.apiUserLimits))
+	add("GET", "/api/user-limits/{user}", admin(a.apiUserLimits))
+	add("PUT", "/api/user-limits/{user}/{name}", admin(a.apiPutUserLimit))
+	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		segs := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 		for i, sg := range segs {
@@ -261,7 +259,7 @@ func keysMissing(w http.ResponseWriter, body map[string]any, keys ...string) boo
 
 func str(m map[string]any, k string) (string, bool) { s, ok := m[k].(string); return s, ok }
 
-func (s *Server) apiWhoami(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiWhoami(w http.ResponseWriter, r *http.Request) {
 	u := apiUser(r)
 	writeJSON(w, map[string]any{"name": u.Name, "tags": tagList(u.Tags)})
 }
@@ -273,61 +271,61 @@ func tagList(t []string) []string {
 	return t
 }
 
-func (s *Server) vhostJSON(st *vhostState) map[string]any {
-	tags := tagList(st.rec.Tags)
+func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
+	tags := tagList(st.Rec.Tags)
 	var ready, unacked int64
-	for _, q := range st.v.Queues() {
+	for _, q := range st.Queues() {
 		ready += q.Ready()
 		unacked += q.Unacked()
 	}
 	zero := map[string]float64{"rate": 0}
-	return map[string]any{"name": st.v.Name(), "description": st.rec.Description, "tags": tags,
-		"default_queue_type": "undefined", "metadata": map[string]any{"description": st.rec.Description, "tags": tags},
-		"tracing": false, "cluster_state": map[string]string{s.nodeName(): "running"},
+	return map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
+		"default_queue_type": "undefined", "metadata": map[string]any{"description": st.Rec.Description, "tags": tags},
+		"tracing": false, "cluster_state": map[string]string{a.srv.NodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
 }
 
 // canSee reports whether u may see vhost vh: administrators and
 // monitoring users see all, others those they have permissions in.
-func (s *Server) canSee(u *auth.User, vh string) bool {
-	return seesAll(u) || s.reg.Grant(vh, u.Name).Permission() != nil
+func (a *API) canSee(u *auth.User, vh string) bool {
+	return seesAll(u) || a.srv.Access().Grant(vh, u.Name).Permission() != nil
 }
 
-func (s *Server) apiVHosts(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiVHosts(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
-	for _, st := range s.allVHosts() {
-		if s.canSee(apiUser(r), st.v.Name()) {
-			out = append(out, s.vhostJSON(st))
+	for _, st := range a.srv.VHosts() {
+		if a.canSee(apiUser(r), st.Name()) {
+			out = append(out, a.vhostJSON(st))
 		}
 	}
 	writeList(w, r, out)
 }
 
-func (s *Server) apiVHost(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiVHost(w http.ResponseWriter, r *http.Request) {
 	name := pathName(r, "vhost")
-	if !s.canSee(apiUser(r), name) {
+	if !a.canSee(apiUser(r), name) {
 		// RabbitMQ 3.10 answers so whether the vhost exists or not.
 		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
 		return
 	}
-	st := s.vhostByName(name)
+	st := a.srv.LookupVHost(name)
 	if st == nil {
 		notFound(w)
 		return
 	}
-	writeJSON(w, s.vhostJSON(st))
+	writeJSON(w, a.vhostJSON(st))
 }
 
-func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	name := pathName(r, "vhost")
-	rec := vhostRec{Tags: []string{}}
-	if st := s.vhostByName(name); st != nil {
-		rec = st.rec
+	rec := broker.VHostRecord{Tags: []string{}}
+	if st := a.srv.LookupVHost(name); st != nil {
+		rec = st.Rec
 	}
 	if d, ok := str(body, "description"); ok {
 		rec.Description = d
@@ -340,14 +338,12 @@ func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.Tags = tags
 	}
-	created, err := s.putVHost(name, rec)
+	created, err := a.srv.PutVHost(name, rec)
 	if err == nil && created {
 		// RabbitMQ grants the user who made the vhost every permission
 		// in it.
 		p, _ := auth.NewPermission(".*", ".*", ".*")
-		b := &persist.Batch{}
-		putPermDef(b, name, apiUser(r).Name, p)
-		err = s.commitDefs(b, func() { s.reg.SetPermission(name, apiUser(r).Name, p) })
+		err = a.srv.PutAccess(nil, []auth.PermissionEntry{{VHost: name, User: apiUser(r).Name, Permission: p}}, nil)
 	}
 	if err != nil {
 		internalError(w, err)
@@ -356,8 +352,8 @@ func (s *Server) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 	answerPut(w, created)
 }
 
-func (s *Server) apiDeleteVHost(w http.ResponseWriter, r *http.Request) {
-	found, err := s.deleteVHost(pathName(r, "vhost"))
+func (a *API) apiDeleteVHost(w http.ResponseWriter, r *http.Request) {
+	found, err := a.srv.DeleteVHost(pathName(r, "vhost"))
 	switch {
 	case !found:
 		notFound(w)
@@ -381,16 +377,16 @@ func userJSON(u *auth.User) map[string]any {
 		"tags": tagList(u.Tags), "limits": limits}
 }
 
-func (s *Server) apiUsers(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiUsers(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
-	for _, u := range s.reg.Users() {
+	for _, u := range a.srv.Access().Users() {
 		out = append(out, userJSON(u))
 	}
 	writeList(w, r, out)
 }
 
-func (s *Server) apiUserGet(w http.ResponseWriter, r *http.Request) {
-	u := s.reg.User(pathName(r, "user"))
+func (a *API) apiUserGet(w http.ResponseWriter, r *http.Request) {
+	u := a.srv.Access().User(pathName(r, "user"))
 	if u == nil {
 		notFound(w)
 		return
@@ -401,13 +397,13 @@ func (s *Server) apiUserGet(w http.ResponseWriter, r *http.Request) {
 // apiPutUser creates or updates a user: password (hashed with SHA-256), or
 // password_hash with hashing_algorithm, or neither (no password login);
 // tags as a comma-separated string or a list.
-func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPutUser(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	name := pathName(r, "user")
-	old := s.reg.User(name)
+	old := a.srv.Access().User(name)
 	u := &auth.User{Name: name, Algo: auth.SHA256}
 	if old != nil {
 		u.Limits = old.Limits
@@ -431,45 +427,29 @@ func (s *Server) apiPutUser(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case hasHash:
-		if a, ok := str(body, "hashing_algorithm"); ok {
-			u.Algo = a
+		if algo, ok := str(body, "hashing_algorithm"); ok {
+			u.Algo = algo
 		}
 		if u.Hash, err = auth.DecodeHash(u.Algo, hash); err != nil {
 			badRequest(w, err.Error())
 			return
 		}
 	}
-	b := &persist.Batch{}
-	putUserDef(b, u)
-	if !s.commitDefsOr500(w, b, func() { s.reg.PutUser(u) }) {
+	if err := a.srv.PutAccess([]*auth.User{u}, nil, nil); err != nil {
+		internalError(w, err)
 		return
 	}
 	answerPut(w, old == nil)
 }
 
-func (s *Server) apiDeleteUser(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiDeleteUser(w http.ResponseWriter, r *http.Request) {
 	name := pathName(r, "user")
-	if s.reg.User(name) == nil {
+	if a.srv.Access().User(name) == nil {
 		notFound(w)
 		return
 	}
-	b := &persist.Batch{}
-	b.DeleteDef(defUser, vhost.DefName(name))
-	for _, p := range s.reg.Permissions() {
-		if p.User == name {
-			b.DeleteDef(defPerm, vhost.DefName(p.VHost, name))
-		}
-	}
-	for _, t := range s.reg.TopicPermissions() {
-		if t.User == name {
-			b.DeleteDef(defTopicPerm, vhost.DefName(t.VHost, name, t.Exchange))
-		}
-	}
-	if !s.commitDefsOr500(w, b, func() {
-		s.reg.DeleteUser(name)
-		s.closeConnsWhere(func(c *conn) bool { return c.user == name },
-			amqp.Errorf(amqp.ConnectionForced, "user '%s' is deleted", name), "user deleted")
-	}) {
+	if err := a.srv.DeleteUser(name); err != nil {
+		internalError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -481,13 +461,13 @@ func permJSON(p auth.PermissionEntry) map[string]any {
 
 // apiPermissions lists permissions: all, or a vhost's, or a user's (by
 // the path's {vhost} or {user}).
-func (s *Server) apiPermissions(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPermissions(w http.ResponseWriter, r *http.Request) {
 	vh, user := r.PathValue("vhost"), r.PathValue("user")
-	if !s.pathObjectExists(w, vh, user) {
+	if !a.pathObjectExists(w, vh, user) {
 		return
 	}
 	out := []map[string]any{}
-	for _, p := range s.reg.Permissions() {
+	for _, p := range a.srv.Access().Permissions() {
 		if (vh == "" || p.VHost == vh) && (user == "" || p.User == user) {
 			out = append(out, permJSON(p))
 		}
@@ -497,18 +477,18 @@ func (s *Server) apiPermissions(w http.ResponseWriter, r *http.Request) {
 
 // pathObjectExists answers 404 for a vhost or user the path names that
 // does not exist.
-func (s *Server) pathObjectExists(w http.ResponseWriter, vh, user string) bool {
-	if (vh != "" && s.vhostByName(vh) == nil) || (user != "" && s.reg.User(user) == nil) {
+func (a *API) pathObjectExists(w http.ResponseWriter, vh, user string) bool {
+	if (vh != "" && a.srv.LookupVHost(vh) == nil) || (user != "" && a.srv.Access().User(user) == nil) {
 		notFound(w)
 		return false
 	}
 	return true
 }
 
-func (s *Server) apiPermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPermission(w http.ResponseWriter, r *http.Request) {
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	p := s.reg.Grant(vh, user).Permission()
-	if p == nil || s.vhostByName(vh) == nil {
+	p := a.srv.Access().Grant(vh, user).Permission()
+	if p == nil || a.srv.LookupVHost(vh) == nil {
 		notFound(w)
 		return
 	}
@@ -517,21 +497,21 @@ func (s *Server) apiPermission(w http.ResponseWriter, r *http.Request) {
 
 // userAndVHost checks that both exist, answering 400 as RabbitMQ when
 // either does not.
-func (s *Server) userAndVHost(w http.ResponseWriter, vh, user string) bool {
-	if s.vhostByName(vh) == nil || s.reg.User(user) == nil {
+func (a *API) userAndVHost(w http.ResponseWriter, vh, user string) bool {
+	if a.srv.LookupVHost(vh) == nil || a.srv.Access().User(user) == nil {
 		badRequest(w, "vhost_or_user_not_found")
 		return false
 	}
 	return true
 }
 
-func (s *Server) apiPutPermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPutPermission(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	if !s.userAndVHost(w, vh, user) || keysMissing(w, body, "configure", "write", "read") {
+	if !a.userAndVHost(w, vh, user) || keysMissing(w, body, "configure", "write", "read") {
 		return
 	}
 	c, _ := str(body, "configure")
@@ -542,24 +522,22 @@ func (s *Server) apiPutPermission(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err.Error())
 		return
 	}
-	had := s.reg.Grant(vh, user).Permission() != nil
-	b := &persist.Batch{}
-	putPermDef(b, vh, user, p)
-	if !s.commitDefsOr500(w, b, func() { s.reg.SetPermission(vh, user, p) }) {
+	had := a.srv.Access().Grant(vh, user).Permission() != nil
+	if err := a.srv.PutAccess(nil, []auth.PermissionEntry{{VHost: vh, User: user, Permission: p}}, nil); err != nil {
+		internalError(w, err)
 		return
 	}
 	answerPut(w, !had)
 }
 
-func (s *Server) apiDeletePermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiDeletePermission(w http.ResponseWriter, r *http.Request) {
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	if s.reg.Grant(vh, user).Permission() == nil {
+	if a.srv.Access().Grant(vh, user).Permission() == nil {
 		notFound(w)
 		return
 	}
-	b := &persist.Batch{}
-	b.DeleteDef(defPerm, vhost.DefName(vh, user))
-	if !s.commitDefsOr500(w, b, func() { s.reg.ClearPermission(vh, user) }) {
+	if err := a.srv.ClearPermission(vh, user); err != nil {
+		internalError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -569,13 +547,13 @@ func topicJSON(t auth.TopicPermissionEntry) map[string]any {
 	return map[string]any{"user": t.User, "vhost": t.VHost, "exchange": t.Exchange, "write": t.Write, "read": t.Read}
 }
 
-func (s *Server) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
 	vh, user := r.PathValue("vhost"), r.PathValue("user")
-	if !s.pathObjectExists(w, vh, user) {
+	if !a.pathObjectExists(w, vh, user) {
 		return
 	}
 	out := []map[string]any{}
-	for _, t := range s.reg.TopicPermissions() {
+	for _, t := range a.srv.Access().TopicPermissions() {
 		if (vh == "" || t.VHost == vh) && (user == "" || t.User == user) {
 			out = append(out, topicJSON(t))
 		}
@@ -583,10 +561,10 @@ func (s *Server) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-func (s *Server) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
 	out := []map[string]any{}
-	for _, t := range s.reg.TopicPermissions() {
+	for _, t := range a.srv.Access().TopicPermissions() {
 		if t.VHost == vh && t.User == user {
 			out = append(out, topicJSON(t))
 		}
@@ -598,13 +576,13 @@ func (s *Server) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-func (s *Server) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	if !s.userAndVHost(w, vh, user) || keysMissing(w, body, "exchange", "write", "read") {
+	if !a.userAndVHost(w, vh, user) || keysMissing(w, body, "exchange", "write", "read") {
 		return
 	}
 	ex, _ := str(body, "exchange")
@@ -615,22 +593,19 @@ func (s *Server) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err.Error())
 		return
 	}
-	had := s.reg.Grant(vh, user).TopicChecked(ex)
-	b := &persist.Batch{}
-	putTopicDef(b, vh, user, tp)
-	if !s.commitDefsOr500(w, b, func() { s.reg.SetTopicPermission(vh, user, tp) }) {
+	had := a.srv.Access().Grant(vh, user).TopicChecked(ex)
+	if err := a.srv.PutAccess(nil, nil, []auth.TopicPermissionEntry{{VHost: vh, User: user, TopicPermission: tp}}); err != nil {
+		internalError(w, err)
 		return
 	}
 	answerPut(w, !had)
 }
 
-func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request) {
+func (a *API) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request) {
 	vh, user := pathName(r, "vhost"), pathName(r, "user")
-	b := &persist.Batch{}
 	n := 0
-	for _, t := range s.reg.TopicPermissions() {
+	for _, t := range a.srv.Access().TopicPermissions() {
 		if t.VHost == vh && t.User == user {
-			b.DeleteDef(defTopicPerm, vhost.DefName(vh, user, t.Exchange))
 			n++
 		}
 	}
@@ -638,7 +613,8 @@ func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request
 		notFound(w)
 		return
 	}
-	if !s.commitDefsOr500(w, b, func() { s.reg.ClearTopicPermission(vh, user, "") }) {
+	if err := a.srv.ClearTopicPermissions(vh, user); err != nil {
+		internalError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -647,12 +623,12 @@ func (s *Server) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request
 // withUser authenticates a request by HTTP basic auth against the
 // broker's users (loopback-only users from loopback only) and lets in
 // management users.
-func (s *Server) withUser(h http.Handler) http.Handler {
+func (a *API) withUser(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, pass, ok := r.BasicAuth()
 		var u *auth.User
 		if ok {
-			u, ok = s.login(name, pass, remoteAddr(r))
+			u, ok = a.srv.Login(name, pass, remoteAddr(r))
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)

@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -60,8 +61,8 @@ func deathOrigin(props []byte) (exchange string, keys []string, ok bool) {
 
 // readableQueue is the path's queue, the request's body and the API
 // user's grant, once the user may read the queue.
-func (s *Server) readableQueue(w http.ResponseWriter, r *http.Request) (*vhostState, *queue.Queue, map[string]any, *auth.Grant, bool) {
-	st, q, ok := s.findQueue(w, r)
+func (a *API) readableQueue(w http.ResponseWriter, r *http.Request) (*broker.VHostInfo, *queue.Queue, map[string]any, *auth.Grant, bool) {
+	st, q, ok := a.findQueue(w, r)
 	if !ok {
 		return nil, nil, nil, nil, false
 	}
@@ -69,7 +70,7 @@ func (s *Server) readableQueue(w http.ResponseWriter, r *http.Request) (*vhostSt
 	if !ok {
 		return nil, nil, nil, nil, false
 	}
-	g := s.reg.Grant(st.v.Name(), apiUser(r).Name)
+	g := a.srv.Access().Grant(st.Name(), apiUser(r).Name)
 	if err := g.Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
 		return nil, nil, nil, nil, false
@@ -82,8 +83,8 @@ func (s *Server) readableQueue(w http.ResponseWriter, r *http.Request) (*vhostSt
 // than hold a whole dead-letter queue in memory.
 const maxUnmoved = 10000
 
-func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
-	st, q, body, g, ok := s.readableQueue(w, r)
+func (a *API) apiRedrive(w http.ResponseWriter, r *http.Request) {
+	st, q, body, g, ok := a.readableQueue(w, r)
 	if !ok {
 		return
 	}
@@ -123,14 +124,14 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 		if pv, err := amqp.ScanProperties(m.Props); err == nil {
 			sc.RawHeaders = pv.Headers
 		}
-		qs, err := st.v.Route(ex, keys[0], &sc)
+		qs, err := st.Route(ex, keys[0], &sc)
 		if err != nil || len(qs) == 0 {
 			unroutable++
 			kept = append(kept, d)
 			continue
 		}
 		conf := &waitConf{n: 1, done: make(chan struct{})}
-		routed, waited := vhost.FanOut(st.v.Store(), &m, qs, false, func(n int) queue.Confirmer {
+		routed, waited := vhost.FanOut(st.Store(), &m, qs, false, func(n int) queue.Confirmer {
 			conf.n = n
 			return conf
 		}, nil)
@@ -148,12 +149,12 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(gap)
 		}
 	}
-	s.log.Info("redrive", zap.String("vhost", st.v.Name()), zap.String("queue", q.Name()), zap.Int("moved", moved), zap.Int("unroutable", unroutable))
+	a.log.Info("redrive", zap.String("vhost", st.Name()), zap.String("queue", q.Name()), zap.Int("moved", moved), zap.Int("unroutable", unroutable))
 	writeJSON(w, map[string]any{"moved": moved, "unroutable": unroutable, "remaining": q.Ready() + int64(len(kept))})
 }
 
-func (s *Server) apiPeek(w http.ResponseWriter, r *http.Request) {
-	_, q, body, _, ok := s.readableQueue(w, r)
+func (a *API) apiPeek(w http.ResponseWriter, r *http.Request) {
+	_, q, body, _, ok := a.readableQueue(w, r)
 	if !ok {
 		return
 	}

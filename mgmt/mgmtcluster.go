@@ -1,4 +1,4 @@
-package broker
+package mgmt
 
 import (
 	"errors"
@@ -18,13 +18,14 @@ import (
 // A write on a node that is not the leader is a 409 that names the
 // leader, for the caller to retry there.
 
-func (s *Server) apiCluster(w http.ResponseWriter, _ *http.Request) {
-	if s.node == nil {
-		writeJSON(w, map[string]any{"name": s.nodeName(), "clustered": false, "state": "Leader", "leader": s.nodeName(),
-			"members": []map[string]any{{"name": s.nodeName(), "voter": true}}})
+func (a *API) apiCluster(w http.ResponseWriter, _ *http.Request) {
+	node := a.srv.Cluster()
+	if node == nil {
+		writeJSON(w, map[string]any{"name": a.srv.NodeName(), "clustered": false, "state": "Leader", "leader": a.srv.NodeName(),
+			"members": []map[string]any{{"name": a.srv.NodeName(), "voter": true}}})
 		return
 	}
-	writeJSON(w, clusterJSON(s.node.Status()))
+	writeJSON(w, clusterJSON(node.Status()))
 }
 
 func clusterJSON(st cluster.Status) map[string]any {
@@ -37,8 +38,8 @@ func clusterJSON(st cluster.Status) map[string]any {
 		"last_contact_seconds": st.LastContact.Seconds(), "members": members}
 }
 
-func (s *Server) apiPutClusterMember(w http.ResponseWriter, r *http.Request) {
-	if !s.clustered(w) {
+func (a *API) apiPutClusterMember(w http.ResponseWriter, r *http.Request) {
+	if !a.clustered(w) {
 		return
 	}
 	body, ok := readBody(w, r)
@@ -46,29 +47,29 @@ func (s *Server) apiPutClusterMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr, _ := str(body, "address")
-	s.clusterAnswer(w, s.node.AddMember(r.PathValue("name"), addr), http.StatusCreated)
+	a.clusterAnswer(w, a.srv.Cluster().AddMember(r.PathValue("name"), addr), http.StatusCreated)
 }
 
-func (s *Server) apiDeleteClusterMember(w http.ResponseWriter, r *http.Request) {
-	if s.clustered(w) {
-		s.clusterAnswer(w, s.node.RemoveMember(r.PathValue("name")), http.StatusNoContent)
+func (a *API) apiDeleteClusterMember(w http.ResponseWriter, r *http.Request) {
+	if a.clustered(w) {
+		a.clusterAnswer(w, a.srv.Cluster().RemoveMember(r.PathValue("name")), http.StatusNoContent)
 	}
 }
 
-func (s *Server) clustered(w http.ResponseWriter) bool {
-	if s.node == nil {
+func (a *API) clustered(w http.ResponseWriter) bool {
+	if a.srv.Cluster() == nil {
 		badRequest(w, "this node is not clustered (start it with --cluster-listen and --cluster-peers)")
 		return false
 	}
 	return true
 }
 
-func (s *Server) clusterAnswer(w http.ResponseWriter, err error, ok int) {
+func (a *API) clusterAnswer(w http.ResponseWriter, err error, ok int) {
 	switch {
 	case err == nil:
 		w.WriteHeader(ok)
 	case errors.Is(err, cluster.ErrNotLeader):
-		apiError(w, http.StatusConflict, "not_leader", "this node is not the cluster's leader; the leader is "+s.node.Status().Leader)
+		apiError(w, http.StatusConflict, "not_leader", "this node is not the cluster's leader; the leader is "+a.srv.Cluster().Status().Leader)
 	default:
 		internalError(w, err)
 	}
