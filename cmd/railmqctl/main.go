@@ -25,6 +25,7 @@ import (
 
 type client struct {
 	base, user, pass, vhost, format string
+	out                             io.Writer // what the commands print
 }
 
 func (c *client) do(method, path string, body any) ([]byte, error) {
@@ -73,7 +74,7 @@ func (c *client) vh() string { return url.PathEscape(c.vhost) }
 // show prints a JSON list as a table of columns (or as JSON).
 func (c *client) show(raw []byte, cols []string) error {
 	if c.format == "json" {
-		_, err := os.Stdout.Write(append(raw, '\n'))
+		_, err := c.out.Write(append(raw, '\n'))
 		return err
 	}
 	var items []map[string]any
@@ -84,7 +85,7 @@ func (c *client) show(raw []byte, cols []string) error {
 		}
 		items = []map[string]any{one}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, it := range items {
 		vals := make([]string, len(cols))
@@ -251,7 +252,7 @@ func newRoot(c *client) *cobra.Command {
 			var r struct{ Routed bool }
 			_ = json.Unmarshal(raw, &r)
 			if !r.Routed {
-				fmt.Println("published, not routed")
+				fmt.Fprintln(c.out, "published, not routed")
 			}
 			return nil
 		}}
@@ -372,7 +373,7 @@ func newRoot(c *client) *cobra.Command {
 				if err := json.Unmarshal(raw, &st); err != nil {
 					return err
 				}
-				fmt.Printf("node %s: %s, term %d, leader %s\n", st.Name, st.State, st.Term, st.Leader)
+				fmt.Fprintf(c.out, "node %s: %s, term %d, leader %s\n", st.Name, st.State, st.Term, st.Leader)
 				b, _ := json.Marshal(st.Members)
 				return c.show(b, []string{"name", "address", "voter", "leader"})
 			}},
@@ -400,7 +401,7 @@ func rabbitmqctl(c *client, args []string) error {
 	case "ping", "await_startup", "node_health_check":
 		_, err := c.do("GET", "/api/health/checks/alarms", nil)
 		if err == nil {
-			fmt.Println("Ping succeeded")
+			fmt.Fprintln(c.out, "Ping succeeded")
 		}
 		return err
 	case "status":
@@ -450,22 +451,33 @@ func rabbitmqctl(c *client, args []string) error {
 }
 
 func main() {
-	c := &client{}
-	if name := filepath.Base(os.Args[0]); name == "rabbitmqctl" || name == "rabbitmq-diagnostics" {
+	os.Exit(run(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is railmqctl called as name (rabbitmqctl or rabbitmq-diagnostics:
+// the shim) with args; it returns the exit code. Commands print to
+// stdout and errors go to stderr; cobra's help and usage go where cobra
+// sends them, the process's stdout or stderr.
+func run(name string, args []string, stdout, stderr io.Writer) int {
+	c := &client{out: stdout}
+	if name == "rabbitmqctl" || name == "rabbitmq-diagnostics" {
 		root := newRoot(c) // for the flags and their environment defaults
 		_ = root.ParseFlags(nil)
-		args := os.Args[1:]
 		// RabbitMQ's -p VHOST before the command.
 		if len(args) > 1 && args[0] == "-p" {
 			c.vhost, args = args[1], args[2:]
 		}
 		if err := rabbitmqctl(c, args); err != nil {
-			fmt.Fprintln(os.Stderr, "Error:", err)
-			os.Exit(1)
+			fmt.Fprintln(stderr, "Error:", err)
+			return 1
 		}
-		return
+		return 0
 	}
-	if err := newRoot(c).Execute(); err != nil {
-		os.Exit(1)
+	root := newRoot(c)
+	root.SetArgs(args)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		return 1
 	}
+	return 0
 }

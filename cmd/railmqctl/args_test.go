@@ -1,0 +1,498 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// request is what railmqctl asked of the management API.
+type request struct {
+	Method, Path string // the path as sent, escaped
+	User, Pass   string
+	Body         any // decoded JSON, nil without a body
+}
+
+// fakeAPI records railmqctl's requests and answers each with replies'
+// entry for "METHOD path" (status and body), or 200 and [] for a GET and
+// 204 for anything else.
+type fakeAPI struct {
+	URL     string
+	mu      sync.Mutex
+	reqs    []request
+	raw     [][]byte // the bodies as sent
+	replies map[string]reply
+}
+
+type reply struct {
+	code int
+	body string
+}
+
+func newFakeAPI(t *testing.T, replies map[string]reply) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{replies: replies}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		req := request{Method: r.Method, Path: r.URL.EscapedPath()}
+		req.User, req.Pass, _ = r.BasicAuth()
+		if len(raw) > 0 {
+			if err := json.Unmarshal(raw, &req.Body); err != nil {
+				t.Errorf("%s %s: body %q is not JSON", r.Method, req.Path, raw)
+			}
+			if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("%s %s: Content-Type %q", r.Method, req.Path, ct)
+			}
+		}
+		f.mu.Lock()
+		f.reqs = append(f.reqs, req)
+		f.raw = append(f.raw, raw)
+		f.mu.Unlock()
+		rep, ok := replies[r.Method+" "+req.Path]
+		switch {
+		case ok:
+		case r.Method == "GET":
+			rep = reply{200, "[]"}
+		default:
+			rep = reply{204, ""}
+		}
+		if rep.body != "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(rep.code)
+		_, _ = io.WriteString(w, rep.body)
+	}))
+	t.Cleanup(hs.Close)
+	f.URL = hs.URL
+	return f
+}
+
+func (f *fakeAPI) requests() []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]request(nil), f.reqs...)
+}
+
+// cleanEnv unsets the variables railmqctl reads (restored after the
+// test).
+func cleanEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"RAILMQ_MANAGEMENT_URL", "RAILMQ_USER", "RAILMQ_PASSWORD"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
+// ctl runs railmqctl called as name with args and env; the exit code,
+// stdout and stderr.
+func ctl(t *testing.T, name string, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	cleanEnv(t)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(name, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// j decodes a JSON literal, for the requests' expected bodies.
+func j(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return v
+}
+
+func guest(method, path string, body any) request {
+	return request{Method: method, Path: path, User: "guest", Pass: "guest", Body: body}
+}
+
+// Each command and its flags make the management API requests they
+// stand for, and print their answers.
+func TestCommandRequests(t *testing.T) {
+	dir := t.TempDir()
+	defsOut := filepath.Join(dir, "out.json")
+	defsIn := filepath.Join(dir, "in.json")
+	defs := `{"rabbit_version":"3.13.0","queues":[{"name":"q","vhost":"/"}]}`
+	if err := os.WriteFile(defsIn, []byte(defs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conn := "127.0.0.1:50000 -> 127.0.0.1:5672"
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string // after --url
+		noURL   bool     // the URL from the environment
+		slash   bool     // the URL ends in a slash
+		replies map[string]reply
+		want    []request
+		out     string // stdout, exactly
+	}{
+		{name: "list queues", args: []string{"list", "queues"}, want: []request{guest("GET", "/api/queues/%2F", nil)},
+			out: "vhost  name  messages  messages_ready  messages_unacknowledged  consumers  policy\n"},
+		{name: "list exchanges", args: []string{"list", "exchanges"}, want: []request{guest("GET", "/api/exchanges/%2F", nil)},
+			out: "vhost  name  type  durable  auto_delete  internal\n"},
+		{name: "list bindings", args: []string{"list", "bindings"}, want: []request{guest("GET", "/api/bindings/%2F", nil)},
+			out: "vhost  source  destination  destination_type  routing_key  properties_key\n"},
+		{name: "list policies", args: []string{"list", "policies"}, want: []request{guest("GET", "/api/policies/%2F", nil)},
+			out: "vhost  name  pattern  apply-to  priority  definition\n"},
+		{name: "list consumers", args: []string{"list", "consumers"}, want: []request{guest("GET", "/api/consumers/%2F", nil)},
+			out: "queue.name  consumer_tag  prefetch_count  ack_required\n"},
+		{name: "list connections", args: []string{"list", "connections"}, want: []request{guest("GET", "/api/connections", nil)},
+			out: "name  user  vhost  state\n"},
+		{name: "list channels", args: []string{"list", "channels"}, want: []request{guest("GET", "/api/channels", nil)},
+			out: "name  user  vhost\n"},
+		{name: "list users", args: []string{"list", "users"}, want: []request{guest("GET", "/api/users", nil)}, out: "name  tags\n"},
+		{name: "list vhosts", args: []string{"list", "vhosts"}, want: []request{guest("GET", "/api/vhosts", nil)},
+			out: "name  description  messages\n"},
+		{name: "list permissions", args: []string{"list", "permissions"}, want: []request{guest("GET", "/api/permissions", nil)},
+			out: "vhost  user  configure  write  read\n"},
+		{name: "list in a vhost", args: []string{"--vhost", "/prod", "list", "queues", "name"}, want: []request{guest("GET", "/api/queues/%2Fprod", nil)},
+			out: "name\n"},
+		{name: "list in a vhost, short flag", args: []string{"-V", "a b", "list", "bindings", "source"}, want: []request{guest("GET", "/api/bindings/a%20b", nil)},
+			out: "source\n"},
+		{name: "list columns", args: []string{"list", "consumers", "queue.name", "prefetch_count", "ack_required", "arguments", "missing"},
+			replies: map[string]reply{"GET /api/consumers/%2F": {200, `[{"queue":{"name":"q1"},"prefetch_count":10,"ack_required":true,"arguments":{"x":1}},
+				{"queue":{"name":"q2"},"prefetch_count":2.5,"ack_required":false,"arguments":null}]`}},
+			want: []request{guest("GET", "/api/consumers/%2F", nil)},
+			out: "queue.name  prefetch_count  ack_required  arguments  missing\n" +
+				"q1          10              true          {\"x\":1}    \n" +
+				"q2          2.5             false                    \n"},
+		{name: "list one object", args: []string{"list", "vhosts", "name"}, replies: map[string]reply{"GET /api/vhosts": {200, `{"name":"/"}`}},
+			want: []request{guest("GET", "/api/vhosts", nil)}, out: "name\n/\n"},
+		{name: "list json", args: []string{"list", "users", "--format", "json"}, replies: map[string]reply{"GET /api/users": {200, `[{"name":"guest"}]`}},
+			want: []request{guest("GET", "/api/users", nil)}, out: "[{\"name\":\"guest\"}]\n"},
+		{name: "list json, short flag", args: []string{"-f", "json", "list", "users"}, replies: map[string]reply{"GET /api/users": {200, `[]`}},
+			want: []request{guest("GET", "/api/users", nil)}, out: "[]\n"},
+		{name: "user and password", args: []string{"-u", "ann", "-p", "pw", "list", "users"},
+			want: []request{{Method: "GET", Path: "/api/users", User: "ann", Pass: "pw"}}, out: "name  tags\n"},
+		{name: "user and password, long flags", args: []string{"--user", "ann", "--password", "pw", "list", "users"},
+			want: []request{{Method: "GET", Path: "/api/users", User: "ann", Pass: "pw"}}, out: "name  tags\n"},
+		{name: "environment", noURL: true, env: map[string]string{"RAILMQ_USER": "bob", "RAILMQ_PASSWORD": "secret"}, args: []string{"list", "users"},
+			want: []request{{Method: "GET", Path: "/api/users", User: "bob", Pass: "secret"}}, out: "name  tags\n"},
+		{name: "flags beat the environment", env: map[string]string{"RAILMQ_USER": "bob", "RAILMQ_PASSWORD": "secret"}, args: []string{"-u", "ann", "list", "users"},
+			want: []request{{Method: "GET", Path: "/api/users", User: "ann", Pass: "secret"}}, out: "name  tags\n"},
+		{name: "url with a slash", slash: true, args: []string{"list", "users"}, want: []request{guest("GET", "/api/users", nil)}, out: "name  tags\n"},
+
+		{name: "declare queue", args: []string{"declare", "queue", "name=a/b", "durable=true", `arguments={"x-max-length":10}`, "note=plain text"},
+			want: []request{guest("PUT", "/api/queues/%2F/a%2Fb", j(t, `{"name":"a/b","durable":true,"arguments":{"x-max-length":10},"note":"plain text"}`))}},
+		{name: "declare exchange", args: []string{"-V", "v", "declare", "exchange", "name=x", "type=topic", "auto_delete=false"},
+			want: []request{guest("PUT", "/api/exchanges/v/x", j(t, `{"name":"x","type":"topic","auto_delete":false}`))}},
+		{name: "declare binding", args: []string{"declare", "binding", "source=x", "destination=q", "routing_key=a.*"},
+			want: []request{guest("POST", "/api/bindings/%2F/e/x/q/q", j(t, `{"source":"x","destination":"q","routing_key":"a.*"}`))}},
+		{name: "declare exchange binding", args: []string{"declare", "binding", "source=x", "destination=y", "destination_type=exchange"},
+			want: []request{guest("POST", "/api/bindings/%2F/e/x/e/y", j(t, `{"source":"x","destination":"y","destination_type":"exchange"}`))}},
+		{name: "delete queue", args: []string{"delete", "queue", "a b"}, want: []request{guest("DELETE", "/api/queues/%2F/a%20b", nil)}},
+		{name: "delete exchange", args: []string{"-V", "v", "delete", "exchange", "x"}, want: []request{guest("DELETE", "/api/exchanges/v/x", nil)}},
+		{name: "delete user", args: []string{"-V", "v", "delete", "user", "ann"}, want: []request{guest("DELETE", "/api/users/ann", nil)}},
+		{name: "delete vhost", args: []string{"delete", "vhost", "/prod"}, want: []request{guest("DELETE", "/api/vhosts/%2Fprod", nil)}},
+		{name: "delete policy", args: []string{"delete", "policy", "p"}, want: []request{guest("DELETE", "/api/policies/%2F/p", nil)}},
+		{name: "purge", args: []string{"purge", "q"}, want: []request{guest("DELETE", "/api/queues/%2F/q/contents", nil)}},
+		{name: "get", args: []string{"get", "q"},
+			replies: map[string]reply{"POST /api/queues/%2F/q/get": {200, `[{"routing_key":"k","exchange":"","redelivered":false,"payload_bytes":2,"payload":"hi"}]`}},
+			want:    []request{guest("POST", "/api/queues/%2F/q/get", j(t, `{"count":1,"ackmode":"ack_requeue_true","encoding":"auto"}`))},
+			out:     "routing_key  exchange  redelivered  payload_bytes  payload\nk                      false        2              hi\n"},
+		{name: "get with flags", args: []string{"get", "q", "--count", "5", "--ackmode", "reject_requeue_false"},
+			replies: map[string]reply{"POST /api/queues/%2F/q/get": {200, `[]`}},
+			want:    []request{guest("POST", "/api/queues/%2F/q/get", j(t, `{"count":5,"ackmode":"reject_requeue_false","encoding":"auto"}`))},
+			out:     "routing_key  exchange  redelivered  payload_bytes  payload\n"},
+		{name: "peek", args: []string{"peek", "q", "--count", "3"}, replies: map[string]reply{"POST /api/queues/%2F/q/peek": {200, `[]`}},
+			want: []request{guest("POST", "/api/queues/%2F/q/peek", j(t, `{"count":3}`))}, out: "routing_key  exchange  payload_bytes  payload\n"},
+		{name: "publish, not routed", args: []string{"publish"},
+			replies: map[string]reply{"POST /api/exchanges/%2F/amq.default/publish": {200, `{"routed":false}`}},
+			want: []request{guest("POST", "/api/exchanges/%2F/amq.default/publish",
+				j(t, `{"properties":{},"routing_key":"","payload":"","payload_encoding":"string"}`))},
+			out: "published, not routed\n"},
+		{name: "publish", args: []string{"publish", "--exchange", "x", "--routing-key", "a.b", "--payload", "hello"},
+			replies: map[string]reply{"POST /api/exchanges/%2F/x/publish": {200, `{"routed":true}`}},
+			want: []request{guest("POST", "/api/exchanges/%2F/x/publish",
+				j(t, `{"properties":{},"routing_key":"a.b","payload":"hello","payload_encoding":"string"}`))}},
+		{name: "redrive", args: []string{"redrive", "dlq"},
+			replies: map[string]reply{"POST /api/queues/%2F/dlq/redrive": {200, `{"moved":10,"unroutable":1,"remaining":0}`}},
+			want:    []request{guest("POST", "/api/queues/%2F/dlq/redrive", j(t, `{}`))},
+			out:     "moved  unroutable  remaining\n10     1           0\n"},
+		{name: "redrive with limits", args: []string{"redrive", "dlq", "--rate", "2.5", "--max", "0"},
+			replies: map[string]reply{"POST /api/queues/%2F/dlq/redrive": {200, `{}`}},
+			want:    []request{guest("POST", "/api/queues/%2F/dlq/redrive", j(t, `{"rate":2.5,"max":0}`))},
+			out:     "moved  unroutable  remaining\n                   \n"},
+		{name: "redrive to an exchange", args: []string{"redrive", "dlq", "--target-exchange", "x", "--target-routing-key", "k"},
+			replies: map[string]reply{"POST /api/queues/%2F/dlq/redrive": {200, `{}`}},
+			want:    []request{guest("POST", "/api/queues/%2F/dlq/redrive", j(t, `{"target_exchange":"x","target_routing_key":"k"}`))},
+			out:     "moved  unroutable  remaining\n                   \n"},
+		{name: "redrive to the default exchange", args: []string{"redrive", "dlq", "--target-exchange", "", "--target-routing-key", "q"},
+			replies: map[string]reply{"POST /api/queues/%2F/dlq/redrive": {200, `{}`}},
+			want:    []request{guest("POST", "/api/queues/%2F/dlq/redrive", j(t, `{"target_exchange":"","target_routing_key":"q"}`))},
+			out:     "moved  unroutable  remaining\n                   \n"},
+		{name: "close connection", args: []string{"close", "connection", conn},
+			want: []request{guest("DELETE", "/api/connections/127.0.0.1:50000%20-%3E%20127.0.0.1:5672", nil)}},
+		{name: "add user", args: []string{"add_user", "ann", "pw", "--tags", "administrator,management"},
+			want: []request{guest("PUT", "/api/users/ann", j(t, `{"password":"pw","tags":"administrator,management"}`))}},
+		{name: "add user without tags", args: []string{"add_user", "ann", "pw"},
+			want: []request{guest("PUT", "/api/users/ann", j(t, `{"password":"pw","tags":""}`))}},
+		{name: "set user tags", args: []string{"set_user_tags", "ann", "monitoring", "management"},
+			replies: map[string]reply{"GET /api/users/ann": {200, `{"name":"ann","password_hash":"h4sh","hashing_algorithm":"rabbit_password_hashing_sha256","tags":"x"}`}},
+			want: []request{guest("GET", "/api/users/ann", nil),
+				guest("PUT", "/api/users/ann", j(t, `{"tags":"monitoring,management","password_hash":"h4sh","hashing_algorithm":"rabbit_password_hashing_sha256"}`))}},
+		{name: "set user tags to none", args: []string{"set_user_tags", "ann"},
+			replies: map[string]reply{"GET /api/users/ann": {200, `{"name":"ann","password_hash":"h4sh","hashing_algorithm":"a"}`}},
+			want: []request{guest("GET", "/api/users/ann", nil),
+				guest("PUT", "/api/users/ann", j(t, `{"tags":"","password_hash":"h4sh","hashing_algorithm":"a"}`))}},
+		{name: "set permissions", args: []string{"-V", "v", "set_permissions", "ann", "^ann-", ".*", ""},
+			want: []request{guest("PUT", "/api/permissions/v/ann", j(t, `{"configure":"^ann-","write":".*","read":""}`))}},
+		{name: "set policy", args: []string{"set_policy", "cap", "^q", `{"max-length":5}`},
+			want: []request{guest("PUT", "/api/policies/%2F/cap", j(t, `{"pattern":"^q","definition":{"max-length":5},"priority":0,"apply-to":"all"}`))}},
+		{name: "set policy with flags", args: []string{"set_policy", "cap", "^q", `{}`, "--priority", "3", "--apply-to", "queues"},
+			want: []request{guest("PUT", "/api/policies/%2F/cap", j(t, `{"pattern":"^q","definition":{},"priority":3,"apply-to":"queues"}`))}},
+		{name: "clear policy", args: []string{"clear_policy", "cap"}, want: []request{guest("DELETE", "/api/policies/%2F/cap", nil)}},
+		{name: "export", args: []string{"export", defsOut}, replies: map[string]reply{"GET /api/definitions": {200, defs}},
+			want: []request{guest("GET", "/api/definitions", nil)}},
+		{name: "import", args: []string{"import", defsIn}, want: []request{guest("POST", "/api/definitions", j(t, defs))}},
+		{name: "status", args: []string{"status"},
+			replies: map[string]reply{"GET /api/nodes": {200, `[{"name":"railmq@h","running":true,"mem_used":100,"mem_limit":1000,"mem_alarm":false,"disk_free":5e9,"disk_free_limit":5e7,"disk_free_alarm":false,"uptime":1234}]`}},
+			want:    []request{guest("GET", "/api/nodes", nil)},
+			out: "name      running  mem_used  mem_limit  mem_alarm  disk_free   disk_free_limit  disk_free_alarm  uptime\n" +
+				"railmq@h  true     100       1000       false      5000000000  50000000         false            1234\n"},
+		{name: "cluster status", args: []string{"cluster", "status"},
+			replies: map[string]reply{"GET /api/cluster": {200, `{"name":"a@h","state":"Follower","leader":"b@h","term":7,"members":[{"name":"a@h","address":"h:1","voter":true,"leader":false},{"name":"b@h","address":"h:2","voter":true,"leader":true}]}`}},
+			want:    []request{guest("GET", "/api/cluster", nil)},
+			out:     "node a@h: Follower, term 7, leader b@h\nname  address  voter  leader\na@h   h:1      true   false\nb@h   h:2      true   true\n"},
+		{name: "cluster join", args: []string{"cluster", "join", "c@h", "h:3"},
+			want: []request{guest("PUT", "/api/cluster/members/c@h", j(t, `{"address":"h:3"}`))}},
+		{name: "cluster leave", args: []string{"cluster", "leave", "c@h"}, want: []request{guest("DELETE", "/api/cluster/members/c@h", nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI(t, tc.replies)
+			env := map[string]string{}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			args := tc.args
+			if tc.noURL {
+				env["RAILMQ_MANAGEMENT_URL"] = api.URL
+			} else {
+				url := api.URL
+				if tc.slash {
+					url += "/"
+				}
+				args = append([]string{"--url", url}, args...)
+			}
+			code, out, errOut := ctl(t, "railmqctl", env, args...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("%v: exit %d\n%s", tc.args, code, errOut)
+			}
+			if got := api.requests(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("%v: requests\n got %+v\nwant %+v", tc.args, got, tc.want)
+			}
+			if out != tc.out {
+				t.Errorf("%v: printed\n%q\nwant\n%q", tc.args, out, tc.out)
+			}
+		})
+	}
+
+	// export wrote what the API answered; import sent the file as it is.
+	if b, err := os.ReadFile(defsOut); err != nil || string(b) != defs {
+		t.Errorf("export wrote %q, %v", b, err)
+	}
+	api := newFakeAPI(t, nil)
+	if code, _, errOut := ctl(t, "railmqctl", nil, "--url", api.URL, "import", defsIn); code != 0 || len(api.raw) != 1 || string(api.raw[0]) != defs {
+		t.Errorf("import: exit %d %s, sent %q", code, errOut, api.raw)
+	}
+}
+
+// Usage errors: railmqctl says what is wrong, exits 1 and asks nothing
+// of the API.
+func TestUsageErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	for _, tc := range []struct {
+		args []string
+		err  string // stderr, exactly
+	}{
+		{[]string{"bogus"}, "Error: unknown command \"bogus\" for \"railmqctl\"\nRun 'railmqctl --help' for usage.\n"},
+		{[]string{"--bogus"}, "Error: unknown flag: --bogus\n"},
+		{[]string{"list"}, "Error: requires at least 1 arg(s), only received 0\n"},
+		{[]string{"list", "bogus"}, "Error: unknown kind \"bogus\"\n"},
+		{[]string{"declare", "queue"}, "Error: requires at least 2 arg(s), only received 1\n"},
+		{[]string{"declare", "thing", "name=x"}, "Error: cannot declare \"thing\"\n"},
+		{[]string{"delete", "queue"}, "Error: accepts 2 arg(s), received 1\n"},
+		{[]string{"delete", "binding", "b"}, "Error: cannot delete \"binding\"\n"},
+		{[]string{"purge"}, "Error: accepts 1 arg(s), received 0\n"},
+		{[]string{"purge", "a", "b"}, "Error: accepts 1 arg(s), received 2\n"},
+		{[]string{"get"}, "Error: accepts 1 arg(s), received 0\n"},
+		{[]string{"get", "q", "--count", "x"}, "Error: invalid argument \"x\" for \"--count\" flag: strconv.ParseInt: parsing \"x\": invalid syntax\n"},
+		{[]string{"peek", "q", "--ackmode", "x"}, "Error: unknown flag: --ackmode\n"},
+		{[]string{"redrive", "q", "--rate", "fast"}, "Error: invalid argument \"fast\" for \"--rate\" flag: strconv.ParseFloat: parsing \"fast\": invalid syntax\n"},
+		{[]string{"close", "connection"}, "Error: accepts 2 arg(s), received 1\n"},
+		{[]string{"add_user", "ann"}, "Error: accepts 2 arg(s), received 1\n"},
+		{[]string{"set_user_tags"}, "Error: requires at least 1 arg(s), only received 0\n"},
+		{[]string{"set_permissions", "ann", ".*", ".*"}, "Error: accepts 4 arg(s), received 3\n"},
+		{[]string{"set_policy", "p", "^q", "{"}, "Error: definition: unexpected end of JSON input\n"},
+		{[]string{"set_policy", "p", "^q", "{}", "--priority", "high"}, "Error: invalid argument \"high\" for \"--priority\" flag: strconv.ParseInt: parsing \"high\": invalid syntax\n"},
+		{[]string{"clear_policy"}, "Error: accepts 1 arg(s), received 0\n"},
+		{[]string{"export"}, "Error: accepts 1 arg(s), received 0\n"},
+		{[]string{"import", missing}, "Error: open " + missing + ": no such file or directory\n"},
+		{[]string{"cluster", "status", "extra"}, "Error: unknown command \"extra\" for \"railmqctl cluster status\"\n"},
+		{[]string{"cluster", "join", "c@h"}, "Error: accepts 2 arg(s), received 1\n"},
+		{[]string{"cluster", "leave"}, "Error: accepts 1 arg(s), received 0\n"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			api := newFakeAPI(t, nil)
+			code, out, errOut := ctl(t, "railmqctl", nil, append([]string{"--url", api.URL}, tc.args...)...)
+			if code != 1 || out != "" || errOut != tc.err {
+				t.Errorf("%v: exit %d, stdout %q, stderr\n%q\nwant\n%q", tc.args, code, out, errOut, tc.err)
+			}
+			if reqs := api.requests(); len(reqs) != 0 {
+				t.Errorf("%v asked the API %+v", tc.args, reqs)
+			}
+		})
+	}
+}
+
+// The API's refusals: its reason when it gives one, else its status.
+func TestAPIErrors(t *testing.T) {
+	api := newFakeAPI(t, map[string]reply{
+		"DELETE /api/queues/%2F/nope": {404, `{"error":"Object Not Found","reason":"Not Found"}`},
+		"GET /api/queues/%2F":         {401, `{"error":"not_authorised","reason":"Login failed\n"}`},
+		"GET /api/users":              {500, `oops`},
+		"PUT /api/cluster/members/c":  {400, `{"error":"bad_request"}`},
+	})
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"delete", "queue", "nope"}, "Error: 404 Not Found: Not Found\n"},
+		{[]string{"list", "queues"}, "Error: 401 Unauthorized: Login failed\n"},
+		{[]string{"list", "users"}, "Error: 500 Internal Server Error\n"},
+		{[]string{"cluster", "join", "c", "h:1"}, "Error: 400 Bad Request\n"},
+	} {
+		code, out, errOut := ctl(t, "railmqctl", nil, append([]string{"--url", api.URL}, tc.args...)...)
+		if code != 1 || out != "" || errOut != tc.err {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", tc.args, code, out, errOut, tc.err)
+		}
+	}
+	// Nothing listening.
+	ln := httptest.NewServer(http.NotFoundHandler())
+	url := ln.URL
+	ln.Close()
+	code, _, errOut := ctl(t, "railmqctl", nil, "--url", url, "status")
+	if code != 1 || !strings.HasPrefix(errOut, `Error: Get "`+url+`/api/nodes": dial tcp `) {
+		t.Errorf("no API: exit %d, %q", code, errOut)
+	}
+}
+
+// Called as rabbitmqctl or rabbitmq-diagnostics, railmqctl takes
+// RabbitMQ's commands; its address and user come from the environment
+// only, and -p VHOST may come first.
+func TestShim(t *testing.T) {
+	conn := "127.0.0.1:50000 -> 127.0.0.1:5672"
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		replies map[string]reply
+		want    []request
+		out     string
+	}{
+		{name: "ping", args: []string{"ping"}, replies: map[string]reply{"GET /api/health/checks/alarms": {200, `{"status":"ok"}`}},
+			want: []request{guest("GET", "/api/health/checks/alarms", nil)}, out: "Ping succeeded\n"},
+		{name: "await_startup", args: []string{"await_startup"}, replies: map[string]reply{"GET /api/health/checks/alarms": {200, `{"status":"ok"}`}},
+			want: []request{guest("GET", "/api/health/checks/alarms", nil)}, out: "Ping succeeded\n"},
+		{name: "node_health_check", args: []string{"node_health_check"}, env: map[string]string{"RAILMQ_USER": "ann", "RAILMQ_PASSWORD": "pw"},
+			replies: map[string]reply{"GET /api/health/checks/alarms": {200, `{"status":"ok"}`}},
+			want:    []request{{Method: "GET", Path: "/api/health/checks/alarms", User: "ann", Pass: "pw"}}, out: "Ping succeeded\n"},
+		{name: "status", args: []string{"status"},
+			replies: map[string]reply{"GET /api/nodes": {200, `[{"name":"railmq@h","running":true,"mem_used":1,"mem_limit":2,"disk_free":3}]`}},
+			want:    []request{guest("GET", "/api/nodes", nil)},
+			out:     "name      running  mem_used  mem_limit  disk_free\nrailmq@h  true     1         2          3\n"},
+		{name: "watermark", args: []string{"set_vm_memory_high_watermark", "0.6"},
+			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"0.6"}`))}},
+		{name: "absolute watermark", args: []string{"set_vm_memory_high_watermark", "absolute", "2GB"},
+			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"2GB"}`))}},
+		{name: "list_queues", args: []string{"list_queues"},
+			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"q","messages":3}]`}},
+			want:    []request{guest("GET", "/api/queues/%2F", nil)}, out: "name  messages\nq     3\n"},
+		{name: "list_queues in a vhost", args: []string{"-p", "/prod", "list_queues", "name", "consumers"},
+			replies: map[string]reply{"GET /api/queues/%2Fprod": {200, `[{"name":"q","consumers":1}]`}},
+			want:    []request{guest("GET", "/api/queues/%2Fprod", nil)}, out: "name  consumers\nq     1\n"},
+		{name: "list_connections", args: []string{"list_connections"},
+			replies: map[string]reply{"GET /api/connections": {200, `[{"user":"guest","peer_host":"127.0.0.1","peer_port":50000,"state":"running"}]`}},
+			want:    []request{guest("GET", "/api/connections", nil)},
+			out:     "user   peer_host  peer_port  state\nguest  127.0.0.1  50000      running\n"},
+		{name: "list_connections columns", args: []string{"list_connections", "name"},
+			replies: map[string]reply{"GET /api/connections": {200, `[{"name":"` + conn + `"}]`}},
+			want:    []request{guest("GET", "/api/connections", nil)}, out: "name\n" + conn + "\n"},
+		{name: "close_connection", args: []string{"close_connection", conn, "go away"},
+			want: []request{guest("DELETE", "/api/connections/127.0.0.1:50000%20-%3E%20127.0.0.1:5672", nil)}},
+	} {
+		for _, name := range []string{"rabbitmqctl", "rabbitmq-diagnostics"} {
+			t.Run(name+" "+tc.name, func(t *testing.T) {
+				api := newFakeAPI(t, tc.replies)
+				env := map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}
+				for k, v := range tc.env {
+					env[k] = v
+				}
+				code, out, errOut := ctl(t, name, env, tc.args...)
+				if code != 0 || errOut != "" {
+					t.Fatalf("%v: exit %d\n%s", tc.args, code, errOut)
+				}
+				if got := api.requests(); !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%v: requests\n got %+v\nwant %+v", tc.args, got, tc.want)
+				}
+				if out != tc.out {
+					t.Errorf("%v: printed\n%q\nwant\n%q", tc.args, out, tc.out)
+				}
+			})
+		}
+	}
+}
+
+func TestShimUsageErrors(t *testing.T) {
+	others := "not one of the commands railmq's shim takes (ping, status, list_queues, list_connections, close_connection, set_vm_memory_high_watermark)"
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{nil, "Error: usage: rabbitmqctl COMMAND\n"},
+		{[]string{"set_vm_memory_high_watermark"}, "Error: usage: rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute SIZE\n"},
+		{[]string{"close_connection"}, "Error: usage: rabbitmqctl close_connection NAME [REASON]\n"},
+		{[]string{"list_exchanges"}, "Error: rabbitmqctl list_exchanges: " + others + "\n"},
+		// The shim takes no railmqctl flags, and -p only before a command.
+		{[]string{"--url", "http://x", "ping"}, "Error: rabbitmqctl --url: " + others + "\n"},
+		{[]string{"-p"}, "Error: rabbitmqctl -p: " + others + "\n"},
+		{[]string{"-p", "/"}, "Error: usage: rabbitmqctl COMMAND\n"},
+		{[]string{"list_queues", "-p", "/"}, ""}, // columns -p and /: asked, not refused
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			api := newFakeAPI(t, nil)
+			code, out, errOut := ctl(t, "rabbitmqctl", map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}, tc.args...)
+			if tc.err == "" {
+				if code != 0 || len(api.requests()) != 1 {
+					t.Errorf("%v: exit %d %q, requests %+v", tc.args, code, errOut, api.requests())
+				}
+				return
+			}
+			if code != 1 || out != "" || errOut != tc.err {
+				t.Errorf("%v: exit %d, stdout %q, stderr\n%q\nwant\n%q", tc.args, code, out, errOut, tc.err)
+			}
+			if reqs := api.requests(); len(reqs) != 0 {
+				t.Errorf("%v asked the API %+v", tc.args, reqs)
+			}
+		})
+	}
+	// A failed ping says so and exits 1.
+	api := newFakeAPI(t, map[string]reply{"GET /api/health/checks/alarms": {503, `{"status":"failed","reason":"resource alarm(s) in effect"}`}})
+	code, out, errOut := ctl(t, "rabbitmqctl", map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}, "ping")
+	if code != 1 || out != "" || errOut != "Error: 503 Service Unavailable: resource alarm(s) in effect\n" {
+		t.Errorf("failed ping: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
