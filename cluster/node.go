@@ -218,7 +218,9 @@ func (n *Node) log() *zap.Logger {
 
 // Link is a service of the caller's on the node's cluster link
 // (authenticated with the cluster secret, as raft's traffic is): the
-// connections other nodes open for it, and a dialler of its peers.
+// connections other nodes open for it, and a dialler of its peers. Run
+// each connection, dialled or accepted, as a Conn (NewConn): requests,
+// answers and one-way frames, with no socket I/O for the sender.
 type Link interface {
 	Accept() (net.Conn, error)
 	Close() error
