@@ -1,9 +1,32 @@
-// Package cluster holds what railmq replicates with Raft (issue [12], in
-// progress): the quorum queue's state machine (Fifo, RabbitMQ's
-// rabbit_fifo) and its adapter to hashicorp/raft (QueueFSM). Consensus,
-// log replication, elections and snapshots are hashicorp/raft's; this
-// package writes the state machines on top. It must not import broker,
-// channel or vhost (they will import it).
+// Package cluster is railmq's cluster machinery, a leaf beside persist:
+// it knows nothing of queues, vhosts or brokers, and imports only
+// hashicorp/raft, go-hclog, badger and zap (never broker, replica,
+// channel, vhost or queue, which import it). It owns:
+//
+//   - a node (node.go): the inter-node listener (Mux, mux.go: one port,
+//     every connection authenticated with the cluster secret, optionally
+//     TLS, handed to the service it names) and the metadata store, one
+//     Raft group replicating the definitions as keys and values
+//     (MetaFSM); a follower forwards its writes to the leader;
+//   - quorum queues' Raft groups (group.go): the queue's state machine
+//     (Fifo, fifo.go, RabbitMQ's rabbit_fifo), its adapter to
+//     hashicorp/raft (QueueFSM), the rounds a node forwards to a group's
+//     leader (grouprpc.go), and the Badger log store they share
+//     (logstore.go);
+//   - the one inter-node request/answer link (Conn, link.go): framing,
+//     request ids, pipelining, one-way frames both ways, fail-all on
+//     close, an outbound buffer drained by a writer goroutine so that no
+//     caller writes a socket. The metadata forwarding, the group RPC and
+//     the replicated queue kinds (over Node.Link) run on it;
+//   - the one binary codec (Enc and Dec, codec.go) of what the link
+//     carries and of what the package persists in its own format (the
+//     quorum queue's commands, the log store's entries). The metadata
+//     log's entries and snapshots and the quorum queues' snapshots are
+//     gob, as they have always been written: they are read back at
+//     recovery, so their format stays.
+//
+// Consensus, log replication, elections and snapshots are
+// hashicorp/raft's; this package writes the state machines on top.
 //
 // Why hashicorp/raft rather than etcd's raft: measured with
 // fit_bench_test.go (three members in one process, in-memory logs and

@@ -684,94 +684,83 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 // --- command encoding -------------------------------------------------------
 
 // Encode appends c's encoding to b: the kind, then its fields
-// (big-endian, strings and bytes length-prefixed).
+// (big-endian, fixed width, strings and bytes with a 4-byte length).
+// It is the quorum queue's Raft log format: codec_test.go holds its
+// bytes, which must not change.
 func (c *Command) Encode(b []byte) []byte {
-	b = append(b, c.Kind)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.Now))
+	e := Enc(b).U8(c.Kind).U64(uint64(c.Now))
 	switch c.Kind {
 	case cmdEnqueue:
-		b = appendMessage(b, &c.Msg)
+		e = appendMessage(e, &c.Msg)
 	case cmdEnqueueBatch:
-		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Msgs)))
+		e = e.U32(uint32(len(c.Msgs)))
 		for i := range c.Msgs {
-			b = appendMessage(b, &c.Msgs[i])
+			e = appendMessage(e, &c.Msgs[i])
 		}
 	case cmdCheckout:
-		b = appendBytes(b, []byte(c.Consumer))
-		b = binary.BigEndian.AppendUint32(b, uint32(c.Prefetch))
+		e = e.Str32(c.Consumer).U32(uint32(c.Prefetch))
 	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
-		b = appendBytes(b, []byte(c.Consumer))
-		b = binary.BigEndian.AppendUint32(b, uint32(len(c.IDs)))
+		e = e.Str32(c.Consumer).U32(uint32(len(c.IDs)))
 		for _, id := range c.IDs {
-			b = binary.BigEndian.AppendUint64(b, id)
+			e = e.U64(id)
 		}
 	case cmdDequeue:
-		b = appendBytes(b, []byte(c.Consumer))
-		b = append(b, byte(c.Prefetch))
+		e = e.Str32(c.Consumer).U8(byte(c.Prefetch))
 	case cmdDown:
-		b = appendBytes(b, []byte(c.Consumer))
-		b = appendBytes(b, []byte(c.Keep))
+		e = e.Str32(c.Consumer).Str32(c.Keep)
 	case cmdBatch:
-		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Cmds)))
+		e = e.U32(uint32(len(c.Cmds)))
 		for i := range c.Cmds {
-			at := len(b)
-			b = append(b, 0, 0, 0, 0)
-			b = c.Cmds[i].Encode(b)
-			binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+			at := len(e)
+			e = e.U32(0)
+			e = c.Cmds[i].Encode(e)
+			binary.BigEndian.PutUint32(e[at:], uint32(len(e)-at-4))
 		}
 	}
-	return b
+	return e
 }
 
 // DecodeCommand decodes what Encode wrote. Bytes fields share p.
 func DecodeCommand(p []byte) (Command, error) {
 	var c Command
-	if len(p) < 9 {
+	d := NewDec(p)
+	c.Kind = d.U8()
+	c.Now = int64(d.U64())
+	if d.Err() != nil {
 		return c, ErrBadCommand
 	}
-	c.Kind = p[0]
-	c.Now = int64(binary.BigEndian.Uint64(p[1:]))
-	r := reader{p: p[9:]}
 	switch c.Kind {
 	case cmdEnqueue:
-		c.Msg = r.message()
+		c.Msg = decodeMessage(&d)
 	case cmdEnqueueBatch:
-		n := r.u32()
-		if uint64(n)*28 > uint64(len(r.p)) { // a message takes 28 bytes at least
-			return c, ErrBadCommand
-		}
-		for i := uint32(0); i < n && !r.bad; i++ {
-			c.Msgs = append(c.Msgs, r.message())
+		n := d.Count32(28) // a message takes 28 bytes at least
+		for i := 0; i < n && d.Err() == nil; i++ {
+			c.Msgs = append(c.Msgs, decodeMessage(&d))
 		}
 	case cmdCheckout:
-		c.Consumer = string(r.bytes())
-		c.Prefetch = int(r.u32())
+		c.Consumer = d.Str32()
+		c.Prefetch = int(d.U32())
 	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
-		c.Consumer = string(r.bytes())
-		n := r.u32()
-		if uint64(n)*8 > uint64(len(r.p)) {
+		c.Consumer = d.Str32()
+		n := d.Count32(8)
+		if d.Err() != nil {
 			return c, ErrBadCommand
 		}
 		c.IDs = make([]uint64, n)
 		for i := range c.IDs {
-			c.IDs[i] = r.u64()
+			c.IDs[i] = d.U64()
 		}
 	case cmdDequeue:
-		c.Consumer = string(r.bytes())
-		if v := r.take(1); v != nil {
-			c.Prefetch = int(v[0] & 1)
-		}
+		c.Consumer = d.Str32()
+		c.Prefetch = int(d.U8() & 1)
 	case cmdDown:
-		c.Consumer = string(r.bytes())
-		c.Keep = string(r.bytes())
+		c.Consumer = d.Str32()
+		c.Keep = d.Str32()
 	case cmdBatch:
-		n := r.u32()
-		if uint64(n)*13 > uint64(len(r.p)) { // a command takes 13 bytes at least
-			return c, ErrBadCommand
-		}
-		for i := uint32(0); i < n && !r.bad; i++ {
-			sub := r.bytes()
-			if r.bad {
+		n := d.Count32(13) // a command takes 13 bytes at least
+		for i := 0; i < n && d.Err() == nil; i++ {
+			sub := d.Bytes32()
+			if d.Err() != nil {
 				break
 			}
 			if len(sub) > 0 && sub[0] == cmdBatch {
@@ -787,72 +776,23 @@ func DecodeCommand(p []byte) (Command, error) {
 	default:
 		return c, ErrBadCommand
 	}
-	if r.bad || len(r.p) != 0 {
+	if d.End() != nil {
 		return c, ErrBadCommand
 	}
 	return c, nil
 }
 
-func appendMessage(b []byte, m *Message) []byte {
-	b = appendBytes(b, []byte(m.Exchange))
-	b = appendBytes(b, []byte(m.RoutingKey))
-	b = appendBytes(b, m.Props)
-	b = appendBytes(b, m.Body)
-	return binary.BigEndian.AppendUint64(b, uint64(m.TTL))
+// appendMessage appends a message as the Raft log has it.
+func appendMessage(e Enc, m *Message) Enc {
+	return e.Str32(m.Exchange).Str32(m.RoutingKey).Bytes32(m.Props).Bytes32(m.Body).U64(uint64(m.TTL))
 }
 
-func (r *reader) message() Message {
+func decodeMessage(d *Dec) Message {
 	var m Message
-	m.Exchange = string(r.bytes())
-	m.RoutingKey = string(r.bytes())
-	m.Props = r.bytes()
-	m.Body = r.bytes()
-	m.TTL = int64(r.u64())
+	m.Exchange = d.Str32()
+	m.RoutingKey = d.Str32()
+	m.Props = d.Bytes32()
+	m.Body = d.Bytes32()
+	m.TTL = int64(d.U64())
 	return m
-}
-
-func appendBytes(b, v []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-	return append(b, v...)
-}
-
-type reader struct {
-	p   []byte
-	bad bool
-}
-
-func (r *reader) take(n uint64) []byte {
-	if r.bad || uint64(len(r.p)) < n {
-		r.bad = true
-		return nil
-	}
-	v := r.p[:n:n]
-	r.p = r.p[n:]
-	return v
-}
-
-func (r *reader) u32() uint32 {
-	if v := r.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (r *reader) u64() uint64 {
-	if v := r.take(8); v != nil {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (r *reader) bytes() []byte {
-	n := r.u32()
-	if r.bad {
-		return nil
-	}
-	v := r.take(uint64(n))
-	if len(v) == 0 {
-		return nil
-	}
-	return v
 }

@@ -704,7 +704,11 @@ func (g *Group) send(items []submitItem) {
 		}
 		c = Batch(cs)
 	}
-	data := c.Encode(nil)
+	// The command's encoding follows the group's id: the log entry is
+	// the command, a round forwarded to the leader both (grouprpc.go).
+	head := Enc(nil).Str(g.cfg.ID)
+	round := c.Encode(head)
+	data := round[len(head):]
 	if g.r.State() == raft.Leader {
 		g.flight <- flight{f: g.r.Apply(data, g.n.timeout()), items: items}
 		return
@@ -715,7 +719,7 @@ func (g *Group) send(items []submitItem) {
 		g.retryLater(items, ErrNoLeader)
 		return
 	}
-	g.n.forwardGroup(string(addr), g.cfg.ID, data, func(e Effects, err error) {
+	g.n.forwardGroup(string(addr), round, func(e Effects, err error) {
 		<-g.slots
 		switch {
 		case errors.Is(err, ErrNotLeader), errors.Is(err, errUnknownGroup), errors.Is(err, errNotSent):

@@ -1,30 +1,30 @@
 package cluster
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
-	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// Forwarding a quorum queue's commands to its leader: a node keeps one
-// connection (layer "qq-rpc") to each leader it forwards to, and sends
-// rounds on it without waiting for the answers before; the leader
-// appends them in the order they arrive and answers in that order, once
-// each is committed and applied.
+// Forwarding a quorum queue's commands to its leader, over the link
+// (link.go, service "qq-rpc"): a node keeps one link to each leader it
+// forwards to, and sends rounds on it without waiting for the answers
+// before; the leader appends them in the order they arrive and answers
+// in that order, once each is committed and applied.
 //
-// A request: length (4 bytes), id (8), the group's id (1-byte length,
-// then the bytes), the encoded command. An answer: length, id, a status
-// byte, and for statusOK the encoded effects.
-//
-// groupClient.wmu is held while writing the socket (and nothing is taken
-// under it); groupClient.mu guards the calls waiting for answers and is
-// never held across I/O.
+// A round is a request of kind kindRound: the group's id (Str), then the
+// encoded command (Raw: what the leader appends to its log). A question
+// of how far a member has applied a group's log is a kindIndex request:
+// the group's id. An answer is a status byte and, for statusOK, the
+// encoded effects (a round) or the applied and commit indexes (a
+// question); for statusError, the error's text.
+
+const (
+	kindRound byte = iota + 1
+	kindIndex
+)
 
 const (
 	statusOK byte = iota
@@ -41,318 +41,196 @@ var errNotSent = errors.New("cluster: the command could not be sent to the leade
 // (the connection failed): it may or may not have been committed.
 var ErrUnknownOutcome = errors.New("cluster: the leader did not answer; the command may or may not have been applied")
 
-const maxRPCFrame = 64 << 20
+// errNoAnswer is a member that did not say how far it has applied a
+// group's log in time.
+var errNoAnswer = errors.New("cluster: no answer")
 
-type groupClient struct {
-	n    *Node
-	addr string
+const (
+	maxRPCFrame      = 64 << 20
+	groupDialTimeout = 2 * time.Second
+)
 
-	wmu  sync.Mutex // held while writing conn
-	conn net.Conn
-	bw   *bufio.Writer
-
-	mu    sync.Mutex // guards calls, next, dead
-	calls map[uint64]answered
-	next  uint64
-	dead  bool
+// groupLinkConfig is the configuration of the group RPC's links.
+func (n *Node) groupLinkConfig() ConnConfig {
+	return ConnConfig{MaxFrame: maxRPCFrame, WriteTimeout: n.timeout()}
 }
 
-// answered learns a request's answer: its status and payload, or the
-// error that kept it from coming.
-type answered func(status byte, p []byte, err error)
+// roundErr is what a round's submitter learns of a link error: sent or
+// not (ErrOverflow, ErrClosed: it may be sent again), or of unknown
+// outcome.
+func roundErr(err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrOverflow) {
+		return errNotSent
+	}
+	return ErrUnknownOutcome
+}
 
-// forwardGroup sends a round to the leader at addr; done learns the
-// outcome on another goroutine.
-func (n *Node) forwardGroup(addr, group string, data []byte, done func(Effects, error)) {
-	c, err := n.groupClient(addr)
+// forwardGroup sends a round to the leader at addr: round is the group's
+// id (Str) then the encoded command (what Group.send makes). done learns
+// the outcome on another goroutine (or on this one, when the round could
+// not be sent).
+func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)) {
+	c, err := n.groupLinks.dial(addr, n.groupLayer, groupDialTimeout, n.groupLinkConfig())
 	if err != nil {
 		done(Effects{}, errNotSent)
 		return
 	}
-	c.call(group, data, func(st byte, p []byte, err error) {
+	err = c.Call(kindRound, round, func(p []byte, err error) {
 		if err != nil {
-			done(Effects{}, err)
+			done(Effects{}, roundErr(err))
 			return
 		}
-		switch st {
-		case statusOK:
-			e, err := decodeEffects(p)
+		d := NewDec(p)
+		switch st := d.U8(); {
+		case d.Err() != nil:
+			done(Effects{}, ErrUnknownOutcome)
+		case st == statusOK:
+			e, err := decodeEffects(d.Rest())
 			if err != nil {
 				done(Effects{}, ErrUnknownOutcome)
 				return
 			}
 			done(e, nil)
-		case statusNotLeader:
+		case st == statusNotLeader:
 			done(Effects{}, ErrNotLeader)
-		case statusUnknownGroup:
+		case st == statusUnknownGroup:
 			done(Effects{}, errUnknownGroup)
 		default:
-			done(Effects{}, errors.New(string(p)))
+			done(Effects{}, errors.New(string(d.Rest())))
 		}
 	})
+	if err != nil {
+		done(Effects{}, roundErr(err))
+	}
 }
 
-// MemberIndex asks the node at addr how far it has applied a group's
+// memberIndex asks the node at addr how far it has applied a group's
 // log: its applied and commit indexes.
 func (n *Node) memberIndex(addr, group string, timeout time.Duration) (applied, commit uint64, err error) {
-	c, err := n.groupClient(addr)
+	c, err := n.groupLinks.dial(addr, n.groupLayer, groupDialTimeout, n.groupLinkConfig())
 	if err != nil {
 		return 0, 0, err
 	}
-	ch := make(chan error, 1)
-	c.call("", []byte(group), func(st byte, p []byte, err error) {
-		switch {
-		case err != nil:
-		case st != statusOK || len(p) != 16:
-			err = errUnknownGroup
-		default:
-			applied, commit = binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])
-		}
-		ch <- err
-	})
-	select {
-	case err = <-ch:
-		return applied, commit, err
-	case <-time.After(timeout):
-		return 0, 0, errors.New("cluster: no answer")
+	p, err := c.CallWait(kindIndex, Enc(nil).Str(group), timeout)
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return 0, 0, errNoAnswer
+	case err != nil:
+		return 0, 0, roundErr(err)
 	}
+	d := NewDec(p)
+	st := d.U8()
+	applied, commit = d.Uvarint(), d.Uvarint()
+	if st != statusOK || d.End() != nil {
+		return 0, 0, errUnknownGroup
+	}
+	return applied, commit, nil
 }
 
-func (n *Node) groupClient(addr string) (*groupClient, error) {
-	n.gmu.Lock()
-	c := n.clients[addr]
-	n.gmu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	conn, err := n.qrpc.Dial(raft.ServerAddress(addr), 2*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	c = &groupClient{n: n, addr: addr, conn: conn, bw: bufio.NewWriterSize(conn, 64<<10), calls: map[uint64]answered{}}
-	n.gmu.Lock()
-	if old := n.clients[addr]; old != nil { // another round dialled first
-		n.gmu.Unlock()
-		conn.Close()
-		return old, nil
-	}
-	n.clients[addr] = c
-	n.gmu.Unlock()
-	n.rpcWG.Add(1)
-	go c.read()
-	return c, nil
-}
-
-func (c *groupClient) call(group string, data []byte, done answered) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		done(0, nil, errNotSent)
-		return
-	}
-	c.next++
-	id := c.next
-	c.calls[id] = done
-	c.mu.Unlock()
-	var hdr [13]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(8+1+len(group)+len(data)))
-	binary.BigEndian.PutUint64(hdr[4:], id)
-	hdr[12] = byte(len(group))
-	c.wmu.Lock()
-	_ = c.conn.SetWriteDeadline(time.Now().Add(c.n.timeout()))
-	_, err := c.bw.Write(hdr[:])
-	if err == nil {
-		_, err = c.bw.WriteString(group)
-	}
-	if err == nil {
-		_, err = c.bw.Write(data)
-	}
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	c.wmu.Unlock()
-	if err != nil {
-		c.mu.Lock()
-		_, still := c.calls[id]
-		delete(c.calls, id)
-		c.mu.Unlock()
-		c.close(ErrUnknownOutcome)
-		if still {
-			done(0, nil, ErrUnknownOutcome)
-		}
-	}
-}
-
-// close fails every call waiting for an answer with err and forgets the
-// client, so that the next round dials again.
-func (c *groupClient) close(err error) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		return
-	}
-	c.dead = true
-	calls := c.calls
-	c.calls = nil
-	c.mu.Unlock()
-	c.conn.Close()
-	c.n.gmu.Lock()
-	if c.n.clients[c.addr] == c {
-		delete(c.n.clients, c.addr)
-	}
-	c.n.gmu.Unlock()
-	for _, done := range calls {
-		done(0, nil, err)
-	}
-}
-
-func (c *groupClient) read() {
-	defer c.n.rpcWG.Done()
-	br := bufio.NewReaderSize(c.conn, 64<<10)
-	for {
-		p, err := readFrame(br)
-		if err != nil || len(p) < 9 {
-			c.close(ErrUnknownOutcome)
-			return
-		}
-		id := binary.BigEndian.Uint64(p)
-		c.mu.Lock()
-		done := c.calls[id]
-		delete(c.calls, id)
-		c.mu.Unlock()
-		if done == nil {
-			continue
-		}
-		done(p[8], p[9:], nil)
-	}
-}
-
-func readFrame(br *bufio.Reader) ([]byte, error) {
-	var l [4]byte
-	if _, err := io.ReadFull(br, l[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(l[:])
-	if n > maxRPCFrame {
-		return nil, errors.New("cluster: rpc frame too large")
-	}
-	p := make([]byte, n)
-	_, err := io.ReadFull(br, p)
-	return p, err
-}
-
-// serveGroupRPC applies the rounds other nodes forward.
-func (n *Node) serveGroupRPC() {
-	defer n.rpcWG.Done()
-	for {
-		conn, err := n.qrpc.Accept()
-		if err != nil {
-			return
-		}
-		n.rpcWG.Add(2)
-		answers := make(chan answer, 256)
-		go n.readRounds(conn, answers)
-		go n.answerRounds(conn, answers)
-	}
+// roundSession is another node's group RPC link, on this node: the
+// reader appends rounds to the groups' logs as they come, and an
+// answerer sends each one's answer, in order, once its outcome is known.
+type roundSession struct {
+	n       *Node
+	answers chan answer
 }
 
 type answer struct {
 	id     uint64
 	f      raft.ApplyFuture // nil: status says it all
 	status byte
-	extra  []byte // statusOK without f: the answer's payload
+	extra  Enc // statusOK without f: the answer's payload
 }
 
-func (n *Node) readRounds(conn net.Conn, answers chan<- answer) {
-	defer n.rpcWG.Done()
-	defer close(answers)
-	br := bufio.NewReaderSize(conn, 64<<10)
-	for {
-		p, err := readFrame(br)
-		if err != nil || len(p) < 9 || len(p) < 9+int(p[8]) {
-			conn.Close()
-			return
+// openRounds serves a connection another node opened for the group RPC.
+func (n *Node) openRounds(nc net.Conn) {
+	s := &roundSession{n: n, answers: make(chan answer, 256)}
+	cfg := n.groupLinkConfig()
+	cfg.Handle = s.handle
+	c, ok := n.groupLinks.serve(nc, cfg)
+	if !ok {
+		return
+	}
+	n.rpcWG.Add(1)
+	go s.answerRounds(c)
+}
+
+// handle takes a round or a question, on the link's reader.
+func (s *roundSession) handle(c *Conn, f Frame) error {
+	d := NewDec(f.Body)
+	id := d.Str()
+	if d.Err() != nil {
+		return d.Err()
+	}
+	s.n.gmu.Lock()
+	g := s.n.groups[id]
+	s.n.gmu.Unlock()
+	r := g.raft()
+	a := answer{id: f.ID}
+	switch f.Kind {
+	case kindIndex:
+		if r == nil {
+			a.status = statusUnknownGroup
+		} else {
+			a.extra = Enc(nil).Uvarint(r.AppliedIndex()).Uvarint(r.CommitIndex())
 		}
-		a := answer{id: binary.BigEndian.Uint64(p)}
-		if p[8] == 0 { // no group: a question about the one the data names
-			n.gmu.Lock()
-			g := n.groups[string(p[9:])]
-			n.gmu.Unlock()
-			if r := g.raft(); r == nil {
-				a.status = statusUnknownGroup
-			} else {
-				a.extra = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, r.AppliedIndex()), r.CommitIndex())
-			}
-			answers <- a
-			continue
-		}
-		n.gmu.Lock()
-		g := n.groups[string(p[9:9+int(p[8])])]
-		n.gmu.Unlock()
-		r := g.raft()
+	case kindRound:
 		switch {
 		case r == nil:
 			a.status = statusUnknownGroup
 		case r.State() != raft.Leader:
 			a.status = statusNotLeader
 		default:
-			a.f = r.Apply(p[9+int(p[8]):], n.timeout())
+			a.f = r.Apply(d.Rest(), s.n.timeout())
 		}
-		answers <- a
+	default:
+		return errUnexpected
 	}
+	select {
+	case s.answers <- a:
+	case <-c.Done():
+	}
+	return nil
 }
 
-func (n *Node) answerRounds(conn net.Conn, answers <-chan answer) {
-	defer n.rpcWG.Done()
-	bw := bufio.NewWriterSize(conn, 64<<10)
-	var buf []byte
-	broken := false
-	for a := range answers {
+// answerRounds answers the rounds in the order they came, each once
+// raft has its outcome; it ends with the link.
+func (s *roundSession) answerRounds(c *Conn) {
+	defer s.n.rpcWG.Done()
+	var buf Enc
+	for {
+		var a answer
+		select {
+		case a = <-s.answers:
+		case <-c.Done():
+			return
+		}
 		buf = buf[:0]
-		buf = append(buf, 0, 0, 0, 0)
-		buf = binary.BigEndian.AppendUint64(buf, a.id)
 		if a.f != nil {
 			err := a.f.Error()
 			switch {
 			case errors.Is(err, raft.ErrNotLeader):
-				buf = append(buf, statusNotLeader)
+				buf = buf.U8(statusNotLeader)
 			case err != nil:
-				buf = append(buf, statusError)
-				buf = append(buf, err.Error()...)
+				buf = buf.U8(statusError).Raw([]byte(err.Error()))
 			default:
 				e, _ := a.f.Response().(Effects)
-				buf = append(buf, statusOK)
-				buf = encodeEffects(buf, &e)
+				buf = encodeEffects(buf.U8(statusOK), &e)
 			}
 		} else {
-			buf = append(buf, a.status)
-			buf = append(buf, a.extra...)
+			buf = buf.U8(a.status).Raw(a.extra)
 		}
-		if broken {
-			continue // drain, so that the reader is not stuck
-		}
-		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-		_ = conn.SetWriteDeadline(time.Now().Add(n.timeout()))
-		if _, err := bw.Write(buf); err != nil {
-			broken = true
-			conn.Close()
-			continue
-		}
-		if len(answers) == 0 {
-			if err := bw.Flush(); err != nil {
-				broken = true
-				conn.Close()
-			}
+		_ = c.Answer(a.id, buf) // the link is down: the reader gives up too
+		if cap(buf) > keepBuffer {
+			buf = nil
 		}
 	}
-	_ = bw.Flush()
-	conn.Close()
 }
 
 // encodeEffects is what a forwarded round's submitter needs of its
 // effects: the answers to its publishes, purges and gets (deliveries to
 // consumers happen where each node applies the entry, and are left out).
-func encodeEffects(b []byte, e *Effects) []byte {
+func encodeEffects(b Enc, e *Effects) Enc {
 	var f byte
 	if e.Accepted {
 		f |= 1
@@ -360,84 +238,74 @@ func encodeEffects(b []byte, e *Effects) []byte {
 	if e.Got {
 		f |= 2
 	}
-	b = append(b, f)
-	b = binary.BigEndian.AppendUint32(b, uint32(e.Purged))
-	b = binary.BigEndian.AppendUint32(b, uint32(e.Remaining))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Refused)))
+	b = b.U8(f).Uvarint(uint64(e.Purged)).Uvarint(uint64(e.Remaining)).Uvarint(uint64(len(e.Refused)))
 	for _, i := range e.Refused {
-		b = binary.BigEndian.AppendUint32(b, uint32(i))
+		b = b.Uvarint(uint64(i))
 	}
 	if e.Got {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Deliveries)))
+		b = b.Uvarint(uint64(len(e.Deliveries)))
 		for i := range e.Deliveries {
 			d := &e.Deliveries[i]
-			b = appendBytes(b, []byte(d.Consumer))
-			b = binary.BigEndian.AppendUint64(b, d.ID)
-			var r byte
-			if d.Redelivered {
-				r = 1
-			}
-			b = append(b, r)
-			b = binary.BigEndian.AppendUint32(b, d.Count)
-			b = appendMessage(b, d.Msg)
+			m := d.Msg
+			b = b.Str(d.Consumer).Uvarint(d.ID).Bool(d.Redelivered).Uvarint(uint64(d.Count))
+			b = b.Str(m.Exchange).Str(m.RoutingKey).Bytes(m.Props).Bytes(m.Body).Varint(m.TTL)
 		}
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Results)))
+	b = b.Uvarint(uint64(len(e.Results)))
 	for i := range e.Results {
 		b = encodeEffects(b, &e.Results[i])
 	}
 	return b
 }
 
+// The least an encoded delivery and effects take.
+const (
+	minDelivery = 9
+	minEffects  = 5
+)
+
 func decodeEffects(p []byte) (Effects, error) {
-	r := reader{p: p}
-	e := r.effects(0)
-	if r.bad || len(r.p) != 0 {
+	d := NewDec(p)
+	e := decodeEffectsFrom(&d, 0)
+	if d.End() != nil {
 		return Effects{}, ErrBadCommand
 	}
 	return e, nil
 }
 
-func (r *reader) effects(depth int) Effects {
+func decodeEffectsFrom(d *Dec, depth int) Effects {
 	var e Effects
-	f := r.take(1)
-	if f == nil || depth > 1 {
-		r.bad = true
+	if depth > 1 { // a batch's results, not nested further
+		d.Fail(ErrMalformed)
 		return e
 	}
-	e.Accepted, e.Got = f[0]&1 != 0, f[0]&2 != 0
-	e.Purged = int(r.u32())
-	e.Remaining = int(r.u32())
-	n := r.u32()
-	if uint64(n)*4 > uint64(len(r.p)) {
-		r.bad = true
-		return e
-	}
-	for i := uint32(0); i < n; i++ {
-		e.Refused = append(e.Refused, int(r.u32()))
+	f := d.U8()
+	e.Accepted, e.Got = f&1 != 0, f&2 != 0
+	e.Purged = int(d.Uvarint())
+	e.Remaining = int(d.Uvarint())
+	n := d.Count(1)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		e.Refused = append(e.Refused, int(d.Uvarint()))
 	}
 	if e.Got {
-		n := r.u32()
-		for i := uint32(0); i < n && !r.bad; i++ {
-			var d Delivery
-			d.Consumer = string(r.bytes())
-			d.ID = r.u64()
-			if v := r.take(1); v != nil {
-				d.Redelivered = v[0] == 1
-			}
-			d.Count = r.u32()
-			m := r.message()
-			d.Msg = &m
-			e.Deliveries = append(e.Deliveries, d)
+		n := d.Count(minDelivery)
+		for i := 0; i < n && d.Err() == nil; i++ {
+			var dl Delivery
+			dl.Consumer = d.Str()
+			dl.ID = d.Uvarint()
+			dl.Redelivered = d.Bool()
+			dl.Count = uint32(d.Uvarint())
+			var m Message
+			m.Exchange, m.RoutingKey = d.Str(), d.Str()
+			m.Props, m.Body = d.Bytes(), d.Bytes()
+			m.TTL = d.Varint()
+			dl.Msg = &m
+			e.Deliveries = append(e.Deliveries, dl)
 		}
 	}
-	n = r.u32()
-	if uint64(n)*17 > uint64(len(r.p)) {
-		r.bad = true
-		return e
-	}
-	for i := uint32(0); i < n && !r.bad; i++ {
-		e.Results = append(e.Results, r.effects(depth+1))
+	n = d.Count(minEffects)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		e.Results = append(e.Results, decodeEffectsFrom(d, depth+1))
 	}
 	return e
 }

@@ -263,33 +263,29 @@ func (s *LogStore) GetUint64(key []byte) (uint64, error) {
 }
 
 // An entry: index, term, type, appended-at (unix ns), then data and
-// extensions, each length-prefixed.
+// extensions, each with a 4-byte length (the fixed-width fields of the
+// codec: this is the log store's format, which must not change).
 func encodeLog(l *raft.Log) []byte {
-	b := make([]byte, 0, 33+8+len(l.Data)+len(l.Extensions))
-	b = binary.BigEndian.AppendUint64(b, l.Index)
-	b = binary.BigEndian.AppendUint64(b, l.Term)
-	b = append(b, byte(l.Type))
 	var at int64
 	if !l.AppendedAt.IsZero() {
 		at = l.AppendedAt.UnixNano()
 	}
-	b = binary.BigEndian.AppendUint64(b, uint64(at))
-	b = appendBytes(b, l.Data)
-	return appendBytes(b, l.Extensions)
+	b := make(Enc, 0, 33+8+len(l.Data)+len(l.Extensions))
+	return b.U64(l.Index).U64(l.Term).U8(byte(l.Type)).U64(uint64(at)).Bytes32(l.Data).Bytes32(l.Extensions)
 }
 
 func decodeLog(v []byte, l *raft.Log) error {
-	r := reader{p: v}
-	l.Index = r.u64()
-	l.Term = r.u64()
-	t := r.take(1)
-	at := int64(r.u64())
-	data := r.bytes()
-	ext := r.bytes()
-	if r.bad || len(r.p) != 0 {
+	d := NewDec(v)
+	l.Index = d.U64()
+	l.Term = d.U64()
+	t := d.U8()
+	at := int64(d.U64())
+	data := d.Bytes32()
+	ext := d.Bytes32()
+	if d.End() != nil {
 		return errors.New("cluster: a raft log entry does not decode")
 	}
-	l.Type = raft.LogType(t[0])
+	l.Type = raft.LogType(t)
 	l.Data = append([]byte(nil), data...)
 	l.Extensions = append([]byte(nil), ext...)
 	l.AppendedAt = time.Time{}

@@ -65,19 +65,22 @@ type Node struct {
 	logs  *LogStore
 	meta  *MetaFSM
 	r     *raft.Raft
-	rpc   raft.StreamLayer // followers' metadata writes, forwarded to the leader
-	rpcWG sync.WaitGroup   // the rpc servers and their connections
 	hl    hclog.Logger
+	// The link's services (link.go): followers' metadata writes,
+	// forwarded to the leader ("meta-rpc"), and quorum queues' rounds
+	// forwarded to a group's leader ("qq-rpc"); the links of each, both
+	// ways.
+	metaLayer, groupLayer raft.StreamLayer
+	metaLinks, groupLinks *linkSet
+	rpcWG                 sync.WaitGroup // the accept loops, the forwarded writes, the round answerers
 
 	// Quorum queues (group.go, grouprpc.go).
-	qrpc    raft.StreamLayer // commands forwarded to a group's leader
-	startMu sync.RWMutex     // StartGroup read-holds it; close takes it, and sets closing
+	startMu sync.RWMutex // StartGroup read-holds it; close takes it, and sets closing
 	closing bool
-	gmu     sync.Mutex  // guards qdb, groups, clients
+	gmu     sync.Mutex  // guards qdb, groups
 	qdb     *badger.DB  // every group's log, opened with the first
 	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
-	clients map[string]*groupClient // by leader address
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked
@@ -131,7 +134,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM(), hl: hl,
-		groups: map[string]*Group{}, clients: map[string]*groupClient{}}
+		groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
 	n.meta.onApply = cfg.OnApply
 	if cfg.OnNode != nil {
 		cfg.OnNode(n)
@@ -180,15 +183,15 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.r, err = raft.NewRaft(rc, n.meta, n.logs, n.logs, snaps, n.trans); err != nil {
 		return fail(err)
 	}
-	if n.rpc, err = n.mux.Layer("meta-rpc"); err != nil {
+	if n.metaLayer, err = n.mux.Layer("meta-rpc"); err != nil {
 		return fail(err)
 	}
-	if n.qrpc, err = n.mux.Layer("qq-rpc"); err != nil {
+	if n.groupLayer, err = n.mux.Layer("qq-rpc"); err != nil {
 		return fail(err)
 	}
 	n.rpcWG.Add(2)
-	go n.serveRPC()
-	go n.serveGroupRPC()
+	go n.acceptLinks(n.metaLayer, n.openMeta)
+	go n.acceptLinks(n.groupLayer, n.openRounds)
 	return n, nil
 }
 
@@ -215,7 +218,9 @@ func (n *Node) log() *zap.Logger {
 
 // Link is a service of the caller's on the node's cluster link
 // (authenticated with the cluster secret, as raft's traffic is): the
-// connections other nodes open for it, and a dialler of its peers.
+// connections other nodes open for it, and a dialler of its peers. Run
+// each connection, dialled or accepted, as a Conn (NewConn): requests,
+// answers and one-way frames, with no socket I/O for the sender.
 type Link interface {
 	Accept() (net.Conn, error)
 	Close() error
@@ -302,21 +307,15 @@ func (n *Node) close() error {
 	for _, g := range gs {
 		errs = append(errs, g.Close())
 	}
-	if n.rpc != nil {
-		_ = n.rpc.Close()
+	if n.metaLayer != nil {
+		_ = n.metaLayer.Close()
 	}
-	if n.qrpc != nil {
-		_ = n.qrpc.Close()
+	if n.groupLayer != nil {
+		_ = n.groupLayer.Close()
 	}
-	n.gmu.Lock()
-	cs := make([]*groupClient, 0, len(n.clients))
-	for _, c := range n.clients {
-		cs = append(cs, c)
-	}
-	n.gmu.Unlock()
-	for _, c := range cs {
-		c.close(errNotSent)
-	}
+	// Rounds waiting for a leader's answer fail with errNotSent (a
+	// closed link's ErrClosed).
+	n.groupLinks.close()
 	if n.r != nil {
 		n.trans.release()
 		errs = append(errs, n.r.Shutdown().Error())
@@ -327,7 +326,11 @@ func (n *Node) close() error {
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())
 	}
-	n.rpcWG.Wait() // the mux closed the rpc connections
+	// The forwarded writes being applied end with raft; their links are
+	// closed before the wait, so that no new one starts during it.
+	n.metaLinks.close()
+	n.groupLinks.close()
+	n.rpcWG.Wait()
 	if n.logs != nil {
 		errs = append(errs, n.logs.Close())
 	}
@@ -451,11 +454,11 @@ func (n *Node) waitApplied(index uint64, deadline time.Time) error {
 }
 
 func (n *Node) applyMeta(c metaCmd) (uint64, error) {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&c); err != nil {
+	data, err := encodeMetaEntry(&c)
+	if err != nil {
 		return 0, err
 	}
-	f := n.r.Apply(buf.Bytes(), n.timeout())
+	f := n.r.Apply(data, n.timeout())
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, ErrNotLeader
@@ -468,6 +471,15 @@ func (n *Node) applyMeta(c metaCmd) (uint64, error) {
 	return f.Index(), nil
 }
 
+// Forwarding a follower's write to the leader, over the link (link.go,
+// service "meta-rpc"): a kindMetaWrite request carries the command
+// (appendMetaCmd), its answer an rpcReply.
+const kindMetaWrite byte = 1
+
+// metaDialTimeout bounds dialling the leader; the whole write is bounded
+// by the node's write timeout.
+const metaDialTimeout = 5 * time.Second
+
 // rpcReply answers a forwarded write: the index it was committed at, or
 // why not.
 type rpcReply struct {
@@ -477,19 +489,38 @@ type rpcReply struct {
 	NotLeader bool
 }
 
+func (r *rpcReply) append(b Enc) Enc {
+	return b.Bool(r.NotLeader).Uvarint(r.Index).Varint(int64(r.ErrCode)).Str(r.Err)
+}
+
+func decodeReply(p []byte) (rpcReply, error) {
+	d := NewDec(p)
+	r := rpcReply{NotLeader: d.Bool(), Index: d.Uvarint(), ErrCode: int(d.Varint()), Err: d.Str()}
+	return r, d.End()
+}
+
 // forward sends a write to the leader at addr.
 func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
-	conn, err := n.rpc.Dial(raft.ServerAddress(addr), 5*time.Second)
+	body := appendMetaCmd(nil, &c)
+	var p []byte
+	var err error
+	// A link found down before the write went out (the leader restarted,
+	// and this node had not seen its link close yet) is dialled again:
+	// the write was not sent.
+	for range 2 {
+		var l *Conn
+		if l, err = n.metaLinks.dial(addr, n.metaLayer, metaDialTimeout, ConnConfig{WriteTimeout: n.timeout()}); err != nil {
+			return 0, fmt.Errorf("cluster: forwarding to the leader at %s: %w", addr, err)
+		}
+		if p, err = l.CallWait(kindMetaWrite, body, n.timeout()); !errors.Is(err, ErrClosed) {
+			break
+		}
+	}
 	if err != nil {
-		return 0, fmt.Errorf("cluster: forwarding to the leader at %s: %w", addr, err)
+		return 0, fmt.Errorf("cluster: the leader at %s: %w", addr, err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(n.timeout()))
-	if err := gob.NewEncoder(conn).Encode(&c); err != nil {
-		return 0, err
-	}
-	var r rpcReply
-	if err := gob.NewDecoder(conn).Decode(&r); err != nil {
+	r, err := decodeReply(p)
+	if err != nil {
 		return 0, fmt.Errorf("cluster: the leader at %s: %w", addr, err)
 	}
 	switch {
@@ -503,40 +534,54 @@ func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
 	return r.Index, nil
 }
 
-// serveRPC applies the writes followers forward, one connection each.
-func (n *Node) serveRPC() {
+// acceptLinks serves a link service's connections with open, until its
+// layer closes.
+func (n *Node) acceptLinks(l raft.StreamLayer, open func(net.Conn)) {
 	defer n.rpcWG.Done()
 	for {
-		conn, err := n.rpc.Accept()
+		nc, err := l.Accept()
 		if err != nil {
 			return
 		}
-		n.rpcWG.Add(1)
-		go func() {
-			defer n.rpcWG.Done()
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(n.timeout()))
-			var c metaCmd
-			if err := gob.NewDecoder(conn).Decode(&c); err != nil {
-				return
-			}
-			var r rpcReply
-			if n.r.State() != raft.Leader {
-				r.NotLeader = true
-			} else if idx, err := n.applyMeta(c); errors.Is(err, ErrNotLeader) {
-				r.NotLeader = true
-			} else if err != nil {
-				r.Index, r.Err = idx, err.Error()
-				var ae *ApplyError
-				if errors.As(err, &ae) {
-					r.ErrCode = ae.Code
-				}
-			} else {
-				r.Index = idx
-			}
-			_ = gob.NewEncoder(conn).Encode(&r)
-		}()
+		open(nc)
 	}
+}
+
+// openMeta serves a link another node opened to forward its writes.
+func (n *Node) openMeta(nc net.Conn) {
+	n.metaLinks.serve(nc, ConnConfig{WriteTimeout: n.timeout(), Handle: n.handleMeta})
+}
+
+// handleMeta applies a forwarded write, on a goroutine of its own (a
+// write waits for its commit; the link's reader does not), and answers.
+func (n *Node) handleMeta(l *Conn, f Frame) error {
+	if f.Kind != kindMetaWrite {
+		return errUnexpected
+	}
+	c, err := decodeMetaCmd(f.Body)
+	if err != nil {
+		return err
+	}
+	n.rpcWG.Add(1)
+	go func() {
+		defer n.rpcWG.Done()
+		var r rpcReply
+		if n.r.State() != raft.Leader {
+			r.NotLeader = true
+		} else if idx, err := n.applyMeta(c); errors.Is(err, ErrNotLeader) {
+			r.NotLeader = true
+		} else if err != nil {
+			r.Index, r.Err = idx, err.Error()
+			var ae *ApplyError
+			if errors.As(err, &ae) {
+				r.ErrCode = ae.Code
+			}
+		} else {
+			r.Index = idx
+		}
+		_ = l.Answer(f.ID, r.append(nil))
+	}()
+	return nil
 }
 
 // AddMember adds a node (started with Join) to the cluster as a voter;
@@ -578,6 +623,45 @@ type metaCmd struct {
 	Key string
 	Val []byte
 	Ops []Op
+}
+
+// The metadata log's entries and snapshots are gob-encoded metaCmds:
+// that is their format on disk (the log store and raft's snapshot
+// files), kept as it is so that a node reads the state it wrote before.
+// Between nodes a command travels in the cluster's codec
+// (appendMetaCmd).
+
+// encodeMetaEntry is c as the metadata log holds it.
+func encodeMetaEntry(c *metaCmd) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// appendMetaCmd appends c as a forwarded write carries it.
+func appendMetaCmd(b Enc, c *metaCmd) Enc {
+	b = b.U8(c.Op).Str(c.Key).Bytes(c.Val).Uvarint(uint64(len(c.Ops)))
+	for i := range c.Ops {
+		o := &c.Ops[i]
+		b = b.Str(o.Key).Bytes(o.Val).Bool(o.Delete)
+	}
+	return b
+}
+
+// decodeMetaCmd reads what appendMetaCmd wrote.
+func decodeMetaCmd(p []byte) (metaCmd, error) {
+	d := NewDec(p)
+	c := metaCmd{Op: d.U8(), Key: d.Str(), Val: d.Bytes()}
+	n := d.Count(3) // an op takes 3 bytes at least
+	if n > 0 {
+		c.Ops = make([]Op, n)
+		for i := range c.Ops {
+			c.Ops[i] = Op{Key: d.Str(), Val: d.Bytes(), Delete: d.Bool()}
+		}
+	}
+	return c, d.End()
 }
 
 // Op is one change of a metadata write: Key set to Val, or deleted.
