@@ -752,7 +752,13 @@ func DecodeCommand(p []byte) (Command, error) {
 		}
 	case cmdDequeue:
 		c.Consumer = d.Str32()
-		c.Prefetch = int(d.U8() & 1)
+		// The no-ack flag: the encoder writes only 0 or 1, so any other
+		// byte is a malformed command, not a flag to mask.
+		flag := d.U8()
+		if flag > 1 {
+			return c, ErrBadCommand
+		}
+		c.Prefetch = int(flag)
 	case cmdDown:
 		c.Consumer = d.Str32()
 		c.Keep = d.Str32()

@@ -270,6 +270,10 @@ func FuzzDecodeCommand(f *testing.F) {
 	for _, c := range randomLog(7, 50) {
 		f.Add(c.Encode(nil))
 	}
+	// A dequeue whose no-ack byte is neither 0 nor 1 is malformed (it
+	// once decoded as 0 and re-encoded differently).
+	dq := (&Command{Kind: cmdDequeue, Consumer: "c"}).Encode(nil)
+	f.Add(append(dq[:len(dq)-1:len(dq)-1], 0x30))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		c, err := DecodeCommand(p)
 		if err != nil {
