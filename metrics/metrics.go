@@ -128,8 +128,28 @@ func (f *queueFigures) emit(e emitter, labels ...string) {
 	e.counter("rabbitmq_queue_messages_published_total", "Total number of messages published to queues", f.published, labels...)
 }
 
+// Collect sends every family, in the order the node's figures are read:
+// the node, connections and channels, queues, resources and alarms, the
+// global message counters, then railmq's own (store, memory, cluster,
+// flow).
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
-	s, e := m.s, emitter{ch}
+	e := emitter{ch}
+	ns := m.collectNode(e)
+	conns, chans := m.collectConnections(e)
+	t := m.s.Totals()
+	collectQueueChurn(e, t)
+	consumers := m.collectQueues(e, chans)
+	collectResources(e, ns, len(conns))
+	collectGlobal(e, t, consumers)
+	m.collectStore(e, ns)
+	m.collectCluster(e)
+	collectFlow(e, conns)
+}
+
+// collectNode sends the node's identity, versions and uptime, and returns
+// its status for the families that follow.
+func (m *collector) collectNode(e emitter) broker.NodeStatus {
+	s := m.s
 	node := s.NodeName()
 	ns := s.Status()
 	e.untyped("rabbitmq_identity_info", "RabbitMQ node & cluster identity info", 1,
@@ -139,14 +159,25 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		"prometheus_client_version", "client_golang", "erlang_version", runtime.Version(),
 		"product_name", "railmq", "product_version", s.Version())
 	e.gauge("rabbitmq_erlang_uptime_seconds", "Node uptime", time.Since(ns.Started).Seconds())
+	return ns
+}
 
-	// Connections, channels and their churn.
+// channelFigures are the sums over every open channel.
+type channelFigures struct {
+	unacked, unconfirmed int
+}
+
+// collectConnections sends the open connections and channels and their
+// churn; it returns the connections and the channels' sums.
+func (m *collector) collectConnections(e emitter) ([]broker.Connection, channelFigures) {
+	s := m.s
 	conns := s.Connections()
-	nch, unackedCh, unconfirmed := 0, 0, 0
+	nch := 0
+	var sums channelFigures
 	for _, in := range s.Channels() {
 		nch++
-		unackedCh += in.Unacked
-		unconfirmed += in.Unconfirmed
+		sums.unacked += in.Unacked
+		sums.unconfirmed += in.Unconfirmed
 	}
 	e.gauge("rabbitmq_connections", "Connections currently open", float64(len(conns)))
 	e.gauge("rabbitmq_channels", "Channels currently open", float64(nch))
@@ -155,19 +186,27 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	e.counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", churn.ConnectionsClosed)
 	e.counter("rabbitmq_channels_opened_total", "Total number of channels opened", churn.ChannelsOpened)
 	e.counter("rabbitmq_channels_closed_total", "Total number of channels closed", churn.ChannelsClosed)
-	t := s.Totals()
+	return conns, sums
+}
+
+// collectQueueChurn sends the queues declared, created and deleted.
+func collectQueueChurn(e emitter, t *queue.Totals) {
 	e.counter("rabbitmq_queues_declared_total", "Total number of queues declared", t.QueuesDeclared.Load())
 	e.counter("rabbitmq_queues_created_total", "Total number of queues created", t.QueuesCreated.Load())
 	e.counter("rabbitmq_queues_deleted_total", "Total number of queues deleted", t.QueuesDeleted.Load())
+}
 
-	// Queues: summed, or one series each.
+// collectQueues sends the queues' figures, summed or (per object) one
+// series each with the exchanges', then the counts of queues, consumers
+// and the channels' sums; it returns the consumers on every queue.
+func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers int64) {
 	var all queueFigures
 	nq, oldest := 0, 0.0
 	now := queue.Now()
-	for _, v := range s.VHosts() {
+	for _, v := range m.s.VHosts() {
 		vh := v.Name()
 		for _, q := range v.Queues() {
-			rep := s.QueueReplica(q)
+			rep := m.s.QueueReplica(q)
 			if rep.Kind == "remote" {
 				continue // its home reports it, as RabbitMQ's node hosting a queue does: summed over the nodes, counted once
 			}
@@ -181,33 +220,10 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 				all.add(q)
 				continue
 			}
-			var f queueFigures
-			f.add(q)
-			all.consumers += f.consumers
-			lv := []string{"vhost", vh, "queue", q.Name()}
-			f.emit(e, lv...)
-			e.gauge("rabbitmq_queue_consumer_utilisation", "Consumer utilisation", m.util(q), lv...)
-			if at := q.HeadEnqueuedAt(); at > 0 {
-				e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
-			}
-			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
-			e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
-			if rep.Kind == "quorum" {
-				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(rep.Term), lv...)
-				e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(rep.Commit), lv...)
-				e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(rep.Applied), lv...)
-				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(rep.Leader), lv...)
-			}
+			all.consumers += m.collectQueue(e, vh, q, rep, age)
 		}
 		if m.perObject {
-			for _, x := range v.Exchanges() {
-				e.gauge("railmq_exchange_bindings", "Bindings whose source is the exchange", float64(len(x.Bindings())),
-					"vhost", vh, "exchange", x.Name, "type", x.Type())
-				if x.Delayed {
-					e.gauge("railmq_exchange_messages_delayed", "Messages a delayed exchange holds back", float64(x.MessagesDelayed()),
-						"vhost", vh, "exchange", x.Name)
-				}
-			}
+			collectExchanges(e, vh, v)
 		}
 	}
 	if !m.perObject {
@@ -217,10 +233,48 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge("rabbitmq_queues", "Queues available", float64(nq))
 	e.gauge("rabbitmq_consumers", "Consumers currently connected", float64(all.consumers))
 	e.gauge("rabbitmq_channel_consumers", "Consumers on a channel", float64(all.consumers))
-	e.gauge("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages", float64(unackedCh))
-	e.gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", float64(unconfirmed))
+	e.gauge("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages", float64(chans.unacked))
+	e.gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", float64(chans.unconfirmed))
+	return all.consumers
+}
 
-	// The node's resources and alarms.
+// collectQueue sends one queue's series (per object), its Raft figures if
+// it is a quorum queue, and returns its consumers.
+func (m *collector) collectQueue(e emitter, vh string, q *queue.Queue, rep broker.QueueReplica, age float64) int64 {
+	var f queueFigures
+	f.add(q)
+	lv := []string{"vhost", vh, "queue", q.Name()}
+	f.emit(e, lv...)
+	e.gauge("rabbitmq_queue_consumer_utilisation", "Consumer utilisation", m.util(q), lv...)
+	if at := q.HeadEnqueuedAt(); at > 0 {
+		e.gauge("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message in the queue, if any", float64(at/int64(time.Second)), lv...)
+	}
+	e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
+	e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
+	if rep.Kind == "quorum" {
+		e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(rep.Term), lv...)
+		e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(rep.Commit), lv...)
+		e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(rep.Applied), lv...)
+		e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(rep.Leader), lv...)
+	}
+	return f.consumers
+}
+
+// collectExchanges sends the series of v's exchanges (per object); vh is
+// v's name.
+func collectExchanges(e emitter, vh string, v *broker.VHostInfo) {
+	for _, x := range v.Exchanges() {
+		e.gauge("railmq_exchange_bindings", "Bindings whose source is the exchange", float64(len(x.Bindings())),
+			"vhost", vh, "exchange", x.Name, "type", x.Type())
+		if x.Delayed {
+			e.gauge("railmq_exchange_messages_delayed", "Messages a delayed exchange holds back", float64(x.MessagesDelayed()),
+				"vhost", vh, "exchange", x.Name)
+		}
+	}
+}
+
+// collectResources sends the node's resources and alarms.
+func collectResources(e emitter, ns broker.NodeStatus, sockets int) {
 	fdUsed, fdTotal := ns.FDUsed, ns.FDTotal
 	e.gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", float64(ns.RSS))
 	e.gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", float64(ns.Watermark))
@@ -228,13 +282,16 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes", float64(ns.DiskLimit))
 	e.gauge("rabbitmq_process_open_fds", "Open file descriptors", float64(fdUsed))
 	e.gauge("rabbitmq_process_max_fds", "Open file descriptors limit", float64(fdTotal))
-	e.gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", float64(len(conns)))
+	e.gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", float64(sockets))
 	e.gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", float64(fdTotal*9/10))
 	e.untyped("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect", b2f(ns.MemoryAlarm))
 	e.untyped("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect", b2f(ns.DiskAlarm))
 	e.untyped("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", 0)
+}
 
-	// Message counts since start (rabbit_global_counters).
+// collectGlobal sends the message counts since start
+// (rabbit_global_counters); consumers is the consumers on every queue.
+func collectGlobal(e emitter, t *queue.Totals, consumers int64) {
 	sum := t.Sum()
 	p := []string{"protocol", protoLabel}
 	pq := []string{"protocol", protoLabel, "queue_type", classicQueue}
@@ -262,11 +319,14 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	e.gauge("rabbitmq_global_publishers", "Current number of publishers", float64(sum.Publishers), p...)
-	e.gauge("rabbitmq_global_consumers", "Current number of consumers", float64(all.consumers), p...)
+	e.gauge("rabbitmq_global_consumers", "Current number of consumers", float64(consumers), p...)
 	count, size, buckets := sizeHistogram(&sum)
 	e.histogram("rabbitmq_message_size_bytes", "Size of messages received from publishers", count, size, buckets, p...)
+}
 
-	// railmq's own.
+// collectStore sends railmq's own figures of the store and of memory.
+func (m *collector) collectStore(e emitter, ns broker.NodeStatus) {
+	s := m.s
 	lsm, vlog := s.Store().Size()
 	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(lsm), "part", "lsm")
 	e.gauge("railmq_store_size_bytes", "Bytes of the message store on disk, by part (Badger's LSM tree and value log)", float64(vlog), "part", "vlog")
@@ -279,6 +339,32 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	e.histogram("railmq_delayed_routing_lateness_seconds", "How long after its due time each delayed message was routed", c, sumB, b)
 	e.gauge("railmq_memory_held_bytes", "Bytes held for clients (queued bodies, content being assembled, transactions): what the memory alarm compares with the watermark", float64(ns.MemoryHeld))
 	e.gauge("railmq_paging", "1 while memory is above the paging ratio of the watermark and every queue pages beyond a small window", b2f(ns.Paging))
+}
+
+// collectCluster sends the metadata group's figures, if the node is
+// clustered.
+func (m *collector) collectCluster(e emitter) {
+	n := m.s.Cluster()
+	if n == nil {
+		return
+	}
+	st := n.Status()
+	voters := 0
+	for _, m := range st.Members {
+		if m.Voter {
+			voters++
+		}
+	}
+	e.gauge("railmq_cluster_members", "Voting members of the cluster's metadata group, as this node knows them", float64(voters))
+	e.gauge("railmq_cluster_leader", "1 while this node leads the metadata group", b2f(st.State == "Leader"))
+	e.gauge("railmq_cluster_term", "The metadata group's Raft term", float64(st.Term))
+	e.gauge("railmq_cluster_commit_index", "The metadata group's commit index, as this node knows it", float64(st.Commit))
+	e.gauge("railmq_cluster_applied_index", "The metadata group's last entry applied on this node", float64(st.Applied))
+	e.gauge("railmq_cluster_last_contact_seconds", "Since this follower last heard from the leader (0 on the leader, -1 never)", st.LastContact.Seconds())
+}
+
+// collectFlow sends how many connections are blocked, or in flow.
+func collectFlow(e emitter, conns []broker.Connection) {
 	blocked, flow := 0, 0
 	for _, c := range conns {
 		if c.Blocked {
@@ -286,21 +372,6 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		} else if c.InFlow {
 			flow++
 		}
-	}
-	if n := s.Cluster(); n != nil {
-		st := n.Status()
-		voters := 0
-		for _, m := range st.Members {
-			if m.Voter {
-				voters++
-			}
-		}
-		e.gauge("railmq_cluster_members", "Voting members of the cluster's metadata group, as this node knows them", float64(voters))
-		e.gauge("railmq_cluster_leader", "1 while this node leads the metadata group", b2f(st.State == "Leader"))
-		e.gauge("railmq_cluster_term", "The metadata group's Raft term", float64(st.Term))
-		e.gauge("railmq_cluster_commit_index", "The metadata group's commit index, as this node knows it", float64(st.Commit))
-		e.gauge("railmq_cluster_applied_index", "The metadata group's last entry applied on this node", float64(st.Applied))
-		e.gauge("railmq_cluster_last_contact_seconds", "Since this follower last heard from the leader (0 on the leader, -1 never)", st.LastContact.Seconds())
 	}
 	e.gauge("railmq_connections_blocked", "Connections held back by a resource alarm (state blocked)", float64(blocked))
 	e.gauge("railmq_connections_flow", "Connections held back by flow control within the last second (state flow)", float64(flow))

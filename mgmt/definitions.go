@@ -271,39 +271,85 @@ func LoadDefinitions(srv *broker.Server, path string) error {
 // importDefinitions checks every entry of d, then applies them all to
 // srv.
 func importDefinitions(srv *broker.Server, d *defsFile) error {
-	log := srv.Logger()
-	// --- check ---
-	newVHosts := map[string]bool{}
-	for i, v := range d.VHosts {
+	im := &importer{srv: srv, d: d, scratch: map[string]*vhost.VHost{}, inFile: map[string]bool{}}
+	defer im.close()
+	if err := im.check(); err != nil {
+		return err
+	}
+	return im.apply()
+}
+
+// importer is one import of a definitions file: check reads every entry
+// into what apply needs, naming the first that is wrong; apply changes
+// srv only once everything has been checked.
+type importer struct {
+	srv *broker.Server
+	d   *defsFile
+
+	newVHosts map[string]bool // the vhosts the file makes
+	// Scratch registries for the vhosts the file makes: their
+	// declarations are checked against them (and each other) before
+	// anything exists.
+	scratch  map[string]*vhost.VHost
+	users    map[string]*auth.User // by name
+	perms    []*auth.Permission    // d.Permissions' parsed
+	topics   []*auth.TopicPermission
+	limits   map[string]map[string]int64 // by vhost
+	policies []*vhost.PolicyDef
+	inFile   map[string]bool // vhost \x00 kind \x00 name of the file's exchanges (x) and queues (q)
+}
+
+// close closes the scratch registries.
+func (im *importer) close() {
+	for _, v := range im.scratch {
+		v.Close()
+	}
+}
+
+// check checks every entry, in the file's order of kinds: vhosts, users,
+// permissions, topic permissions, vhost limits, policies, exchanges,
+// queues, bindings.
+func (im *importer) check() error {
+	for _, step := range []func() error{im.checkVHosts, im.checkUsers, im.checkPermissions, im.checkTopicPermissions,
+		im.checkLimits, im.checkPolicies, im.checkExchanges, im.checkQueues, im.checkBindings} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (im *importer) checkVHosts() error {
+	im.newVHosts = map[string]bool{}
+	for i, v := range im.d.VHosts {
 		if v.Name == "" {
 			return fmt.Errorf("vhosts[%d]: no name", i)
 		}
-		if srv.LookupVHost(v.Name) == nil {
-			newVHosts[v.Name] = true
+		if im.srv.LookupVHost(v.Name) == nil {
+			im.newVHosts[v.Name] = true
 		}
 	}
-	// Scratch registries for vhosts the file makes: their declarations
-	// are checked against them (and each other) before anything exists.
-	scratch := map[string]*vhost.VHost{}
-	vhostFor := func(name string) *vhost.VHost {
-		if st := srv.LookupVHost(name); st != nil {
-			return st.VHost
-		}
-		if !newVHosts[name] {
-			return nil
-		}
-		if scratch[name] == nil {
-			scratch[name] = vhost.New(name, nil, nil, nil, 0, 0)
-		}
-		return scratch[name]
+	return nil
+}
+
+// vhostFor is the registry of vhost name: the broker's, a scratch one if
+// the file makes it, or nil.
+func (im *importer) vhostFor(name string) *vhost.VHost {
+	if st := im.srv.LookupVHost(name); st != nil {
+		return st.VHost
 	}
-	defer func() {
-		for _, v := range scratch {
-			v.Close()
-		}
-	}()
-	users := map[string]*auth.User{}
-	for i, u := range d.Users {
+	if !im.newVHosts[name] {
+		return nil
+	}
+	if im.scratch[name] == nil {
+		im.scratch[name] = vhost.New(name, nil, nil, nil, 0, 0)
+	}
+	return im.scratch[name]
+}
+
+func (im *importer) checkUsers() error {
+	im.users = map[string]*auth.User{}
+	for i, u := range im.d.Users {
 		if u.Name == "" {
 			return fmt.Errorf("users[%d]: no name", i)
 		}
@@ -327,40 +373,57 @@ func importDefinitions(srv *broker.Server, d *defsFile) error {
 		if len(nu.Limits) == 0 {
 			nu.Limits = nil
 		}
-		users[u.Name] = nu
+		im.users[u.Name] = nu
 	}
-	userExists := func(name string) bool { return users[name] != nil || srv.Access().User(name) != nil }
-	perms := make([]*auth.Permission, len(d.Permissions))
-	for i, p := range d.Permissions {
-		if vhostFor(p.VHost) == nil {
+	return nil
+}
+
+// userExists says whether user name is in the file or the broker.
+func (im *importer) userExists(name string) bool {
+	return im.users[name] != nil || im.srv.Access().User(name) != nil
+}
+
+func (im *importer) checkPermissions() error {
+	im.perms = make([]*auth.Permission, len(im.d.Permissions))
+	for i, p := range im.d.Permissions {
+		if im.vhostFor(p.VHost) == nil {
 			return fmt.Errorf("permission of %q: no vhost %q", p.User, p.VHost)
 		}
-		if !userExists(p.User) {
+		if !im.userExists(p.User) {
 			return fmt.Errorf("permission in %q: no user %q", p.VHost, p.User)
 		}
 		pm, err := auth.NewPermission(p.Configure, p.Write, p.Read)
 		if err != nil {
 			return fmt.Errorf("permission of %q in %q: %w", p.User, p.VHost, err)
 		}
-		perms[i] = pm
+		im.perms[i] = pm
 	}
-	topics := make([]*auth.TopicPermission, len(d.TopicPermissions))
-	for i, p := range d.TopicPermissions {
-		if vhostFor(p.VHost) == nil || !userExists(p.User) || p.Exchange == "" {
+	return nil
+}
+
+func (im *importer) checkTopicPermissions() error {
+	im.topics = make([]*auth.TopicPermission, len(im.d.TopicPermissions))
+	for i, p := range im.d.TopicPermissions {
+		if im.vhostFor(p.VHost) == nil || !im.userExists(p.User) || p.Exchange == "" {
 			return fmt.Errorf("topic permission of %q in %q on %q: no such vhost, user or exchange", p.User, p.VHost, p.Exchange)
 		}
 		tp, err := auth.NewTopicPermission(p.Exchange, p.Write, p.Read, p.User, p.VHost)
 		if err != nil {
 			return fmt.Errorf("topic permission of %q in %q: %w", p.User, p.VHost, err)
 		}
-		topics[i] = tp
+		im.topics[i] = tp
 	}
-	limits := map[string]map[string]int64{}
-	for _, p := range d.Parameters {
+	return nil
+}
+
+// checkLimits checks the parameters, which may only be vhost limits.
+func (im *importer) checkLimits() error {
+	im.limits = map[string]map[string]int64{}
+	for _, p := range im.d.Parameters {
 		if p.Component != "vhost-limits" {
 			return fmt.Errorf("parameter %q of component %q in %q: only vhost-limits parameters are supported", p.Name, p.Component, p.VHost)
 		}
-		if vhostFor(p.VHost) == nil {
+		if im.vhostFor(p.VHost) == nil {
 			return fmt.Errorf("vhost-limits parameter: no vhost %q", p.VHost)
 		}
 		m := map[string]int64{}
@@ -372,11 +435,15 @@ func importDefinitions(srv *broker.Server, d *defsFile) error {
 			}
 			m[k] = int64(f)
 		}
-		limits[p.VHost] = m
+		im.limits[p.VHost] = m
 	}
-	policies := make([]*vhost.PolicyDef, len(d.Policies))
-	for i, p := range d.Policies {
-		if vhostFor(p.VHost) == nil {
+	return nil
+}
+
+func (im *importer) checkPolicies() error {
+	im.policies = make([]*vhost.PolicyDef, len(im.d.Policies))
+	for i, p := range im.d.Policies {
+		if im.vhostFor(p.VHost) == nil {
 			return fmt.Errorf("policy %q: no vhost %q", p.Name, p.VHost)
 		}
 		pd, err := vhost.NewPolicyDef(p.Name, p.Pattern, p.ApplyTo, p.Priority, p.Definition, false)
@@ -387,67 +454,112 @@ func importDefinitions(srv *broker.Server, d *defsFile) error {
 			}
 			return fmt.Errorf("policy %q in %q: %w", p.Name, p.VHost, err)
 		}
-		policies[i] = pd
+		im.policies[i] = pd
 	}
-	declX := func(x defsExchange) vhost.ExchangeDecl {
-		return vhost.ExchangeDecl{Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal,
-			Args: tableArg(map[string]any{"arguments": x.Arguments})}
-	}
-	declQ := func(q defsQueue) vhost.QueueDecl {
-		return vhost.QueueDecl{Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Args: tableArg(map[string]any{"arguments": q.Arguments}), Reserved: true}
-	}
-	inFile := map[string]bool{} // vhost \x00 kind \x00 name
-	for _, x := range d.Exchanges {
-		v := vhostFor(x.VHost)
+	return nil
+}
+
+// exchangeDecl is the declaration of a file's exchange.
+func exchangeDecl(x defsExchange) vhost.ExchangeDecl {
+	return vhost.ExchangeDecl{Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal,
+		Args: tableArg(map[string]any{"arguments": x.Arguments})}
+}
+
+// queueDecl is the declaration of a file's queue.
+func queueDecl(q defsQueue) vhost.QueueDecl {
+	return vhost.QueueDecl{Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Args: tableArg(map[string]any{"arguments": q.Arguments}), Reserved: true}
+}
+
+func (im *importer) checkExchanges() error {
+	for _, x := range im.d.Exchanges {
+		v := im.vhostFor(x.VHost)
 		if v == nil {
 			return fmt.Errorf("exchange %q: no vhost %q", x.Name, x.VHost)
 		}
 		if strings.HasPrefix(x.Name, "amq.") {
 			continue // RabbitMQ's exports never carry them; its imports skip them
 		}
-		if err := v.CheckExchange(declX(x)); err != nil {
+		if err := v.CheckExchange(exchangeDecl(x)); err != nil {
 			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
 		}
-		inFile[x.VHost+"\x00x\x00"+x.Name] = true
+		im.inFile[x.VHost+"\x00x\x00"+x.Name] = true
 	}
-	for _, q := range d.Queues {
-		v := vhostFor(q.VHost)
+	return nil
+}
+
+func (im *importer) checkQueues() error {
+	for _, q := range im.d.Queues {
+		v := im.vhostFor(q.VHost)
 		if v == nil {
 			return fmt.Errorf("queue %q: no vhost %q", q.Name, q.VHost)
 		}
-		if err := v.CheckQueue(declQ(q)); err != nil {
+		if err := v.CheckQueue(queueDecl(q)); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
 		}
-		inFile[q.VHost+"\x00q\x00"+q.Name] = true
+		im.inFile[q.VHost+"\x00q\x00"+q.Name] = true
 	}
-	exists := func(vh, kind, name string) bool {
-		if inFile[vh+"\x00"+kind+"\x00"+name] {
-			return true
-		}
-		v := vhostFor(vh)
-		if v == nil {
-			return false
-		}
-		if kind == "x" {
-			return v.Exchange(name) != nil
-		}
-		_, err := v.Queue(0, name)
-		return err == nil
+	return nil
+}
+
+// exists says whether vhost vh has, or the file declares in it, an
+// exchange (kind "x") or a queue (kind "q") called name.
+func (im *importer) exists(vh, kind, name string) bool {
+	if im.inFile[vh+"\x00"+kind+"\x00"+name] {
+		return true
 	}
-	for i, b := range d.Bindings {
+	v := im.vhostFor(vh)
+	if v == nil {
+		return false
+	}
+	if kind == "x" {
+		return v.Exchange(name) != nil
+	}
+	_, err := v.Queue(0, name)
+	return err == nil
+}
+
+func (im *importer) checkBindings() error {
+	for i, b := range im.d.Bindings {
 		kind := map[string]string{"queue": "q", "exchange": "x"}[b.DestinationType]
 		switch {
 		case kind == "":
 			return fmt.Errorf("bindings[%d]: destination_type %q is neither queue nor exchange", i, b.DestinationType)
-		case !exists(b.VHost, "x", b.Source):
+		case !im.exists(b.VHost, "x", b.Source):
 			return fmt.Errorf("bindings[%d]: no source exchange %q in vhost %q", i, b.Source, b.VHost)
-		case !exists(b.VHost, kind, b.Destination):
+		case !im.exists(b.VHost, kind, b.Destination):
 			return fmt.Errorf("bindings[%d]: no destination %s %q in vhost %q", i, b.DestinationType, b.Destination, b.VHost)
 		}
 	}
+	return nil
+}
 
-	// --- apply ---
-	for _, v := range d.VHosts {
+// apply makes what check read: vhosts, then users and permissions, vhost
+// limits, exchanges, queues, bindings and policies.
+func (im *importer) apply() error {
+	if err := im.applyVHosts(); err != nil {
+		return err
+	}
+	if err := im.applyAccess(); err != nil {
+		return err
+	}
+	if err := im.applyLimits(); err != nil {
+		return err
+	}
+	if err := im.applyExchanges(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := im.applyQueues(start); err != nil {
+		return err
+	}
+	if err := im.applyBindings(start); err != nil {
+		return err
+	}
+	return im.applyPolicies()
+}
+
+func (im *importer) applyVHosts() error {
+	for _, v := range im.d.VHosts {
 		rec := broker.VHostRecord{Description: v.Description, Tags: []string{}}
 		tags := v.Tags
 		if v.Metadata != nil {
@@ -461,66 +573,93 @@ func importDefinitions(srv *broker.Server, d *defsFile) error {
 		if t, err := auth.ParseTags(tags); err == nil {
 			rec.Tags = t
 		}
-		if st := srv.LookupVHost(v.Name); st != nil {
+		if st := im.srv.LookupVHost(v.Name); st != nil {
 			rec.Limits = st.Rec.Limits
 		}
-		if _, err := srv.PutVHost(v.Name, rec); err != nil {
+		if _, err := im.srv.PutVHost(v.Name, rec); err != nil {
 			return err
 		}
 	}
-	// Stored, then in the registry (in a cluster: replicated, and applied
-	// by every node as committed).
+	return nil
+}
+
+// applyAccess stores the users, permissions and topic permissions, then
+// puts them in the registry (in a cluster: replicated, and applied by
+// every node as committed).
+func (im *importer) applyAccess() error {
+	d := im.d
 	us := make([]*auth.User, len(d.Users))
 	for i, u := range d.Users {
-		us[i] = users[u.Name]
+		us[i] = im.users[u.Name]
 	}
 	pes := make([]auth.PermissionEntry, len(d.Permissions))
 	for i, p := range d.Permissions {
-		pes[i] = auth.PermissionEntry{VHost: p.VHost, User: p.User, Permission: perms[i]}
+		pes[i] = auth.PermissionEntry{VHost: p.VHost, User: p.User, Permission: im.perms[i]}
 	}
 	tes := make([]auth.TopicPermissionEntry, len(d.TopicPermissions))
 	for i, p := range d.TopicPermissions {
-		tes[i] = auth.TopicPermissionEntry{VHost: p.VHost, User: p.User, TopicPermission: topics[i]}
+		tes[i] = auth.TopicPermissionEntry{VHost: p.VHost, User: p.User, TopicPermission: im.topics[i]}
 	}
-	if err := srv.PutAccess(us, pes, tes); err != nil {
-		return err
-	}
-	for vh, m := range limits {
-		st := srv.LookupVHost(vh)
+	return im.srv.PutAccess(us, pes, tes)
+}
+
+func (im *importer) applyLimits() error {
+	for vh, m := range im.limits {
+		st := im.srv.LookupVHost(vh)
 		rec := st.Rec
 		rec.Limits = m
-		if _, err := srv.PutVHost(vh, rec); err != nil {
+		if _, err := im.srv.PutVHost(vh, rec); err != nil {
 			return err
 		}
 	}
-	for _, x := range d.Exchanges {
+	return nil
+}
+
+func (im *importer) applyExchanges() error {
+	for _, x := range im.d.Exchanges {
 		if strings.HasPrefix(x.Name, "amq.") {
 			continue
 		}
-		if err := srv.LookupVHost(x.VHost).DeclareExchange(declX(x)); err != nil {
+		if err := im.srv.LookupVHost(x.VHost).DeclareExchange(exchangeDecl(x)); err != nil {
 			return fmt.Errorf("exchange %q in %q: %s", x.Name, x.VHost, reasonOf(err))
 		}
 	}
-	start := time.Now()
-	for i, q := range d.Queues {
-		if _, _, _, err := srv.LookupVHost(q.VHost).DeclareQueue(declQ(q), queue.Config{}); err != nil {
+	return nil
+}
+
+// applyQueues declares the queues, logging progress since start.
+func (im *importer) applyQueues(start time.Time) error {
+	qs := im.d.Queues
+	for i, q := range qs {
+		if _, _, _, err := im.srv.LookupVHost(q.VHost).DeclareQueue(queueDecl(q), queue.Config{}); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
 		}
-		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Queues) {
-			log.Info("importing definitions: queues", zap.Int("queues_so_far", n), zap.Int("queues", len(d.Queues)), zap.Duration("took_so_far", time.Since(start)))
+		if n := i + 1; n%importProgressEvery == 0 && n < len(qs) {
+			im.srv.Logger().Info("importing definitions: queues", zap.Int("queues_so_far", n), zap.Int("queues", len(qs)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
-	for i, bd := range d.Bindings {
+	return nil
+}
+
+// applyBindings makes the bindings, logging progress since start (that
+// of the queues).
+func (im *importer) applyBindings(start time.Time) error {
+	bs := im.d.Bindings
+	for i, bd := range bs {
 		args := tableArg(map[string]any{"arguments": bd.Arguments})
-		if err := srv.LookupVHost(bd.VHost).Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
+		if err := im.srv.LookupVHost(bd.VHost).Bind(0, bd.Destination, bd.DestinationType == "exchange", bd.Source, bd.RoutingKey, args); err != nil {
 			return fmt.Errorf("bindings[%d]: %s", i, reasonOf(err))
 		}
-		if n := i + 1; n%importProgressEvery == 0 && n < len(d.Bindings) {
-			log.Info("importing definitions: bindings", zap.Int("bindings_so_far", n), zap.Int("bindings", len(d.Bindings)), zap.Duration("took_so_far", time.Since(start)))
+		if n := i + 1; n%importProgressEvery == 0 && n < len(bs) {
+			im.srv.Logger().Info("importing definitions: bindings", zap.Int("bindings_so_far", n), zap.Int("bindings", len(bs)), zap.Duration("took_so_far", time.Since(start)))
 		}
 	}
-	for i, p := range d.Policies {
-		if _, err := srv.PutPolicy(p.VHost, false, p.Name, policies[i]); err != nil {
+	return nil
+}
+
+func (im *importer) applyPolicies() error {
+	for i, p := range im.d.Policies {
+		if _, err := im.srv.PutPolicy(p.VHost, false, p.Name, im.policies[i]); err != nil {
 			return err
 		}
 	}

@@ -141,6 +141,7 @@ func kv(args []string) map[string]any {
 	return m
 }
 
+// newRoot is railmqctl's command tree; its flags set c.
 func newRoot(c *client) *cobra.Command {
 	root := &cobra.Command{Use: "railmqctl", Short: "Manage a railmq broker through its management HTTP API", SilenceUsage: true}
 	env := func(k, d string) string {
@@ -155,6 +156,20 @@ func newRoot(c *client) *cobra.Command {
 	root.PersistentFlags().StringVarP(&c.vhost, "vhost", "V", "/", "virtual host")
 	root.PersistentFlags().StringVarP(&c.format, "format", "f", "table", "table or json")
 
+	var cmds []*cobra.Command
+	cmds = append(cmds, newObjectCmds(c)...)
+	cmds = append(cmds, newMessageCmds(c)...)
+	cmds = append(cmds, newCloseCmd(c))
+	cmds = append(cmds, newAccessCmds(c)...)
+	cmds = append(cmds, newPolicyCmds(c)...)
+	cmds = append(cmds, newDefinitionsCmds(c)...)
+	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c))
+	root.AddCommand(cmds...)
+	return root
+}
+
+// newObjectCmds are list, declare and delete.
+func newObjectCmds(c *client) []*cobra.Command {
 	list := &cobra.Command{Use: "list KIND [COLUMN...]", Short: "list queues, exchanges, bindings, connections, channels, consumers, users, vhosts, policies, permissions",
 		Args: cobra.MinimumNArgs(1), RunE: func(_ *cobra.Command, a []string) error {
 			kind := a[0]
@@ -210,6 +225,11 @@ func newRoot(c *client) *cobra.Command {
 			_, err := c.do("DELETE", p+url.PathEscape(a[1]), nil)
 			return err
 		}}
+	return []*cobra.Command{list, declare, del}
+}
+
+// newMessageCmds are purge, get, peek, publish and redrive.
+func newMessageCmds(c *client) []*cobra.Command {
 	purge := &cobra.Command{Use: "purge QUEUE", Args: cobra.ExactArgs(1), Short: "drop a queue's ready messages",
 		RunE: func(_ *cobra.Command, a []string) error {
 			_, err := c.do("DELETE", "/api/queues/"+c.vh()+"/"+url.PathEscape(a[0])+"/contents", nil)
@@ -284,11 +304,21 @@ func newRoot(c *client) *cobra.Command {
 	redrive.Flags().IntVar(&max, "max", 0, "messages at most")
 	redrive.Flags().StringVar(&tx, "target-exchange", "", "republish here instead of each message's x-first-death-exchange")
 	redrive.Flags().StringVar(&tk, "target-routing-key", "", "with --target-exchange")
+	return []*cobra.Command{purge, get, peek, publish, redrive}
+}
+
+// newCloseCmd is close connection.
+func newCloseCmd(c *client) *cobra.Command {
 	closeConn := &cobra.Command{Use: "close connection NAME", Args: cobra.ExactArgs(2), Short: "close a connection (320)",
 		RunE: func(_ *cobra.Command, a []string) error {
 			_, err := c.do("DELETE", "/api/connections/"+url.PathEscape(a[1]), nil)
 			return err
 		}}
+	return closeConn
+}
+
+// newAccessCmds are add_user, set_user_tags and set_permissions.
+func newAccessCmds(c *client) []*cobra.Command {
 	var tags string
 	addUser := &cobra.Command{Use: "add_user NAME PASSWORD", Args: cobra.ExactArgs(2), Short: "add a user (--tags)",
 		RunE: func(_ *cobra.Command, a []string) error {
@@ -313,6 +343,11 @@ func newRoot(c *client) *cobra.Command {
 			_, err := c.do("PUT", "/api/permissions/"+c.vh()+"/"+url.PathEscape(a[0]), map[string]any{"configure": a[1], "write": a[2], "read": a[3]})
 			return err
 		}}
+	return []*cobra.Command{addUser, setTags, setPerms}
+}
+
+// newPolicyCmds are set_policy and clear_policy.
+func newPolicyCmds(c *client) []*cobra.Command {
 	var prio int
 	var applyTo string
 	setPolicy := &cobra.Command{Use: "set_policy NAME PATTERN DEFINITION", Args: cobra.ExactArgs(3), Short: "set a policy (DEFINITION is JSON)",
@@ -332,6 +367,11 @@ func newRoot(c *client) *cobra.Command {
 			_, err := c.do("DELETE", "/api/policies/"+c.vh()+"/"+url.PathEscape(a[0]), nil)
 			return err
 		}}
+	return []*cobra.Command{setPolicy, clearPolicy}
+}
+
+// newDefinitionsCmds are export and import.
+func newDefinitionsCmds(c *client) []*cobra.Command {
 	export := &cobra.Command{Use: "export FILE", Args: cobra.ExactArgs(1), Short: "write the definitions to FILE",
 		RunE: func(_ *cobra.Command, a []string) error {
 			raw, err := c.do("GET", "/api/definitions", nil)
@@ -349,6 +389,11 @@ func newRoot(c *client) *cobra.Command {
 			_, err = c.do("POST", "/api/definitions", b)
 			return err
 		}}
+	return []*cobra.Command{export, imp}
+}
+
+// newStatusCmd is status.
+func newStatusCmd(c *client) *cobra.Command {
 	status := &cobra.Command{Use: "status", Short: "the node's versions, memory, disk and alarms",
 		RunE: func(_ *cobra.Command, _ []string) error {
 			raw, err := c.do("GET", "/api/nodes", nil)
@@ -357,6 +402,11 @@ func newRoot(c *client) *cobra.Command {
 			}
 			return c.show(raw, []string{"name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm", "uptime"})
 		}}
+	return status
+}
+
+// newClusterCmd is cluster status, join and leave.
+func newClusterCmd(c *client) *cobra.Command {
 	clusterCmd := &cobra.Command{Use: "cluster status|join|leave", Short: "the cluster: its members and leader; add or remove a node (on the leader's API)"}
 	clusterCmd.AddCommand(
 		&cobra.Command{Use: "status", Short: "this node's view of the cluster: state, leader, members", Args: cobra.NoArgs,
@@ -387,8 +437,7 @@ func newRoot(c *client) *cobra.Command {
 				_, err := c.do("DELETE", "/api/cluster/members/"+url.PathEscape(a[0]), nil)
 				return err
 			}})
-	root.AddCommand(list, declare, del, purge, get, peek, publish, redrive, closeConn, addUser, setTags, setPerms, setPolicy, clearPolicy, export, imp, status, clusterCmd)
-	return root
+	return clusterCmd
 }
 
 // rabbitmqctl is the shim: RabbitMQ's commands that client test suites
