@@ -170,7 +170,7 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range s.allVHosts() {
 		vh := st.v.Name()
 		for _, q := range st.v.Queues() {
-			if _, ok := q.Config().Replica.(*classicProxy); ok {
+			if homedElsewhere(q) {
 				continue // its home reports it, as RabbitMQ's node hosting a queue does: summed over the nodes, counted once
 			}
 			nq++
@@ -194,12 +194,11 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
 			e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
-			if qq, ok := q.Config().Replica.(*quorumQueue); ok {
-				st := qq.g.Status()
+			if st, ok := quorumRaft(q); ok {
 				e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(st.Term), lv...)
 				e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(st.Commit), lv...)
 				e.gauge("rabbitmq_raft_log_last_applied_index", "Raft log last applied index", float64(st.Applied), lv...)
-				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(qq.g.IsLeader()), lv...)
+				e.gauge("railmq_quorum_queue_leader", "1 while this node leads the quorum queue", b2f(st.Leader), lv...)
 			}
 		}
 		if m.perObject {

@@ -315,12 +315,7 @@ func (s *Server) queueJSON(vh string, q *queue.Queue) map[string]any {
 		m["head_message_timestamp"] = at / int64(time.Second)
 		m["head_message_timestamp_age_seconds"] = queue.Since(at).Seconds()
 	}
-	switch r := c.Replica.(type) {
-	case *quorumQueue:
-		r.describe(m)
-	case *classicProxy:
-		m["node"] = r.home // its messages are there; this node forwards
-	}
+	s.describeQuorum(q, m)
 	return m
 }
 
@@ -376,9 +371,7 @@ func (s *Server) apiQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.queueJSON(st.v.Name(), q)
-	if qq, ok := q.Config().Replica.(*quorumQueue); ok {
-		qq.describeMembers(m)
-	}
+	s.describeMembers(q, m)
 	if age, incr, ok := historyParams(r); ok {
 		addSamples(m, s.queueHistory(q, age, incr))
 	}

@@ -21,7 +21,9 @@ var allowed = map[string][]string{
 	"vhost":    {"amqp", "auth", "exchange", "queue", "persist", "go.uber.org/zap"},
 	"channel":  {"amqp", "auth", "exchange", "queue", "vhost", "go.uber.org/zap"},
 	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
-	"broker":   {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "go.uber.org/zap", "github.com/prometheus/client_golang"},
+	// Never broker (or channel): the node imports it.
+	"replica": {"amqp", "queue", "vhost", "cluster", "go.uber.org/zap"},
+	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "go.uber.org/zap", "github.com/prometheus/client_golang"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},

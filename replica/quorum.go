@@ -1,8 +1,7 @@
-package broker
+package replica
 
 import (
 	"errors"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/cluster"
-	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -36,11 +34,6 @@ import (
 // a queue while holding their own locks, so the order is quorumQueue.mu,
 // then a channel's.
 
-// quorumDefaults is what a node needs to make quorum queues for a vhost.
-type quorumMaker struct {
-	s *Server
-}
-
 // defaultGroupSize is RabbitMQ's default_quorum_initial_group_size.
 const defaultGroupSize = 3
 
@@ -62,76 +55,39 @@ const noAckCredit = 256
 // prefetch in credit (see credit).
 const pipelineMin = 16
 
-var groupSpread atomic.Uint64
-
-func (m quorumMaker) NewGroup(size int) (string, []string) {
-	id := vhost.GenerateName("")
-	m.s.quorumMu.Lock()
-	m.s.creating[id] = true
-	m.s.quorumMu.Unlock()
-	return id, m.voters(size)
-}
-
-func (m quorumMaker) voters(size int) []string {
-	if size <= 0 {
-		size = defaultGroupSize
-	}
-	self := m.s.node.Name()
-	var others []string
-	for name := range m.s.node.Addrs() {
-		if name != self {
-			others = append(others, name)
-		}
-	}
-	sort.Strings(others)
-	// The followers are spread too: rotate who comes after this node.
-	if len(others) > 0 {
-		k := int(groupSpread.Add(1) % uint64(len(others)))
-		others = append(others[k:], others[:k]...)
-	}
-	out := append([]string{self}, others...)
-	if size < len(out) {
-		out = out[:size]
-	}
-	return out
-}
-
-func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
-	s := m.s
-	qq := &quorumQueue{s: s, prefix: s.node.Name() + "/" + s.incarnation + "/",
+// Start makes this node's handle of a quorum queue, from cfg: its
+// Replica a quorumQueue over the queue's group, started here (and
+// bootstrapped, if this node proposed it: NewGroup).
+func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
+	qq := &quorumQueue{m: m, prefix: m.node.Name() + "/" + m.incarnation + "/",
 		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]outEntry{}}
 	cfg.Replica = qq
 	qq.q = queue.New(cfg)
-	s.quorumMu.Lock()
-	mine := s.creating[id]
-	delete(s.creating, id)
-	s.quorumMu.Unlock()
-	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
+	m.quorumMu.Lock()
+	mine := m.creating[id]
+	delete(m.creating, id)
+	m.quorumMu.Unlock()
+	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
 		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
 	}
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
-	g.Submit(cluster.Down(s.node.Name()+"/", qq.prefix), nil)
-	s.quorumMu.Lock()
-	s.quorum[qq] = struct{}{}
-	s.quorumMu.Unlock()
+	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), nil)
+	m.quorumMu.Lock()
+	m.quorum[qq] = struct{}{}
+	m.quorumMu.Unlock()
 	return qq.q, nil
 }
 
-func (m quorumMaker) Stop(q *queue.Queue) {
-	if p, ok := q.Config().Replica.(*classicProxy); ok {
-		p.stop()
-		return
-	}
-	qq, ok := q.Config().Replica.(*quorumQueue)
-	if !ok {
-		return
-	}
-	m.s.quorumMu.Lock()
-	delete(m.s.quorum, qq)
-	m.s.quorumMu.Unlock()
+// stop stops this node's handle of the queue (deleted): its consumers
+// here are cancelled and its group's state here removed.
+func (qq *quorumQueue) stop() {
+	m, q := qq.m, qq.q
+	m.quorumMu.Lock()
+	delete(m.quorum, qq)
+	m.quorumMu.Unlock()
 	qq.mu.Lock()
 	cons := make([]*qqConsumer, 0, len(qq.byTag))
 	for _, qc := range qq.byTag {
@@ -144,7 +100,7 @@ func (m quorumMaker) Stop(q *queue.Queue) {
 		qc.c.Sink.Cancelled(qc.c)
 	}
 	if err := qq.g.Remove(); err != nil {
-		m.s.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
+		m.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
 	}
 	if mem := q.Config().Memory; mem != nil {
 		mem.Add(-qq.memory.Swap(0))
@@ -175,7 +131,7 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 }
 
 type quorumQueue struct {
-	s      *Server
+	m      *Manager
 	q      *queue.Queue
 	g      *cluster.Group
 	prefix string // this node's consumer tags: node/incarnation/
@@ -538,13 +494,7 @@ func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
 		return 0, queue.ErrNotEmpty
 	}
 	cfg := qq.q.Config()
-	ops := []cluster.Op{{Key: metaKey(persist.DefQueue, vhost.DefName(cfg.VHost, cfg.Name)), Delete: true}}
-	for _, o := range qq.s.node.Keys(metaKey(persist.DefBinding, vhost.DefName(cfg.VHost))) {
-		if vhost.IsBindingTo([]byte(o.Key[5:]), cfg.VHost, cfg.Name) {
-			ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
-		}
-	}
-	if err := qq.s.node.Write(ops); err != nil {
+	if err := qq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}
 	return n, nil
@@ -754,7 +704,7 @@ func (qq *quorumQueue) restored() {
 // restores and catch-ups, rare, and what TestClusterFaults' histories
 // need beside the deliveries (RAILMQ_CLUSTER_LOG_LEVEL=info).
 func (qq *quorumQueue) logProgress(msg string, fields ...zap.Field) {
-	if ce := qq.s.log.Check(zap.InfoLevel, msg); ce != nil {
+	if ce := qq.m.log.Check(zap.InfoLevel, msg); ce != nil {
 		applying, commit := qq.g.Progress()
 		ce.Write(append(fields, zap.String("queue", qq.q.Name()), zap.Uint64("applying", applying), zap.Uint64("commit", commit))...)
 	}
@@ -784,13 +734,13 @@ func (qq *quorumQueue) publishCounts() {
 // tickQuorum runs once a second: on the leader of each quorum queue, it
 // expires messages whose TTL ran out and returns the messages of nodes
 // gone for downAfter.
-func (s *Server) tickQuorum() {
-	s.quorumMu.Lock()
-	qs := make([]*quorumQueue, 0, len(s.quorum))
-	for qq := range s.quorum {
+func (m *Manager) tickQuorum() {
+	m.quorumMu.Lock()
+	qs := make([]*quorumQueue, 0, len(m.quorum))
+	for qq := range m.quorum {
 		qs = append(qs, qq)
 	}
-	s.quorumMu.Unlock()
+	m.quorumMu.Unlock()
 	now := time.Now().UnixMilli()
 	for _, qq := range qs {
 		qq.reconcile()
@@ -799,7 +749,7 @@ func (s *Server) tickQuorum() {
 			continue
 		}
 		if added, removed := qq.g.SyncMembers(); len(added)+len(removed) > 0 {
-			s.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
+			m.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
 				zap.Strings("added", added), zap.Strings("removed", removed))
 		}
 		expired := false
@@ -850,7 +800,7 @@ func (qq *quorumQueue) describe(m map[string]any) {
 			continue
 		}
 		members = append(members, mb.Name)
-		if mb.Name == qq.s.nodeName() || mb.Name == leader || (qq.g.IsLeader() && !down[mb.Name]) {
+		if mb.Name == qq.m.node.Name() || mb.Name == leader || (qq.g.IsLeader() && !down[mb.Name]) {
 			online = append(online, mb.Name)
 		}
 	}
