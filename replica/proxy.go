@@ -220,14 +220,15 @@ type outRef struct {
 	cid uint64
 }
 
+// proxyCons is a consumer here of a classic queue homed elsewhere: its
+// deliveries from the home (local), the link they come over and its id
+// there.
 type proxyCons struct {
+	local
 	p       *classicProxy
 	l       *peerLink
-	c       *queue.Consumer
 	id      uint64
-	onWrite bool
-	held    bool
-	pending []queue.Delivery
+	onWrite bool // credit goes back as the channel takes deliveries (no-ack, no prefetch)
 }
 
 // Proxy makes this node's handle of a classic queue homed on home.
@@ -309,7 +310,7 @@ func (p *classicProxy) Consume(c *queue.Consumer) error {
 	if err != nil {
 		return p.homeDown(err)
 	}
-	pc := &proxyCons{p: p, l: l, c: c, id: l.id(), onWrite: c.NoAck || c.Prefetch == 0, held: true}
+	pc := &proxyCons{local: local{c: c, held: true}, p: p, l: l, id: l.id(), onWrite: c.NoAck || c.Prefetch == 0}
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
@@ -361,30 +362,28 @@ func (p *classicProxy) delivered(pc *proxyCons, d queue.Delivery) {
 // deliverLocked writes pc's pending deliveries until its channel refuses
 // one, and returns how many it wrote. p.mu held.
 func (p *classicProxy) deliverLocked(pc *proxyCons) int {
-	i := 0
-	for ; i < len(pc.pending) && !pc.held; i++ {
-		d := pc.pending[i]
-		if !pc.c.Sink.Deliver(pc.c, p.q, d) {
-			break
-		}
-		if !pc.c.NoAck {
+	return p.took(pc, pc.deliver(p.q))
+}
+
+// took records the deliveries pc's channel took, to be settled under
+// the link id they came under, and returns how many. p.mu held.
+func (p *classicProxy) took(pc *proxyCons, ds []queue.Delivery) int {
+	if !pc.c.NoAck {
+		for _, d := range ds {
 			p.out[d.Seq] = outRef{pc.l, pc.id}
 		}
 	}
-	pc.pending = pc.pending[i:]
-	if len(pc.pending) == 0 {
-		pc.pending = nil
-	}
-	return i
+	return len(ds)
 }
 
+// afterDeliver has the connection write what deliverLocked appended (n
+// deliveries) and gives the home their credit back when it comes back
+// as they are written. p.mu released.
 func (p *classicProxy) afterDeliver(pc *proxyCons, n int) {
 	if n == 0 {
 		return
 	}
-	if pc.c.Out != nil {
-		pc.c.Out.Wake()
-	}
+	pc.wake(n)
 	if pc.onWrite {
 		pc.l.call(lkCredit, func(uint64) lbuf { return lbuf(nil).u64(pc.id).u64(uint64(n)) }, nil)
 	}
@@ -395,8 +394,7 @@ func (p *classicProxy) Kick(c *queue.Consumer) {
 	pc := p.cons[c]
 	n := 0
 	if pc != nil {
-		pc.held = false
-		n = p.deliverLocked(pc)
+		n = p.took(pc, pc.kick(p.q, true))
 	}
 	p.mu.Unlock()
 	if pc != nil {

@@ -177,11 +177,17 @@ type outEntry struct {
 	late    bool // reconcile saw it settled and still checked out once
 }
 
+// qqConsumer is a consumer here: its deliveries from the log (local)
+// and the tag the log knows it by.
 type qqConsumer struct {
-	c       *queue.Consumer
-	tag     string
-	held    bool // until the channel's first Kick (consume-ok first)
-	pending []cluster.Delivery
+	local
+	tag string
+}
+
+// fromLog is a delivery of the log as a queue hands it to a channel.
+func fromLog(d *cluster.Delivery) queue.Delivery {
+	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
+		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
 }
 
 // newTag makes a tag of this node's life; the final dot keeps one tag
@@ -247,7 +253,7 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 		qq.mu.Unlock()
 		return queue.ErrDeleted
 	}
-	qc := &qqConsumer{c: c, tag: qq.newTag("c"), held: true}
+	qc := &qqConsumer{local: local{c: c, held: true}, tag: qq.newTag("c")}
 	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
 	qq.mu.Unlock()
 	if err := qq.checkout(qc.tag, credit(c)); err != nil {
@@ -336,7 +342,7 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 	// basic.cancel).
 	var back []uint64
 	for _, d := range qc.pending {
-		back = append(back, d.ID)
+		back = append(back, d.Seq)
 	}
 	_, _ = qq.wait(cluster.Cancel(qc.tag))
 	if len(back) > 0 {
@@ -394,58 +400,58 @@ func (qq *quorumQueue) Discard(ds []queue.Delivery) {
 func (qq *quorumQueue) Kick(c *queue.Consumer) {
 	qq.mu.Lock()
 	qc := qq.byCons[c]
-	var settle []uint64
+	var w written
 	if qc != nil {
-		qc.held = false
-		if !qq.deferred {
-			settle = qq.deliverLocked(qc)
-		}
+		// A member catching up writes nothing (applied).
+		w = qq.took(qc, qc.kick(qq.q, !qq.deferred))
 	}
 	qq.mu.Unlock()
 	if qc != nil {
-		qq.afterDeliver(qc, settle)
+		qq.afterDeliver(qc, w)
 	}
 }
 
+// written is what a consumer's channel took from its pending deliveries:
+// how many, and the ids a no-ack consumer took (to settle).
+type written struct {
+	n      int
+	settle []uint64
+}
+
 // deliverLocked writes qc's pending deliveries until its channel refuses
-// one; it returns the ids a no-ack consumer took (to settle). qq.mu held.
-func (qq *quorumQueue) deliverLocked(qc *qqConsumer) []uint64 {
-	var settle []uint64
-	i := 0
-	for ; i < len(qc.pending) && !qc.held; i++ {
-		d := &qc.pending[i]
-		qd := queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
-			Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
-		if !qc.c.Sink.Deliver(qc.c, qq.q, qd) {
-			break
-		}
+// one. qq.mu held.
+func (qq *quorumQueue) deliverLocked(qc *qqConsumer) written {
+	return qq.took(qc, qc.deliver(qq.q))
+}
+
+// took records the deliveries qc's channel took as handed out here, by
+// the consumer's tag. qq.mu held.
+func (qq *quorumQueue) took(qc *qqConsumer, ds []queue.Delivery) written {
+	w := written{n: len(ds)}
+	for _, d := range ds {
 		qq.delivered.Add(1)
 		if d.Redelivered {
 			qq.redelivered.Add(1)
 		}
 		if qc.c.NoAck {
-			settle = append(settle, d.ID)
+			w.settle = append(w.settle, d.Seq)
 			// Written and settled: not written again if this member
 			// defers before the Settle is applied (applied), and sent
 			// again if it is lost (reconcile).
-			qq.out[d.ID] = outEntry{tag: qc.tag, settled: true}
+			qq.out[d.Seq] = outEntry{tag: qc.tag, settled: true}
 		} else {
-			qq.out[d.ID] = outEntry{tag: qc.tag}
+			qq.out[d.Seq] = outEntry{tag: qc.tag}
 		}
 	}
-	qc.pending = qc.pending[i:]
-	if len(qc.pending) == 0 {
-		qc.pending = nil
-	}
-	return settle
+	return w
 }
 
-func (qq *quorumQueue) afterDeliver(qc *qqConsumer, settle []uint64) {
-	if qc.c.Out != nil {
-		qc.c.Out.Wake()
-	}
-	if len(settle) > 0 {
-		qq.g.Submit(cluster.Settle(qc.tag, settle...), nil)
+// afterDeliver has the connection write what deliverLocked appended and
+// settles what a no-ack consumer took. qq.mu released.
+func (qq *quorumQueue) afterDeliver(qc *qqConsumer, w written) {
+	qc.wake(w.n)
+	if len(w.settle) > 0 {
+		qq.g.Submit(cluster.Settle(qc.tag, w.settle...), nil)
 	}
 }
 
@@ -467,8 +473,7 @@ func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
 		qq.mu.Unlock()
 	}
 	qq.delivered.Add(1)
-	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
-		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}, true, e.Remaining, nil
+	return fromLog(&d), true, e.Remaining, nil
 }
 
 func (qq *quorumQueue) Purge() (int, error) {
@@ -522,7 +527,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 			}
 			continue
 		}
-		qc.pending = append(qc.pending, *d)
+		qc.pending = append(qc.pending, fromLog(d))
 		touched = append(touched, qc)
 	}
 	if qq.downedHere(c) {
@@ -541,8 +546,8 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		}
 	}
 	type settled struct {
-		qc  *qqConsumer
-		ids []uint64
+		qc *qqConsumer
+		w  written
 	}
 	var after []settled
 	applying, commit := qq.g.Progress()
@@ -593,7 +598,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 					continue
 				}
 				if qc := qq.byTag[d.Consumer]; qc != nil {
-					qc.pending = append(qc.pending, d)
+					qc.pending = append(qc.pending, fromLog(&d))
 					written++
 				}
 			}
@@ -617,7 +622,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		qq.g.Nudge() // the consumer's node learns of the commit now, not at the next append
 	}
 	for _, a := range after {
-		qq.afterDeliver(a.qc, a.ids)
+		qq.afterDeliver(a.qc, a.w)
 	}
 	for tag, ids := range back {
 		qq.g.Submit(cluster.Release(tag, ids...), nil)
