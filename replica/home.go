@@ -22,21 +22,30 @@ func (m *Manager) serveLinks(l cluster.Link) {
 		if err != nil {
 			return
 		}
-		sess := &linkSession{m: m, w: newLinkWriter(conn), cons: map[uint64]*homeCons{}}
-		m.linkMu.Lock()
-		if m.closed {
-			m.linkMu.Unlock()
-			sess.w.close()
+		if !m.accept(conn) {
 			return
 		}
-		m.sessions[sess] = struct{}{}
-		m.wg.Add(1)
-		m.linkMu.Unlock()
-		go func() {
-			defer m.wg.Done()
-			sess.serve(conn)
-		}()
 	}
+}
+
+// accept serves another node's link on conn, on a goroutine of its own;
+// false (conn closed) once Close has begun.
+func (m *Manager) accept(conn net.Conn) bool {
+	sess := &linkSession{m: m, w: newLinkWriter(conn, m.mem), cons: map[uint64]*homeCons{}}
+	m.linkMu.Lock()
+	if m.closed {
+		m.linkMu.Unlock()
+		sess.w.close()
+		return false
+	}
+	m.sessions[sess] = struct{}{}
+	m.wg.Add(1)
+	m.linkMu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		sess.serve(conn)
+	}()
+	return true
 }
 
 // linkSession is another node's link, on the home: its consumers and

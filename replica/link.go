@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/railmq/railmq/amqp"
@@ -121,42 +122,77 @@ func (r *lread) str() string { return string(r.blob()) }
 
 const maxLinkFrame = 256 << 20
 
-// linkWriter writes frames to a link; a goroutine flushes what was
-// written since it last did, so frames written together go out together.
+// linkWriter is a link's outbound side, as a connection's is (broker's
+// writer.go): write appends a frame to the outbound buffer under mu and
+// signals the writer goroutine through a one-slot channel; the writer
+// swaps the buffer out under mu and writes it to the socket with no lock
+// held. Whoever writes a frame thus never waits for the socket, nor for
+// another writer that does: a queue delivering to another node's
+// consumer under its exec (homeCons.Deliver, homeCons.Cancelled), a
+// channel acking or publishing, raft's FSM goroutine handing out a
+// delivery (queue/exec.go: no socket is written under a queue's exec).
+//
+// What waits in the buffer is bounded by what may be in flight on the
+// link. The home's deliveries are credit-limited: a consumer of the
+// other node has at most its prefetch, or linkWindow, on their way
+// (homeCons.Deliver refuses the rest, which stay in the queue until
+// credit comes back); answers are one per request. Requests (publishes
+// above all) are as many as the other node's clients send: their bytes
+// count in the node's memory figure (Options.Memory) while they wait, so
+// that a home that falls behind raises the memory alarm, which stops the
+// publishers, rather than growing unseen. And a peer that takes nothing
+// for linkWriteTimeout fails the link, which drops what waits.
 type linkWriter struct {
-	mu   sync.Mutex
 	conn net.Conn
-	bw   *bufio.Writer
-	err  error
-	kick chan struct{}
-	done chan struct{}
+	mem  *atomic.Int64 // nil: not counted
+
+	mu  sync.Mutex
+	out []byte // frames not yet taken by the writer goroutine
+	err error  // the link failed or was closed: writes are refused
+
+	kick   chan struct{} // one slot: there is something to write
+	done   chan struct{} // closed by close: the writer goroutine returns
+	exited chan struct{} // closed when it has
+	once   sync.Once
 }
 
-func newLinkWriter(conn net.Conn) *linkWriter {
-	w := &linkWriter{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10), kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go w.flusher()
+// linkWriteTimeout is how long the writer waits for the peer to take a
+// chunk (linkChunk) before it fails the link.
+const linkWriteTimeout = 30 * time.Second
+
+// linkChunk is the most the writer hands the socket in one write, with
+// one deadline: a peer that reads slowly but steadily keeps the link.
+const linkChunk = 256 << 10
+
+// linkKeep is the largest buffer the writer keeps for reuse after
+// writing it.
+const linkKeep = 1 << 20
+
+var errLinkClosed = errors.New("cluster link closed")
+
+func newLinkWriter(conn net.Conn, mem *atomic.Int64) *linkWriter {
+	w := &linkWriter{conn: conn, mem: mem, kick: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+	go w.run()
 	return w
 }
 
+// write queues a frame and wakes the writer; it never waits for the
+// socket. An error means the link is failed or closed.
 func (w *linkWriter) write(kind byte, payload lbuf) error {
-	var hdr [5]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(1+len(payload)))
-	hdr[4] = kind
 	w.mu.Lock()
-	if w.err == nil {
-		_ = w.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := w.bw.Write(hdr[:]); err != nil {
-			w.err = err
-		} else if _, err := w.bw.Write(payload); err != nil {
-			w.err = err
-		}
-	}
-	err := w.err
-	w.mu.Unlock()
-	if err != nil {
-		w.conn.Close()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
 		return err
 	}
+	n := len(w.out)
+	w.out = binary.BigEndian.AppendUint32(w.out, uint32(1+len(payload)))
+	w.out = append(w.out, kind)
+	w.out = append(w.out, payload...)
+	if w.mem != nil {
+		w.mem.Add(int64(len(w.out) - n))
+	}
+	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -164,33 +200,62 @@ func (w *linkWriter) write(kind byte, payload lbuf) error {
 	return nil
 }
 
-func (w *linkWriter) flusher() {
+// run is the writer goroutine: it writes what was queued since it last
+// took the buffer, until the link fails or close.
+func (w *linkWriter) run() {
+	defer close(w.exited)
+	var buf []byte
 	for {
 		select {
 		case <-w.kick:
 		case <-w.done:
+			w.stop(errLinkClosed)
 			return
 		}
 		w.mu.Lock()
-		if w.err == nil {
-			if err := w.bw.Flush(); err != nil {
-				w.err = err
+		buf, w.out = w.out, buf[:0]
+		w.mu.Unlock()
+		for off := 0; off < len(buf); {
+			_ = w.conn.SetWriteDeadline(time.Now().Add(linkWriteTimeout))
+			n, err := w.conn.Write(buf[off:min(off+linkChunk, len(buf))])
+			off += n
+			if w.mem != nil {
+				w.mem.Add(-int64(n))
+			}
+			if err != nil {
+				if w.mem != nil {
+					w.mem.Add(-int64(len(buf) - off))
+				}
+				w.stop(err)
+				// The link's reader sees the socket closed, and fails it.
 				w.conn.Close()
+				return
 			}
 		}
-		w.mu.Unlock()
+		if cap(buf) > linkKeep {
+			buf = nil
+		}
 	}
 }
 
-func (w *linkWriter) close() {
+// stop refuses further writes and drops what waits. On the writer
+// goroutine.
+func (w *linkWriter) stop(err error) {
 	w.mu.Lock()
-	select {
-	case <-w.done:
-	default:
-		close(w.done)
+	w.err = err
+	if w.mem != nil {
+		w.mem.Add(-int64(len(w.out)))
 	}
+	w.out = nil
 	w.mu.Unlock()
+}
+
+// close closes the link's socket and waits for the writer goroutine to
+// return; what was not written is dropped. Not on the writer goroutine.
+func (w *linkWriter) close() {
+	w.once.Do(func() { close(w.done) })
 	w.conn.Close()
+	<-w.exited
 }
 
 func readLinkFrame(br *bufio.Reader) (byte, []byte, error) {

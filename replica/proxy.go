@@ -48,7 +48,7 @@ func (m *Manager) link(home string) (*peerLink, error) {
 	if err != nil {
 		return nil, errHomeDown
 	}
-	l := &peerLink{m: m, home: home, w: newLinkWriter(conn), reqs: map[uint64]func(byte, *lread){}, cons: map[uint64]*proxyCons{}}
+	l := &peerLink{m: m, home: home, w: newLinkWriter(conn, m.mem), reqs: map[uint64]func(byte, *lread){}, cons: map[uint64]*proxyCons{}}
 	m.links[home] = l
 	m.wg.Add(1)
 	go func() {
