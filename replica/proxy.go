@@ -552,7 +552,7 @@ func (p *classicProxy) Stats() (messages, consumers int, err error) {
 }
 
 // tickProxies refreshes the counts of the queues homed elsewhere, for
-// the management API (once a second, from sweep).
+// the management API (once a second: Tick).
 func (m *Manager) tickProxies() {
 	m.linkMu.Lock()
 	ps := make([]*classicProxy, 0, len(m.proxies))
