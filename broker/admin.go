@@ -49,6 +49,7 @@ import (
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/replica"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -463,12 +464,11 @@ type QueueReplica struct {
 
 // QueueReplica says what replication makes of q.
 func (s *Server) QueueReplica(q *queue.Queue) QueueReplica {
-	switch r := q.Config().Replica.(type) {
-	case *quorumQueue:
-		st := r.g.Status()
-		return QueueReplica{Kind: "quorum", Term: st.Term, Commit: st.Commit, Applied: st.Applied, Leader: r.g.IsLeader()}
-	case *classicProxy:
-		return QueueReplica{Kind: "remote", Home: r.home}
+	if st, ok := replica.Raft(q); ok {
+		return QueueReplica{Kind: "quorum", Term: st.Term, Commit: st.Commit, Applied: st.Applied, Leader: st.Leader}
+	}
+	if home := replica.Home(q); home != "" {
+		return QueueReplica{Kind: "remote", Home: home}
 	}
 	return QueueReplica{}
 }
@@ -479,21 +479,8 @@ func (s *Server) QueueReplica(q *queue.Queue) QueueReplica {
 // asked of the members: up to 300 ms); the home node of a queue homed
 // on another node.
 func (s *Server) DescribeQueue(q *queue.Queue, m map[string]any, members bool) {
-	switch r := q.Config().Replica.(type) {
-	case *quorumQueue:
-		r.describe(m)
-		if members {
-			r.describeMembers(m)
-		}
-	case *classicProxy:
-		m["node"] = r.home // its messages are there; this node forwards
+	replica.Describe(q, m)
+	if members {
+		replica.DescribeMembers(q, m)
 	}
-}
-
-// nullIfEmpty is s, or nil (JSON null) when it is empty.
-func nullIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }

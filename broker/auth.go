@@ -253,7 +253,9 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.PacePublishers(!s.opts.NoPublisherPacing)
 	vh.CountInto(&s.totals)
 	if s.opts.Cluster != nil {
-		vh.SetQuorum(quorumMaker{s})
+		if s.rep != nil { // nil while recovering: New sets it on every vhost
+			vh.SetQuorum(s.rep)
+		}
 		vh.ReplicateTo(replicator{s})
 	}
 	return vh

@@ -22,4 +22,11 @@
 // connection's consumers may write that connection's socket itself when
 // its writer is idle (Flush, TryLock on wmu). alarm.go stops reading from
 // publishers while the memory alarm is on. LOCKS.md orders the locks.
+//
+// In a cluster, the replicated queue kinds (quorum queues, classic queues
+// homed on another node) are package replica's: New makes the
+// replica.Manager (Server.rep) and gives it to the vhosts and the cluster
+// node (replica.go: what it asks of the node), the sweeper ticks it once
+// a second, and Shutdown closes it before the node. The definitions the
+// cluster replicates (users, vhosts, policies; replicate.go) stay here.
 package broker

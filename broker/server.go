@@ -7,7 +7,6 @@ import (
 	"net"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/replica"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -65,19 +65,9 @@ type Server struct {
 	startedAt   time.Time
 
 	node *cluster.Node // nil: not clustered
-	// Quorum queues (quorum.go): this node's, for the ticker; the
-	// incarnation tells this life's consumer tags from earlier ones'.
-	quorumMu    sync.Mutex
-	quorum      map[*quorumQueue]struct{}
-	creating    map[string]bool // groups this node proposed, to bootstrap when applied
-	incarnation string
-	// Classic queues homed on other nodes (remote.go): the links to
-	// their homes, and this node's handles of them.
-	linkMu    sync.Mutex
-	links     map[string]*peerLink
-	proxies   map[*classicProxy]struct{}
-	sessions  map[*linkSession]struct{}
-	linkLayer cluster.Link
+	// The cluster's quorum queues and classic queues homed on other
+	// nodes (replica.go); nil: not clustered.
+	rep *replica.Manager
 
 	// Counted for the metrics (admin.go: Totals, Churn).
 	totals                 queue.Totals
@@ -141,29 +131,27 @@ func New(opts Options) (*Server, error) {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
 		cfg.OnApply = s.applyReplicated
-		cfg.OnNode = func(n *cluster.Node) { s.node = n }
-		s.quorum = map[*quorumQueue]struct{}{}
-		s.links, s.proxies, s.sessions = map[string]*peerLink{}, map[*classicProxy]struct{}{}, map[*linkSession]struct{}{}
-		s.creating = map[string]bool{}
-		s.incarnation = strconv.FormatInt(time.Now().UnixNano(), 36)
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory})
+		cfg.OnNode = func(n *cluster.Node) { s.node = n; s.rep.Attach(n) }
 		for _, st := range s.allVHosts() {
-			st.v.SetQuorum(quorumMaker{s})
+			st.v.SetQuorum(s.rep)
 			st.v.ReplicateTo(replicator{s})
 		}
 		node, err := cluster.StartNode(cfg)
 		if err != nil {
+			s.rep.Close()
 			spill.Close()
 			store.Close()
 			return nil, err
 		}
 		s.node = node
-		if s.linkLayer, err = node.Link("cq-rpc"); err != nil {
+		if err := s.rep.Listen(); err != nil {
+			s.rep.Close()
 			_ = node.Close()
 			spill.Close()
 			store.Close()
 			return nil, err
 		}
-		go s.serveLinks(s.linkLayer)
 		for _, st := range s.allVHosts() {
 			st.v.ReplicateTo(replicator{s})
 		}
@@ -300,7 +288,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Error("closing the page files of non-durable queues", zap.Error(err))
 	}
 	if s.node != nil {
-		s.closeLinks()
+		s.rep.Close()
 		if err := s.node.Close(); err != nil {
 			s.log.Error("leaving the cluster", zap.Error(err))
 		}
@@ -399,10 +387,9 @@ func (s *Server) sweep() {
 			for _, c := range conns {
 				c.checkTimeouts()
 			}
-			if s.node != nil && now.Sub(lastQuorumTick) >= time.Second {
+			if s.rep != nil && now.Sub(lastQuorumTick) >= time.Second {
 				lastQuorumTick = now
-				s.tickQuorum()
-				s.tickProxies()
+				s.rep.Tick()
 			}
 		}
 	}

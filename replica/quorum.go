@@ -1,8 +1,7 @@
-package broker
+package replica
 
 import (
 	"errors"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/cluster"
-	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -36,11 +34,6 @@ import (
 // a queue while holding their own locks, so the order is quorumQueue.mu,
 // then a channel's.
 
-// quorumDefaults is what a node needs to make quorum queues for a vhost.
-type quorumMaker struct {
-	s *Server
-}
-
 // defaultGroupSize is RabbitMQ's default_quorum_initial_group_size.
 const defaultGroupSize = 3
 
@@ -62,76 +55,39 @@ const noAckCredit = 256
 // prefetch in credit (see credit).
 const pipelineMin = 16
 
-var groupSpread atomic.Uint64
-
-func (m quorumMaker) NewGroup(size int) (string, []string) {
-	id := vhost.GenerateName("")
-	m.s.quorumMu.Lock()
-	m.s.creating[id] = true
-	m.s.quorumMu.Unlock()
-	return id, m.voters(size)
-}
-
-func (m quorumMaker) voters(size int) []string {
-	if size <= 0 {
-		size = defaultGroupSize
-	}
-	self := m.s.node.Name()
-	var others []string
-	for name := range m.s.node.Addrs() {
-		if name != self {
-			others = append(others, name)
-		}
-	}
-	sort.Strings(others)
-	// The followers are spread too: rotate who comes after this node.
-	if len(others) > 0 {
-		k := int(groupSpread.Add(1) % uint64(len(others)))
-		others = append(others[k:], others[:k]...)
-	}
-	out := append([]string{self}, others...)
-	if size < len(out) {
-		out = out[:size]
-	}
-	return out
-}
-
-func (m quorumMaker) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
-	s := m.s
-	qq := &quorumQueue{s: s, prefix: s.node.Name() + "/" + s.incarnation + "/",
+// Start makes this node's handle of a quorum queue, from cfg: its
+// Replica a quorumQueue over the queue's group, started here (and
+// bootstrapped, if this node proposed it: NewGroup).
+func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
+	qq := &quorumQueue{m: m, prefix: m.node.Name() + "/" + m.incarnation + "/",
 		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]outEntry{}}
 	cfg.Replica = qq
 	qq.q = queue.New(cfg)
-	s.quorumMu.Lock()
-	mine := s.creating[id]
-	delete(s.creating, id)
-	s.quorumMu.Unlock()
-	g, err := s.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
+	m.quorumMu.Lock()
+	mine := m.creating[id]
+	delete(m.creating, id)
+	m.quorumMu.Unlock()
+	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
 		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
 	}
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
-	g.Submit(cluster.Down(s.node.Name()+"/", qq.prefix), nil)
-	s.quorumMu.Lock()
-	s.quorum[qq] = struct{}{}
-	s.quorumMu.Unlock()
+	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), nil)
+	m.quorumMu.Lock()
+	m.quorum[qq] = struct{}{}
+	m.quorumMu.Unlock()
 	return qq.q, nil
 }
 
-func (m quorumMaker) Stop(q *queue.Queue) {
-	if p, ok := q.Config().Replica.(*classicProxy); ok {
-		p.stop()
-		return
-	}
-	qq, ok := q.Config().Replica.(*quorumQueue)
-	if !ok {
-		return
-	}
-	m.s.quorumMu.Lock()
-	delete(m.s.quorum, qq)
-	m.s.quorumMu.Unlock()
+// stop stops this node's handle of the queue (deleted): its consumers
+// here are cancelled and its group's state here removed.
+func (qq *quorumQueue) stop() {
+	m, q := qq.m, qq.q
+	m.quorumMu.Lock()
+	delete(m.quorum, qq)
+	m.quorumMu.Unlock()
 	qq.mu.Lock()
 	cons := make([]*qqConsumer, 0, len(qq.byTag))
 	for _, qc := range qq.byTag {
@@ -144,7 +100,7 @@ func (m quorumMaker) Stop(q *queue.Queue) {
 		qc.c.Sink.Cancelled(qc.c)
 	}
 	if err := qq.g.Remove(); err != nil {
-		m.s.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
+		m.log.Warn("quorum queue state not removed", zap.String("queue", q.Name()), zap.Error(err))
 	}
 	if mem := q.Config().Memory; mem != nil {
 		mem.Add(-qq.memory.Swap(0))
@@ -175,7 +131,7 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 }
 
 type quorumQueue struct {
-	s      *Server
+	m      *Manager
 	q      *queue.Queue
 	g      *cluster.Group
 	prefix string // this node's consumer tags: node/incarnation/
@@ -221,11 +177,17 @@ type outEntry struct {
 	late    bool // reconcile saw it settled and still checked out once
 }
 
+// qqConsumer is a consumer here: its deliveries from the log (local)
+// and the tag the log knows it by.
 type qqConsumer struct {
-	c       *queue.Consumer
-	tag     string
-	held    bool // until the channel's first Kick (consume-ok first)
-	pending []cluster.Delivery
+	local
+	tag string
+}
+
+// fromLog is a delivery of the log as a queue hands it to a channel.
+func fromLog(d *cluster.Delivery) queue.Delivery {
+	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
+		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
 }
 
 // newTag makes a tag of this node's life; the final dot keeps one tag
@@ -291,7 +253,7 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 		qq.mu.Unlock()
 		return queue.ErrDeleted
 	}
-	qc := &qqConsumer{c: c, tag: qq.newTag("c"), held: true}
+	qc := &qqConsumer{local: local{c: c, held: true}, tag: qq.newTag("c")}
 	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
 	qq.mu.Unlock()
 	if err := qq.checkout(qc.tag, credit(c)); err != nil {
@@ -380,7 +342,7 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 	// basic.cancel).
 	var back []uint64
 	for _, d := range qc.pending {
-		back = append(back, d.ID)
+		back = append(back, d.Seq)
 	}
 	_, _ = qq.wait(cluster.Cancel(qc.tag))
 	if len(back) > 0 {
@@ -438,58 +400,58 @@ func (qq *quorumQueue) Discard(ds []queue.Delivery) {
 func (qq *quorumQueue) Kick(c *queue.Consumer) {
 	qq.mu.Lock()
 	qc := qq.byCons[c]
-	var settle []uint64
+	var w written
 	if qc != nil {
-		qc.held = false
-		if !qq.deferred {
-			settle = qq.deliverLocked(qc)
-		}
+		// A member catching up writes nothing (applied).
+		w = qq.took(qc, qc.kick(qq.q, !qq.deferred))
 	}
 	qq.mu.Unlock()
 	if qc != nil {
-		qq.afterDeliver(qc, settle)
+		qq.afterDeliver(qc, w)
 	}
 }
 
+// written is what a consumer's channel took from its pending deliveries:
+// how many, and the ids a no-ack consumer took (to settle).
+type written struct {
+	n      int
+	settle []uint64
+}
+
 // deliverLocked writes qc's pending deliveries until its channel refuses
-// one; it returns the ids a no-ack consumer took (to settle). qq.mu held.
-func (qq *quorumQueue) deliverLocked(qc *qqConsumer) []uint64 {
-	var settle []uint64
-	i := 0
-	for ; i < len(qc.pending) && !qc.held; i++ {
-		d := &qc.pending[i]
-		qd := queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
-			Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
-		if !qc.c.Sink.Deliver(qc.c, qq.q, qd) {
-			break
-		}
+// one. qq.mu held.
+func (qq *quorumQueue) deliverLocked(qc *qqConsumer) written {
+	return qq.took(qc, qc.deliver(qq.q))
+}
+
+// took records the deliveries qc's channel took as handed out here, by
+// the consumer's tag. qq.mu held.
+func (qq *quorumQueue) took(qc *qqConsumer, ds []queue.Delivery) written {
+	w := written{n: len(ds)}
+	for _, d := range ds {
 		qq.delivered.Add(1)
 		if d.Redelivered {
 			qq.redelivered.Add(1)
 		}
 		if qc.c.NoAck {
-			settle = append(settle, d.ID)
+			w.settle = append(w.settle, d.Seq)
 			// Written and settled: not written again if this member
 			// defers before the Settle is applied (applied), and sent
 			// again if it is lost (reconcile).
-			qq.out[d.ID] = outEntry{tag: qc.tag, settled: true}
+			qq.out[d.Seq] = outEntry{tag: qc.tag, settled: true}
 		} else {
-			qq.out[d.ID] = outEntry{tag: qc.tag}
+			qq.out[d.Seq] = outEntry{tag: qc.tag}
 		}
 	}
-	qc.pending = qc.pending[i:]
-	if len(qc.pending) == 0 {
-		qc.pending = nil
-	}
-	return settle
+	return w
 }
 
-func (qq *quorumQueue) afterDeliver(qc *qqConsumer, settle []uint64) {
-	if qc.c.Out != nil {
-		qc.c.Out.Wake()
-	}
-	if len(settle) > 0 {
-		qq.g.Submit(cluster.Settle(qc.tag, settle...), nil)
+// afterDeliver has the connection write what deliverLocked appended and
+// settles what a no-ack consumer took. qq.mu released.
+func (qq *quorumQueue) afterDeliver(qc *qqConsumer, w written) {
+	qc.wake(w.n)
+	if len(w.settle) > 0 {
+		qq.g.Submit(cluster.Settle(qc.tag, w.settle...), nil)
 	}
 }
 
@@ -511,8 +473,7 @@ func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
 		qq.mu.Unlock()
 	}
 	qq.delivered.Add(1)
-	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
-		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}, true, e.Remaining, nil
+	return fromLog(&d), true, e.Remaining, nil
 }
 
 func (qq *quorumQueue) Purge() (int, error) {
@@ -538,13 +499,7 @@ func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
 		return 0, queue.ErrNotEmpty
 	}
 	cfg := qq.q.Config()
-	ops := []cluster.Op{{Key: metaKey(persist.DefQueue, vhost.DefName(cfg.VHost, cfg.Name)), Delete: true}}
-	for _, o := range qq.s.node.Keys(metaKey(persist.DefBinding, vhost.DefName(cfg.VHost))) {
-		if vhost.IsBindingTo([]byte(o.Key[5:]), cfg.VHost, cfg.Name) {
-			ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
-		}
-	}
-	if err := qq.s.node.Write(ops); err != nil {
+	if err := qq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}
 	return n, nil
@@ -572,7 +527,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 			}
 			continue
 		}
-		qc.pending = append(qc.pending, *d)
+		qc.pending = append(qc.pending, fromLog(d))
 		touched = append(touched, qc)
 	}
 	if qq.downedHere(c) {
@@ -591,8 +546,8 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		}
 	}
 	type settled struct {
-		qc  *qqConsumer
-		ids []uint64
+		qc *qqConsumer
+		w  written
 	}
 	var after []settled
 	applying, commit := qq.g.Progress()
@@ -643,7 +598,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 					continue
 				}
 				if qc := qq.byTag[d.Consumer]; qc != nil {
-					qc.pending = append(qc.pending, d)
+					qc.pending = append(qc.pending, fromLog(&d))
 					written++
 				}
 			}
@@ -667,7 +622,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		qq.g.Nudge() // the consumer's node learns of the commit now, not at the next append
 	}
 	for _, a := range after {
-		qq.afterDeliver(a.qc, a.ids)
+		qq.afterDeliver(a.qc, a.w)
 	}
 	for tag, ids := range back {
 		qq.g.Submit(cluster.Release(tag, ids...), nil)
@@ -754,7 +709,7 @@ func (qq *quorumQueue) restored() {
 // restores and catch-ups, rare, and what TestClusterFaults' histories
 // need beside the deliveries (RAILMQ_CLUSTER_LOG_LEVEL=info).
 func (qq *quorumQueue) logProgress(msg string, fields ...zap.Field) {
-	if ce := qq.s.log.Check(zap.InfoLevel, msg); ce != nil {
+	if ce := qq.m.log.Check(zap.InfoLevel, msg); ce != nil {
 		applying, commit := qq.g.Progress()
 		ce.Write(append(fields, zap.String("queue", qq.q.Name()), zap.Uint64("applying", applying), zap.Uint64("commit", commit))...)
 	}
@@ -784,13 +739,13 @@ func (qq *quorumQueue) publishCounts() {
 // tickQuorum runs once a second: on the leader of each quorum queue, it
 // expires messages whose TTL ran out and returns the messages of nodes
 // gone for downAfter.
-func (s *Server) tickQuorum() {
-	s.quorumMu.Lock()
-	qs := make([]*quorumQueue, 0, len(s.quorum))
-	for qq := range s.quorum {
+func (m *Manager) tickQuorum() {
+	m.quorumMu.Lock()
+	qs := make([]*quorumQueue, 0, len(m.quorum))
+	for qq := range m.quorum {
 		qs = append(qs, qq)
 	}
-	s.quorumMu.Unlock()
+	m.quorumMu.Unlock()
 	now := time.Now().UnixMilli()
 	for _, qq := range qs {
 		qq.reconcile()
@@ -799,7 +754,7 @@ func (s *Server) tickQuorum() {
 			continue
 		}
 		if added, removed := qq.g.SyncMembers(); len(added)+len(removed) > 0 {
-			s.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
+			m.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
 				zap.Strings("added", added), zap.Strings("removed", removed))
 		}
 		expired := false
@@ -850,7 +805,7 @@ func (qq *quorumQueue) describe(m map[string]any) {
 			continue
 		}
 		members = append(members, mb.Name)
-		if mb.Name == qq.s.nodeName() || mb.Name == leader || (qq.g.IsLeader() && !down[mb.Name]) {
+		if mb.Name == qq.m.node.Name() || mb.Name == leader || (qq.g.IsLeader() && !down[mb.Name]) {
 			online = append(online, mb.Name)
 		}
 	}

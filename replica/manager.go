@@ -1,0 +1,274 @@
+package replica
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
+)
+
+// Host is what the manager needs of the node it serves (the broker).
+type Host interface {
+	// VHost returns a virtual host by name, or nil: the link's requests
+	// name the queues homed here by vhost and name.
+	VHost(name string) *vhost.VHost
+	// DropQueue proposes, through the cluster's metadata store, the
+	// deletion of a quorum queue's definition and of the bindings to it;
+	// every node then drops its handle of the queue (Stop).
+	DropQueue(vhost, name string) error
+}
+
+// Options configure a Manager.
+type Options struct {
+	Host   Host
+	Logger *zap.Logger // nil: none
+	// Memory, when set, counts the bytes waiting to be written on the
+	// links to other nodes, as the node's memory figure counts queued
+	// bodies: a link whose peer falls behind raises the memory alarm
+	// rather than growing unseen (link.go, linkWriter).
+	Memory *atomic.Int64
+}
+
+// Manager owns this node's replicated queue kinds: its quorum queues and
+// the groups it is creating, its handles of classic queues homed on other
+// nodes (and the links to their homes), and the links other nodes opened
+// to the classic queues homed here. It is the vhosts' vhost.Quorum.
+//
+// Its goroutines (the link's accept loop, each link's reader and writer,
+// the home's purge, delete and stats requests, the proxies' counts'
+// refreshes) are started only while it is open; Close stops them and
+// waits for them.
+type Manager struct {
+	host Host
+	log  *zap.Logger
+	mem  *atomic.Int64
+	node *cluster.Node // Attach
+	// incarnation tells this life's consumer tags from earlier ones'.
+	incarnation string
+	spread      atomic.Uint64 // rotates the followers of new groups (voters)
+
+	// Quorum queues (quorum.go): this node's, for the ticker.
+	quorumMu sync.Mutex
+	quorum   map[*quorumQueue]struct{}
+	creating map[string]bool // groups this node proposed, to bootstrap when applied
+
+	// Classic queues homed on other nodes (proxy.go, home.go): the links
+	// to their homes, this node's handles of them, the other nodes'
+	// links to the queues homed here.
+	linkMu   sync.Mutex
+	links    map[string]*peerLink
+	proxies  map[*classicProxy]struct{}
+	sessions map[*linkSession]struct{}
+	layer    cluster.Link
+	closed   bool           // Close began: no link, session or goroutine starts
+	wg       sync.WaitGroup // the goroutines Close waits for
+}
+
+// New makes a manager. Attach gives it its cluster node before the node
+// applies anything; Listen then serves the other nodes' links.
+func New(opts Options) *Manager {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Manager{host: opts.Host, log: log, mem: opts.Memory,
+		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
+		quorum:      map[*quorumQueue]struct{}{}, creating: map[string]bool{},
+		links: map[string]*peerLink{}, proxies: map[*classicProxy]struct{}{}, sessions: map[*linkSession]struct{}{}}
+}
+
+// Attach gives the manager its cluster node (cluster.NodeConfig.OnNode:
+// before the node's raft starts, so before it applies the definitions of
+// the queues the manager makes).
+func (m *Manager) Attach(n *cluster.Node) { m.node = n }
+
+// Listen registers the link service ("cq-rpc") and accepts the other
+// nodes' links to the classic queues homed here, until Close.
+func (m *Manager) Listen() error {
+	layer, err := m.node.Link("cq-rpc")
+	if err != nil {
+		return err
+	}
+	m.linkMu.Lock()
+	if m.closed {
+		m.linkMu.Unlock()
+		return layer.Close()
+	}
+	m.layer = layer
+	m.wg.Add(1)
+	m.linkMu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		m.serveLinks(layer)
+	}()
+	return nil
+}
+
+// spawn runs f on a goroutine Close waits for; false (f not run) once
+// Close has begun.
+func (m *Manager) spawn(f func()) bool {
+	m.linkMu.Lock()
+	if m.closed {
+		m.linkMu.Unlock()
+		return false
+	}
+	m.wg.Add(1)
+	m.linkMu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Close ends every link, both ways, and waits for the manager's
+// goroutines (at shutdown, before the node closes: the quorum queues'
+// groups are the node's).
+func (m *Manager) Close() {
+	m.linkMu.Lock()
+	already := m.closed
+	m.closed = true
+	layer := m.layer
+	links := make([]*peerLink, 0, len(m.links))
+	for _, l := range m.links {
+		links = append(links, l)
+	}
+	sessions := make([]*linkSession, 0, len(m.sessions))
+	for sess := range m.sessions {
+		sessions = append(sessions, sess)
+	}
+	m.linkMu.Unlock()
+	if !already {
+		if layer != nil {
+			_ = layer.Close()
+		}
+		for _, l := range links {
+			l.fail()
+		}
+		for _, sess := range sessions {
+			sess.w.close()
+		}
+	}
+	m.wg.Wait()
+}
+
+// Tick runs the once-a-second work (the broker's sweeper calls it): on
+// the quorum queues (tickQuorum) and the classic queues homed elsewhere
+// (tickProxies).
+func (m *Manager) Tick() {
+	m.tickQuorum()
+	m.tickProxies()
+}
+
+// --- vhost.Quorum -----------------------------------------------------------
+
+// NewGroup picks a new quorum queue's group: an id and size voters, this
+// node first.
+func (m *Manager) NewGroup(size int) (string, []string) {
+	id := vhost.GenerateName("")
+	m.quorumMu.Lock()
+	m.creating[id] = true
+	m.quorumMu.Unlock()
+	return id, m.voters(size)
+}
+
+func (m *Manager) voters(size int) []string {
+	if size <= 0 {
+		size = defaultGroupSize
+	}
+	self := m.node.Name()
+	var others []string
+	for name := range m.node.Addrs() {
+		if name != self {
+			others = append(others, name)
+		}
+	}
+	sort.Strings(others)
+	// The followers are spread too: rotate who comes after this node.
+	if len(others) > 0 {
+		k := int(m.spread.Add(1) % uint64(len(others)))
+		others = append(others[k:], others[:k]...)
+	}
+	out := append([]string{self}, others...)
+	if size < len(out) {
+		out = out[:size]
+	}
+	return out
+}
+
+// Self is this node's name.
+func (m *Manager) Self() string { return m.node.Name() }
+
+// Stop stops this node's handle of a deleted quorum queue, or of a
+// classic queue homed elsewhere, and drops its state here.
+func (m *Manager) Stop(q *queue.Queue) {
+	switch r := q.Config().Replica.(type) {
+	case *classicProxy:
+		r.stop()
+	case *quorumQueue:
+		r.stop()
+	}
+}
+
+// --- the management API's views ---------------------------------------------
+
+// Describe adds what RabbitMQ's management API shows of a replicated
+// queue's handle on this node: a quorum queue's type, leader, members and
+// Raft indexes (quorumQueue.describe); a classic queue homed elsewhere,
+// its home as its node. Other queues are left as they are.
+func Describe(q *queue.Queue, m map[string]any) {
+	switch r := q.Config().Replica.(type) {
+	case *quorumQueue:
+		r.describe(m)
+	case *classicProxy:
+		m["node"] = r.home // its messages are there; this node forwards
+	}
+}
+
+// DescribeMembers adds a quorum queue's members' progress through its
+// log, asked of the members themselves (within 300 ms); other queues are
+// left as they are.
+func DescribeMembers(q *queue.Queue, m map[string]any) {
+	if qq, ok := q.Config().Replica.(*quorumQueue); ok {
+		qq.describeMembers(m)
+	}
+}
+
+// Home is the node a classic queue homed elsewhere lives on, or "" if q
+// is not this node's handle of one.
+func Home(q *queue.Queue) string {
+	if p, ok := q.Config().Replica.(*classicProxy); ok {
+		return p.home
+	}
+	return ""
+}
+
+// RaftStatus is a quorum queue's group as this node sees it (metrics).
+type RaftStatus struct {
+	Term, Commit, Applied uint64
+	Leader                bool // this node leads the group
+}
+
+// Raft reports a quorum queue's group; false if q is not a quorum queue.
+func Raft(q *queue.Queue) (RaftStatus, bool) {
+	qq, ok := q.Config().Replica.(*quorumQueue)
+	if !ok {
+		return RaftStatus{}, false
+	}
+	st := qq.g.Status()
+	return RaftStatus{Term: st.Term, Commit: st.Commit, Applied: st.Applied, Leader: qq.g.IsLeader()}, true
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
