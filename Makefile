@@ -49,7 +49,7 @@ bench: ## run the benchmarks (codecs, routing)
 bench-compare: ## railmq vs a fresh RabbitMQ, scenarios S1-S9 (ROUNDS, DURATION, S6_MESSAGES...: see bench/compare.sh); writes bench/RESULTS.md; AGAINST=REV: vs railmq at git revision REV instead, into bench/RESULTS-against.md
 	GO="$(GO)" bash bench/compare.sh
 
-bench-cluster: ## a 3-node railmq cluster vs a 3-node RabbitMQ cluster, S3's workload on a quorum queue (ROUNDS, DURATION); writes bench/RESULTS-cluster.md
+bench-cluster: ## a 3-node railmq cluster vs a 3-node RabbitMQ cluster, S3's workload on a quorum queue (ROUNDS, DURATION); writes bench/RESULTS-cluster.md; AGAINST=REV: vs a 3-node cluster of railmq at git revision REV instead, into bench/RESULTS-cluster-against.md
 	GO="$(GO)" bash bench/cluster.sh
 
 bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on any lost or duplicated message

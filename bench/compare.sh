@@ -86,7 +86,7 @@ case "${1:-}" in
 esac
 
 # say, die, $TMP, cleanup on exit, stop_broker, port_open, free_port,
-# wait_listening.
+# wait_listening, head_version, against_rev, build_railmq_at.
 # shellcheck source=SCRIPTDIR/../scripts/lib.sh
 . scripts/lib.sh compare railmq-compare
 exec 3>&1 1>&2 # stdout is for the report (fd 3)
@@ -222,10 +222,7 @@ build() {
 	"$GO" build -trimpath -o "$TMP/perf" ./cmd/railmq-perf
 	if [ -n "$AGAINST" ]; then
 		say "building railmq (release) at $AGAINST ($AGAINST_SHA) from git archive"
-		mkdir -p "$TMP/base-src"
-		git archive "$AGAINST_SHA" | tar -x -C "$TMP/base-src"
-		(cd "$TMP/base-src" && "$GO" build -trimpath -ldflags=-s -o "$TMP/railmq-base" ./cmd/railmq)
-		rm -rf "$TMP/base-src"
+		build_railmq_at "$AGAINST_SHA" "$TMP/railmq-base"
 	fi
 }
 
@@ -271,10 +268,9 @@ S8_QUEUES=${S8_QUEUES:-5000}
 SCENARIOS=${SCENARIOS:-S1 S2 S3 S4 S5 S6 S7 S8 S9}
 SETTLE=${SETTLE:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-7200}
-RAILMQ_VERSION=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- . ':(exclude)bench' 2>/dev/null || RAILMQ_VERSION="$RAILMQ_VERSION + uncommitted changes"
+RAILMQ_VERSION=$(head_version)
 if [ -n "$AGAINST" ]; then
-	AGAINST_SHA=$(git rev-parse --verify --quiet --short "$AGAINST^{commit}") || die "AGAINST=$AGAINST: not a commit"
+	against_rev "$AGAINST"
 	OTHER=railmq-$AGAINST_SHA # the broker name in RAW
 	LABEL_A="railmq (HEAD)" LABEL_B="railmq ($AGAINST)" RATIO_HEAD="HEAD / $AGAINST"
 	TITLE_LINE="railmq HEAD vs railmq $AGAINST"

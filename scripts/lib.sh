@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# lib.sh: what the compat scripts and bench/compare.sh share: messages, a
-# temp dir, starting checks and stopping of the broker they run.
+# lib.sh: what the compat scripts and the benchmarks (bench/compare.sh,
+# bench/cluster.sh) share: messages, a temp dir, starting checks and
+# stopping of the broker they run, and railmq built at another revision.
 #
 #   . scripts/lib.sh NAME TMP-PREFIX
 #
@@ -83,6 +84,33 @@ wait_listening() {
 		sleep 0.1
 	done
 	die "broker did not accept connections on 127.0.0.1:$1 within ${2:-30}s"
+}
+
+# head_version: HEAD's short commit id, with " + uncommitted changes" when
+# the work tree differs from it outside bench/ (what a benchmark builds).
+head_version() {
+	local v
+	v=$(git rev-parse --short HEAD)
+	git diff --quiet HEAD -- . ':(exclude)bench' 2>/dev/null || v="$v + uncommitted changes"
+	echo "$v"
+}
+
+# against_rev REV: sets AGAINST_SHA to the short commit id of the git
+# revision REV (a commit, tag, branch, HEAD~1); dies when REV names none.
+against_rev() {
+	AGAINST_SHA=$(git rev-parse --verify --quiet --short "$1^{commit}") || die "AGAINST=$1: not a commit"
+}
+
+# build_railmq_at SHA OUT: builds cmd/railmq as of commit SHA into OUT (an
+# absolute path) as the benchmarks build HEAD's (go build -trimpath
+# -ldflags=-s, with $GO, default go), from `git archive SHA` unpacked in
+# $TMP and removed after: the repository is only read.
+build_railmq_at() {
+	local src="$TMP/src-$1"
+	mkdir -p "$src"
+	git archive "$1" | tar -x -C "$src"
+	(cd "$src" && "${GO:-go}" build -trimpath -ldflags=-s -o "$2" ./cmd/railmq)
+	rm -rf "$src"
 }
 
 # finish N: exits 1 if N unexpected failures were counted, else 0.
