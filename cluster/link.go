@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -51,6 +52,8 @@ import (
 // roundsFlying rounds in flight, a replicated queue's consumer at most
 // its prefetch (or window) of deliveries; the cap is for a peer that
 // stopped reading before WriteTimeout tells.
+// With ConnConfig.Memory, the bytes waiting are counted in the owner's
+// memory figure until the socket takes them (or the link drops them).
 //
 // Fail-all. When the link goes down (a read or write fails, the peer
 // hangs up, Handle returns an error, Break or Close), every call still
@@ -96,6 +99,11 @@ type ConnConfig struct {
 	// WriteTimeout is how long the peer may take to take writeChunk bytes
 	// before the link breaks (default 10 s).
 	WriteTimeout time.Duration
+	// Memory, when set, counts the bytes waiting to be written (appended,
+	// not yet taken by the socket), as its owner's memory figure counts
+	// what it holds: a peer that falls behind shows there rather than
+	// growing unseen. What a link that goes down drops is uncounted.
+	Memory *atomic.Int64
 }
 
 // Frame is a request or one-way frame received.
@@ -300,8 +308,17 @@ func (c *Conn) appendLocked(kind byte, id uint64, body []byte) error {
 	if len(c.out)+frameHeader+len(body) > c.cfg.MaxBuffered {
 		return ErrOverflow
 	}
+	n := len(c.out)
 	c.out = appendFrame(c.out, kind, id, body)
+	c.count(len(c.out) - n)
 	return nil
+}
+
+// count adds n bytes to the waiting bytes' figure (Memory).
+func (c *Conn) count(n int) {
+	if c.cfg.Memory != nil && n != 0 {
+		c.cfg.Memory.Add(int64(n))
+	}
 }
 
 // appendFrame appends one frame to b.
@@ -367,6 +384,7 @@ func (c *Conn) fail(err error) {
 	}
 	c.err = err
 	calls := c.calls
+	c.count(-len(c.out))
 	c.calls, c.out = nil, nil
 	close(c.quit)
 	c.mu.Unlock()
@@ -395,9 +413,11 @@ func (c *Conn) writeLoop() {
 			n := min(len(p), writeChunk)
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 			if _, err := c.nc.Write(p[:n]); err != nil {
+				c.count(-len(p)) // dropped
 				c.fail(broken(err))
 				return
 			}
+			c.count(-n)
 			p = p[n:]
 		}
 		if cap(buf) > keepBuffer {

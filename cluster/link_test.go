@@ -542,3 +542,52 @@ func BenchmarkLinkCall(b *testing.B) {
 		})
 	}
 }
+
+// ConnConfig.Memory counts the bytes waiting to be written: appended
+// frames while a stalled peer takes nothing, none once the peer has read
+// them, none once a link with frames still waiting is closed.
+func TestLinkMemory(t *testing.T) {
+	t.Run("written", func(t *testing.T) {
+		a, b := net.Pipe()
+		defer b.Close()
+		var mem atomic.Int64
+		c := NewConn(a, ConnConfig{Memory: &mem})
+		defer c.Close()
+		body := make([]byte, 1000)
+		for range 100 {
+			if err := c.Send(1, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := mem.Load(); got < 100*int64(len(body)) {
+			t.Fatalf("%d bytes counted, want at least %d", got, 100*len(body))
+		}
+		br := bufio.NewReader(b)
+		for i := range 100 {
+			f, err := readFrame(br, DefaultMaxFrame)
+			if err != nil || len(f.Body) != len(body) {
+				t.Fatalf("frame %d: %d bytes, %v", i, len(f.Body), err)
+			}
+		}
+		waitFor(t, func() bool { return mem.Load() == 0 })
+	})
+	t.Run("dropped", func(t *testing.T) {
+		a, b := net.Pipe() // never read
+		defer b.Close()
+		var mem atomic.Int64
+		c := NewConn(a, ConnConfig{Memory: &mem, WriteTimeout: time.Hour})
+		body := make([]byte, 64<<10)
+		for range 64 { // more than one writeChunk: some wait in the writer's hands, the rest in the buffer
+			if err := c.Send(1, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := mem.Load(); got < 64*int64(len(body)) {
+			t.Fatalf("%d bytes counted, want at least %d", got, 64*len(body))
+		}
+		within(t, 5*time.Second, "closing a link to a stalled peer", func() { c.Close() })
+		if got := mem.Load(); got != 0 {
+			t.Fatalf("%d bytes still counted after Close", got)
+		}
+	})
+}
