@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"sync"
@@ -28,31 +27,35 @@ func (m *Manager) serveLinks(l cluster.Link) {
 	}
 }
 
-// accept serves another node's link on conn, on a goroutine of its own;
-// false (conn closed) once Close has begun.
-func (m *Manager) accept(conn net.Conn) bool {
-	sess := &linkSession{m: m, w: newLinkWriter(conn, m.mem), cons: map[uint64]*homeCons{}}
+// accept serves another node's link on nc as a cluster.Conn, whose
+// session goroutine (run) Close waits for; false (nc closed) once Close
+// has begun.
+func (m *Manager) accept(nc net.Conn) bool {
+	sess := &linkSession{m: m, brk: newBreaker(), cons: map[uint64]*homeCons{}}
 	m.linkMu.Lock()
 	if m.closed {
 		m.linkMu.Unlock()
-		sess.w.close()
+		_ = nc.Close()
 		return false
 	}
 	m.sessions[sess] = struct{}{}
 	m.wg.Add(1)
 	m.linkMu.Unlock()
+	conn := cluster.NewConn(nc, m.linkConfig(sess.handle))
 	go func() {
 		defer m.wg.Done()
-		sess.serve(conn)
+		sess.run(conn)
 	}()
 	return true
 }
 
 // linkSession is another node's link, on the home: its consumers and
-// gets, by the ids that node gave them.
+// gets, by the ids that node gave them. Its frames are handled on the
+// link's reader (handle), which answers each request on the Conn it
+// came on.
 type linkSession struct {
 	m    *Manager
-	w    *linkWriter
+	brk  breaker
 	mu   sync.Mutex
 	cons map[uint64]*homeCons
 }
@@ -62,6 +65,7 @@ type linkSession struct {
 // has unacked.
 type homeCons struct {
 	sess *linkSession
+	conn *cluster.Conn
 	id   uint64
 	q    *queue.Queue
 	c    *queue.Consumer // nil for a get
@@ -89,18 +93,17 @@ func (h *homeCons) forget() {
 	}
 }
 
-func (s *linkSession) serve(conn net.Conn) {
-	br := bufio.NewReaderSize(conn, 64<<10)
-	for {
-		kind, p, err := readLinkFrame(br)
-		if err != nil {
-			break
-		}
-		if !s.handle(kind, &lread{p: p}) {
-			break
-		}
+// run owns the session's link: it waits for the link to go down (or to
+// be asked to break it, or Close), closes it and then gives back what
+// the other node's consumers and gets had unacked.
+func (s *linkSession) run(conn *cluster.Conn) {
+	select {
+	case <-conn.Done():
+	case err := <-s.brk:
+		conn.Break(err)
+	case <-s.m.quit:
 	}
-	s.w.close()
+	_ = conn.Close()
 	s.m.linkMu.Lock()
 	delete(s.m.sessions, s)
 	s.m.linkMu.Unlock()
@@ -127,32 +130,34 @@ func (s *linkSession) serve(conn net.Conn) {
 	}
 }
 
-func (s *linkSession) answer(req uint64, st byte, payload lbuf) {
-	if req == 0 {
+// answer answers request id (none for a one-way frame: id 0) with a
+// status and what follows it.
+func (s *linkSession) answer(c *cluster.Conn, id uint64, st byte, payload cluster.Enc) {
+	if id == 0 {
 		return
 	}
-	_ = s.w.write(lkAnswer, append(lbuf(nil).u64(req).u8(st), payload...))
+	sendFailed(s.brk, c.Answer(id, append(cluster.Enc(nil).U8(st), payload...)))
 }
 
-func (s *linkSession) answerErr(req uint64, err error) {
+func (s *linkSession) answerErr(c *cluster.Conn, id uint64, err error) {
 	var ae *amqp.Error
 	switch {
 	case err == nil:
-		s.answer(req, stOK, nil)
+		s.answer(c, id, stOK, nil)
 	case errors.As(err, &ae):
-		s.answer(req, stAMQP, lbuf(nil).u64(uint64(ae.Code)).str(ae.Text))
+		s.answer(c, id, stAMQP, cluster.Enc(nil).Uvarint(uint64(ae.Code)).Str(ae.Text))
 	case errors.Is(err, queue.ErrRejected):
-		s.answer(req, stRejected, nil)
+		s.answer(c, id, stRejected, nil)
 	case errors.Is(err, queue.ErrExclusiveConsumer):
-		s.answer(req, stExclusive, nil)
+		s.answer(c, id, stExclusive, nil)
 	case errors.Is(err, queue.ErrDeleted):
-		s.answer(req, stGone, nil)
+		s.answer(c, id, stGone, nil)
 	case errors.Is(err, queue.ErrInUse):
-		s.answer(req, stInUse, nil)
+		s.answer(c, id, stInUse, nil)
 	case errors.Is(err, queue.ErrNotEmpty):
-		s.answer(req, stNotEmpty, nil)
+		s.answer(c, id, stNotEmpty, nil)
 	default:
-		s.answer(req, stError, lbuf(nil).str(err.Error()))
+		s.answer(c, id, stError, cluster.Enc(nil).Str(err.Error()))
 	}
 }
 
@@ -169,42 +174,46 @@ func (s *linkSession) lookup(vh, name string) (*vhost.VHost, *queue.Queue) {
 	return v, q
 }
 
-func (s *linkSession) handle(kind byte, r *lread) bool {
-	switch kind {
+// handle carries out a frame of the other node's, on the link's reader;
+// an error (a malformed frame, an unknown kind) breaks the link.
+func (s *linkSession) handle(c *cluster.Conn, f cluster.Frame) error {
+	r := cluster.NewDec(f.Body)
+	id := f.ID
+	switch f.Kind {
 	case lkPublish:
-		req, vh, name, rec := r.u64(), r.str(), r.str(), r.blob()
-		if r.bad {
-			return false
+		vh, name, rec := r.Str(), r.Str(), r.Bytes()
+		if r.End() != nil {
+			return errLinkFrame
 		}
-		m, err := queue.DecodeMessage(append([]byte(nil), rec...))
+		m, err := queue.DecodeMessage(rec)
 		if err != nil {
-			return false
+			return errLinkFrame
 		}
 		v, q := s.lookup(vh, name)
 		if q == nil {
-			s.answer(req, stGone, nil)
-			return true
+			s.answer(c, id, stGone, nil)
+			return nil
 		}
-		s.publish(req, v, q, m)
+		s.publish(c, id, v, q, m)
 	case lkConsume:
-		req, cid, vh, name, tag, flags, prefetch := r.u64(), r.u64(), r.str(), r.str(), r.str(), r.u8(), r.u64()
-		if r.bad {
-			return false
+		cid, vh, name, tag, flags, prefetch, priority := r.Uvarint(), r.Str(), r.Str(), r.Str(), r.U8(), r.Uvarint(), r.Varint()
+		if r.End() != nil {
+			return errLinkFrame
 		}
 		_, q := s.lookup(vh, name)
 		if q == nil {
-			s.answer(req, stGone, nil)
-			return true
+			s.answer(c, id, stGone, nil)
+			return nil
 		}
-		h := &homeCons{sess: s, id: cid, q: q, out: map[uint64]queue.Delivery{}, limit: int(prefetch)}
-		h.c = &queue.Consumer{Tag: tag, NoAck: flags&1 != 0, Exclusive: flags&2 != 0, Priority: int32(r.u64()), Sink: h}
+		h := &homeCons{sess: s, conn: c, id: cid, q: q, out: map[uint64]queue.Delivery{}, limit: int(prefetch)}
+		h.c = &queue.Consumer{Tag: tag, NoAck: flags&1 != 0, Exclusive: flags&2 != 0, Priority: int32(priority), Sink: h}
 		if h.c.NoAck || h.limit == 0 {
 			h.onWrite, h.limit = true, linkWindow
 		}
 		s.mu.Lock()
 		if s.cons == nil {
 			s.mu.Unlock()
-			return false
+			return cluster.ErrClosed // the session is over
 		}
 		s.cons[cid] = h
 		s.mu.Unlock()
@@ -212,13 +221,16 @@ func (s *linkSession) handle(kind byte, r *lread) bool {
 			s.mu.Lock()
 			delete(s.cons, cid)
 			s.mu.Unlock()
-			s.answerErr(req, err)
-			return true
+			s.answerErr(c, id, err)
+			return nil
 		}
-		s.answer(req, stOK, nil)
+		s.answer(c, id, stOK, nil)
 		q.Kick(h.c, nil) // the queue delivers to a consumer once kicked
 	case lkCancel:
-		cid := r.u64()
+		cid := r.Uvarint()
+		if r.End() != nil {
+			return errLinkFrame
+		}
 		if h := s.consumer(cid); h != nil && h.c != nil {
 			h.q.Cancel(h.c) // what it had out stays, for acks after the cancel
 			h.mu.Lock()
@@ -227,96 +239,100 @@ func (s *linkSession) handle(kind byte, r *lread) bool {
 			h.forget()
 		}
 	case lkSettle:
-		cid, op, seqs, ok := readSettle(r)
+		cid, op, seqs, ok := readSettle(&r)
 		if !ok {
-			return false
+			return errLinkFrame
 		}
 		if h := s.consumer(cid); h != nil {
 			h.settle(op, seqs)
 		}
 	case lkCredit:
-		cid, n := r.u64(), r.u64()
+		cid, n := r.Uvarint(), r.Uvarint()
+		if r.End() != nil {
+			return errLinkFrame
+		}
 		if h := s.consumer(cid); h != nil {
-			h.credit(int(n))
+			h.credit(int(min(n, 1<<31)))
 		}
 	case lkGet:
-		req, cid, vh, name, flags := r.u64(), r.u64(), r.str(), r.str(), r.u8()
-		if r.bad {
-			return false
+		cid, vh, name, flags := r.Uvarint(), r.Str(), r.Str(), r.U8()
+		if r.End() != nil {
+			return errLinkFrame
 		}
 		_, q := s.lookup(vh, name)
 		if q == nil {
-			s.answer(req, stGone, nil)
-			return true
+			s.answer(c, id, stGone, nil)
+			return nil
 		}
 		noAck := flags&1 != 0
 		d, ok, remaining, err := q.Get(noAck)
 		if err != nil {
-			s.answerErr(req, err)
-			return true
+			s.answerErr(c, id, err)
+			return nil
 		}
 		if !ok {
-			s.answer(req, stOK, lbuf(nil).u8(0).u64(uint64(remaining)))
-			return true
+			s.answer(c, id, stOK, cluster.Enc(nil).Bool(false).Uvarint(uint64(remaining)))
+			return nil
 		}
 		if !noAck {
-			h := &homeCons{sess: s, id: cid, q: q, out: map[uint64]queue.Delivery{d.Seq: d}, done: true}
+			h := &homeCons{sess: s, conn: c, id: cid, q: q, out: map[uint64]queue.Delivery{d.Seq: d}, done: true}
 			s.mu.Lock()
 			if s.cons != nil {
 				s.cons[cid] = h
 			}
 			s.mu.Unlock()
 		}
-		s.answer(req, stOK, appendDelivery(lbuf(nil).u8(1).u64(uint64(remaining)), d))
+		s.answer(c, id, stOK, appendDelivery(cluster.Enc(nil).Bool(true).Uvarint(uint64(remaining)), d))
 	case lkPurge, lkDelete, lkStats:
-		req, vh, name := r.u64(), r.str(), r.str()
+		vh, name := r.Str(), r.Str()
 		var flags byte
-		if kind == lkDelete {
-			flags = r.u8()
+		if f.Kind == lkDelete {
+			flags = r.U8()
 		}
-		if r.bad {
-			return false
+		if r.End() != nil {
+			return errLinkFrame
 		}
 		v, q := s.lookup(vh, name)
 		if q == nil {
-			s.answer(req, stGone, nil)
-			return true
+			s.answer(c, id, stGone, nil)
+			return nil
 		}
 		// Off the link's reader: a delete is a write through Raft, and
 		// the other node's acks and publishes must not wait for it.
-		s.m.spawn(func() { s.manage(kind, req, flags, v, q, name) })
+		kind := f.Kind
+		s.m.spawn(func() { s.manage(c, kind, id, flags, v, q, name) })
 	default:
-		return false
+		return errLinkFrame
 	}
-	return true
+	return nil
 }
 
 // manage carries out a purge, delete or stats request and answers it.
-func (s *linkSession) manage(kind byte, req uint64, flags byte, v *vhost.VHost, q *queue.Queue, name string) {
+func (s *linkSession) manage(c *cluster.Conn, kind byte, id uint64, flags byte, v *vhost.VHost, q *queue.Queue, name string) {
 	switch kind {
 	case lkPurge:
 		n, err := q.Purge()
 		if err != nil {
-			s.answerErr(req, err)
+			s.answerErr(c, id, err)
 		} else {
-			s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
+			s.answer(c, id, stOK, cluster.Enc(nil).Uvarint(uint64(n)))
 		}
 	case lkDelete:
 		n, err := v.DeleteQueue(0, name, flags&1 != 0, flags&2 != 0)
 		if err != nil {
-			s.answerErr(req, err)
+			s.answerErr(c, id, err)
 		} else {
-			s.answer(req, stOK, lbuf(nil).u64(uint64(n)))
+			s.answer(c, id, stOK, cluster.Enc(nil).Uvarint(uint64(n)))
 		}
 	default:
 		messages, consumers, err := q.Stats()
 		if err != nil {
-			s.answerErr(req, err)
+			s.answerErr(c, id, err)
 			return
 		}
 		rb, ub := q.Bytes()
-		s.answer(req, stOK, lbuf(nil).u64(uint64(messages)).u64(uint64(consumers)).
-			u64(uint64(q.Unacked())).u64(uint64(rb)).u64(uint64(ub)).u64(uint64(q.HeadEnqueuedAt())))
+		s.answer(c, id, stOK, cluster.Enc(nil).Uvarint(uint64(messages)).Uvarint(uint64(consumers)).
+			Uvarint(uint64(q.Unacked())).Uvarint(uint64(rb)).Uvarint(uint64(ub)).Uvarint(uint64(q.HeadEnqueuedAt())))
 	}
 }
 
@@ -328,18 +344,19 @@ func (s *linkSession) consumer(cid uint64) *homeCons {
 
 // publish enqueues a message from the other node as a channel here would
 // (the record stored inside the queue's entry when it is persistent and
-// the queue durable) and answers once the queue took it.
-func (s *linkSession) publish(req uint64, v *vhost.VHost, q *queue.Queue, m *queue.Message) {
-	c := &linkConfirm{s: s, req: req}
-	routed, waited := vhost.FanOut(v.Store(), m, []*queue.Queue{q}, req != 0, func(n int) queue.Confirmer {
-		c.n = n
-		return c
+// the queue durable) and answers request id (a confirmed publish; 0:
+// none) once the queue took it.
+func (s *linkSession) publish(c *cluster.Conn, id uint64, v *vhost.VHost, q *queue.Queue, m *queue.Message) {
+	lc := &linkConfirm{s: s, c: c, id: id}
+	routed, waited := vhost.FanOut(v.Store(), m, []*queue.Queue{q}, id != 0, func(n int) queue.Confirmer {
+		lc.n = n
+		return lc
 	}, nil)
 	if !waited {
 		if routed {
-			s.answer(req, stOK, nil)
+			s.answer(c, id, stOK, nil)
 		} else {
-			s.answer(req, stGone, nil)
+			s.answer(c, id, stGone, nil)
 		}
 	}
 }
@@ -347,27 +364,29 @@ func (s *linkSession) publish(req uint64, v *vhost.VHost, q *queue.Queue, m *que
 // linkConfirm answers a publish once its n takes are done.
 type linkConfirm struct {
 	s   *linkSession
-	req uint64
+	c   *cluster.Conn
+	id  uint64
 	mu  sync.Mutex
 	n   int
 	err error
 }
 
-func (c *linkConfirm) Done(err error) {
-	c.mu.Lock()
-	if err != nil && c.err == nil {
-		c.err = err
+func (lc *linkConfirm) Done(err error) {
+	lc.mu.Lock()
+	if err != nil && lc.err == nil {
+		lc.err = err
 	}
-	c.n--
-	last, e := c.n == 0, c.err
-	c.mu.Unlock()
+	lc.n--
+	last, e := lc.n == 0, lc.err
+	lc.mu.Unlock()
 	if last {
-		c.s.answerErr(c.req, e)
+		lc.s.answerErr(lc.c, lc.id, e)
 	}
 }
 
 // Deliver is the local queue handing the other node's consumer a
-// message: sent over the link, within the consumer's credit.
+// message: sent over the link (appended to its buffer: this runs under
+// the queue's exec), within the consumer's credit.
 func (h *homeCons) Deliver(_ *queue.Consumer, _ *queue.Queue, d queue.Delivery) bool {
 	h.mu.Lock()
 	if h.out == nil || h.inflight >= h.limit {
@@ -380,13 +399,13 @@ func (h *homeCons) Deliver(_ *queue.Consumer, _ *queue.Queue, d queue.Delivery) 
 		h.out[d.Seq] = d
 	}
 	h.mu.Unlock()
-	_ = h.sess.w.write(lkDeliver, appendDelivery(lbuf(nil).u64(h.id), d))
+	sendFailed(h.sess.brk, h.conn.Send(lkDeliver, appendDelivery(cluster.Enc(nil).Uvarint(h.id), d)))
 	return true
 }
 
 // Cancelled: the queue is gone; the other node cancels its consumer.
 func (h *homeCons) Cancelled(*queue.Consumer) {
-	_ = h.sess.w.write(lkCancelled, lbuf(nil).u64(h.id))
+	sendFailed(h.sess.brk, h.conn.Send(lkCancelled, cluster.Enc(nil).Uvarint(h.id)))
 }
 
 func (h *homeCons) settle(op byte, seqs []uint64) {

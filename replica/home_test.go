@@ -1,12 +1,12 @@
 package replica
 
 import (
-	"encoding/binary"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/internal/poll"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
@@ -23,16 +23,6 @@ func (h vhostHost) VHost(name string) *vhost.VHost {
 }
 
 func (h vhostHost) DropQueue(string, string) error { return nil }
-
-// sendFrame writes one link frame, as the other node would.
-func sendFrame(t *testing.T, conn net.Conn, kind byte, payload lbuf) {
-	t.Helper()
-	b := binary.BigEndian.AppendUint32(nil, uint32(1+len(payload)))
-	b = append(append(b, kind), payload...)
-	if _, err := conn.Write(b); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func declare(t *testing.T, v *vhost.VHost, name string) *queue.Queue {
 	t.Helper()
@@ -76,13 +66,18 @@ func TestStalledLinkHoldsNoQueue(t *testing.T) {
 	cq, other := declare(t, v, "cq"), declare(t, v, "other")
 	m := New(Options{Host: vhostHost{v}, Memory: &linkMem})
 	defer m.Close()
-	home, peer := net.Pipe() // the peer's side: written by the test, never read
+	home, b := net.Pipe()
+	// The other node: a link that sends, and never reads what comes back.
+	peer := cluster.NewConn(newStalled(b), cluster.ConnConfig{})
 	defer peer.Close()
 	if !m.accept(home) {
 		t.Fatal("the session was refused")
 	}
-	// consume: req, cid, vhost, queue, tag, flags (1: no-ack), prefetch, priority
-	sendFrame(t, peer, lkConsume, lbuf(nil).u64(1).u64(7).str("/").str("cq").str("ctag").u8(1).u64(0).u64(0))
+	// consume: cid, vhost, queue, tag, flags (1: no-ack), prefetch, priority
+	if err := peer.Call(lkConsume, cluster.Enc(nil).Uvarint(7).Str("/").Str("cq").Str("ctag").U8(1).Uvarint(0).Varint(0),
+		func([]byte, error) {}); err != nil {
+		t.Fatal(err)
+	}
 	poll.Eventually(t, 5*time.Second, func() bool { return cq.Consumers() == 1 }, "the other node's consumer is not on the queue")
 
 	const n = 2 * linkWindow

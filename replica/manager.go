@@ -30,9 +30,10 @@ type Options struct {
 	Host   Host
 	Logger *zap.Logger // nil: none
 	// Memory, when set, counts the bytes waiting to be written on the
-	// links to other nodes, as the node's memory figure counts queued
-	// bodies: a link whose peer falls behind raises the memory alarm
-	// rather than growing unseen (link.go, linkWriter).
+	// links to other nodes (and the frames waiting for a link being
+	// dialled), as the node's memory figure counts queued bodies: a link
+	// whose peer falls behind raises the memory alarm rather than
+	// growing unseen (link.go).
 	Memory *atomic.Int64
 }
 
@@ -41,10 +42,10 @@ type Options struct {
 // nodes (and the links to their homes), and the links other nodes opened
 // to the classic queues homed here. It is the vhosts' vhost.Quorum.
 //
-// Its goroutines (the link's accept loop, each link's reader and writer,
-// the home's purge, delete and stats requests, the proxies' counts'
-// refreshes) are started only while it is open; Close stops them and
-// waits for them.
+// Its goroutines (the link's accept loop; each link's owner, which dials
+// it when it is this node's, and its reader and writer; the home's purge,
+// delete and stats requests; the proxies' counts' refreshes) are started
+// only while it is open; Close stops them and waits for them.
 type Manager struct {
 	host Host
 	log  *zap.Logger
@@ -68,6 +69,7 @@ type Manager struct {
 	sessions map[*linkSession]struct{}
 	layer    cluster.Link
 	closed   bool           // Close began: no link, session or goroutine starts
+	quit     chan struct{}  // closed by Close: every link's owner closes it
 	wg       sync.WaitGroup // the goroutines Close waits for
 }
 
@@ -81,7 +83,15 @@ func New(opts Options) *Manager {
 	return &Manager{host: opts.Host, log: log, mem: opts.Memory,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 		quorum:      map[*quorumQueue]struct{}{}, creating: map[string]bool{},
-		links: map[string]*peerLink{}, proxies: map[*classicProxy]struct{}{}, sessions: map[*linkSession]struct{}{}}
+		links: map[string]*peerLink{}, proxies: map[*classicProxy]struct{}{}, sessions: map[*linkSession]struct{}{},
+		quit: make(chan struct{})}
+}
+
+// count adds n bytes to the memory figure (Options.Memory), if any.
+func (m *Manager) count(n int) {
+	if m.mem != nil && n != 0 {
+		m.mem.Add(int64(n))
+	}
 }
 
 // Attach gives the manager its cluster node (cluster.NodeConfig.OnNode:
@@ -136,24 +146,11 @@ func (m *Manager) Close() {
 	already := m.closed
 	m.closed = true
 	layer := m.layer
-	links := make([]*peerLink, 0, len(m.links))
-	for _, l := range m.links {
-		links = append(links, l)
-	}
-	sessions := make([]*linkSession, 0, len(m.sessions))
-	for sess := range m.sessions {
-		sessions = append(sessions, sess)
-	}
 	m.linkMu.Unlock()
 	if !already {
+		close(m.quit) // each link's owner closes it, and fails it
 		if layer != nil {
 			_ = layer.Close()
-		}
-		for _, l := range links {
-			l.fail()
-		}
-		for _, sess := range sessions {
-			sess.w.close()
 		}
 	}
 	m.wg.Wait()

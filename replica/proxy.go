@@ -1,36 +1,48 @@
 package replica
 
 import (
-	"bufio"
 	"errors"
-	"net"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
 )
 
 // --- this node's side -------------------------------------------------------
 
-// peerLink is this node's link to a home node: the answers it waits for
-// and the consumers whose deliveries come over it.
+// peerLink is this node's link to a home node. Its goroutine (run) dials
+// it and owns it: frames sent meanwhile wait in pending and go out, in
+// order, once it is up; when it goes down (or the dial fails), what
+// waited fails and the consumers over it are cancelled.
 type peerLink struct {
 	m    *Manager
 	home string
-	w    *linkWriter
+	brk  breaker
 
-	mu   sync.Mutex
-	next uint64
-	reqs map[uint64]func(st byte, r *lread)
-	cons map[uint64]*proxyCons
-	dead bool
+	mu      sync.Mutex
+	conn    *cluster.Conn  // nil until the link is up
+	pending []pendingFrame // sent before it was up
+	next    uint64         // the last consumer or get id handed out
+	cons    map[uint64]*proxyCons
+	dead    bool
 }
 
-// link returns the link to home, dialled if there is none.
-// No link is made once Close has begun.
+// pendingFrame is a frame sent to a link not yet up.
+type pendingFrame struct {
+	kind byte
+	body []byte
+	done func(st byte, r *cluster.Dec) // nil: one-way
+}
+
+// link returns the link to home, whose dial (on the link's own
+// goroutine) it starts if there is none: it never waits for the network,
+// so it may be called under a queue's exec (a dead-lettered message
+// published to a classic queue homed elsewhere). No link is made once
+// Close has begun.
 func (m *Manager) link(home string) (*peerLink, error) {
 	m.linkMu.Lock()
 	defer m.linkMu.Unlock()
@@ -44,18 +56,83 @@ func (m *Manager) link(home string) (*peerLink, error) {
 	if addr == "" {
 		return nil, errHomeDown
 	}
-	conn, err := m.layer.Dial(addr, 2*time.Second)
-	if err != nil {
-		return nil, errHomeDown
-	}
-	l := &peerLink{m: m, home: home, w: newLinkWriter(conn, m.mem), reqs: map[uint64]func(byte, *lread){}, cons: map[uint64]*proxyCons{}}
+	l := &peerLink{m: m, home: home, brk: newBreaker(), cons: map[uint64]*proxyCons{}}
 	m.links[home] = l
 	m.wg.Add(1)
-	go func() {
+	go func(layer cluster.Link) {
 		defer m.wg.Done()
-		l.read(conn)
-	}()
+		l.run(layer, addr)
+	}(m.layer)
 	return l, nil
+}
+
+// run dials the link, serves it until it goes down (or is asked to
+// break, or Close) and closes it; then the link fails.
+func (l *peerLink) run(layer cluster.Link, addr string) {
+	if nc, err := layer.Dial(addr, linkDialTimeout); err == nil {
+		conn := cluster.NewConn(nc, l.m.linkConfig(l.handle))
+		l.serve(conn)
+		_ = conn.Close()
+	}
+	l.fail()
+}
+
+// serve puts the link to use: what waited goes out, in order, before
+// anything sent after; then it waits for the link's end.
+func (l *peerLink) serve(conn *cluster.Conn) {
+	l.mu.Lock()
+	l.conn = conn
+	pending := l.pending
+	l.pending = nil
+	var refused []pendingFrame
+	var err error
+	for _, f := range pending {
+		if e := post(conn, f.kind, f.body, f.done); e != nil {
+			refused, err = append(refused, f), e
+		}
+	}
+	l.mu.Unlock()
+	l.m.count(-pendingBytes(pending))
+	for _, f := range refused {
+		if f.done != nil {
+			f.done(stDown, &cluster.Dec{})
+		}
+	}
+	sendFailed(l.brk, err)
+	select {
+	case <-conn.Done():
+	case err := <-l.brk:
+		conn.Break(err)
+	case <-l.m.quit:
+	}
+}
+
+func pendingBytes(fs []pendingFrame) int {
+	n := 0
+	for _, f := range fs {
+		n += len(f.body)
+	}
+	return n
+}
+
+// post sends a frame on conn: a request whose answer goes to done, or a
+// one-way frame. An error means it was not sent (and done is not called).
+func post(conn *cluster.Conn, kind byte, body []byte, done func(byte, *cluster.Dec)) error {
+	if done == nil {
+		return conn.Send(kind, body)
+	}
+	return conn.Call(kind, body, func(p []byte, err error) {
+		if err != nil {
+			done(stDown, &cluster.Dec{})
+			return
+		}
+		r := cluster.NewDec(p)
+		st := r.U8()
+		if r.Err() != nil {
+			st = stError
+		}
+		done(st, &r)
+	})
 }
 
 func (l *peerLink) id() uint64 {
@@ -65,118 +142,112 @@ func (l *peerLink) id() uint64 {
 	return l.next
 }
 
-// call sends a request and runs done with its answer (or stDown if the
-// link breaks first).
-func (l *peerLink) call(kind byte, body func(req uint64) lbuf, done func(st byte, r *lread)) {
+// call sends a request whose answer goes to done (stDown if the link
+// breaks first, or cannot be made), or with done nil a one-way frame.
+// It never waits for the network: the frame is appended to the link's
+// buffer, or waits in pending while the link is dialled.
+func (l *peerLink) call(kind byte, body []byte, done func(st byte, r *cluster.Dec)) {
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
 		if done != nil {
-			done(stDown, &lread{})
+			done(stDown, &cluster.Dec{})
 		}
 		return
 	}
-	l.next++
-	req := l.next
-	if done != nil {
-		l.reqs[req] = done
+	conn := l.conn
+	if conn == nil {
+		l.pending = append(l.pending, pendingFrame{kind, body, done})
+		l.m.count(len(body))
+		l.mu.Unlock()
+		return
 	}
 	l.mu.Unlock()
-	if done == nil {
-		req = 0
-	}
-	if err := l.w.write(kind, body(req)); err != nil {
-		l.fail()
+	if err := post(conn, kind, body, done); err != nil {
+		if done != nil {
+			done(stDown, &cluster.Dec{})
+		}
+		sendFailed(l.brk, err)
 	}
 }
 
-// wait is call, waiting for the answer.
-func (l *peerLink) wait(kind byte, body func(req uint64) lbuf) (byte, *lread) {
+// wait is call, waiting for the answer; one that takes over
+// linkAnswerTimeout breaks the link.
+func (l *peerLink) wait(kind byte, body []byte) (byte, *cluster.Dec) {
 	ch := make(chan struct{})
 	var st byte
-	var r *lread
-	l.call(kind, body, func(s byte, rr *lread) {
-		st, r = s, &lread{p: append([]byte(nil), rr.p...)}
+	var r *cluster.Dec
+	l.call(kind, body, func(s byte, rr *cluster.Dec) {
+		st, r = s, rr
 		close(ch)
 	})
+	t := time.NewTimer(linkAnswerTimeout)
+	defer t.Stop()
 	select {
 	case <-ch:
-	case <-time.After(30 * time.Second):
-		l.fail()
+	case <-t.C:
+		l.brk.request(errNoAnswer)
 		<-ch
 	}
 	return st, r
 }
 
-func (l *peerLink) read(conn net.Conn) {
-	br := bufio.NewReaderSize(conn, 64<<10)
-	for {
-		kind, p, err := readLinkFrame(br)
-		if err != nil {
-			break
+// handle takes the home's deliveries and cancellations, on the link's
+// reader; an error (a malformed frame) breaks the link.
+func (l *peerLink) handle(_ *cluster.Conn, f cluster.Frame) error {
+	r := cluster.NewDec(f.Body)
+	switch f.Kind {
+	case lkDeliver:
+		cid := r.Uvarint()
+		d, ok := readDelivery(&r)
+		if !ok || r.End() != nil {
+			return errLinkFrame
 		}
-		r := &lread{p: p}
-		switch kind {
-		case lkAnswer:
-			req, st := r.u64(), r.u8()
-			l.mu.Lock()
-			done := l.reqs[req]
-			delete(l.reqs, req)
-			l.mu.Unlock()
-			if done != nil {
-				done(st, r)
-			}
-		case lkDeliver:
-			cid := r.u64()
-			d, ok := readDelivery(r)
-			if !ok {
-				break
-			}
-			l.mu.Lock()
-			pc := l.cons[cid]
-			l.mu.Unlock()
-			if pc == nil {
-				// Cancelled here meanwhile: back it goes, as it was.
-				l.call(lkSettle, func(uint64) lbuf { return lbuf(nil).u64(cid).u8(settleReturn).u64(1).u64(d.Seq) }, nil)
-				continue
-			}
-			pc.p.delivered(pc, d)
-		case lkCancelled:
-			cid := r.u64()
-			l.mu.Lock()
-			pc := l.cons[cid]
-			l.mu.Unlock()
-			if pc != nil {
-				pc.p.dropConsumer(pc, true)
-			}
+		l.mu.Lock()
+		pc := l.cons[cid]
+		l.mu.Unlock()
+		if pc == nil {
+			// Cancelled here meanwhile: back it goes, as it was.
+			l.call(lkSettle, appendSeqs(cluster.Enc(nil).Uvarint(cid).U8(settleReturn), []queue.Delivery{d}), nil)
+			return nil
 		}
-		if r.bad {
-			break
+		pc.p.delivered(pc, d)
+	case lkCancelled:
+		cid := r.Uvarint()
+		if r.End() != nil {
+			return errLinkFrame
 		}
+		l.mu.Lock()
+		pc := l.cons[cid]
+		l.mu.Unlock()
+		if pc != nil {
+			pc.p.dropConsumer(pc, true)
+		}
+	default:
+		return errLinkFrame
 	}
-	l.fail()
+	return nil
 }
 
-// fail ends the link: waiting requests get their error, consumers over
-// it are cancelled.
+// fail ends the link (down, or never made): what waited for it or for an
+// answer over it gets its error (those sent on it had theirs from the
+// link itself), and the consumers over it are cancelled.
 func (l *peerLink) fail() {
 	l.mu.Lock()
-	if l.dead {
-		l.mu.Unlock()
-		return
-	}
 	l.dead = true
-	reqs, cons := l.reqs, l.cons
-	l.reqs, l.cons = nil, nil
+	pending, cons := l.pending, l.cons
+	l.pending, l.cons = nil, nil
 	l.mu.Unlock()
-	l.w.close()
+	l.m.count(-pendingBytes(pending))
 	l.m.linkMu.Lock()
 	if l.m.links[l.home] == l {
 		delete(l.m.links, l.home)
 	}
 	l.m.linkMu.Unlock()
-	for _, done := range reqs {
-		done(stDown, &lread{})
+	for _, f := range pending {
+		if f.done != nil {
+			f.done(stDown, &cluster.Dec{})
+		}
 	}
 	for _, pc := range cons {
 		pc.p.dropConsumer(pc, true)
@@ -268,7 +339,8 @@ func (p *classicProxy) homeDown(err error) error {
 	return err
 }
 
-func (p *classicProxy) body(req uint64) lbuf { return lbuf(nil).u64(req).str(p.vhost).str(p.name) }
+// body is a request's start: the queue's vhost and name.
+func (p *classicProxy) body() cluster.Enc { return cluster.Enc(nil).Str(p.vhost).Str(p.name) }
 
 func (p *classicProxy) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	p.mu.Lock()
@@ -285,9 +357,9 @@ func (p *classicProxy) Publish(m *queue.Message, conf queue.Confirmer) bool {
 		return true // routed here; lost with its home, as RabbitMQ's would be
 	}
 	rec := queue.EncodeMessage(m)
-	var done func(byte, *lread)
+	var done func(byte, *cluster.Dec)
 	if conf != nil {
-		done = func(st byte, r *lread) {
+		done = func(st byte, r *cluster.Dec) {
 			err := answerError(st, r)
 			if errors.Is(err, queue.ErrDeleted) {
 				err = nil // deleted meanwhile: as if not routed there
@@ -295,7 +367,7 @@ func (p *classicProxy) Publish(m *queue.Message, conf queue.Confirmer) bool {
 			conf.Done(err)
 		}
 	}
-	l.call(lkPublish, func(req uint64) lbuf { return p.body(req).blob(rec) }, done)
+	l.call(lkPublish, p.body().Bytes(rec), done)
 	return true
 }
 
@@ -328,9 +400,8 @@ func (p *classicProxy) Consume(c *queue.Consumer) error {
 	if c.Exclusive {
 		flags |= 2
 	}
-	st, r := l.wait(lkConsume, func(req uint64) lbuf {
-		return lbuf(nil).u64(req).u64(pc.id).str(p.vhost).str(p.name).str(c.Tag).u8(flags).u64(uint64(c.Prefetch)).u64(uint64(int64(c.Priority)))
-	})
+	st, r := l.wait(lkConsume, cluster.Enc(nil).Uvarint(pc.id).Str(p.vhost).Str(p.name).Str(c.Tag).U8(flags).
+		Uvarint(uint64(c.Prefetch)).Varint(int64(c.Priority)))
 	if err := answerError(st, r); err != nil {
 		p.mu.Lock()
 		delete(p.cons, c)
@@ -350,7 +421,7 @@ func (p *classicProxy) delivered(pc *proxyCons, d queue.Delivery) {
 	p.mu.Lock()
 	if p.cons[pc.c] != pc {
 		p.mu.Unlock()
-		pc.l.call(lkSettle, func(uint64) lbuf { return lbuf(nil).u64(pc.id).u8(settleReturn).u64(1).u64(d.Seq) }, nil)
+		pc.l.call(lkSettle, appendSeqs(cluster.Enc(nil).Uvarint(pc.id).U8(settleReturn), []queue.Delivery{d}), nil)
 		return
 	}
 	pc.pending = append(pc.pending, d)
@@ -385,7 +456,7 @@ func (p *classicProxy) afterDeliver(pc *proxyCons, n int) {
 	}
 	pc.wake(n)
 	if pc.onWrite {
-		pc.l.call(lkCredit, func(uint64) lbuf { return lbuf(nil).u64(pc.id).u64(uint64(n)) }, nil)
+		pc.l.call(lkCredit, cluster.Enc(nil).Uvarint(pc.id).Uvarint(uint64(n)), nil)
 	}
 }
 
@@ -429,9 +500,9 @@ func (p *classicProxy) dropConsumer(pc *proxyCons, notify bool) {
 		delete(pc.l.cons, pc.id)
 	}
 	pc.l.mu.Unlock()
-	pc.l.call(lkCancel, func(uint64) lbuf { return lbuf(nil).u64(pc.id) }, nil)
+	pc.l.call(lkCancel, cluster.Enc(nil).Uvarint(pc.id), nil)
 	if len(back) > 0 {
-		pc.l.call(lkSettle, func(uint64) lbuf { return appendSeqs(lbuf(nil).u64(pc.id).u8(settleReturn), back) }, nil)
+		pc.l.call(lkSettle, appendSeqs(cluster.Enc(nil).Uvarint(pc.id).U8(settleReturn), back), nil)
 	}
 	if notify {
 		pc.c.Sink.Cancelled(pc.c)
@@ -451,7 +522,7 @@ func (p *classicProxy) settle(ds []queue.Delivery, op byte) {
 	}
 	p.mu.Unlock()
 	for ref, ds := range by {
-		ref.l.call(lkSettle, func(uint64) lbuf { return appendSeqs(lbuf(nil).u64(ref.cid).u8(op), ds) }, nil)
+		ref.l.call(lkSettle, appendSeqs(cluster.Enc(nil).Uvarint(ref.cid).U8(op), ds), nil)
 	}
 }
 
@@ -486,12 +557,12 @@ func (p *classicProxy) Get(noAck bool) (queue.Delivery, bool, int, error) {
 	if noAck {
 		flags = 1
 	}
-	st, r := l.wait(lkGet, func(req uint64) lbuf { return lbuf(nil).u64(req).u64(cid).str(p.vhost).str(p.name).u8(flags) })
+	st, r := l.wait(lkGet, cluster.Enc(nil).Uvarint(cid).Str(p.vhost).Str(p.name).U8(flags))
 	if err := answerError(st, r); err != nil {
 		return queue.Delivery{}, false, 0, p.homeDown(err)
 	}
-	got, remaining := r.u8(), int(r.u64())
-	if got == 0 {
+	got, remaining := r.Bool(), int(r.Uvarint())
+	if !got {
 		return queue.Delivery{}, false, remaining, nil
 	}
 	d, ok := readDelivery(r)
@@ -507,12 +578,12 @@ func (p *classicProxy) Get(noAck bool) (queue.Delivery, bool, int, error) {
 }
 
 // request sends a request without a payload of its own and waits.
-func (p *classicProxy) request(kind byte, extra ...byte) (byte, *lread, error) {
+func (p *classicProxy) request(kind byte, extra ...byte) (byte, *cluster.Dec, error) {
 	l, err := p.m.link(p.home)
 	if err != nil {
 		return 0, nil, p.homeDown(err)
 	}
-	st, r := l.wait(kind, func(req uint64) lbuf { return append(p.body(req), extra...) })
+	st, r := l.wait(kind, p.body().Raw(extra))
 	return st, r, p.homeDown(answerError(st, r))
 }
 
@@ -521,7 +592,7 @@ func (p *classicProxy) Purge() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(r.u64()), nil
+	return int(r.Uvarint()), nil
 }
 
 func (p *classicProxy) Delete(ifUnused, ifEmpty bool) (int, error) {
@@ -536,7 +607,7 @@ func (p *classicProxy) Delete(ifUnused, ifEmpty bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(r.u64()), nil
+	return int(r.Uvarint()), nil
 }
 
 func (p *classicProxy) Stats() (messages, consumers int, err error) {
@@ -544,8 +615,8 @@ func (p *classicProxy) Stats() (messages, consumers int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	messages, consumers = int(r.u64()), int(r.u64())
-	unacked, rb, ub, head := int64(r.u64()), int64(r.u64()), int64(r.u64()), int64(r.u64())
+	messages, consumers = int(r.Uvarint()), int(r.Uvarint())
+	unacked, rb, ub, head := int64(r.Uvarint()), int64(r.Uvarint()), int64(r.Uvarint()), int64(r.Uvarint())
 	p.q.SetCounts(queue.ReplicaCounts{Ready: int64(messages), Unacked: unacked, ReadyBytes: rb, UnackedBytes: ub,
 		Consumers: int32(consumers), Head: head})
 	return messages, consumers, nil
