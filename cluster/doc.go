@@ -16,8 +16,10 @@
 //   - the one inter-node request/answer link (Conn, link.go): framing,
 //     request ids, pipelining, one-way frames both ways, fail-all on
 //     close, an outbound buffer drained by a writer goroutine so that no
-//     caller writes a socket. The metadata forwarding, the group RPC and
-//     the replicated queue kinds (over Node.Link) run on it;
+//     caller writes a socket (its bytes counted in the owner's memory
+//     figure when asked: ConnConfig.Memory). The metadata forwarding, the
+//     group RPC and replica's link to the classic queues homed on other
+//     nodes (a service of Node.Link) run on it, and no other link is;
 //   - the one binary codec (Enc and Dec, codec.go) of what the link
 //     carries and of what the package persists in its own format (the
 //     quorum queue's commands, the log store's entries). The metadata

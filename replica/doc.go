@@ -13,13 +13,19 @@
 // and Describe, DescribeMembers, Home and Raft give the management API
 // and the metrics what they show of a replicated queue. What it needs of
 // the node (its vhosts, the metadata store's queue definitions) it asks
-// through Host. Every goroutine it starts (the link's accept loop, each
-// link's reader and writer, the home's requests that write through Raft,
-// the counts' refreshes) stops and is waited for by Close.
+// through Host. Every goroutine it starts (the link's accept loop; each
+// link's owner, which dials it when it is this node's, and its reader
+// and writer; the home's requests that write through Raft; the counts'
+// refreshes) stops and is waited for by Close.
 //
-// The link (link.go) has its own framing for now. Nothing under a
-// queue's exec writes its socket: frames are appended to an outbound
-// buffer that a writer goroutine writes with no lock held.
+// The classic queues' link (link.go) is the cluster's one inter-node
+// link, a cluster.Conn (framing, request ids, pipelining, fail-all), and
+// its frames are written with the cluster's codec (cluster.Enc and
+// cluster.Dec); link.go lists the frames. Nothing under a queue's exec
+// dials, writes a socket or waits for a peer: frames are appended to the
+// link's outbound buffer, which its writer goroutine writes with no lock
+// held, and a link to a home is dialled by a goroutine of its own, what
+// is sent to it meanwhile waiting for it.
 //
 // It imports queue, vhost, cluster and amqp; never broker or channel
 // (broker imports it, and the channels reach it through queue.Queue).
