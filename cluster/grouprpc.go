@@ -220,7 +220,13 @@ func (s *roundSession) answerRounds(c *Conn) {
 		} else {
 			buf = buf.U8(a.status).Raw(a.extra)
 		}
-		_ = c.Answer(a.id, buf) // the link is down: the reader gives up too
+		if err := c.Answer(a.id, buf); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrBroken) {
+			// Too large, or the buffer is full: the caller would wait
+			// for an answer that never comes. Breaking the link fails
+			// its calls (ErrUnknownOutcome), as a frame the caller
+			// could not read did.
+			c.Break(err)
+		}
 		if cap(buf) > keepBuffer {
 			buf = nil
 		}

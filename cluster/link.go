@@ -46,12 +46,14 @@ import (
 //
 // Bounds. A frame is at most MaxFrame bytes, refused on sending
 // (ErrTooLarge) and on reading (the link breaks). What waits in the
-// outbound buffer is at most MaxBuffered bytes: a frame that would pass
-// it is refused with ErrOverflow (not sent; the link stays up). Callers
-// keep well under it by credit: a quorum queue group has at most
-// roundsFlying rounds in flight, a replicated queue's consumer at most
-// its prefetch (or window) of deliveries; the cap is for a peer that
-// stopped reading before WriteTimeout tells.
+// outbound buffer and the writer's chunk in flight are at most MaxBuffered
+// bytes together: a frame that would pass it is refused with ErrOverflow
+// (not sent; the link stays up). Callers keep well under it by credit: a
+// quorum queue group has at most roundsFlying rounds in flight, a
+// replicated queue's consumer at most its prefetch (or window) of
+// deliveries, and publishers to a classic queue homed elsewhere wait
+// (flow control) while Buffered is over a few MiB; the cap is for a peer
+// that stopped reading before WriteTimeout tells.
 // With ConnConfig.Memory, the bytes waiting are counted in the owner's
 // memory figure until the socket takes them (or the link drops them).
 //
@@ -70,6 +72,9 @@ type Conn struct {
 	kick chan struct{} // one slot: the outbound buffer has frames
 	quit chan struct{} // closed when the link goes down
 	wg   sync.WaitGroup
+	// waiting is the bytes appended and not yet taken by the socket:
+	// the outbound buffer and what the writer is writing (Buffered).
+	waiting atomic.Int64
 
 	mu    sync.Mutex
 	out   []byte                         // frames not yet taken by the writer
@@ -305,8 +310,8 @@ func (c *Conn) fits(body []byte) error {
 
 // appendLocked appends a frame to the outbound buffer. c.mu held.
 func (c *Conn) appendLocked(kind byte, id uint64, body []byte) error {
-	if len(c.out)+frameHeader+len(body) > c.cfg.MaxBuffered {
-		return ErrOverflow
+	if int(c.waiting.Load())+frameHeader+len(body) > c.cfg.MaxBuffered {
+		return ErrOverflow // counts what the writer holds too
 	}
 	n := len(c.out)
 	c.out = appendFrame(c.out, kind, id, body)
@@ -314,9 +319,13 @@ func (c *Conn) appendLocked(kind byte, id uint64, body []byte) error {
 	return nil
 }
 
-// count adds n bytes to the waiting bytes' figure (Memory).
+// count adds n bytes to the waiting bytes' figures (Buffered, Memory).
 func (c *Conn) count(n int) {
-	if c.cfg.Memory != nil && n != 0 {
+	if n == 0 {
+		return
+	}
+	c.waiting.Add(int64(n))
+	if c.cfg.Memory != nil {
 		c.cfg.Memory.Add(int64(n))
 	}
 }
@@ -340,11 +349,8 @@ func (c *Conn) signal() {
 
 // Buffered is how many bytes wait to be written (for a caller's flow
 // control).
-func (c *Conn) Buffered() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.out)
-}
+// It takes no lock: a caller may ask on every send.
+func (c *Conn) Buffered() int { return int(c.waiting.Load()) }
 
 // Done is closed when the link goes down.
 func (c *Conn) Done() <-chan struct{} { return c.quit }
@@ -512,8 +518,8 @@ func (s *linkSet) dial(addr string, layer interface {
 	switch {
 	case closed:
 		return nil, ErrClosed
-	case c != nil:
-		return c, nil
+	case c != nil && c.Err() == nil:
+		return c, nil // a link gone down is replaced (its OnDown may not have run yet)
 	}
 	nc, err := layer.Dial(raft.ServerAddress(addr), timeout)
 	if err != nil {
@@ -529,6 +535,9 @@ func (s *linkSet) dial(addr string, layer interface {
 	c = NewConn(nc, cfg)
 	s.mu.Lock()
 	old := s.byAddr[addr]
+	if old != nil && old.Err() != nil {
+		old = nil // gone down: replaced (its OnDown leaves the new one be)
+	}
 	if s.closed || old != nil || c.Err() != nil {
 		s.mu.Unlock()
 		_ = c.Close() // closed, or another caller dialled first, or down already

@@ -591,3 +591,48 @@ func TestLinkMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestLinkSetSkipsDeadLink: a dial never returns a cached link that has
+// gone down, even before the set has heard of it (its OnDown runs after
+// its calls' failures), so a forwarded write is not sent to a dead link.
+func TestLinkSetSkipsDeadLink(t *testing.T) {
+	m := NewMux(mustListen(t), []byte("secret"), nil)
+	defer m.Close()
+	layer, err := m.Layer("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, dialled := newLinkSet(), newLinkSet()
+	defer served.close()
+	defer dialled.close()
+	go func() {
+		for {
+			nc, err := layer.Accept()
+			if err != nil {
+				return
+			}
+			served.serve(nc, ConnConfig{Handle: echo})
+		}
+	}()
+	addr := m.Addr().String()
+	// A dead link in the set's cache, whose OnDown has not told the set.
+	a, b := net.Pipe()
+	defer b.Close()
+	dead := NewConn(a, ConnConfig{})
+	dead.Break(errors.New("gone"))
+	dialled.mu.Lock()
+	dialled.byAddr[addr] = dead
+	dialled.all[dead] = struct{}{}
+	dialled.mu.Unlock()
+	c, err := dialled.dial(addr, layer, time.Second, ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == dead {
+		t.Fatal("dial returned the cached link that had gone down")
+	}
+	if _, err := c.CallWait(1, []byte("x"), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Close()
+}

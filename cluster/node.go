@@ -480,6 +480,12 @@ const kindMetaWrite byte = 1
 // by the node's write timeout.
 const metaDialTimeout = 5 * time.Second
 
+// maxMetaFrame bounds a forwarded metadata write (one commit of
+// definitions: a vhost's deletion with all its queues, a definitions
+// import's users and permissions). The peer is an authenticated node;
+// the bound only keeps a corrupt length from allocating without end.
+const maxMetaFrame = 1 << 30
+
 // rpcReply answers a forwarded write: the index it was committed at, or
 // why not.
 type rpcReply struct {
@@ -509,7 +515,7 @@ func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
 	// the write was not sent.
 	for range 2 {
 		var l *Conn
-		if l, err = n.metaLinks.dial(addr, n.metaLayer, metaDialTimeout, ConnConfig{WriteTimeout: n.timeout()}); err != nil {
+		if l, err = n.metaLinks.dial(addr, n.metaLayer, metaDialTimeout, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout()}); err != nil {
 			return 0, fmt.Errorf("cluster: forwarding to the leader at %s: %w", addr, err)
 		}
 		if p, err = l.CallWait(kindMetaWrite, body, n.timeout()); !errors.Is(err, ErrClosed) {
@@ -549,7 +555,7 @@ func (n *Node) acceptLinks(l raft.StreamLayer, open func(net.Conn)) {
 
 // openMeta serves a link another node opened to forward its writes.
 func (n *Node) openMeta(nc net.Conn) {
-	n.metaLinks.serve(nc, ConnConfig{WriteTimeout: n.timeout(), Handle: n.handleMeta})
+	n.metaLinks.serve(nc, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout(), Handle: n.handleMeta})
 }
 
 // handleMeta applies a forwarded write, on a goroutine of its own (a

@@ -482,6 +482,10 @@ const (
 //     the very connection that waits), so that it never waits for its
 //     own acks.
 func (q *Queue) Behind() bool {
+	if r := q.cfg.Replica; r != nil {
+		t, ok := r.(Throttled)
+		return ok && t.Behind()
+	}
 	return q.pendingW.Load() > FlowBytes || q.inboxN.Load() > FlowOps || q.paceBehind(q.paceSlack())
 }
 
@@ -519,8 +523,9 @@ func (q *Queue) Delivered() int64 { return q.nDeliverGet.Load() }
 // CaughtUp reports whether a queue that was Behind has caught up, or is
 // gone.
 func (q *Queue) CaughtUp() bool {
-	if q.cfg.Replica != nil {
-		return true
+	if r := q.cfg.Replica; r != nil {
+		t, ok := r.(Throttled)
+		return !ok || t.CaughtUp()
 	}
 	if q.pendingW.Load() <= FlowBytes/2 && q.inboxN.Load() <= FlowOps/2 && !q.paceBehind(q.paceSlack()/2) {
 		return true

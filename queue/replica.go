@@ -28,6 +28,18 @@ type Replica interface {
 	CountsDeliveries() bool
 }
 
+// Throttled is a Replica whose intake can fall behind its publishers
+// (the link to a classic queue's home node, whose outbound buffer grows
+// while the home takes frames more slowly than they come). While Behind
+// reports true, a publisher into the queue waits (the connection's flow
+// control, as for a queue's own intake lag), until CaughtUp: the
+// publisher alone is slowed, as TCP slowed it when the link was written
+// on its goroutine. Both are called on every publish and must not block.
+type Throttled interface {
+	Behind() bool
+	CaughtUp() bool
+}
+
 // ReplicaCounts are the latest counts a Replica publishes for the
 // queue's metrics.
 type ReplicaCounts struct {

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -254,5 +255,50 @@ func TestLinkDialHoldsNoExec(t *testing.T) {
 	publish(t, p, "after") // the link is up: confirmed as ever
 	if n := hq.Ready(); n != 1 {
 		t.Fatalf("the home holds %d, want 1", n)
+	}
+}
+
+// TestLinkFlowControl: publishers to a queue homed elsewhere wait (flow
+// control: queue.Queue.Behind, the connection's reader stops reading)
+// while more than linkFlowHigh bytes wait on the link to the home, and
+// go on once no more than linkFlowLow do, so that a slow home slows its
+// publishers instead of the link's buffer growing until its cap breaks
+// the link.
+func TestLinkFlowControl(t *testing.T) {
+	nodes := startNodes(t, 2)
+	home, away := nodes[0], nodes[1]
+	resume := make(chan struct{})
+	var resumed sync.Once
+	defer resumed.Do(func() { close(resume) })
+	away.m.setDial(func(string, time.Duration) (net.Conn, error) {
+		a, b := net.Pipe()
+		go func() {
+			<-resume
+			_, _ = io.Copy(io.Discard, b) // the home takes what was sent, answers nothing
+		}()
+		t.Cleanup(func() { b.Close() })
+		return a, nil
+	})
+	q := away.m.Proxy(queue.Config{Name: "cq", VHost: "/"}, home.name)
+	body := make([]byte, 64<<10)
+	n := 0
+	for ; !q.Behind() && n < 4*linkFlowHigh/len(body); n++ {
+		if !q.PublishConfirm(&queue.Message{RoutingKey: "cq", Body: body}, nil, nil) {
+			t.Fatal("the proxy refused a publish")
+		}
+	}
+	if !q.Behind() {
+		t.Fatalf("%d KiB published to a home that reads nothing, and the queue is not behind", n*len(body)>>10)
+	}
+	if sent := n * len(body); sent < linkFlowHigh {
+		t.Fatalf("behind after %d bytes, under linkFlowHigh (%d)", sent, linkFlowHigh)
+	}
+	if q.CaughtUp() {
+		t.Fatal("behind and caught up at once")
+	}
+	resumed.Do(func() { close(resume) })
+	poll.Eventually(t, 10*time.Second, q.CaughtUp, "the home reads again, and the queue has not caught up")
+	if q.Behind() {
+		t.Fatal("caught up and still behind")
 	}
 }

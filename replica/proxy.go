@@ -171,6 +171,21 @@ func (l *peerLink) call(kind byte, body []byte, done func(st byte, r *cluster.De
 	}
 }
 
+// buffered is how many bytes sent to the link wait to be written: those
+// in the link's buffer, or those waiting for the link to come up.
+func (l *peerLink) buffered() int {
+	l.mu.Lock()
+	conn, n := l.conn, 0
+	if conn == nil {
+		n = pendingBytes(l.pending)
+	}
+	l.mu.Unlock()
+	if conn != nil {
+		return conn.Buffered()
+	}
+	return n
+}
+
 // wait is call, waiting for the answer; one that takes over
 // linkAnswerTimeout breaks the link.
 func (l *peerLink) wait(kind byte, body []byte) (byte, *cluster.Dec) {
@@ -369,6 +384,37 @@ func (p *classicProxy) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	}
 	l.call(lkPublish, p.body().Bytes(rec), done)
 	return true
+}
+
+// Flow control for publishers to a queue homed elsewhere
+// (queue.Throttled): while more than linkFlowHigh bytes wait to be
+// written to the home's link (the home, or the network, takes them more
+// slowly than they come), publishers into the queue wait until no more
+// than linkFlowLow do. Without it the link's buffer would grow until the
+// cap breaks the link; the link was once written on the publisher's own
+// goroutine, which TCP slowed.
+const (
+	linkFlowHigh = 4 << 20
+	linkFlowLow  = 2 << 20
+)
+
+// Behind reports whether the link to the home holds more than
+// linkFlowHigh bytes waiting (queue.Throttled).
+func (p *classicProxy) Behind() bool { return p.waiting() > linkFlowHigh }
+
+// CaughtUp reports whether the link to the home holds no more than
+// linkFlowLow bytes waiting (queue.Throttled).
+func (p *classicProxy) CaughtUp() bool { return p.waiting() <= linkFlowLow }
+
+// waiting is the bytes waiting on the link to the home; 0 with no link.
+func (p *classicProxy) waiting() int {
+	p.m.linkMu.Lock()
+	l := p.m.links[p.home]
+	p.m.linkMu.Unlock()
+	if l == nil {
+		return 0
+	}
+	return l.buffered()
 }
 
 func (p *classicProxy) Consume(c *queue.Consumer) error {
