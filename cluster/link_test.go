@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/railmq/railmq/internal/poll"
 )
 
 // tcpPair is two ends of a loopback TCP connection.
@@ -181,7 +183,7 @@ func TestLinkFailAll(t *testing.T) {
 					}
 				}
 			})
-			waitFor(t, func() bool { return downs.Load() == 1 })
+			poll.Eventually(t, 10*time.Second, func() bool { return downs.Load() == 1 }, "OnDown told %d times, want 1", downs.Load())
 			if err, _ := downErr.Load().(error); !errors.Is(err, want) {
 				t.Fatalf("OnDown told %v", err)
 			}
@@ -196,17 +198,6 @@ func TestLinkFailAll(t *testing.T) {
 				t.Fatalf("OnDown told %d times", downs.Load())
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -256,7 +247,7 @@ func TestLinkCallWaitTimeout(t *testing.T) {
 		t.Fatalf("got %v, want ErrTimeout", err)
 	}
 	// Its late answer is dropped; the link still serves.
-	waitFor(t, func() bool { return hold.Load() != nil })
+	poll.Eventually(t, 10*time.Second, func() bool { return hold.Load() != nil }, "the call never reached the server")
 	if err := s.Answer(hold.Load().(Frame).ID, []byte("late")); err != nil {
 		t.Fatal(err)
 	}
@@ -446,10 +437,10 @@ func TestLinkSet(t *testing.T) {
 	// The served side goes away: the dialled link goes down, and the
 	// next dial makes a new one.
 	served.close()
-	waitFor(t, func() bool { return c1.Err() != nil })
+	poll.Eventually(t, 10*time.Second, func() bool { return c1.Err() != nil }, "the dialled link stayed up after its peer went")
 	served = newLinkSet()
 	var c3 *Conn
-	waitFor(t, func() bool {
+	poll.Eventually(t, 10*time.Second, func() bool {
 		c3, err = dialled.dial(addr, layer, time.Second, ConnConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -459,7 +450,7 @@ func TestLinkSet(t *testing.T) {
 		}
 		_, err = c3.CallWait(1, []byte("y"), 10*time.Second)
 		return err == nil
-	})
+	}, "no new link answers after the served side came back: %v", err)
 	dialled.close()
 	if _, err := dialled.dial(addr, layer, time.Second, ConnConfig{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("dial on a closed set: %v", err)
@@ -569,7 +560,7 @@ func TestLinkMemory(t *testing.T) {
 				t.Fatalf("frame %d: %d bytes, %v", i, len(f.Body), err)
 			}
 		}
-		waitFor(t, func() bool { return mem.Load() == 0 })
+		poll.Eventually(t, 10*time.Second, func() bool { return mem.Load() == 0 }, "%d bytes still counted", mem.Load())
 	})
 	t.Run("dropped", func(t *testing.T) {
 		a, b := net.Pipe() // never read
