@@ -298,7 +298,7 @@ func TestReplicationResumesWhenAFollowerReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, until := 0, time.Now().Add(11*time.Second); time.Now().Before(until); i++ {
-		submitWait(t, gs[l].g, Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i))))
+		submitRetry(t, gs[l].g, Enqueue(time.Now().UnixMilli(), msg(fmt.Sprint(i)))) // a lost leadership under load is tried again
 		time.Sleep(100 * time.Millisecond)
 	}
 	nd, err := StartNode(cfgs[back])
