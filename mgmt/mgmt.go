@@ -127,7 +127,11 @@ func (a *API) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
 	}
 	u := apiUser(r)
 	for _, c := range a.srv.Connections() {
-		if c.Name == name && (u.HasTag("administrator") || c.User == u.Name) {
+		if c.Name == name && !u.HasTag("administrator") && c.User != u.Name {
+			notAuthorised(w, reasonObject) // RabbitMQ 3.10.8's answer, to monitoring users too
+			return
+		}
+		if c.Name == name {
 			a.log.Info("closing connection via management API", zap.String("connection", name))
 			a.srv.CloseConnection(c.ID, reason)
 			w.WriteHeader(http.StatusNoContent)
