@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
+	"github.com/railmq/railmq/mgmt"
 )
 
 // The management API's access rules, route by route, for each kind of
@@ -45,6 +47,8 @@ const refused = 401
 
 func TestAccessRules(t *testing.T) {
 	b := testutil.Start(t, broker.Options{})
+	// Its wrong passwords are answered at once (not held 3 s each).
+	b.Management(mgmt.Options{FailedLoginDelay: time.Millisecond})
 	hs := httptest.NewServer(b.ManagementHandler())
 	t.Cleanup(hs.Close)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}

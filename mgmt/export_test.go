@@ -10,3 +10,10 @@ func Routes(a *API) []string {
 	}
 	return out
 }
+
+// FailedLogins is how many failed logins are counted for src.
+func FailedLogins(a *API, src string) int {
+	a.logins.mu.Lock()
+	defer a.logins.mu.Unlock()
+	return a.logins.fails[src]
+}

@@ -664,13 +664,18 @@ func (a *API) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request) {
 
 // withUser authenticates a request by HTTP basic auth against the
 // broker's users (loopback-only users from loopback only) and lets in
-// management users.
+// management users. Failed logins are slowed (loginlimit.go).
 func (a *API) withUser(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, pass, ok := r.BasicAuth()
 		var u *auth.User
 		if ok {
-			u, ok = a.srv.Login(name, pass, remoteAddr(r))
+			src := source(r)
+			if ok = a.logins.admit(src); ok { // else refused unchecked: loginlimit.go
+				if u, ok = a.srv.Login(name, pass, remoteAddr(r)); !ok {
+					a.logins.failed(r.Context(), src)
+				}
+			}
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
