@@ -211,7 +211,9 @@ func TestOperatorPoliciesAreAdministratorsOnly(t *testing.T) {
 // host", and an administrator without permissions there 401 "Access
 // refused."), and never takes a message someone else put in a queue
 // named aliveness-test: they stay, in order, not redelivered, and the
-// test's own message does not stay behind.
+// test's own message does not stay behind. (RabbitMQ 3.10.8, with m1, m2,
+// m3 in the queue, answered {"status":"ok"} and left m2, m3,
+// test_message: it took m1.)
 func TestAlivenessKeepsOthersMessagesAndChecksPermissions(t *testing.T) {
 	x := newTrustAPI(t, mgmt.Options{})
 	x.user("elsewhere", "monitoring", nil)
