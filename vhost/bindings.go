@@ -41,7 +41,7 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 			return err
 		}
 		b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
-		return r.Replicate(persist.DefBinding, bindingName(v.name, source, b), encodeDef(amqp.Table{"arguments": orEmpty(args)}), !add)
+		return r.Replicate(persist.DefBinding, bindingName(v.name, source, b), bindingValue(b), !add)
 	}
 	return v.bindHere(owner, dest, toExchange, source, key, args, add)
 }
@@ -83,15 +83,30 @@ func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
 	err := v.bindLocked(owner, dest, toExchange, source, key, args, add, dc)
 	v.mu.Unlock()
 	if err != nil {
+		v.defMu.Unlock()
 		return err
 	}
-	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	wait := v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	v.defMu.Unlock()
+	if err := wait(); err != nil {
+		if add {
+			// Not stored, so not made: it would be gone after a restart.
+			v.defMu.Lock()
+			v.mu.Lock()
+			if src := v.exchanges[source]; src != nil {
+				src.Unbind(exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args})
+			}
+			v.mu.Unlock()
+			v.defMu.Unlock()
+		}
+		return err
+	}
+	return nil
 }
 
 func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {

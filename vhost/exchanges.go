@@ -49,6 +49,9 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 	if d.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	if err := checkNameLen("exchange", d.Name); err != nil {
+		return err
+	}
 	if d.Passive {
 		v.mu.RLock()
 		missing := v.exchanges[d.Name] == nil
@@ -94,14 +97,29 @@ func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
 
 func (v *VHost) declareExchange(d ExchangeDecl) error {
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	v.mu.Lock()
 	ex, err := v.declareExchangeLocked(d)
 	v.mu.Unlock()
 	if err != nil || ex == nil || !ex.Durable {
+		v.defMu.Unlock()
 		return err
 	}
-	return v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
+	wait := v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
+	v.defMu.Unlock()
+	if err := wait(); err != nil {
+		// Not stored, so not declared: it would be gone after a restart.
+		v.defMu.Lock()
+		dc := &persist.Batch{}
+		v.mu.Lock()
+		if v.exchanges[ex.Name] == ex {
+			v.removeExchangeLocked(ex, dc)
+		}
+		v.mu.Unlock()
+		_ = v.commitDefs(func(b *persist.Batch) { *b = *dc })
+		v.defMu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // declareExchangeLocked returns the exchange it created, if any. v.mu held.
@@ -215,21 +233,24 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 
 func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
 	ex := v.exchanges[name]
 	if ex == nil {
 		v.mu.Unlock()
+		v.defMu.Unlock()
 		return nil
 	}
 	if ifUnused && ex.HasBindings() {
 		v.mu.Unlock()
+		v.defMu.Unlock()
 		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
 	}
 	v.removeExchangeLocked(ex, dc)
 	v.mu.Unlock()
-	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	wait := v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	v.defMu.Unlock()
+	return wait()
 }
 
 // removeExchangeLocked drops ex and every binding from and to it, noting
