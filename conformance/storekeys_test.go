@@ -327,7 +327,14 @@ func TestDeclareAnsweredOnceStored(t *testing.T) {
 	if code, body := r.mgmtCall("PUT", "/api/queues/%2F/unstored-http", map[string]any{}); code != 500 {
 		t.Fatalf("PUT queue with a failing store: %d %s", code, body)
 	}
+	// A policy was already written before it was answered (and applied).
+	if code, body := r.mgmtCall("PUT", "/api/policies/%2F/unstored-p", map[string]any{"pattern": "^kept$", "definition": map[string]any{"max-length": 1}}); code != 500 {
+		t.Fatalf("PUT policy with a failing store: %d %s", code, body)
+	}
 	failing.Store(false)
+	if code, _ := r.mgmtCall("GET", "/api/policies/%2F/unstored-p", nil); code != 404 {
+		t.Fatalf("the policy whose write failed exists: %d", code)
+	}
 	// Not declared, here either: a passive declare finds nothing.
 	c4, ch4 := r.dial()
 	defer c4.Close()
