@@ -72,7 +72,7 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 			"type": d.Type, "durable": d.Durable, "auto_delete": d.AutoDelete, "internal": d.Internal, "arguments": orEmpty(d.Args),
 		}), false)
 	}
-	return v.declareExchange(d)
+	return v.declareExchange(d, false)
 }
 
 // ApplyExchange applies a committed exchange definition on this node
@@ -81,7 +81,7 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 // inequivalent declare fails the same way everywhere), or deleted.
 func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
 	if del {
-		return v.deleteExchange(name, false)
+		return v.deleteExchange(name, false, true /* replicated */)
 	}
 	t, err := amqp.DecodeTable(val)
 	if err != nil {
@@ -92,10 +92,12 @@ func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
 		args = nil
 	}
 	return v.declareExchange(ExchangeDecl{Name: name, Type: str(t["type"]), Durable: t["durable"] == true,
-		AutoDelete: t["auto_delete"] == true, Internal: t["internal"] == true, Args: args})
+		AutoDelete: t["auto_delete"] == true, Internal: t["internal"] == true, Args: args}, true /* replicated */)
 }
 
-func (v *VHost) declareExchange(d ExchangeDecl) error {
+// declareExchange declares an exchange in this node's registry, answered
+// once stored (a replicated one is not waited for: see bindHere).
+func (v *VHost) declareExchange(d ExchangeDecl, replicated bool) error {
 	v.defMu.Lock()
 	v.mu.Lock()
 	ex, err := v.declareExchangeLocked(d)
@@ -106,6 +108,9 @@ func (v *VHost) declareExchange(d ExchangeDecl) error {
 	}
 	wait := v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
 	v.defMu.Unlock()
+	if replicated {
+		return nil
+	}
 	if err := wait(); err != nil {
 		// Not stored, so not declared: it would be gone after a restart.
 		v.defMu.Lock()
@@ -228,10 +233,10 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 			return r.Replicate(persist.DefExchange, DefName(v.name, name), nil, true)
 		}
 	}
-	return v.deleteExchange(name, ifUnused)
+	return v.deleteExchange(name, ifUnused, false)
 }
 
-func (v *VHost) deleteExchange(name string, ifUnused bool) error {
+func (v *VHost) deleteExchange(name string, ifUnused, replicated bool) error {
 	v.defMu.Lock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
@@ -250,6 +255,9 @@ func (v *VHost) deleteExchange(name string, ifUnused bool) error {
 	v.mu.Unlock()
 	wait := v.commitDefs(func(b *persist.Batch) { *b = *dc })
 	v.defMu.Unlock()
+	if replicated {
+		return nil
+	}
 	return wait()
 }
 

@@ -62,7 +62,7 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	} else if r != nil && !d.Passive && v.sharedDecl(d) {
 		q, err = v.declareShared(d, r, defaults)
 	} else {
-		q, err = v.declareQueue(d, defaults)
+		q, err = v.declareQueue(d, defaults, false)
 	}
 	if err != nil {
 		return nil, 0, 0, err
@@ -78,7 +78,10 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	return q, messages, consumers, nil
 }
 
-func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, error) {
+// declareQueue declares a queue in this node's registry, answered once
+// stored (a replicated one, applied from the metadata store's log, is
+// not waited for: see bindHere).
+func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config, replicated bool) (*queue.Queue, error) {
 	v.defMu.Lock()
 	v.mu.Lock()
 	q, created, err := v.declareQueueLocked(d, defaults)
@@ -89,6 +92,9 @@ func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, 
 	}
 	wait := v.commitDefs(func(b *persist.Batch) { v.putQueueDef(b, q.Config()) })
 	v.defMu.Unlock()
+	if replicated {
+		return q, nil
+	}
 	if err := wait(); err != nil {
 		// Not stored, so not declared: it would be gone after a restart,
 		// with the messages confirmed into it.

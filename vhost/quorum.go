@@ -212,7 +212,7 @@ func (v *VHost) ApplyBinding(name, val []byte, del bool) error {
 		}
 		key = bindingKey(parts, t)
 	}
-	err = v.bindHere(0, parts[3], parts[2] == "x", parts[1], key, args, !del)
+	err = v.bindHere(0, parts[3], parts[2] == "x", parts[1], key, args, !del, true /* replicated */)
 	var ae *amqp.Error
 	if del && errors.As(err, &ae) && ae.Code == amqp.NotFound {
 		return nil // its queue or exchange went first (a delete takes its bindings)
