@@ -93,6 +93,10 @@ type Store struct {
 	// pagedOut counts the bytes of mappings advised out (tests).
 	pagedOut atomic.Int64
 	dir      string // absolute, for page-outs
+	// walFid is the memtable WAL the last round ended in (wal.go);
+	// walSyncs counts the rotated WALs synced (tests). The committer's.
+	walFid   int
+	walSyncs atomic.Int64
 	// refs counts the entries left for messages shared by several queues.
 	// Owned by the committer (and by recovery before it starts).
 	refs map[uint64]int32
@@ -151,6 +155,10 @@ func Open(opt Options) (*Store, error) {
 		refs:    make(map[uint64]int32),
 		dir:     absDir(opt.Dir),
 		reserve: opt.Reserve,
+	}
+	if s.walFid, err = lastWAL(opt.Dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reading store in %s: %w", opt.Dir, err)
 	}
 	last, err := s.lastMessageID()
 	if err != nil {
