@@ -32,12 +32,15 @@ import (
 //  3. collects, for the next gcSettle seconds, every file at least half
 //     garbage (files whose records were deleted before the flush).
 //
+// It does so once the deletes have come to rest (a drain has ended): while
+// a drain goes on its memtables fill and are compacted by themselves, and
+// a file half drained would be rewritten for nothing.
+//
 // None of it holds the committer: publishers' commits go on meanwhile. The
 // filler and Flatten's rewrite of the LSM (keys and value pointers only)
 // cost a fraction of what they let come back, which is checked first.
 // Between those rounds, files nearly all garbage are collected every
-// GCInterval: a file half drained is not rewritten while its queue still
-// drains (its live half would be written again for nothing).
+// GCInterval.
 
 // Discard ratios: collect a file once this part of it is garbage.
 const (
@@ -67,9 +70,10 @@ func (s *Store) gcLoop() {
 			return
 		}
 	}
-	lastGC := time.Now()
+	lastGC, lastIdle := time.Now(), time.Now()
 	settle := 0
 	tail := false // a flush happened: the next one may be smaller (its burst's last part)
+	var deletes int64
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -79,6 +83,7 @@ func (s *Store) gcLoop() {
 		case <-t.C:
 		}
 		pageOut(dir)
+		rest := s.atRest(&deletes)
 		if settle > 0 {
 			settle--
 			s.collect(gcRatioSettled)
@@ -87,7 +92,16 @@ func (s *Store) gcLoop() {
 		if time.Since(lastGC) < gcEvery {
 			continue
 		}
-		lastGC = time.Now()
+		if !rest {
+			// A drain is under way: its memtables fill and are compacted
+			// by themselves; flush what is left once it has ended.
+			if time.Since(lastIdle) >= gcEvery {
+				lastIdle = time.Now()
+				s.collect(gcRatioIdle)
+			}
+			continue
+		}
+		lastGC, lastIdle = time.Now(), time.Now()
 		freed := s.flushDeletes(tail)
 		tail = freed >= 4*s.opt.MemTableSize
 		if freed > 0 {
@@ -99,14 +113,31 @@ func (s *Store) gcLoop() {
 	}
 }
 
-// freedEstimate is what the deletes counted since the last flush freed in
-// the value log, going by the mean size of the records written there.
-func (s *Store) freedEstimate() int64 {
+// atRest reports whether the records deleted in the last second (the
+// count was *last a second ago) are few: under a sixteenth of a memtable.
+func (s *Store) atRest(last *int64) bool {
+	d := s.deletes.Load()
+	n := d - *last
+	if n < 0 { // a flush reset the count
+		n = d
+	}
+	*last = d
+	return n*s.recordMean() < s.opt.MemTableSize/16
+}
+
+// recordMean is the mean size of the values written to the value log.
+func (s *Store) recordMean() int64 {
 	n, b := s.vlogPuts.Load(), s.vlogPutBytes.Load()
 	if n == 0 {
 		return 0
 	}
-	return s.deletes.Load() * (b / n)
+	return b / n
+}
+
+// freedEstimate is what the deletes counted since the last flush freed in
+// the value log, going by the mean size of the records written there.
+func (s *Store) freedEstimate() int64 {
+	return s.deletes.Load() * s.recordMean()
 }
 
 // flushDeletes has Badger count the deletes of the records it holds in the
