@@ -255,8 +255,13 @@ func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	wb := *wbp
 	switch o.kind {
 	case opSet:
+		if len(o.val) >= valueThreshold {
+			s.vlogPuts.Add(1)
+			s.vlogPutBytes.Add(int64(len(o.key) + len(o.val)))
+		}
 		return wb.Set(o.key, o.val)
 	case opDelete:
+		s.deletes.Add(1)
 		return wb.Delete(o.key)
 	case opPutEntry:
 		if o.shared {
@@ -294,7 +299,7 @@ func (s *Store) release(wb *badger.WriteBatch, msg uint64, shared bool) error {
 		}
 		delete(s.refs, msg)
 	}
-	s.freed.Add(1)
+	s.deletes.Add(1)
 	return wb.Delete(messageKey(msg))
 }
 
@@ -333,6 +338,7 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 			return err
 		}
 		if e.inline {
+			s.deletes.Add(1)
 			continue
 		}
 		if err := s.release(wb, e.msg, e.shared); err != nil {
@@ -364,5 +370,6 @@ func (s *Store) dropPrefix(wb *badger.WriteBatch, p []byte) error {
 			return err
 		}
 	}
+	s.deletes.Add(int64(len(keys)))
 	return nil
 }

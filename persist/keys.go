@@ -44,7 +44,7 @@ const (
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
 	prefixDedup     = 'u' // 'u' kind owner seg(8)          → deduplication cache log segment (entries)
 	prefixDelayed   = 'y' // 'y' name due(8) seq(8)          → delayed message: flags(1), record
-	prefixUnused    = 'z' // never written: dropping it flushes the memtable
+	prefixUnused    = 'z' // 'z' seq(8) → filler, written expired to fill the memtable (gc.go)
 	// 'h' is reserved for retry holds; they live in the entry instead
 	// (entryHeld), so that deleting an entry drops its hold with it.
 )
