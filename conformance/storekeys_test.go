@@ -365,3 +365,32 @@ func TestDeclareAnsweredOnceStored(t *testing.T) {
 		}
 	}
 }
+
+// A persistent message larger than the store's 32 MiB value-log files
+// (the default --max-message-size is 128 MiB, as RabbitMQ 3.x's
+// max_message_size) is stored and confirmed, and survives a restart:
+// Badger refuses a value larger than a file, so the files are sized to
+// the largest message the broker takes (broker.valueLogFileSize).
+func TestPersistentMessageLargerThanAValueLogFile(t *testing.T) {
+	r := newRestartable(t, broker.Options{})
+	_, ch := r.dial()
+	_, err := ch.QueueDeclare("big-persistent", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.Confirm(false))
+	body := make([]byte, 40<<20)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", "big-persistent", false, false, rmq.Publishing{DeliveryMode: 2, Body: body})
+	must(t, err)
+	if !dc.Wait() {
+		t.Fatal("a 40 MiB persistent message was nacked")
+	}
+	r.restart()
+	_, ch = r.dial()
+	m, ok, err := ch.Get("big-persistent", true)
+	must(t, err)
+	if !ok || len(m.Body) != len(body) || string(m.Body) != string(body) {
+		t.Fatalf("after a restart: got %v, %d bytes", ok, len(m.Body))
+	}
+}

@@ -195,13 +195,13 @@ func (b *Batch) DropDedup(kind byte, owner []byte) {
 
 // check makes Badger's per-entry checks on every key and value the
 // batch writes (a drop's prefix is only read, never written).
-func (b *Batch) check() error {
+func (b *Batch) check(maxVal int64) error {
 	for i := range b.ops {
 		o := &b.ops[i]
 		if o.kind == opDropQueue || o.kind == opDropRange || o.kind == opDropPrefix {
 			continue
 		}
-		if err := checkEntry(o.key, o.val); err != nil {
+		if err := checkEntry(o.key, o.val, maxVal); err != nil {
 			return err
 		}
 	}

@@ -139,7 +139,7 @@ func (s *Store) commitPending() {
 			refused = append(refused, b)
 			continue
 		}
-		if err := b.check(); err != nil {
+		if err := b.check(s.opt.ValueLogFileSize); err != nil {
 			// A key or value Badger would refuse: this batch fails,
 			// whole and alone; the others of the round are written.
 			failed = append(failed, failedBatch{b, err})
@@ -182,7 +182,7 @@ func (s *Store) commitPending() {
 			f(fb)
 		}
 		for i := range fb.ops {
-			if err := checkEntry(fb.ops[i].key, fb.ops[i].val); err != nil {
+			if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
 				s.log.Error("flusher write refused", zap.Error(err))
 				continue
 			}

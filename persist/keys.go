@@ -24,12 +24,13 @@ var (
 // checkEntry is Badger's per-entry check (Txn.modify), made before
 // anything of a batch is written: an entry Badger would refuse fails its
 // own batch, never the group commit it shares with others.
-func checkEntry(key, val []byte) error {
+// maxVal is the store's value-log file size, Badger's bound on a value.
+func checkEntry(key, val []byte, maxVal int64) error {
 	if len(key) > MaxKeySize {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLarge, len(key), MaxKeySize)
 	}
-	if int64(len(val)) > vlogFileSize {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrValueTooLarge, len(val), vlogFileSize)
+	if int64(len(val)) > maxVal {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrValueTooLarge, len(val), maxVal)
 	}
 	return nil
 }
