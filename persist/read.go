@@ -70,12 +70,26 @@ func (s *Store) maybePageOut() {
 	}
 }
 
+// entryIteratorOptions are the options of an iterator over entries with
+// prefix p. It does not prefetch values: Badger's default copies the next
+// 100 values into the heap as it goes (a prefix set or not: past it, into
+// the message records), which for a backlog of 20 MiB records read one at
+// a time allocated 2 GB per read, beyond any window. A value is read
+// through Badger's mmap when asked for, and copied once, into the entry
+// returned; what a read returns is what the queue's window asked for.
+func entryIteratorOptions(p []byte) badger.IteratorOptions {
+	o := badger.DefaultIteratorOptions
+	o.PrefetchValues = false
+	o.Prefix = p
+	return o
+}
+
 func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) ([]Entry, error) {
 	var out []Entry
 	var size int64
-	it := txn.NewIterator(badger.DefaultIteratorOptions)
-	defer it.Close()
 	p := entryPrefix(queue)
+	it := txn.NewIterator(entryIteratorOptions(p))
+	defer it.Close()
 	for it.Seek(entryKey(queue, after+1)); it.ValidForPrefix(p) && len(out) < max && (maxBytes <= 0 || size < maxBytes); it.Next() {
 		item := it.Item()
 		var e Entry
