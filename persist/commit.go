@@ -274,7 +274,7 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 	var ents []ent
 	err := s.db.View(func(txn *badger.Txn) error {
 		p := entryPrefix(queue)
-		it := txn.NewIterator(entryIteratorOptions(p))
+		it := txn.NewIterator(scanOptions(p))
 		defer it.Close()
 		for it.Seek(entryKey(queue, from)); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()

@@ -70,14 +70,15 @@ func (s *Store) maybePageOut() {
 	}
 }
 
-// entryIteratorOptions are the options of an iterator over entries with
-// prefix p. It does not prefetch values: Badger's default copies the next
-// 100 values into the heap as it goes (a prefix set or not: past it, into
-// the message records), which for a backlog of 20 MiB records read one at
-// a time allocated 2 GB per read, beyond any window. A value is read
-// through Badger's mmap when asked for, and copied once, into the entry
-// returned; what a read returns is what the queue's window asked for.
-func entryIteratorOptions(p []byte) badger.IteratorOptions {
+// scanOptions are the options of an iterator over the keys with prefix
+// p. It prefetches no values: Badger's default copies the next 100 values
+// into the heap as it goes, past the prefix when none is set (definitions
+// sort just before the entries, and read the first 100 records of a
+// backlog), which for 20 MiB records read one at a time allocated 2 GB
+// per read, beyond any window, and as much at every start. A value is
+// read through Badger's mmap when asked for, and copied once, into what
+// is returned: a queue's read is what its window asked for.
+func scanOptions(p []byte) badger.IteratorOptions {
 	o := badger.DefaultIteratorOptions
 	o.PrefetchValues = false
 	o.Prefix = p
@@ -88,7 +89,7 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) 
 	var out []Entry
 	var size int64
 	p := entryPrefix(queue)
-	it := txn.NewIterator(entryIteratorOptions(p))
+	it := txn.NewIterator(scanOptions(p))
 	defer it.Close()
 	for it.Seek(entryKey(queue, after+1)); it.ValidForPrefix(p) && len(out) < max && (maxBytes <= 0 || size < maxBytes); it.Next() {
 		item := it.Item()
@@ -135,9 +136,9 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) 
 // rebuilds anything.
 func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := []byte{prefixDef}
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()
@@ -160,9 +161,9 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 // cache log, in order.
 func (s *Store) Dedups(kind byte, owner []byte, fn func(seg uint64, entries []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := dedupPrefix(kind, owner)
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()

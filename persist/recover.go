@@ -32,7 +32,7 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 			})
 		}
 		p := entryPrefix(queue)
-		it := txn.NewIterator(entryIteratorOptions(p))
+		it := txn.NewIterator(scanOptions(p))
 		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
