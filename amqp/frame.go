@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"slices"
 )
 
 // ProtocolHeader is the 0-9-1 protocol header a client opens with.
@@ -132,6 +133,19 @@ func AppendHeartbeat(b []byte) []byte {
 // properties (flags included) and the body split into body frames of at
 // most frameMax-8 bytes each.
 func AppendContent(b []byte, ch uint16, classID uint16, props []byte, body []byte, frameMax uint32) []byte {
+	chunk := int(frameMax) - FrameOverhead
+	if frameMax == 0 {
+		chunk = len(body)
+	}
+	// Room for it all at once: append's own growth (a quarter at a time
+	// past 256 elements) copied a 20 MiB body about four times over, and
+	// allocated 127 MB for it, into a fresh buffer (the writer keeps none
+	// over 1 MiB).
+	need := FrameOverhead + 12 + max(len(props), 2)
+	if len(body) > 0 && chunk > 0 {
+		need += len(body) + (len(body)+chunk-1)/chunk*FrameOverhead
+	}
+	b = slices.Grow(b, need)
 	b, start := beginFrame(b, FrameHeader, ch)
 	b = binary.BigEndian.AppendUint16(b, classID)
 	b = append(b, 0, 0) // weight
@@ -142,10 +156,6 @@ func AppendContent(b []byte, ch uint16, classID uint16, props []byte, body []byt
 		b = append(b, props...)
 	}
 	b = endFrame(b, start)
-	chunk := int(frameMax) - FrameOverhead
-	if frameMax == 0 {
-		chunk = len(body)
-	}
 	for len(body) > 0 {
 		n := min(chunk, len(body))
 		b, start = beginFrame(b, FrameBody, ch)

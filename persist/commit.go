@@ -312,9 +312,9 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 	}
 	var ents []ent
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := entryPrefix(queue)
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(entryKey(queue, from)); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			err := item.Value(func(v []byte) error {

@@ -70,12 +70,27 @@ func (s *Store) maybePageOut() {
 	}
 }
 
+// scanOptions are the options of an iterator over the keys with prefix
+// p. It prefetches no values: Badger's default copies the next 100 values
+// into the heap as it goes, past the prefix when none is set (definitions
+// sort just before the entries, and read the first 100 records of a
+// backlog), which for 20 MiB records read one at a time allocated 2 GB
+// per read, beyond any window, and as much at every start. A value is
+// read through Badger's mmap when asked for, and copied once, into what
+// is returned: a queue's read is what its window asked for.
+func scanOptions(p []byte) badger.IteratorOptions {
+	o := badger.DefaultIteratorOptions
+	o.PrefetchValues = false
+	o.Prefix = p
+	return o
+}
+
 func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) ([]Entry, error) {
 	var out []Entry
 	var size int64
-	it := txn.NewIterator(badger.DefaultIteratorOptions)
-	defer it.Close()
 	p := entryPrefix(queue)
+	it := txn.NewIterator(scanOptions(p))
+	defer it.Close()
 	for it.Seek(entryKey(queue, after+1)); it.ValidForPrefix(p) && len(out) < max && (maxBytes <= 0 || size < maxBytes); it.Next() {
 		item := it.Item()
 		var e Entry
@@ -121,9 +136,9 @@ func loadEntries(txn *badger.Txn, queue, after uint64, max int, maxBytes int64) 
 // rebuilds anything.
 func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := []byte{prefixDef}
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()
@@ -146,9 +161,9 @@ func (s *Store) Definitions(fn func(kind byte, name, val []byte) error) error {
 // cache log, in order.
 func (s *Store) Dedups(kind byte, owner []byte, fn func(seg uint64, entries []byte) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := dedupPrefix(kind, owner)
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			k := item.Key()

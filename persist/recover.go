@@ -31,9 +31,9 @@ func (s *Store) RecoverQueue(queue uint64) (QueueSummary, error) {
 				return nil
 			})
 		}
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
 		p := entryPrefix(queue)
+		it := txn.NewIterator(scanOptions(p))
+		defer it.Close()
 		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
 			item := it.Item()
 			seq := beUint64(item.Key()[9:])
