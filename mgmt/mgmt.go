@@ -16,6 +16,9 @@ type Options struct {
 	// StatsInterval is how often queues' message counts are sampled into
 	// the rates (RabbitMQ's collect_statistics_interval; 0: 5 s).
 	StatsInterval time.Duration
+	// MaxBodySize caps a request's body, in bytes (RabbitMQ's
+	// management.http_max_body_size; 0: DefaultMaxBodySize).
+	MaxBodySize int64
 }
 
 // API is the management API of one broker: its handler, and the rates
@@ -38,8 +41,12 @@ func New(srv *broker.Server, opts Options) *API {
 	if opts.StatsInterval <= 0 {
 		opts.StatsInterval = defaultStatsInterval
 	}
+	if opts.MaxBodySize <= 0 {
+		opts.MaxBodySize = DefaultMaxBodySize
+	}
 	a := &API{srv: srv, log: srv.Logger(), opts: opts, stop: make(chan struct{}), sampled: make(chan struct{})}
-	a.h = withConsole(a.withUser(a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))))
+	routes := a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))
+	a.h = withConsole(sameOrigin(a.withUser(jsonBodies(opts.MaxBodySize, routes)))) // guard.go
 	go a.sampler()
 	return a
 }
