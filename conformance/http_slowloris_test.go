@@ -52,14 +52,14 @@ func TestHTTPSlowloris(t *testing.T) {
 	closed(open(), "a socket that sends nothing")
 
 	c := open()
-	go func() { // one header byte every 100 ms, for ever
+	go func(c net.Conn) { // one header byte every 100 ms, for ever
 		for _, ch := range []byte("GET /api/overview HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1000)) {
 			if _, err := c.Write([]byte{ch}); err != nil {
 				return
 			}
 			time.Sleep(100 * time.Millisecond) // the attack's pace
 		}
-	}()
+	}(c)
 	closed(c, "a socket trickling its headers")
 
 	c = open()
