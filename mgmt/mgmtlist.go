@@ -217,13 +217,6 @@ func streamJSON(w http.ResponseWriter, n int, item func(i int) map[string]any) {
 	_ = bw.Flush()
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
 // pathValue is the value at a dotted path of m, or nil.
 func pathValue(m map[string]any, path string) any {
 	var v any = m
