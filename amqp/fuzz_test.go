@@ -3,6 +3,7 @@ package amqp
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"reflect"
 	"testing"
 )
@@ -150,6 +151,7 @@ func FuzzSenderRoutes(f *testing.F) {
 		p := &Properties{Flags: FlagHeaders | FlagContentType, ContentType: "text/plain", Headers: h}
 		f.Add(p.Append(nil))
 	}
+	f.Add(twoBCCProps()) // found by the fuzzer: one BCC was left behind
 	f.Fuzz(func(t *testing.T, props []byte) {
 		v, err := ScanProperties(props)
 		if err != nil {
@@ -159,18 +161,79 @@ func FuzzSenderRoutes(f *testing.F) {
 		if err != nil || !r.HasBCC {
 			return
 		}
-		out := WithoutHeaderField(props, v.Headers, r.BCC)
+		out := WithoutHeaderFields(props, v.Headers, r.BCC)
 		v2, err := ScanProperties(out)
 		if err != nil {
 			t.Fatalf("BCC removed: invalid properties: %v", err)
 		}
-		before, _ := DecodeTable(v.Headers)
-		after, err := DecodeTable(v2.Headers)
+		before, _ := RawFields(v.Headers)
+		after, err := RawFields(v2.Headers)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, has := after["BCC"]; has && len(before) == len(after) {
-			t.Fatalf("BCC still there: %v", after)
+		var kept []RawField
+		for _, f := range before {
+			if f.Name != "BCC" {
+				kept = append(kept, f)
+			}
+		}
+		if !reflect.DeepEqual(after, kept) {
+			t.Fatalf("after removing BCC: %v, want %v", after, kept)
 		}
 	})
+}
+
+// twoBCCProps encodes properties whose headers table names BCC twice
+// (a map-based Table cannot), with a CC and another field between.
+func twoBCCProps() []byte {
+	field := func(b []byte, name string, keys ...string) []byte {
+		b = append(b, byte(len(name)))
+		b = append(b, name...)
+		var arr []byte
+		for _, k := range keys {
+			arr = append(arr, 'S')
+			arr = binary.BigEndian.AppendUint32(arr, uint32(len(k)))
+			arr = append(arr, k...)
+		}
+		b = append(b, 'A')
+		b = binary.BigEndian.AppendUint32(b, uint32(len(arr)))
+		return append(b, arr...)
+	}
+	var tbl []byte
+	tbl = field(tbl, "BCC", "first-secret")
+	tbl = field(tbl, "CC", "seen")
+	tbl = append(tbl, 1, 'x', 't', 1) // x: true
+	tbl = field(tbl, "BCC", "second-secret")
+	p := binary.BigEndian.AppendUint16(nil, FlagHeaders)
+	p = binary.BigEndian.AppendUint32(p, uint32(len(tbl)))
+	return append(p, tbl...)
+}
+
+// A table that names BCC twice: both go, the other fields stay in order,
+// and the first CC and first BCC route (RabbitMQ's table_lookup).
+func TestTwoBCCFieldsBothRemoved(t *testing.T) {
+	props := twoBCCProps()
+	v, err := ScanProperties(props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ScanSenderRoutes(v.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"seen", "first-secret"}; !reflect.DeepEqual(r.Keys, want) {
+		t.Fatalf("keys %q, want %q", r.Keys, want)
+	}
+	v2, err := ScanProperties(WithoutHeaderFields(props, v.Headers, r.BCC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, _ := RawFields(v2.Headers)
+	var names []string
+	for _, f := range fs {
+		names = append(names, f.Name)
+	}
+	if want := []string{"CC", "x"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("fields left %q, want %q", names, want)
+	}
 }

@@ -14,9 +14,9 @@ import (
 // SenderRoutes is what a message's CC and BCC headers ask for.
 type SenderRoutes struct {
 	Keys []string // the CC keys, then the BCC keys
-	// BCC is the span of the BCC field within the headers table body, if
-	// the table has one.
-	BCC    [2]int
+	// BCC holds the span of every BCC field within the headers table body
+	// (a table may carry the name more than once; every one is removed).
+	BCC    [][2]int
 	HasBCC bool
 }
 
@@ -30,12 +30,17 @@ func mayHaveSenderRoutes(h []byte) bool {
 // table body h. Either must be an array; only its longstr elements are
 // routing keys, as in RabbitMQ, which refuses any other type of CC or BCC
 // with "invalid message: {unacceptable_type_in_header,...}" (a 406).
+// A table that names CC or BCC twice is routed by the first of each, as
+// RabbitMQ's rabbit_misc:table_lookup finds the first; but every BCC field
+// is listed for removal, where RabbitMQ's strip_header deletes only the
+// first and so would deliver the second's blind copies to every consumer.
 func ScanSenderRoutes(h []byte) (SenderRoutes, error) {
 	var r SenderRoutes
 	if !mayHaveSenderRoutes(h) {
 		return r, nil
 	}
 	var cc, bcc []string
+	var seenCC, seenBCC bool
 	for off := 0; off < len(h); {
 		n := int(h[off])
 		key := h[off+1 : off+1+n]
@@ -52,11 +57,14 @@ func ScanSenderRoutes(h []byte) (SenderRoutes, error) {
 				return r, &Error{Code: PreconditionFailed, Text: fmt.Sprintf(
 					"PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"%s\",%s}", name, TypeName(v))}
 			}
-			keys := arrayLongstrs(h[vstart+5 : end])
-			if name == "CC" {
-				cc = keys
-			} else {
-				bcc, r.HasBCC, r.BCC = keys, true, [2]int{off, end}
+			switch {
+			case name == "CC" && !seenCC:
+				cc, seenCC = arrayLongstrs(h[vstart+5:end]), true
+			case name == "BCC" && !seenBCC:
+				bcc, seenBCC = arrayLongstrs(h[vstart+5:end]), true
+			}
+			if name == "BCC" {
+				r.HasBCC, r.BCC = true, append(r.BCC, [2]int{off, end})
 			}
 		}
 		off = end
@@ -79,20 +87,29 @@ func arrayLongstrs(p []byte) []string {
 	return out
 }
 
-// WithoutHeaderField returns props (encoded properties, flags first) with
-// the field at span (within headers, the table body as ScanProperties
-// found it in props) removed; the other fields keep their order, and an
-// emptied table stays, as RabbitMQ's strip_header leaves it.
-func WithoutHeaderField(props, headers []byte, span [2]int) []byte {
+// WithoutHeaderFields returns props (encoded properties, flags first) with
+// the fields at spans (within headers, the table body as ScanProperties
+// found it in props; in order, not overlapping) removed; the other fields
+// keep their order, and an emptied table stays, as RabbitMQ's
+// strip_header leaves it.
+func WithoutHeaderFields(props, headers []byte, spans [][2]int) []byte {
 	off := cap(props) - cap(headers) // headers aliases props
-	if off < 4 || off+len(headers) > len(props) {
+	if off < 4 || off+len(headers) > len(props) || len(spans) == 0 {
 		return props
 	}
-	out := make([]byte, 0, len(props)-(span[1]-span[0]))
+	cut := 0
+	for _, s := range spans {
+		cut += s[1] - s[0]
+	}
+	out := make([]byte, 0, len(props)-cut)
 	out = append(out, props[:off-4]...)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(headers)-(span[1]-span[0])))
-	out = append(out, headers[:span[0]]...)
-	out = append(out, headers[span[1]:]...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(headers)-cut))
+	from := 0
+	for _, s := range spans {
+		out = append(out, headers[from:s[0]]...)
+		from = s[1]
+	}
+	out = append(out, headers[from:]...)
 	return append(out, props[off+len(headers):]...)
 }
 

@@ -94,3 +94,32 @@ func TestPermissionPatterns(t *testing.T) {
 		t.Fatalf("an exchange without a topic permission: %v", err)
 	}
 }
+
+// Looking a grant up never adds one: a management request naming a
+// made-up vhost cannot grow the registry (issue 38, item 6: 1,200 such
+// requests took a broker from 22 MB to 612 MB). It keeps one grant per
+// permission set, and forgets it with its vhost.
+func TestGrantLookupDoesNotGrow(t *testing.T) {
+	r := NewRegistry()
+	p, _ := NewPermission(".*", ".*", ".*")
+	r.SetPermission("v", "u", p)
+	kept := r.Grant("v", "u")
+	for i := 0; i < 1000; i++ {
+		if g := r.Grant("made-up-"+string(rune('a'+i%26))+string(make([]byte, i%7)), "u"); g.Permission() != nil {
+			t.Fatal("a made-up vhost has permissions")
+		}
+		if r.ClearPermission("made-up", "u") || r.ClearTopicPermission("made-up", "u", "") != 0 {
+			t.Fatal("cleared what was never set")
+		}
+	}
+	if n := r.Len(); n != 1 {
+		t.Fatalf("%d grants kept after 1,000 made-up lookups, want 1", n)
+	}
+	if r.Grant("v", "u") != kept || kept.Permission() != p {
+		t.Fatal("the kept grant changed")
+	}
+	r.DeleteVHost("v")
+	if n := r.Len(); n != 0 || kept.Permission() != nil {
+		t.Fatalf("after the vhost's deletion: %d grants, permission %v", n, kept.Permission())
+	}
+}

@@ -64,40 +64,63 @@ func (r *Registry) DeleteUser(name string) bool {
 	return true
 }
 
-// Grant is user's grant in vhost, made (with no permissions) if need be.
+// Grant is user's grant in vhost: the one the registry keeps when user
+// has (or had) permissions there, else a grant with none that the
+// registry does not keep. Looking up never adds to the registry, so
+// names from a request (a made-up vhost in a URL) cannot grow it: it
+// holds one grant per permission or topic permission an operator set,
+// and forgets a vhost's or a user's with them. A connection holds the
+// kept grant of the vhost it was let into, and sees changes to it.
 func (r *Registry) Grant(vhost, user string) *Grant {
-	k := key{vhost, user}
 	r.mu.RLock()
-	g := r.grants[k]
+	g := r.grants[key{vhost, user}]
 	r.mu.RUnlock()
 	if g != nil {
 		return g
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if g = r.grants[k]; g == nil {
+	return &Grant{User: user, VHost: vhost}
+}
+
+// keep is user's kept grant in vhost, made (with no permissions) if need
+// be. r.mu held.
+func (r *Registry) keep(vhost, user string) *Grant {
+	k := key{vhost, user}
+	g := r.grants[k]
+	if g == nil {
 		g = &Grant{User: user, VHost: vhost}
 		r.grants[k] = g
 	}
 	return g
 }
 
+// Len is the number of grants the registry keeps.
+func (r *Registry) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.grants)
+}
+
 // SetPermission sets user's permission in vhost.
 func (r *Registry) SetPermission(vhost, user string, p *Permission) {
-	r.Grant(vhost, user).perm.Store(p)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keep(vhost, user).perm.Store(p)
 }
 
 // ClearPermission removes user's permission in vhost; it reports whether
 // there was one.
 func (r *Registry) ClearPermission(vhost, user string) bool {
-	return r.Grant(vhost, user).perm.Swap(nil) != nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.grants[key{vhost, user}]
+	return g != nil && g.perm.Swap(nil) != nil
 }
 
 // SetTopicPermission sets user's topic permission on an exchange in vhost.
 func (r *Registry) SetTopicPermission(vhost, user string, tp *TopicPermission) {
-	g := r.Grant(vhost, user)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	g := r.keep(vhost, user)
 	m := map[string]*TopicPermission{}
 	if old := g.topic.Load(); old != nil {
 		for k, v := range *old {
@@ -111,9 +134,12 @@ func (r *Registry) SetTopicPermission(vhost, user string, tp *TopicPermission) {
 // ClearTopicPermission removes user's topic permissions in vhost: on one
 // exchange, or on all when exchange is "". It reports how many went.
 func (r *Registry) ClearTopicPermission(vhost, user, exchange string) int {
-	g := r.Grant(vhost, user)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	g := r.grants[key{vhost, user}]
+	if g == nil {
+		return 0
+	}
 	old := g.topic.Load()
 	if old == nil {
 		return 0

@@ -37,8 +37,13 @@ func (c *conn) waitFlow() {
 	defer t.Stop()
 	// A wait for the consumers' pace (queue.Queue.Behind) ends when
 	// they take nothing for paceStall: they may wait for this very
-	// connection's acks, which it does not read while it waits.
-	dlv, moved := q.Delivered(), start
+	// connection's acks, which it does not read while it waits. The
+	// stall is counted in the sleeps this loop asked for, not in wall
+	// time: on a machine too busy to run the consumers on time this
+	// loop's timers fire late too, and consumers only slow to be
+	// scheduled are not taken for stuck ones (each such give-up let the
+	// backlog grow by another window).
+	dlv, quiet := q.Delivered(), time.Duration(0)
 	rate := paceFloorRate(c.heartbeat)
 	for d := 50 * time.Microsecond; !q.CaughtUp(); d = min(2*d, 5*time.Millisecond) {
 		if rate > 0 && q.Pacing() && c.floor.allows(time.Now(), rate) {
@@ -54,14 +59,14 @@ func (c *conn) waitFlow() {
 		if c.closing.Load() {
 			return
 		}
-		now := time.Now()
+		quiet += d
 		if n := q.Delivered(); n != dlv {
-			dlv, moved = n, now
-		} else if now.Sub(moved) >= paceStall && q.Pacing() {
+			dlv, quiet = n, 0
+		} else if quiet >= paceStall && q.Pacing() {
 			q.PaceReset()
-			moved = now
+			quiet = 0
 		}
-		c.flowAt.Store(now.UnixNano())
+		c.flowAt.Store(time.Now().UnixNano())
 	}
 	if w := time.Since(start); w > time.Second {
 		c.log.Debug("publisher held back by flow control", zap.String("queue", q.Name()), zap.Duration("for", w))

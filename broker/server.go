@@ -97,7 +97,8 @@ func New(opts Options) (*Server, error) {
 	if err := s.initTLS(); err != nil {
 		return nil, err
 	}
-	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, BeforeRound: opts.BeforeDiskWork, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval})
+	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, BeforeRound: opts.BeforeDiskWork, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval,
+		ValueLogFileSize: valueLogFileSize(opts)})
 	if err != nil {
 		return nil, err
 	}
@@ -417,4 +418,18 @@ func (s *Server) serverProperties() amqp.Table {
 			"direct_reply_to":              true,
 		},
 	}
+}
+
+// valueLogFileSize is the store's value-log file size for these options:
+// Badger refuses a value larger than a file, and a persistent message is
+// one value (its body, its properties in a content header of at most a
+// frame, and its routing), so the files hold the largest message the
+// broker takes; with a --max-message-size under 32 MiB they stay at the
+// store's 32 MiB, which give space back sooner (0: the store's default).
+func valueLogFileSize(o Options) int64 {
+	need := int64(o.MaxMessageSize) + int64(o.FrameMax) + 64<<10
+	if need <= 32<<20 {
+		return 0
+	}
+	return min(need, 2<<30-1) // Badger's bound on a file
 }

@@ -327,7 +327,7 @@ func (c *Channel) publish(msg *queue.Message, mandatory bool, v amqp.PropertiesV
 		if r.HasBCC {
 			// BCC is for routing only: no queue, consumer or return
 			// sees it (RabbitMQ's strip_header).
-			msg.Props = amqp.WithoutHeaderField(msg.Props, v.Headers, r.BCC)
+			msg.Props = amqp.WithoutHeaderFields(msg.Props, v.Headers, r.BCC)
 			v, _ = amqp.ScanProperties(msg.Props)
 		}
 	}

@@ -266,6 +266,20 @@ func TestFifoDeterministic(t *testing.T) {
 	}
 }
 
+// Every kind of command refuses bytes after its end: a log entry is one
+// command, whole, or it is not applied.
+func TestDecodeCommandRefusesTrailingBytes(t *testing.T) {
+	for _, c := range randomLog(11, 200) {
+		p := c.Encode(nil)
+		if _, err := DecodeCommand(p); err != nil {
+			t.Fatalf("kind %d: %v", c.Kind, err)
+		}
+		if _, err := DecodeCommand(append(p, 0)); err == nil {
+			t.Fatalf("kind %d with a trailing byte decoded", c.Kind)
+		}
+	}
+}
+
 func FuzzDecodeCommand(f *testing.F) {
 	for _, c := range randomLog(7, 50) {
 		f.Add(c.Encode(nil))
@@ -274,6 +288,9 @@ func FuzzDecodeCommand(f *testing.F) {
 	// once decoded as 0 and re-encoded differently).
 	dq := (&Command{Kind: cmdDequeue, Consumer: "c"}).Encode(nil)
 	f.Add(append(dq[:len(dq)-1:len(dq)-1], 0x30))
+	// A command with bytes after its end is malformed (it once decoded,
+	// dropping them, and re-encoded shorter).
+	f.Add(append((&Command{Kind: cmdPurge}).Encode(nil), 0))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		c, err := DecodeCommand(p)
 		if err != nil {

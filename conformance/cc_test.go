@@ -6,12 +6,14 @@ package conformance
 // 3.10.8; found by the pika and bunny checks in scripts/clients/.
 
 import (
+	"encoding/binary"
 	"reflect"
 	"testing"
 	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/broker"
 )
 
@@ -120,5 +122,36 @@ func TestDeadLetterCC(t *testing.T) {
 	}
 	if n := e.count("dlcc-by-orig") + e.count("dlcc-by-cc"); n != 0 {
 		t.Fatalf("%d more dead-lettered copies", n)
+	}
+}
+
+// A headers table may name BCC twice (nothing in AMQP forbids it, though a
+// map-based client cannot send it): every BCC field is removed, where
+// RabbitMQ's strip_header (rabbit_basic.erl, lists:keydelete of the first
+// match) removes only the first and so hands the second list of blind
+// recipients to every consumer. Routing keeps to the first CC and first
+// BCC, as RabbitMQ's rabbit_misc:table_lookup does.
+func TestTwoBCCFieldsNeverDelivered(t *testing.T) {
+	ds, r := rawPublisher(t, "two-bcc")
+	field := func(b []byte, name string, keys ...string) []byte {
+		b = append(append(b, byte(len(name))), name...)
+		var arr []byte
+		for _, k := range keys {
+			arr = binary.BigEndian.AppendUint32(append(arr, 'S'), uint32(len(k)))
+			arr = append(arr, k...)
+		}
+		b = binary.BigEndian.AppendUint32(append(b, 'A'), uint32(len(arr)))
+		return append(b, arr...)
+	}
+	tbl := field(nil, "BCC", "first-secret")
+	tbl = append(tbl, 1, 'x', 't', 1)
+	tbl = field(tbl, "BCC", "second-secret")
+	props := binary.BigEndian.AppendUint16(nil, amqp.FlagHeaders)
+	props = append(binary.BigEndian.AppendUint32(props, uint32(len(tbl))), tbl...)
+	b := amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{RoutingKey: "two-bcc"})
+	r.Write(amqp.AppendContent(b, 1, amqp.ClassBasic, props, []byte("blind"), 131072))
+	d := recv(t, ds)
+	if want := (rmq.Table{"x": true}); !reflect.DeepEqual(d.Headers, want) {
+		t.Fatalf("delivered headers %#v, want %#v: a BCC list reached the consumer", d.Headers, want)
 	}
 }

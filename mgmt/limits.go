@@ -25,6 +25,10 @@ type limitsEntry struct {
 
 func (a *API) apiVHostLimits(w http.ResponseWriter, r *http.Request) {
 	want := r.PathValue("vhost")
+	if want != "" && !a.canSee(apiUser(r), want) {
+		notAuthorised(w, reasonVHost) // RabbitMQ 3.10.8, to a management user without permissions there
+		return
+	}
 	out := []limitsEntry{}
 	for _, st := range a.srv.VHosts() {
 		if len(st.Rec.Limits) > 0 && (want == "" || st.Name() == want) && a.canSee(apiUser(r), st.Name()) {

@@ -16,6 +16,10 @@ type Options struct {
 	// StatsInterval is how often queues' message counts are sampled into
 	// the rates (RabbitMQ's collect_statistics_interval; 0: 5 s).
 	StatsInterval time.Duration
+	// FailedLoginDelay is how long a failed login's 401 is held and
+	// counted against its source (loginlimit.go; 0: 3 s, as AMQP;
+	// negative: off).
+	FailedLoginDelay time.Duration
 	// MaxBodySize caps a request's body, in bytes (RabbitMQ's
 	// management.http_max_body_size; 0: DefaultMaxBodySize).
 	MaxBodySize int64
@@ -29,6 +33,7 @@ type API struct {
 	opts Options
 	h    http.Handler
 
+	logins  loginLimiter  // failed logins (loginlimit.go)
 	qstats  queueStats    // message rates (mgmtstats.go)
 	stop    chan struct{} // closed by Close: stops the sampler
 	sampled chan struct{} // closed when the sampler has exited
@@ -41,10 +46,14 @@ func New(srv *broker.Server, opts Options) *API {
 	if opts.StatsInterval <= 0 {
 		opts.StatsInterval = defaultStatsInterval
 	}
+	if opts.FailedLoginDelay == 0 {
+		opts.FailedLoginDelay = defaultFailedLoginDelay
+	}
 	if opts.MaxBodySize <= 0 {
 		opts.MaxBodySize = DefaultMaxBodySize
 	}
 	a := &API{srv: srv, log: srv.Logger(), opts: opts, stop: make(chan struct{}), sampled: make(chan struct{})}
+	a.logins.delay = opts.FailedLoginDelay
 	routes := a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))
 	a.h = withConsole(sameOrigin(a.withUser(jsonBodies(opts.MaxBodySize, routes)))) // guard.go
 	go a.sampler()
@@ -134,7 +143,11 @@ func (a *API) apiCloseConnection(w http.ResponseWriter, r *http.Request) {
 	}
 	u := apiUser(r)
 	for _, c := range a.srv.Connections() {
-		if c.Name == name && (u.HasTag("administrator") || c.User == u.Name) {
+		if c.Name == name && !u.HasTag("administrator") && c.User != u.Name {
+			notAuthorised(w, reasonObject) // RabbitMQ 3.10.8's answer, to monitoring users too
+			return
+		}
+		if c.Name == name {
 			a.log.Info("closing connection via management API", zap.String("connection", name))
 			a.srv.CloseConnection(c.ID, reason)
 			w.WriteHeader(http.StatusNoContent)

@@ -66,7 +66,19 @@ func badRequest(w http.ResponseWriter, reason string) {
 func admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !apiUser(r).HasTag("administrator") {
-			apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
+			notAuthorised(w, reasonAdmin)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// monitor wraps a handler that only monitoring users and administrators
+// may use (RabbitMQ's is_authorized_monitor: /api/nodes).
+func monitor(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !seesAll(apiUser(r)) {
+			notAuthorised(w, "Not monitor user")
 			return
 		}
 		h(w, r)
@@ -83,17 +95,69 @@ func pathName(r *http.Request, key string) string { return r.PathValue(key) }
 // unescaped path (and cleaning its "//"), cannot take as one segment.
 // Other paths go to next.
 func (a *API) accessRouter(next http.Handler) http.Handler {
-	type route struct {
-		method string
-		path   []string // literal segments, or {name}
-		h      http.HandlerFunc
-	}
+	routes := a.routes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		segs := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
+		for i, sg := range segs {
+			u, err := url.PathUnescape(sg)
+			if err != nil {
+				badRequest(w, "bad path")
+				return
+			}
+			segs[i] = u
+		}
+		pathMatched := false
+		for _, rt := range routes {
+			if len(rt.path) != len(segs) {
+				continue
+			}
+			ok := true
+			for i, p := range rt.path {
+				if (!strings.HasPrefix(p, "{") && p != segs[i]) || (p == "{dtype}" && segs[i] != "e" && segs[i] != "q") || (p == "{side}" && segs[i] != "source" && segs[i] != "destination") {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+			pathMatched = true
+			if rt.method != r.Method && !(rt.method == "GET" && r.Method == "HEAD") {
+				continue
+			}
+			for i, p := range rt.path {
+				if strings.HasPrefix(p, "{") {
+					r.SetPathValue(strings.Trim(p, "{}"), segs[i])
+				}
+			}
+			rt.h(w, r)
+			return
+		}
+		if pathMatched {
+			apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "Method Not Allowed")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// route is one of the API's routes: a method, the path's segments
+// (literal, or {name}) and its handler.
+type route struct {
+	method string
+	path   []string // literal segments, or {name}
+	h      http.HandlerFunc
+}
+
+// routes are every route of the API (authz_test.go checks each one's
+// access rules against RabbitMQ's).
+func (a *API) routes() []route {
 	var routes []route
 	add := func(method, pattern string, h http.HandlerFunc) {
 		routes = append(routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
 	}
 	add("GET", "/api/whoami", a.apiWhoami)
-	add("GET", "/api/cluster", a.apiCluster)
+	add("GET", "/api/cluster", monitor(a.apiCluster)) // what /api/nodes shows
 	add("PUT", "/api/cluster/members/{name}", admin(a.apiPutClusterMember))
 	add("DELETE", "/api/cluster/members/{name}", admin(a.apiDeleteClusterMember))
 	add("GET", "/api/overview", a.apiOverview)
@@ -105,11 +169,11 @@ func (a *API) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/exchanges/{vhost}/{exchange}/bindings/{side}", a.apiExchangeBindings)
 	add("GET", "/api/consumers", a.apiConsumers)
 	add("GET", "/api/consumers/{vhost}", a.apiConsumers)
-	add("GET", "/api/nodes", a.apiNodes)
-	add("GET", "/api/nodes/{node}", a.apiNode)
+	add("GET", "/api/nodes", monitor(a.apiNodes))
+	add("GET", "/api/nodes/{node}", monitor(a.apiNode))
 	add("PUT", "/api/vm-memory-high-watermark", admin(a.apiSetWatermark))
 	add("GET", "/api/vhosts", a.apiVHosts)
-	add("GET", "/api/vhosts/{vhost}", a.apiVHost)
+	add("GET", "/api/vhosts/{vhost}", admin(a.apiVHost))
 	add("PUT", "/api/vhosts/{vhost}", admin(a.apiPutVHost))
 	add("DELETE", "/api/vhosts/{vhost}", admin(a.apiDeleteVHost))
 	add("GET", "/api/users", admin(a.apiUsers))
@@ -174,53 +238,12 @@ func (a *API) accessRouter(next http.Handler) http.Handler {
 	add("GET", "/api/vhost-limits/{vhost}", a.apiVHostLimits)
 	add("PUT", "/api/vhost-limits/{vhost}/{name}", admin(a.apiPutVHostLimit))
 	add("DELETE", "/api/vhost-limits/{vhost}/{name}", admin(a.apiDeleteVHostLimit))
-	add("GET", "/api/user-limits", admin(a.apiUserLimits))
-	add("GET", "/api/user-limits/{user}", admin(a.apiUserLimits))
+	// Every management user reads the users' limits, as in RabbitMQ 3.10.8.
+	add("GET", "/api/user-limits", a.apiUserLimits)
+	add("GET", "/api/user-limits/{user}", a.apiUserLimits)
 	add("PUT", "/api/user-limits/{user}/{name}", admin(a.apiPutUserLimit))
 	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		segs := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
-		for i, sg := range segs {
-			u, err := url.PathUnescape(sg)
-			if err != nil {
-				badRequest(w, "bad path")
-				return
-			}
-			segs[i] = u
-		}
-		pathMatched := false
-		for _, rt := range routes {
-			if len(rt.path) != len(segs) {
-				continue
-			}
-			ok := true
-			for i, p := range rt.path {
-				if (!strings.HasPrefix(p, "{") && p != segs[i]) || (p == "{dtype}" && segs[i] != "e" && segs[i] != "q") || (p == "{side}" && segs[i] != "source" && segs[i] != "destination") {
-					ok = false
-					break
-				}
-			}
-			if !ok {
-				continue
-			}
-			pathMatched = true
-			if rt.method != r.Method && !(rt.method == "GET" && r.Method == "HEAD") {
-				continue
-			}
-			for i, p := range rt.path {
-				if strings.HasPrefix(p, "{") {
-					r.SetPathValue(strings.Trim(p, "{}"), segs[i])
-				}
-			}
-			rt.h(w, r)
-			return
-		}
-		if pathMatched {
-			apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", "Method Not Allowed")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return routes
 }
 
 // readBody decodes a JSON object body; an empty body is an empty object.
@@ -286,10 +309,32 @@ func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
 }
 
-// canSee reports whether u may see vhost vh: administrators and
-// monitoring users see all, others those they have permissions in.
+// canSee reports whether u may see vhost vh in the vhosts' list and
+// their limits: administrators and monitoring users see all, others
+// those they have permissions in.
 func (a *API) canSee(u *auth.User, vh string) bool {
 	return seesAll(u) || a.srv.Access().Grant(vh, u.Name).Permission() != nil
+}
+
+// vhostAccess reports whether u may use vh's queues, exchanges,
+// bindings, policies and aliveness test: administrators in every vhost,
+// other users (monitoring users too) in those they have permissions in
+// (RabbitMQ 3.10.8 answers a monitoring user without permissions in the
+// vhost 401 "User not authorised to access virtual host", and lists no
+// queue of it).
+func (a *API) vhostAccess(u *auth.User, vh string) bool {
+	return u.HasTag("administrator") || a.srv.Access().Grant(vh, u.Name).Permission() != nil
+}
+
+// RabbitMQ's reasons for a 401 to a user who may log in.
+const (
+	reasonVHost  = "User not authorised to access virtual host"
+	reasonObject = "User not authorised to access object"
+	reasonAdmin  = "Not administrator user"
+)
+
+func notAuthorised(w http.ResponseWriter, reason string) {
+	apiError(w, http.StatusUnauthorized, "not_authorised", reason)
 }
 
 func (a *API) apiVHosts(w http.ResponseWriter, r *http.Request) {
@@ -302,14 +347,11 @@ func (a *API) apiVHosts(w http.ResponseWriter, r *http.Request) {
 	writeList(w, r, out)
 }
 
+// apiVHost is GET /api/vhosts/{vhost}, for administrators only (RabbitMQ
+// 3.10.8 answers others 401 "Not administrator user", whatever their
+// permissions, whether the vhost exists or not).
 func (a *API) apiVHost(w http.ResponseWriter, r *http.Request) {
-	name := pathName(r, "vhost")
-	if !a.canSee(apiUser(r), name) {
-		// RabbitMQ 3.10 answers so whether the vhost exists or not.
-		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
-		return
-	}
-	st := a.srv.LookupVHost(name)
+	st := a.srv.LookupVHost(pathName(r, "vhost"))
 	if st == nil {
 		notFound(w)
 		return
@@ -622,13 +664,18 @@ func (a *API) apiDeleteTopicPermission(w http.ResponseWriter, r *http.Request) {
 
 // withUser authenticates a request by HTTP basic auth against the
 // broker's users (loopback-only users from loopback only) and lets in
-// management users.
+// management users. Failed logins are slowed (loginlimit.go).
 func (a *API) withUser(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, pass, ok := r.BasicAuth()
 		var u *auth.User
 		if ok {
-			u, ok = a.srv.Login(name, pass, remoteAddr(r))
+			src := source(r)
+			if ok = a.logins.admit(src); ok { // else refused unchecked: loginlimit.go
+				if u, ok = a.srv.Login(name, pass, remoteAddr(r)); !ok {
+					a.logins.failed(r.Context(), src)
+				}
+			}
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)

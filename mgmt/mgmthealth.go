@@ -1,10 +1,16 @@
 package mgmt
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/queue"
 	"github.com/railmq/railmq/vhost"
 )
@@ -86,33 +92,72 @@ func (a *API) apiHealthVirtualHosts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"status": "ok"})
 }
 
-// apiAliveness is RabbitMQ's aliveness test: declare the queue
-// aliveness-test in the vhost, publish a message to it and get it back.
+// alivenessQueue is the queue RabbitMQ's aliveness test declares.
+const alivenessQueue = "aliveness-test"
+
+// alivenessHold bounds the messages the aliveness test holds, unacked,
+// while it looks for its own behind others' (they go back as they were).
+const alivenessHold = 1000
+
+// apiAliveness is RabbitMQ's aliveness test, as RabbitMQ 3.10.8 makes it
+// on a channel of the API user's: the user needs permissions in the vhost
+// (others get 401 "User not authorised to access virtual host", and an
+// administrator without permissions there 401 "Access refused.", as
+// RabbitMQ answers), configure on the queue aliveness-test, write on the
+// default exchange and read on the queue. It declares the queue, publishes
+// a message to it and gets the message back. RabbitMQ's basic.get takes
+// whatever is at the head, without ack, and so drops a message someone
+// else put in a queue of that name; this one takes its own message only
+// (marked with a message id of its own) and puts any other back as it
+// was.
 func (a *API) apiAliveness(w http.ResponseWriter, r *http.Request) {
 	st, ok := a.objectVHost(w, r)
 	if !ok {
 		return
 	}
-	q, _, _, err := st.DeclareQueue(vhost.QueueDecl{Name: "aliveness-test"}, queue.Config{})
+	g := a.srv.Access().Grant(st.Name(), apiUser(r).Name)
+	for _, c := range []struct {
+		op         auth.Op
+		kind, name string
+	}{{auth.Configure, "queue", alivenessQueue}, {auth.Write, "exchange", ""}, {auth.Read, "queue", alivenessQueue}} {
+		if err := g.Check(c.op, c.kind, c.name); err != nil {
+			amqpToHTTP(w, err)
+			return
+		}
+	}
+	q, _, _, err := st.DeclareQueue(vhost.QueueDecl{Name: alivenessQueue, Grant: g}, queue.Config{})
 	if err != nil {
 		healthFailed(w, map[string]any{"reason": err.Error()})
 		return
 	}
+	if n := q.Ready(); n >= alivenessHold {
+		healthFailed(w, map[string]any{"reason": fmt.Sprintf("aliveness-test queue holds %d messages of others", n)})
+		return
+	}
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	props := amqp.Properties{Flags: amqp.FlagMessageID, MessageID: "railmq-aliveness-" + hex.EncodeToString(id[:])}
 	body := []byte("test_message")
-	q.Publish(&queue.Message{RoutingKey: "aliveness-test", Body: body, Props: []byte{0, 0}, Enqueued: queue.Now()})
+	mine := props.Append(nil)
+	q.Publish(&queue.Message{RoutingKey: alivenessQueue, Body: body, Props: mine, Enqueued: queue.Now()})
+	var held []queue.Delivery
+	defer func() { q.Return(held) }() // others' messages go back as they were
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		d, ok, _, err := q.Get(true)
+	for time.Now().Before(deadline) && len(held) < alivenessHold && r.Context().Err() == nil {
+		d, got, _, err := q.Get(false)
 		if err != nil {
 			break
 		}
-		if ok && string(d.Msg.Body) == string(body) {
+		if !got {
+			time.Sleep(10 * time.Millisecond) // the publish may not have landed yet
+			continue
+		}
+		if bytes.Equal(d.Msg.Props, mine) && bytes.Equal(d.Msg.Body, body) {
+			q.Ack([]queue.Delivery{d}, nil)
 			writeJSON(w, map[string]string{"status": "ok"})
 			return
 		}
-		if !ok {
-			time.Sleep(10 * time.Millisecond)
-		}
+		held = append(held, d)
 	}
-	healthFailed(w, map[string]any{"reason": "aliveness test failed"})
+	healthFailed(w, map[string]any{"reason": "aliveness-test queue is empty"}) // RabbitMQ's reason when its get finds nothing
 }

@@ -33,8 +33,8 @@ import (
 // 404 (missing) or 401 (no access) as RabbitMQ.
 func (a *API) objectVHost(w http.ResponseWriter, r *http.Request) (*broker.VHostInfo, bool) {
 	name := r.PathValue("vhost")
-	if !a.canSee(apiUser(r), name) {
-		apiError(w, http.StatusUnauthorized, "not_authorised", "Not administrator user")
+	if !a.vhostAccess(apiUser(r), name) {
+		notAuthorised(w, reasonVHost)
 		return nil, false
 	}
 	st := a.srv.LookupVHost(name)
@@ -191,7 +191,7 @@ func (a *API) vhostsFor(w http.ResponseWriter, r *http.Request) ([]*broker.VHost
 	if r.PathValue("vhost") == "" {
 		var out []*broker.VHostInfo
 		for _, st := range a.srv.VHosts() {
-			if a.canSee(apiUser(r), st.Name()) {
+			if a.vhostAccess(apiUser(r), st.Name()) {
 				out = append(out, st)
 			}
 		}
@@ -414,7 +414,9 @@ func (a *API) apiDeleteQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	qs := r.URL.Query()
-	if _, err := st.DeleteQueue(q.Config().Owner, q.Name(), qs.Get("if-unused") == "true", qs.Get("if-empty") == "true"); err != nil {
+	// Owner 0: another connection's exclusive queue is refused (400, as
+	// RabbitMQ 3.10.8 answers), as every queue the API names.
+	if _, err := st.DeleteQueue(0, q.Name(), qs.Get("if-unused") == "true", qs.Get("if-empty") == "true"); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -428,6 +430,9 @@ func (a *API) apiPurgeQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
+		return
+	}
+	if exclusiveRefused(w, st, q, false) {
 		return
 	}
 	if _, err := q.Purge(); err != nil {
@@ -540,16 +545,7 @@ func (a *API) apiPostBinding(w http.ResponseWriter, r *http.Request) {
 	source, dest, toX := bindingEnds(r)
 	key, _ := str(body, "routing_key")
 	args := tableArg(body)
-	g := a.srv.Access().Grant(st.Name(), apiUser(r).Name)
-	kind := "queue"
-	if toX {
-		kind = "exchange"
-	}
-	if err := g.Check(auth.Write, kind, dest); err != nil {
-		amqpToHTTP(w, err)
-		return
-	}
-	if err := g.Check(auth.Read, "exchange", source); err != nil {
+	if err := bindingAllowed(st, a.srv.Access().Grant(st.Name(), apiUser(r).Name), source, dest, toX, key); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
@@ -562,6 +558,10 @@ func (a *API) apiPostBinding(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 }
 
+// apiDeleteBinding is DELETE /api/bindings/{vh}/e/{x}/{q|e}/{dest}/{props}:
+// checked as an unbind on a channel of the user's (bindingAllowed), as
+// RabbitMQ 3.10.8 does (401 "Access refused." without write on the
+// destination, read on the source or the key's topic permission).
 func (a *API) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
 	st, ok := a.objectVHost(w, r)
 	if !ok {
@@ -575,6 +575,10 @@ func (a *API) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, b := range x.Bindings() {
 		if b.Dest.Name == dest && b.Dest.Exchange == toX && propsKey(b.Key, b.Args) == r.PathValue("props") {
+			if err := bindingAllowed(st, a.srv.Access().Grant(st.Name(), apiUser(r).Name), source, dest, toX, b.Key); err != nil {
+				amqpToHTTP(w, err)
+				return
+			}
 			if err := st.Unbind(0, dest, toX, source, b.Key, b.Args); err != nil {
 				amqpToHTTP(w, err)
 				return
@@ -584,6 +588,68 @@ func (a *API) apiDeleteBinding(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	notFound(w)
+}
+
+// bindingAllowed checks a bind or unbind by the API user's grant g in
+// RabbitMQ's order (rabbit_channel binding_action): write on the
+// destination, read on the source exchange, and read of the routing key
+// when a topic permission covers the source.
+func bindingAllowed(st *broker.VHostInfo, g *auth.Grant, source, dest string, toX bool, key string) error {
+	kind := "queue"
+	if toX {
+		kind = "exchange"
+	}
+	if err := g.Check(auth.Write, kind, dest); err != nil {
+		return err
+	}
+	if err := g.Check(auth.Read, "exchange", source); err != nil {
+		return err
+	}
+	return topicAllowed(st, g, auth.Read, source, key)
+}
+
+// topicAllowed checks op (Write to publish, Read to bind) of a routing key
+// on a topic exchange that a topic permission of g names; other exchanges
+// are not checked (RabbitMQ's rule, as channel.allowTopic).
+func topicAllowed(st *broker.VHostInfo, g *auth.Grant, op auth.Op, ex, key string) error {
+	if !g.TopicChecked(ex) {
+		return nil
+	}
+	if kind, ok := st.ExchangeKind(ex); !ok || kind != exchange.Topic {
+		return nil
+	}
+	return g.CheckTopic(op, ex, key)
+}
+
+// withCode answers err as RabbitMQ's publish and get do: 400 with the
+// AMQP code and text ("406 PRECONDITION_FAILED - ...").
+func withCode(w http.ResponseWriter, err error) {
+	var e *amqp.Error
+	if errors.As(err, &e) {
+		badRequest(w, fmt.Sprintf("%d %s", e.Code, e.Text))
+		return
+	}
+	amqpToHTTP(w, err)
+}
+
+// exclusiveRefused answers 400 for another connection's exclusive queue
+// (every HTTP request is one: RabbitMQ's API works on a channel of its
+// own), with the AMQP text RabbitMQ 3.10.8 answers, the code too when
+// code is set (get), and reports whether it did.
+func exclusiveRefused(w http.ResponseWriter, st *broker.VHostInfo, q *queue.Queue, code bool) bool {
+	if !q.Config().Exclusive {
+		return false
+	}
+	_, err := st.Queue(0, q.Name())
+	if err == nil {
+		return false
+	}
+	if code {
+		withCode(w, err)
+	} else {
+		amqpToHTTP(w, err)
+	}
+	return true
 }
 
 // --- publish and get -----------------------------------------------------
@@ -690,11 +756,18 @@ func (a *API) apiPublish(w http.ResponseWriter, r *http.Request) {
 	if x == "amq.default" {
 		x = ""
 	}
-	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Write, "exchange", x); err != nil {
+	g := a.srv.Access().Grant(st.Name(), apiUser(r).Name)
+	if err := g.Check(auth.Write, "exchange", x); err != nil {
 		amqpToHTTP(w, err)
 		return
 	}
 	key, _ := str(body, "routing_key")
+	// As a channel's publish (RabbitMQ 3.10.8 answers both so over HTTP):
+	// the routing key's topic permission, then the user_id property.
+	if err := topicAllowed(st, g, auth.Write, x, key); err != nil {
+		withCode(w, err)
+		return
+	}
 	payload, _ := str(body, "payload")
 	data := []byte(payload)
 	if enc, _ := str(body, "payload_encoding"); enc == "base64" {
@@ -707,6 +780,10 @@ func (a *API) apiPublish(w http.ResponseWriter, r *http.Request) {
 	}
 	pm, _ := body["properties"].(map[string]any)
 	props := propsFromJSON(pm)
+	if u := apiUser(r); props.Flags&amqp.FlagUserID != 0 && props.UserID != u.Name && !u.HasTag("impersonator") {
+		withCode(w, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, u.Name))
+		return
+	}
 	msg := &queue.Message{Exchange: x, RoutingKey: key, Props: props.Append(nil), Body: data,
 		Persistent: props.DeliveryMode == 2, Priority: props.Priority, Enqueued: queue.Now()}
 	if props.Flags&amqp.FlagExpiration != 0 {
@@ -720,13 +797,7 @@ func (a *API) apiPublish(w http.ResponseWriter, r *http.Request) {
 	}
 	qs, err := st.Route(x, key, &sc)
 	if err != nil {
-		// RabbitMQ answers 400 with the AMQP error, code and all.
-		var e *amqp.Error
-		if errors.As(err, &e) {
-			badRequest(w, fmt.Sprintf("%d %s", e.Code, e.Text))
-		} else {
-			amqpToHTTP(w, err)
-		}
+		withCode(w, err) // RabbitMQ answers 400 with the AMQP error, code and all
 		return
 	}
 	// A delayed exchange on the way holds the message back (its x-delay
@@ -793,7 +864,7 @@ func messageJSON(d queue.Delivery, remaining int, enc string, truncate int) map[
 // apiGet is POST /api/queues/{vh}/{q}/get: up to count messages, then
 // acked, requeued or rejected as ackmode says.
 func (a *API) apiGet(w http.ResponseWriter, r *http.Request) {
-	if st := a.srv.LookupVHost(r.PathValue("vhost")); st != nil && a.canSee(apiUser(r), st.Name()) {
+	if st := a.srv.LookupVHost(r.PathValue("vhost")); st != nil && a.vhostAccess(apiUser(r), st.Name()) {
 		if _, err := st.Queue(0, r.PathValue("queue")); err != nil {
 			var e *amqp.Error
 			if errors.As(err, &e) && e.Code == amqp.NotFound {
@@ -812,6 +883,9 @@ func (a *API) apiGet(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := a.srv.Access().Grant(st.Name(), apiUser(r).Name).Check(auth.Read, "queue", q.Name()); err != nil {
 		amqpToHTTP(w, err)
+		return
+	}
+	if exclusiveRefused(w, st, q, true /* code */) {
 		return
 	}
 	mode, _ := str(body, "ackmode")
@@ -850,14 +924,21 @@ func (a *API) apiGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-// apiConnection is GET /api/connections/{name}.
+// apiConnection is GET /api/connections/{name}: monitoring users and
+// administrators see any, others their own; another user's is a 401, as
+// RabbitMQ 3.10.8 answers.
 func (a *API) apiConnection(w http.ResponseWriter, r *http.Request) {
 	u := apiUser(r)
 	for _, c := range a.srv.Connections() {
-		if c.Name == r.PathValue("name") && (seesAll(u) || c.User == u.Name) {
-			writeJSON(w, connView(c))
+		if c.Name != r.PathValue("name") {
+			continue
+		}
+		if !seesAll(u) && c.User != u.Name {
+			notAuthorised(w, reasonObject)
 			return
 		}
+		writeJSON(w, connView(c))
+		return
 	}
 	notFound(w)
 }

@@ -77,7 +77,21 @@ func (a *API) readableQueue(w http.ResponseWriter, r *http.Request) (*broker.VHo
 		amqpToHTTP(w, err)
 		return nil, nil, nil, nil, false
 	}
+	if exclusiveRefused(w, st, q, true /* code, as get */) {
+		return nil, nil, nil, nil, false
+	}
 	return st, q, body, g, true
+}
+
+// topicsAllowed checks each routing key a redrive publishes with (the
+// first and the CC ones) against the topic permissions, as a publish.
+func topicsAllowed(st *broker.VHostInfo, g *auth.Grant, ex string, keys []string) error {
+	for _, k := range keys {
+		if err := topicAllowed(st, g, auth.Write, ex, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // maxUnmoved bounds the messages a redrive holds unacked because they have
@@ -117,7 +131,7 @@ func (a *API) apiRedrive(w http.ResponseWriter, r *http.Request) {
 		if hasTX {
 			ex, keys, known = tx, []string{tk}, true
 		}
-		if !known || g.Check(auth.Write, "exchange", ex) != nil || !a.redriveOne(st, q, d, ex, keys) {
+		if !known || g.Check(auth.Write, "exchange", ex) != nil || topicsAllowed(st, g, ex, keys) != nil || !a.redriveOne(st, q, d, ex, keys) {
 			unroutable++
 			kept = append(kept, d)
 			continue

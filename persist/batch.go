@@ -193,6 +193,21 @@ func (b *Batch) DropDedup(kind byte, owner []byte) {
 	b.ops = append(b.ops, op{kind: opDropPrefix, key: dedupPrefix(kind, owner)})
 }
 
+// check makes Badger's per-entry checks on every key and value the
+// batch writes (a drop's prefix is only read, never written).
+func (b *Batch) check(maxVal int64) error {
+	for i := range b.ops {
+		o := &b.ops[i]
+		if o.kind == opDropQueue || o.kind == opDropRange || o.kind == opDropPrefix {
+			continue
+		}
+		if err := checkEntry(o.key, o.val, maxVal); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Len is the number of changes in the batch.
 func (b *Batch) Len() int { return len(b.ops) }
 

@@ -113,7 +113,8 @@ func (s *Store) commitPending() {
 	wb := s.db.NewWriteBatch()
 	var dones []func(error)
 	var refused []*Batch // batches whose record writes were dropped: done gets growErr
-	var writeErr error
+	var failed []failedBatch
+	var writeErr error // fails the whole round: nothing of it is reported durable
 	wrote := false
 	flush := func() {
 		if !wrote {
@@ -138,7 +139,14 @@ func (s *Store) commitPending() {
 			refused = append(refused, b)
 			continue
 		}
+		if err := b.check(s.opt.ValueLogFileSize); err != nil {
+			// A key or value Badger would refuse: this batch fails,
+			// whole and alone; the others of the round are written.
+			failed = append(failed, failedBatch{b, err})
+			continue
+		}
 		dropped := false
+		var opErr error
 		for i := range b.ops {
 			if growErr != nil && b.ops[i].grows() {
 				// No room for it: the publish is nacked. The batch's
@@ -147,15 +155,21 @@ func (s *Store) commitPending() {
 				dropped = true
 				continue
 			}
-			if err := s.apply(&wb, &b.ops[i], flush); err != nil && writeErr == nil {
-				writeErr = err
+			if err := s.apply(&wb, &b.ops[i], flush); err != nil && opErr == nil {
+				// Its own op's error (a drop's read) is this batch's
+				// answer; a failed write of the round (flush) is
+				// everyone's, through writeErr.
+				opErr = err
 			}
 			s.touched.Add(int64(len(b.ops[i].val)))
 			wrote = true
 		}
-		if dropped {
+		switch {
+		case opErr != nil:
+			failed = append(failed, failedBatch{b, opErr})
+		case dropped:
 			refused = append(refused, b)
-		} else if b.done != nil {
+		case b.done != nil:
 			dones = append(dones, b.done)
 		}
 	}
@@ -168,6 +182,10 @@ func (s *Store) commitPending() {
 			f(fb)
 		}
 		for i := range fb.ops {
+			if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
+				s.log.Error("flusher write refused", zap.Error(err))
+				continue
+			}
 			if err := s.apply(&wb, &fb.ops[i], flush); err != nil && writeErr == nil {
 				writeErr = err
 			}
@@ -187,7 +205,11 @@ func (s *Store) commitPending() {
 	wb.Cancel() // the fresh batch flush left: an open batch pins old versions
 	if writeErr == nil {
 		t := time.Now()
-		if err := s.db.Sync(); err != nil {
+		// Sync covers the memtable written last; one that filled up
+		// during the round is synced first (wal.go).
+		if err := s.syncRotatedWALs(); err != nil {
+			writeErr = fmt.Errorf("fsync of a rotated memtable's WAL: %w", err)
+		} else if err := s.db.Sync(); err != nil {
 			writeErr = fmt.Errorf("fsync: %w", err)
 		}
 		s.metrics.Fsync.Observe(since(t))
@@ -204,6 +226,12 @@ func (s *Store) commitPending() {
 	for _, d := range dones {
 		d(writeErr)
 	}
+	for _, f := range failed {
+		s.log.Warn("store write refused", zap.Error(f.err))
+		if f.b.done != nil {
+			f.b.done(f.err)
+		}
+	}
 	for _, b := range refused {
 		if b.done != nil {
 			if allErr != nil {
@@ -215,14 +243,25 @@ func (s *Store) commitPending() {
 	}
 }
 
+// failedBatch is a batch refused alone, with its error.
+type failedBatch struct {
+	b   *Batch
+	err error
+}
+
 // apply adds one change to *wbp; flush may replace *wbp (a drop reads the
 // store, so what was batched before it is written first).
 func (s *Store) apply(wbp **badger.WriteBatch, o *op, flush func()) error {
 	wb := *wbp
 	switch o.kind {
 	case opSet:
+		if len(o.val) >= valueThreshold {
+			s.vlogPuts.Add(1)
+			s.vlogPutBytes.Add(int64(len(o.key) + len(o.val)))
+		}
 		return wb.Set(o.key, o.val)
 	case opDelete:
+		s.deletes.Add(1)
 		return wb.Delete(o.key)
 	case opPutEntry:
 		if o.shared {
@@ -260,7 +299,7 @@ func (s *Store) release(wb *badger.WriteBatch, msg uint64, shared bool) error {
 		}
 		delete(s.refs, msg)
 	}
-	s.freed.Add(1)
+	s.deletes.Add(1)
 	return wb.Delete(messageKey(msg))
 }
 
@@ -299,6 +338,7 @@ func (s *Store) dropRange(wb *badger.WriteBatch, queue, from uint64) error {
 			return err
 		}
 		if e.inline {
+			s.deletes.Add(1)
 			continue
 		}
 		if err := s.release(wb, e.msg, e.shared); err != nil {
@@ -330,5 +370,6 @@ func (s *Store) dropPrefix(wb *badger.WriteBatch, p []byte) error {
 			return err
 		}
 	}
+	s.deletes.Add(int64(len(keys)))
 	return nil
 }

@@ -7,7 +7,9 @@
 //
 // Files: store.go (opening and closing), batch.go (what a commit writes),
 // commit.go (the committer: group commit, reference counts of shared
-// message records), read.go (reads, queued on the committer behind the
+// message records; a batch Badger would refuse fails alone), wal.go
+// (fsyncing a memtable WAL that rotated during a round, which Badger's
+// Sync misses), read.go (reads, queued on the committer behind the
 // writes before them), recover.go (start-up summaries and orphan
 // clean-up), gc.go (value-log GC), keys.go (the key and value layout),
 // delayed.go (delayed messages indexed by due time: read straight from

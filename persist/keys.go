@@ -1,6 +1,39 @@
 package persist
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// MaxKeySize is the longest key the store takes: Badger's limit
+// (badger/v4 txn.go, Txn.modify: maxKeySize = 65000, the uint16 of its
+// table header less room for a prefix and the version). A batch with a
+// longer key is refused whole (ErrKeyTooLarge), and only that batch: see
+// Batch.check.
+const MaxKeySize = 65000
+
+// ErrKeyTooLarge refuses a batch holding a key over MaxKeySize;
+// ErrValueTooLarge one holding a value over a value-log file (Badger's
+// other per-entry limit, Txn.modify).
+var (
+	ErrKeyTooLarge   = errors.New("persist: key too large")
+	ErrValueTooLarge = errors.New("persist: value too large")
+)
+
+// checkEntry is Badger's per-entry check (Txn.modify), made before
+// anything of a batch is written: an entry Badger would refuse fails its
+// own batch, never the group commit it shares with others.
+// maxVal is the store's value-log file size, Badger's bound on a value.
+func checkEntry(key, val []byte, maxVal int64) error {
+	if len(key) > MaxKeySize {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLarge, len(key), MaxKeySize)
+	}
+	if int64(len(val)) > maxVal {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrValueTooLarge, len(val), maxVal)
+	}
+	return nil
+}
 
 // Key prefixes. Every key is a one-byte prefix and big-endian fixed-width
 // integers or length-prefixed strings, so a prefix scan returns records in
@@ -12,7 +45,7 @@ const (
 	prefixDelivered = 'w' // 'w' queue(8)                    → highest sequence ever delivered
 	prefixDedup     = 'u' // 'u' kind owner seg(8)          → deduplication cache log segment (entries)
 	prefixDelayed   = 'y' // 'y' name due(8) seq(8)          → delayed message: flags(1), record
-	prefixUnused    = 'z' // never written: dropping it flushes the memtable
+	prefixUnused    = 'z' // 'z' seq(8) → filler, written expired to fill the memtable (gc.go)
 	// 'h' is reserved for retry holds; they live in the entry instead
 	// (entryHeld), so that deleting an entry drops its hold with it.
 )

@@ -34,10 +34,23 @@ type Options struct {
 	// Reserve is the free space the store keeps on its filesystem (see
 	// space.go); 0 means twice MemTableSize plus 8 MiB.
 	Reserve int64
+	// ValueLogFileSize is the size of a value-log file (Badger maps twice
+	// that); 0 means 32 MiB. Space comes back a whole file at a time.
+	ValueLogFileSize int64
+	// gcHold, if set, holds the value log's garbage collection back until
+	// it is closed (tests: see TestSpaceComesBackAfterDrain).
+	gcHold <-chan struct{}
 }
 
-// vlogFileSize is the size of a value-log file (Badger maps twice that).
-const vlogFileSize = 128 << 20
+// defaultVlogFileSize is the default Options.ValueLogFileSize. A file
+// comes back only once nearly all of it is garbage, and the newest one not
+// before it is full: small files give space back sooner, and a file a
+// long-lived message keeps costs less.
+const defaultVlogFileSize = 32 << 20
+
+// valueThreshold is the value size from which Badger keeps a value in the
+// value log rather than in the LSM tree.
+const valueThreshold = 256
 
 // Badger's memtables and caches, all on the Go heap.
 const (
@@ -86,13 +99,24 @@ type Store struct {
 	nextMsg atomic.Uint64
 	syncs   atomic.Uint64
 	metrics Metrics
-	freed   atomic.Int64 // message records deleted since the last GC
-	touched atomic.Int64 // bytes written or read through Badger's mmaps since the last page-out
-	reserve int64
-	short   atomic.Bool // the last space check refused writes (logged once)
+	// deletes counts the deletes of keys whose value may be a record in
+	// the value log since the collector last flushed them (gc.go);
+	// vlogPuts and vlogPutBytes the writes of values that go there, and
+	// their bytes, for the mean record size.
+	deletes      atomic.Int64
+	vlogPuts     atomic.Int64
+	vlogPutBytes atomic.Int64
+	fillerSeq    uint64       // the last filler key written (the collector's)
+	touched      atomic.Int64 // bytes written or read through Badger's mmaps since the last page-out
+	reserve      int64
+	short        atomic.Bool // the last space check refused writes (logged once)
 	// pagedOut counts the bytes of mappings advised out (tests).
 	pagedOut atomic.Int64
 	dir      string // absolute, for page-outs
+	// walFid is the memtable WAL the last round ended in (wal.go);
+	// walSyncs counts the rotated WALs synced (tests). The committer's.
+	walFid   int
+	walSyncs atomic.Int64
 	// refs counts the entries left for messages shared by several queues.
 	// Owned by the committer (and by recovery before it starts).
 	refs map[uint64]int32
@@ -117,6 +141,9 @@ func Open(opt Options) (*Store, error) {
 	if opt.Reserve == 0 {
 		opt.Reserve = defaultReserve(opt.MemTableSize)
 	}
+	if opt.ValueLogFileSize == 0 {
+		opt.ValueLogFileSize = defaultVlogFileSize
+	}
 	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening store in %s: %w", opt.Dir, err)
 	}
@@ -130,12 +157,12 @@ func Open(opt Options) (*Store, error) {
 		WithDetectConflicts(false).
 		WithMemTableSize(opt.MemTableSize).
 		WithNumMemtables(numMemtables).
-		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTables(1).
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(blockCacheSize).
 		WithIndexCacheSize(indexCacheSize).
-		WithValueThreshold(256).
-		WithValueLogFileSize(vlogFileSize).
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(opt.ValueLogFileSize).
 		WithNumCompactors(2).
 		WithCompactL0OnClose(true)
 	db, err := badger.Open(bo)
@@ -151,6 +178,10 @@ func Open(opt Options) (*Store, error) {
 		refs:    make(map[uint64]int32),
 		dir:     absDir(opt.Dir),
 		reserve: opt.Reserve,
+	}
+	if s.walFid, err = lastWAL(opt.Dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reading store in %s: %w", opt.Dir, err)
 	}
 	last, err := s.lastMessageID()
 	if err != nil {

@@ -508,8 +508,9 @@ func (q *Queue) paceBehind(slack int64) bool {
 func (q *Queue) Pacing() bool { return q.paceBehind(q.paceSlack() / 2) }
 
 // PaceReset ends a wait for the consumers' pace: the queue does not pace
-// until its consumers take a message again, and then begins afresh from
-// the backlog as it is then. Called by a publisher whose wait saw no
+// until its consumers take a message again, and then paces from where it
+// began, so what the pause let in is drained before the publisher goes
+// on. Called by a publisher whose wait saw no
 // delivery for a while: consumers that take nothing (stuck, or waiting
 // for acks the publisher's connection does not read while it waits) set
 // no pace.
@@ -765,7 +766,10 @@ func (q *Queue) publishCounts() {
 			q.pace.Store(int64(q.readyLen()))
 			q.paceStall.Store(-1)
 		} else if s := q.paceStall.Load(); s >= 0 && s != q.nDeliverGet.Load() {
-			q.pace.Store(int64(q.readyLen())) // the consumers go on: afresh
+			// The consumers go on: the pace holds again from where it
+			// began, not from the backlog the stall let build up, which
+			// would ratchet the backlog (and the age of what they get)
+			// up by a stall's worth each time they are slow to run.
 			q.paceStall.Store(-1)
 		}
 	} else if q.pace.Load() >= 0 {

@@ -41,9 +41,9 @@ func (v *VHost) bind(owner uint64, dest string, toExchange bool, source, key str
 			return err
 		}
 		b := exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args}
-		return r.Replicate(persist.DefBinding, bindingName(v.name, source, b), encodeDef(amqp.Table{"arguments": orEmpty(args)}), !add)
+		return r.Replicate(persist.DefBinding, bindingName(v.name, source, b), bindingValue(b), !add)
 	}
-	return v.bindHere(owner, dest, toExchange, source, key, args, add)
+	return v.bindHere(owner, dest, toExchange, source, key, args, add, false)
 }
 
 // checkBindLocked makes a bind's checks, in RabbitMQ's order, and
@@ -77,21 +77,42 @@ func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, sour
 	return src, nil
 }
 
-// bindHere binds (or unbinds) in this node's registry.
-func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool) error {
+// bindHere binds (or unbinds) in this node's registry, answered once
+// stored; a replicated one (applied from the metadata store, whose log
+// holds it already, on the goroutine that applies the log) is not waited
+// for.
+func (v *VHost) bindHere(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add, replicated bool) error {
 	if source == "" || (toExchange && dest == "") {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
 	err := v.bindLocked(owner, dest, toExchange, source, key, args, add, dc)
 	v.mu.Unlock()
 	if err != nil {
+		v.defMu.Unlock()
 		return err
 	}
-	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	wait := v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	v.defMu.Unlock()
+	if replicated {
+		return nil
+	}
+	if err := wait(); err != nil {
+		if add {
+			// Not stored, so not made: it would be gone after a restart.
+			v.defMu.Lock()
+			v.mu.Lock()
+			if src := v.exchanges[source]; src != nil {
+				src.Unbind(exchange.Binding{Dest: exchange.Dest{Name: dest, Exchange: toExchange}, Key: key, Args: args})
+			}
+			v.mu.Unlock()
+			v.defMu.Unlock()
+		}
+		return err
+	}
+	return nil
 }
 
 func (v *VHost) bindLocked(owner uint64, dest string, toExchange bool, source, key string, args amqp.Table, add bool, dc *persist.Batch) error {

@@ -41,7 +41,7 @@ func (v *VHost) declareShared(d QueueDecl, r Replicator, defaults queue.Config) 
 		v.mu.RUnlock()
 	}
 	if q != nil {
-		return v.declareQueue(d, defaults)
+		return v.declareQueue(d, defaults, false)
 	}
 	// A declare's checks, made here: applying the definition has no
 	// grant to check against.
@@ -143,7 +143,7 @@ func (v *VHost) ApplyQueue(name string, val []byte, del bool) error {
 		v.totals.QueuesCreated.Add(1)
 		return nil
 	}
-	q, err = v.declareQueue(d, queue.Config{})
+	q, err = v.declareQueue(d, queue.Config{}, true /* replicated */)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,8 @@
 //
 // Locks: VHost.defMu, then VHost.mu, both in LOCKS.md with their order
 // against the exchange, queue, channel and store locks. defMu serializes
-// definition changes so the store receives them in the registry's order;
+// definition changes so the store receives them in the registry's order
+// (a declare, bind or delete waits for its write once it released defMu);
 // mu guards the exchanges and queues maps and is read-held while routing.
 // Neither is held while waiting on a queue goroutine: queues call back into
 // the registry (auto-delete, expiry, dead-lettering) from their own

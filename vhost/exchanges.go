@@ -49,6 +49,9 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 	if d.Name == "" {
 		return amqp.Errorf(amqp.AccessRefused, "operation not permitted on the default exchange")
 	}
+	if err := checkNameLen("exchange", d.Name); err != nil {
+		return err
+	}
 	if d.Passive {
 		v.mu.RLock()
 		missing := v.exchanges[d.Name] == nil
@@ -69,7 +72,7 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 			"type": d.Type, "durable": d.Durable, "auto_delete": d.AutoDelete, "internal": d.Internal, "arguments": orEmpty(d.Args),
 		}), false)
 	}
-	return v.declareExchange(d)
+	return v.declareExchange(d, false)
 }
 
 // ApplyExchange applies a committed exchange definition on this node
@@ -78,7 +81,7 @@ func (v *VHost) DeclareExchange(d ExchangeDecl) error {
 // inequivalent declare fails the same way everywhere), or deleted.
 func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
 	if del {
-		return v.deleteExchange(name, false)
+		return v.deleteExchange(name, false, true /* replicated */)
 	}
 	t, err := amqp.DecodeTable(val)
 	if err != nil {
@@ -89,19 +92,39 @@ func (v *VHost) ApplyExchange(name string, val []byte, del bool) error {
 		args = nil
 	}
 	return v.declareExchange(ExchangeDecl{Name: name, Type: str(t["type"]), Durable: t["durable"] == true,
-		AutoDelete: t["auto_delete"] == true, Internal: t["internal"] == true, Args: args})
+		AutoDelete: t["auto_delete"] == true, Internal: t["internal"] == true, Args: args}, true /* replicated */)
 }
 
-func (v *VHost) declareExchange(d ExchangeDecl) error {
+// declareExchange declares an exchange in this node's registry, answered
+// once stored (a replicated one is not waited for: see bindHere).
+func (v *VHost) declareExchange(d ExchangeDecl, replicated bool) error {
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	v.mu.Lock()
 	ex, err := v.declareExchangeLocked(d)
 	v.mu.Unlock()
 	if err != nil || ex == nil || !ex.Durable {
+		v.defMu.Unlock()
 		return err
 	}
-	return v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
+	wait := v.commitDefs(func(b *persist.Batch) { v.putExchangeDef(b, ex) })
+	v.defMu.Unlock()
+	if replicated {
+		return nil
+	}
+	if err := wait(); err != nil {
+		// Not stored, so not declared: it would be gone after a restart.
+		v.defMu.Lock()
+		dc := &persist.Batch{}
+		v.mu.Lock()
+		if v.exchanges[ex.Name] == ex {
+			v.removeExchangeLocked(ex, dc)
+		}
+		v.mu.Unlock()
+		_ = v.commitDefs(func(b *persist.Batch) { *b = *dc })
+		v.defMu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // declareExchangeLocked returns the exchange it created, if any. v.mu held.
@@ -210,26 +233,32 @@ func (v *VHost) DeleteExchange(name string, ifUnused bool) error {
 			return r.Replicate(persist.DefExchange, DefName(v.name, name), nil, true)
 		}
 	}
-	return v.deleteExchange(name, ifUnused)
+	return v.deleteExchange(name, ifUnused, false)
 }
 
-func (v *VHost) deleteExchange(name string, ifUnused bool) error {
+func (v *VHost) deleteExchange(name string, ifUnused, replicated bool) error {
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
 	ex := v.exchanges[name]
 	if ex == nil {
 		v.mu.Unlock()
+		v.defMu.Unlock()
 		return nil
 	}
 	if ifUnused && ex.HasBindings() {
 		v.mu.Unlock()
+		v.defMu.Unlock()
 		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
 	}
 	v.removeExchangeLocked(ex, dc)
 	v.mu.Unlock()
-	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	wait := v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	v.defMu.Unlock()
+	if replicated {
+		return nil
+	}
+	return wait()
 }
 
 // removeExchangeLocked drops ex and every binding from and to it, noting

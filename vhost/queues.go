@@ -29,6 +29,9 @@ type QueueDecl struct {
 // DeclareQueue declares (or checks, when passive) a queue and returns it
 // with its ready message and consumer counts.
 func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue, messages, consumers int, err error) {
+	if err := checkNameLen("queue", d.Name); err != nil {
+		return nil, 0, 0, err
+	}
 	if strings.HasPrefix(d.Name, "amq.") && !d.Passive && !d.Reserved {
 		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
@@ -59,7 +62,7 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	} else if r != nil && !d.Passive && v.sharedDecl(d) {
 		q, err = v.declareShared(d, r, defaults)
 	} else {
-		q, err = v.declareQueue(d, defaults)
+		q, err = v.declareQueue(d, defaults, false)
 	}
 	if err != nil {
 		return nil, 0, 0, err
@@ -75,16 +78,31 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	return q, messages, consumers, nil
 }
 
-func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config) (*queue.Queue, error) {
+// declareQueue declares a queue in this node's registry, answered once
+// stored (a replicated one, applied from the metadata store's log, is
+// not waited for: see bindHere).
+func (v *VHost) declareQueue(d QueueDecl, defaults queue.Config, replicated bool) (*queue.Queue, error) {
 	v.defMu.Lock()
-	defer v.defMu.Unlock()
 	v.mu.Lock()
 	q, created, err := v.declareQueueLocked(d, defaults)
 	v.mu.Unlock()
 	if err != nil || !created || !q.Durable() {
+		v.defMu.Unlock()
 		return q, err
 	}
-	return q, v.commitDefs(func(b *persist.Batch) { v.putQueueDef(b, q.Config()) })
+	wait := v.commitDefs(func(b *persist.Batch) { v.putQueueDef(b, q.Config()) })
+	v.defMu.Unlock()
+	if replicated {
+		return q, nil
+	}
+	if err := wait(); err != nil {
+		// Not stored, so not declared: it would be gone after a restart,
+		// with the messages confirmed into it.
+		_, _ = q.Delete(false, false)
+		v.removeQueue(q)
+		return nil, err
+	}
+	return q, nil
 }
 
 func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Queue, bool, error) {
@@ -166,15 +184,17 @@ func (v *VHost) forgetQueue(q *queue.Queue) {
 	go v.dropHome(q) // not on the queue's goroutine: a write through Raft
 }
 
-// removeQueue takes a deleted queue out of the registry and the store.
-func (v *VHost) removeQueue(q *queue.Queue) {
+// removeQueue takes a deleted queue out of the registry and the store,
+// and returns a wait for the store (ignored where the queue deletes
+// itself: its goroutine, holding its lock, must not wait for a write).
+func (v *VHost) removeQueue(q *queue.Queue) (wait func() error) {
 	v.defMu.Lock()
 	defer v.defMu.Unlock()
 	dc := &persist.Batch{}
 	v.mu.Lock()
 	v.removeQueueLocked(q, dc)
 	v.mu.Unlock()
-	_ = v.commitDefs(func(b *persist.Batch) { *b = *dc })
+	return v.commitDefs(func(b *persist.Batch) { *b = *dc })
 }
 
 func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
@@ -215,9 +235,9 @@ func (v *VHost) DeleteQueue(owner uint64, name string, ifUnused, ifEmpty bool) (
 	case err != nil: // the home's or the log's refusal, in its words
 		return 0, err
 	}
-	v.removeQueue(q)
+	wait := v.removeQueue(q)
 	v.dropHome(q)
-	return n, nil
+	return n, wait()
 }
 
 // ConnectionClosed deletes the exclusive queues the connection owned.
@@ -247,4 +267,22 @@ func allowDeadLetter(d QueueDecl) error {
 		return err
 	}
 	return allow(d.Grant, auth.Write, "exchange", dlx)
+}
+
+// MaxNameLen is the longest queue or exchange name: AMQP's short string
+// (§4.2.5.3), which RabbitMQ's HTTP API enforces for queues too. Names
+// reach no further than this over HTTP or a definitions import either,
+// so that a name is never more over those than over AMQP (and never
+// makes a store key of its own length).
+const MaxNameLen = 255
+
+// checkNameLen refuses a name over MaxNameLen, in RabbitMQ's words (its
+// HTTP API, for PUT /api/queues/%2F/<256 bytes>: 400, {"error":
+// "bad_request","reason":"queue should be less than 255 bytes, actually
+// was 256\n"}).
+func checkNameLen(kind, name string) error {
+	if len(name) > MaxNameLen {
+		return amqp.Errorf(amqp.PreconditionFailed, "%s should be less than %d bytes, actually was %d\n", kind, MaxNameLen, len(name))
+	}
+	return nil
 }

@@ -198,7 +198,10 @@ func (v *VHost) ApplyBinding(name, val []byte, del bool) error {
 		return fmt.Errorf("binding definition: corrupt name")
 	}
 	var args amqp.Table
-	if !del {
+	key := parts[4]
+	if len(val) > 0 {
+		// A delete carries no value: a binding named by a hash is
+		// found by its name (bindHere unbinds what bears it).
 		t, err := amqp.DecodeTable(val)
 		if err != nil {
 			return fmt.Errorf("binding definition: %w", err)
@@ -207,8 +210,9 @@ func (v *VHost) ApplyBinding(name, val []byte, del bool) error {
 		if len(args) == 0 {
 			args = nil
 		}
+		key = bindingKey(parts, t)
 	}
-	err = v.bindHere(0, parts[3], parts[2] == "x", parts[1], parts[4], args, !del)
+	err = v.bindHere(0, parts[3], parts[2] == "x", parts[1], key, args, !del, true /* replicated */)
 	var ae *amqp.Error
 	if del && errors.As(err, &ae) && ae.Code == amqp.NotFound {
 		return nil // its queue or exchange went first (a delete takes its bindings)

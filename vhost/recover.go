@@ -325,7 +325,7 @@ func (d *definitions) add(vh string, kind byte, name, val []byte) error {
 		}
 		t, _ := amqp.DecodeTable(val)
 		d.bindings = append(d.bindings, bindingDef{source: parts[1], binding: exchange.Binding{
-			Dest: exchange.Dest{Name: parts[3], Exchange: parts[2] == "x"}, Key: parts[4], Args: defArgs(t)}})
+			Dest: exchange.Dest{Name: parts[3], Exchange: parts[2] == "x"}, Key: bindingKey(parts, t), Args: defArgs(t)}})
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -123,15 +124,25 @@ func (v *VHost) Store() queue.Store {
 // --- definitions ---------------------------------------------------------
 
 // Definition keys: vhost name, then the object's names, each length
-// prefixed, so that no name can run into the next.
+// prefixed, so that no name can run into the next. A part of 65,535 bytes
+// or more (which no stored key holds: it is over the store's key limit)
+// has 0xffff and a 32-bit length in front, so a length never wraps.
 func DefName(parts ...string) []byte {
 	var b []byte
 	for _, p := range parts {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(p)))
+		if len(p) >= longPart {
+			b = binary.BigEndian.AppendUint16(b, longPart)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+		} else {
+			b = binary.BigEndian.AppendUint16(b, uint16(len(p)))
+		}
 		b = append(b, p...)
 	}
 	return b
 }
+
+// longPart marks a DefName part whose length follows in 32 bits.
+const longPart = 0xffff
 
 func SplitDefName(b []byte) ([]string, error) {
 	var parts []string
@@ -139,12 +150,18 @@ func SplitDefName(b []byte) ([]string, error) {
 		if len(b) < 2 {
 			return nil, fmt.Errorf("corrupt definition key")
 		}
-		n := int(binary.BigEndian.Uint16(b))
-		if len(b) < 2+n {
+		n, h := int(binary.BigEndian.Uint16(b)), 2
+		if n == longPart {
+			if len(b) < 6 {
+				return nil, fmt.Errorf("corrupt definition key")
+			}
+			n, h = int(binary.BigEndian.Uint32(b[2:])), 6
+		}
+		if len(b)-h < n {
 			return nil, fmt.Errorf("corrupt definition key")
 		}
-		parts = append(parts, string(b[2:2+n]))
-		b = b[2+n:]
+		parts = append(parts, string(b[h:h+n]))
+		b = b[h+n:]
 	}
 	return parts, nil
 }
@@ -166,26 +183,39 @@ func canonicalArgs(t amqp.Table) string {
 
 func encodeDef(t amqp.Table) []byte { return amqp.AppendTable(nil, t)[4:] }
 
-func (v *VHost) commitDefs(fill func(b *persist.Batch)) error {
+// commitDefs submits the definitions fill writes to the store and returns
+// a wait for them to be stored. Called with defMu held, so that the store
+// receives them in the registry's order; wait is called once defMu is
+// released (declares on other connections share the fsync). A declare,
+// bind or delete is answered once wait returns, as RabbitMQ answers
+// declare-ok once its metadata store has the change; wait's error (a
+// failed write: a full disk, a key the store refuses) is the client's.
+func (v *VHost) commitDefs(fill func(b *persist.Batch)) (wait func() error) {
 	if v.store == nil {
-		return nil
+		return stored
 	}
 	b := &persist.Batch{}
 	fill(b)
 	if b.Len() == 0 {
-		return nil
+		return stored
 	}
-	// Not waited for: the committer writes in submission order and fsyncs
-	// each group, so a definition is durable no later than any message
-	// confirmed into it afterwards (as RabbitMQ, which does not fsync a
-	// declare either). defMu keeps submissions in the registry's order.
+	ch := make(chan error, 1)
 	v.store.Commit(b, func(err error) {
 		if err != nil {
 			v.log.Error("writing definitions", zap.Error(err))
 		}
+		ch <- err
 	})
-	return nil
+	return func() error {
+		if err := <-ch; err != nil {
+			return fmt.Errorf("storing the definition: %w", err)
+		}
+		return nil
+	}
 }
+
+// stored is commitDefs' wait when there is nothing to store.
+func stored() error { return nil }
 
 func (v *VHost) putExchangeDef(b *persist.Batch, ex *exchange.Exchange) {
 	b.PutDef(persist.DefExchange, DefName(v.name, ex.Name), encodeDef(amqp.Table{
@@ -200,16 +230,55 @@ func (v *VHost) putQueueDef(b *persist.Batch, c *queue.Config) {
 	}))
 }
 
+// bindingName is a binding's key: vhost, source, destination kind and
+// name, routing key and arguments (canonicalArgs, so that equal tables
+// name one binding). A binding whose key that would make longer than the
+// store takes (a large arguments table, a long routing key: RabbitMQ's
+// HTTP API takes one of 70,000 bytes) is named instead by the SHA-256 of
+// its routing key and arguments, in the last part, after a 0xff byte
+// (canonicalArgs starts with a table's 32-bit length, so with 0xff only
+// for a table of 4 GiB), the routing key part left empty; the value
+// holds both (bindingValue). Every binding the store could hold before
+// keeps its key: none is to be migrated.
 func bindingName(vh, source string, b exchange.Binding) []byte {
 	kind := "q"
 	if b.Dest.Exchange {
 		kind = "x"
 	}
-	return DefName(vh, source, kind, b.Dest.Name, b.Key, canonicalArgs(b.Args))
+	args := canonicalArgs(b.Args)
+	name := DefName(vh, source, kind, b.Dest.Name, b.Key, args)
+	if defKeyLen(name) <= persist.MaxKeySize {
+		return name
+	}
+	sum := sha256.Sum256(DefName(b.Key, args))
+	return DefName(vh, source, kind, b.Dest.Name, "", hashedArgs+string(sum[:]))
+}
+
+// hashedArgs starts the last part of a binding key that names its routing
+// key and arguments by their hash.
+const hashedArgs = "\xff"
+
+// defKeyLen is the length of the store's key for a definition name
+// (persist's 'd' kind name).
+func defKeyLen(name []byte) int { return 2 + len(name) }
+
+// bindingValue is a binding's stored value: its arguments and routing
+// key (the key's copy is empty when the key is hashed).
+func bindingValue(b exchange.Binding) []byte {
+	return encodeDef(amqp.Table{"arguments": orEmpty(b.Args), "routing_key": b.Key})
+}
+
+// bindingKey is the routing key of a stored binding: the value's, else
+// (written before the value held it) the key's.
+func bindingKey(parts []string, t amqp.Table) string {
+	if k, ok := t["routing_key"].(string); ok {
+		return k
+	}
+	return parts[4]
 }
 
 func (v *VHost) putBindingDef(b *persist.Batch, source string, bd exchange.Binding) {
-	b.PutDef(persist.DefBinding, bindingName(v.name, source, bd), encodeDef(amqp.Table{"arguments": orEmpty(bd.Args)}))
+	b.PutDef(persist.DefBinding, bindingName(v.name, source, bd), bindingValue(bd))
 }
 
 func orEmpty(t amqp.Table) amqp.Table {
