@@ -212,8 +212,13 @@ func (a *API) apiGetDefinitions(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
 	var d defsFile
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	dec := json.NewDecoder(r.Body) // capped at Options.MaxBodySize (guard.go)
 	if err := dec.Decode(&d); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			bodyTooLarge(w)
+			return
+		}
 		badRequest(w, "failed_to_parse_json")
 		return
 	}
@@ -246,6 +251,9 @@ func (d *defsFile) retarget(vh string) {
 	}
 	for i := range d.Parameters {
 		d.Parameters[i].VHost = vh
+	}
+	for i := range d.Policies {
+		d.Policies[i].VHost = vh
 	}
 }
 

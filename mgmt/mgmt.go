@@ -20,6 +20,9 @@ type Options struct {
 	// counted against its source (loginlimit.go; 0: 3 s, as AMQP;
 	// negative: off).
 	FailedLoginDelay time.Duration
+	// MaxBodySize caps a request's body, in bytes (RabbitMQ's
+	// management.http_max_body_size; 0: DefaultMaxBodySize).
+	MaxBodySize int64
 }
 
 // API is the management API of one broker: its handler, and the rates
@@ -46,9 +49,13 @@ func New(srv *broker.Server, opts Options) *API {
 	if opts.FailedLoginDelay == 0 {
 		opts.FailedLoginDelay = defaultFailedLoginDelay
 	}
+	if opts.MaxBodySize <= 0 {
+		opts.MaxBodySize = DefaultMaxBodySize
+	}
 	a := &API{srv: srv, log: srv.Logger(), opts: opts, stop: make(chan struct{}), sampled: make(chan struct{})}
 	a.logins.delay = opts.FailedLoginDelay
-	a.h = withConsole(a.withUser(a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))))
+	routes := a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))
+	a.h = withConsole(sameOrigin(a.withUser(jsonBodies(opts.MaxBodySize, routes)))) // guard.go
 	go a.sampler()
 	return a
 }

@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,87 +12,209 @@ import (
 )
 
 // RabbitMQ's list parameters, for every list the management API serves:
-// name (a substring, or a regular expression with use_regex=true),
-// sort and sort_reverse, columns (dotted paths), and pagination (page,
-// page_size up to 500) with RabbitMQ's envelope.
+// name (a substring, or a regular expression with use_regex=true, both
+// caseless), sort and sort_reverse, columns (dotted paths), and
+// pagination (page, page_size up to 500) with RabbitMQ's envelope.
+//
+// A list is made of rows that build their JSON object only when it is
+// shown: the name filter, a sort by name or vhost and the page are
+// decided on the rows, so that one page of 100,000 queues builds 100
+// objects; an answer without a page is written object by object, never
+// held whole.
 
 const maxPageSize = 500
+
+// row is one object of a list: its name and vhost (the filter and the
+// usual sorts), and how to build its JSON object.
+type row struct {
+	name, vhost string
+	build       func() map[string]any
+}
 
 // writeList answers items as RabbitMQ would with the request's list
 // parameters.
 func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
-	q := r.URL.Query()
-	total := len(items)
-	paged := q.Get("page") != "" || q.Get("pagination") == "true"
-	// RabbitMQ 3.10 filters by name only in a paginated request.
-	if name := q.Get("name"); name != "" && paged {
-		var match func(string) bool
-		if q.Get("use_regex") == "true" {
-			re, err := regexp.Compile(name)
-			if err != nil {
-				badRequest(w, fmt.Sprintf("invalid regular expression %q: %v", name, err))
-				return
-			}
-			match = re.MatchString
-		} else {
-			lower := strings.ToLower(name)
-			match = func(s string) bool { return strings.Contains(strings.ToLower(s), lower) }
-		}
-		kept := items[:0:0]
-		for _, it := range items {
-			if n, _ := it["name"].(string); match(n) {
-				kept = append(kept, it)
-			}
-		}
-		items = kept
+	rows := make([]row, len(items))
+	for i, it := range items {
+		n, _ := it["name"].(string)
+		vh, _ := it["vhost"].(string)
+		rows[i] = row{name: n, vhost: vh, build: func() map[string]any { return it }}
 	}
-	if key := q.Get("sort"); key != "" {
-		rev := q.Get("sort_reverse") == "true"
-		sort.SliceStable(items, func(i, j int) bool {
-			less := lessValue(pathValue(items[i], key), pathValue(items[j], key))
-			if rev {
-				return lessValue(pathValue(items[j], key), pathValue(items[i], key))
-			}
-			return less
-		})
-	}
-	if cols := q.Get("columns"); cols != "" {
-		paths := strings.Split(cols, ",")
-		for i, it := range items {
-			items[i] = project(it, paths)
-		}
-	}
-	if !paged {
-		writeJSON(w, items)
-		return
-	}
-	page, err1 := strconv.Atoi(orDefault(q.Get("page"), "1"))
-	size, err2 := strconv.Atoi(orDefault(q.Get("page_size"), "100"))
-	if err1 != nil || err2 != nil || page < 1 || size < 1 || size > maxPageSize {
-		apiError(w, http.StatusBadRequest, "invalid_pagination_parameters",
-			fmt.Sprintf("Invalid pagination parameters: page number %s, page size %s", q.Get("page"), orDefault(q.Get("page_size"), "100")))
-		return
-	}
-	filtered := len(items)
-	pages := (filtered + size - 1) / size
-	if pages == 0 {
-		pages = 1
-	}
-	if page > pages {
-		apiError(w, http.StatusBadRequest, "page_out_of_range", fmt.Sprintf("Page out of range, page: %d page size: %d, len: %d", page, size, filtered))
-		return
-	}
-	from := (page - 1) * size
-	to := min(from+size, filtered)
-	writeJSON(w, map[string]any{"filtered_count": filtered, "item_count": to - from, "items": items[from:to],
-		"page": page, "page_count": pages, "page_size": size, "total_count": total})
+	writeRows(w, r, rows)
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
+// listQuery is a request's list parameters, checked.
+type listQuery struct {
+	paged      bool
+	page, size int
+	match      func(string) bool // nil: no name filter
+	sort       string
+	reverse    bool
+	columns    []string
+}
+
+// parseList reads r's list parameters; a bad one is answered as RabbitMQ
+// 3.10.8 answers it (GET /api/queues?page=0 → 400
+// invalid_pagination_parameters "Invalid pagination parameters: page
+// number 0, page size undefined"; page=x or a bad regular expression →
+// 400 bad_request "Pagination parameters are invalid").
+func parseList(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
+	q := r.URL.Query()
+	// RabbitMQ 3.10.8 pages only when page is given: pagination=true
+	// alone answers the plain list, and name filters only a page.
+	lq := listQuery{paged: q.Get("page") != "", sort: q.Get("sort"), reverse: q.Get("sort_reverse") == "true"}
+	if cols := q.Get("columns"); cols != "" {
+		lq.columns = strings.Split(cols, ",")
 	}
-	return s
+	if !lq.paged {
+		return lq, true
+	}
+	invalid := func() (listQuery, bool) {
+		badRequest(w, "Pagination parameters are invalid")
+		return lq, false
+	}
+	var err error
+	if lq.page, err = strconv.Atoi(q.Get("page")); err != nil {
+		return invalid()
+	}
+	lq.size = 100
+	sizeText := "undefined"
+	if s := q.Get("page_size"); s != "" {
+		if lq.size, err = strconv.Atoi(s); err != nil {
+			return invalid()
+		}
+		sizeText = s
+	}
+	if name := q.Get("name"); name != "" {
+		if q.Get("use_regex") == "true" {
+			re, err := regexp.Compile("(?i)" + name)
+			if err != nil {
+				return invalid()
+			}
+			lq.match = re.MatchString
+		} else {
+			lower := strings.ToLower(name)
+			lq.match = func(s string) bool { return strings.Contains(strings.ToLower(s), lower) }
+		}
+	}
+	if lq.page < 1 || lq.size < 1 || lq.size > maxPageSize {
+		apiError(w, http.StatusBadRequest, "invalid_pagination_parameters",
+			fmt.Sprintf("Invalid pagination parameters: page number %d, page size %s", lq.page, sizeText))
+		return lq, false
+	}
+	return lq, true
+}
+
+// writeRows answers rows as RabbitMQ would with the request's list
+// parameters.
+func writeRows(w http.ResponseWriter, r *http.Request, rows []row) {
+	lq, ok := parseList(w, r)
+	if !ok {
+		return
+	}
+	total := len(rows)
+	if lq.match != nil {
+		kept := rows[:0:0]
+		for _, rw := range rows {
+			if lq.match(rw.name) {
+				kept = append(kept, rw)
+			}
+		}
+		rows = kept
+	}
+	var built []map[string]any // every row's object, when the sort needs them
+	switch lq.sort {
+	case "":
+	case "name", "vhost":
+		key := func(rw row) string { return rw.name }
+		if lq.sort == "vhost" {
+			key = func(rw row) string { return rw.vhost }
+		}
+		sort.SliceStable(rows, func(i, j int) bool {
+			if lq.reverse {
+				return key(rows[j]) < key(rows[i])
+			}
+			return key(rows[i]) < key(rows[j])
+		})
+	default:
+		built = make([]map[string]any, len(rows))
+		for i, rw := range rows {
+			built[i] = rw.build()
+		}
+		idx := make([]int, len(rows))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(i, j int) bool {
+			a, b := pathValue(built[idx[i]], lq.sort), pathValue(built[idx[j]], lq.sort)
+			if lq.reverse {
+				return lessValue(b, a)
+			}
+			return lessValue(a, b)
+		})
+		sorted, sortedBuilt := make([]row, len(rows)), make([]map[string]any, len(rows))
+		for i, k := range idx {
+			sorted[i], sortedBuilt[i] = rows[k], built[k]
+		}
+		rows, built = sorted, sortedBuilt
+	}
+	from, to := 0, len(rows)
+	if lq.paged {
+		filtered := len(rows)
+		pages := max((filtered+lq.size-1)/lq.size, 1)
+		if lq.page > pages {
+			apiError(w, http.StatusBadRequest, "page_out_of_range", fmt.Sprintf("Page out of range, page: %d page size: %d, len: %d", lq.page, lq.size, filtered))
+			return
+		}
+		from = (lq.page - 1) * lq.size
+		to = min(from+lq.size, filtered)
+		items := make([]map[string]any, 0, to-from)
+		for i := from; i < to; i++ {
+			items = append(items, lq.object(rows, built, i))
+		}
+		writeJSON(w, map[string]any{"filtered_count": filtered, "item_count": to - from, "items": items,
+			"page": lq.page, "page_count": pages, "page_size": lq.size, "total_count": total})
+		return
+	}
+	streamJSON(w, to-from, func(i int) map[string]any { return lq.object(rows, built, from+i) })
+}
+
+// object is row i's object, with the request's columns.
+func (lq *listQuery) object(rows []row, built []map[string]any, i int) map[string]any {
+	var m map[string]any
+	if built != nil {
+		m = built[i]
+	} else {
+		m = rows[i].build()
+	}
+	if lq.columns != nil {
+		m = project(m, lq.columns)
+	}
+	return m
+}
+
+// streamJSON writes a JSON list of n objects, each built, encoded and
+// written in turn (a long list is never held whole, encoded or not).
+func streamJSON(w http.ResponseWriter, n int, item func(i int) map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_ = bw.WriteByte('[')
+	for i := 0; i < n; i++ {
+		b, err := json.Marshal(item(i))
+		if err != nil {
+			// The status line is out: the answer ends here, cut, as
+			// a client sees a connection lost.
+			panic(http.ErrAbortHandler)
+		}
+		if i > 0 {
+			_ = bw.WriteByte(',')
+		}
+		if _, err := bw.Write(b); err != nil {
+			return // the client left
+		}
+	}
+	_, _ = bw.WriteString("]\n")
+	_ = bw.Flush()
 }
 
 // pathValue is the value at a dotted path of m, or nil.

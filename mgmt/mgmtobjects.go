@@ -343,15 +343,15 @@ func (a *API) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out := []map[string]any{}
+	var rows []row // each queue's object is built only if shown (mgmtlist.go)
 	for _, st := range sts {
 		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 		for _, q := range qs {
-			out = append(out, a.queueJSON(st.Name(), q, false))
+			rows = append(rows, row{name: q.Name(), vhost: st.Name(), build: func() map[string]any { return a.queueJSON(st.Name(), q, false) }})
 		}
 	}
-	writeList(w, r, out)
+	writeRows(w, r, rows)
 }
 
 func (a *API) findQueue(w http.ResponseWriter, r *http.Request) (*broker.VHostInfo, *queue.Queue, bool) {

@@ -1,7 +1,9 @@
 package mgmt
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -106,6 +108,12 @@ func (a *API) apiRedrive(w http.ResponseWriter, r *http.Request) {
 	rate, _ := body["rate"].(float64)
 	tx, hasTX := str(body, "target_exchange")
 	tk, _ := str(body, "target_routing_key")
+	if hasTX && routesTo(st, tx, tk, q) {
+		// Each message would come back to be moved again, for ever.
+		badRequest(w, fmt.Sprintf("target exchange '%s' with routing key '%s' routes to the source queue '%s' in vhost '%s'", tx, tk, q.Name(), st.Name()))
+		return
+	}
+	ctx := r.Context()
 	moved, unroutable := 0, 0
 	var kept []queue.Delivery
 	defer func() { q.Return(kept) }() // the unmoved go back, as they were
@@ -113,11 +121,9 @@ func (a *API) apiRedrive(w http.ResponseWriter, r *http.Request) {
 	if rate > 0 {
 		gap = time.Duration(float64(time.Second) / rate)
 	}
-	for (!hasMax || moved+unroutable < max) && len(kept) < maxUnmoved {
-		if r.Context().Err() != nil {
-			break
-		}
-		d, got, _, err := q.Get(false)
+	var pause *time.Timer
+	for (!hasMax || moved+unroutable < max) && len(kept) < maxUnmoved && ctx.Err() == nil {
+		d, got, _, err := q.Take()
 		if err != nil || !got {
 			break
 		}
@@ -125,46 +131,68 @@ func (a *API) apiRedrive(w http.ResponseWriter, r *http.Request) {
 		if hasTX {
 			ex, keys, known = tx, []string{tk}, true
 		}
-		if !known || g.Check(auth.Write, "exchange", ex) != nil || topicsAllowed(st, g, ex, keys) != nil {
+		if !known || g.Check(auth.Write, "exchange", ex) != nil || topicsAllowed(st, g, ex, keys) != nil || !a.redriveOne(st, q, d, ex, keys) {
 			unroutable++
 			kept = append(kept, d)
 			continue
 		}
-		m := *d.Msg // the same properties and body, published anew
-		m.Exchange, m.RoutingKey = ex, keys[0]
-		m.ID, m.Shared, m.Inline = 0, false, false
-		m.Enqueued = queue.Now()
-		sc := vhost.Scratch{Props: m.Props, Extra: keys[1:]}
-		if pv, err := amqp.ScanProperties(m.Props); err == nil {
-			sc.RawHeaders = pv.Headers
-		}
-		qs, err := st.Route(ex, keys[0], &sc)
-		if err != nil || len(qs) == 0 {
-			unroutable++
-			kept = append(kept, d)
-			continue
-		}
-		conf := &waitConf{n: 1, done: make(chan struct{})}
-		routed, waited := vhost.FanOut(st.Store(), &m, qs, false, func(n int) queue.Confirmer {
-			conf.n = n
-			return conf
-		}, nil)
-		if waited {
-			<-conf.done
-		}
-		if !routed || (waited && conf.err != nil) {
-			unroutable++
-			kept = append(kept, d)
-			continue
-		}
-		q.Ack([]queue.Delivery{d}, nil) // confirmed into the target: now it leaves the source
 		moved++
 		if gap > 0 {
-			time.Sleep(gap)
+			// A client that leaves ends the redrive: what could not be
+			// moved goes back now, not after the pause.
+			if pause == nil {
+				pause = time.NewTimer(gap)
+			} else {
+				pause.Reset(gap)
+			}
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+			}
 		}
 	}
 	a.log.Info("redrive", zap.String("vhost", st.Name()), zap.String("queue", q.Name()), zap.Int("moved", moved), zap.Int("unroutable", unroutable))
 	writeJSON(w, map[string]any{"moved": moved, "unroutable": unroutable, "remaining": q.Ready() + int64(len(kept))})
+}
+
+// routesTo reports whether exchange ex routes key to q (by its bindings,
+// without headers).
+func routesTo(st *broker.VHostInfo, ex, key string, q *queue.Queue) bool {
+	qs, err := st.Route(ex, key, &vhost.Scratch{})
+	return err == nil && slices.Contains(qs, q)
+}
+
+// redriveOne publishes d's message to exchange ex with keys, and once it
+// is confirmed there acks it in the source q; it reports whether it did.
+// A message whose route leads back to q is not moved (it would come back
+// to be moved again).
+func (a *API) redriveOne(st *broker.VHostInfo, q *queue.Queue, d queue.Delivery, ex string, keys []string) bool {
+	m := *d.Msg // the same properties and body, published anew
+	m.Exchange, m.RoutingKey = ex, keys[0]
+	m.ID, m.Shared, m.Inline = 0, false, false
+	m.Enqueued = queue.Now()
+	sc := vhost.Scratch{Props: m.Props, Extra: keys[1:]}
+	if pv, err := amqp.ScanProperties(m.Props); err == nil {
+		sc.RawHeaders = pv.Headers
+	}
+	qs, err := st.Route(ex, keys[0], &sc)
+	if err != nil || len(qs) == 0 || slices.Contains(qs, q) {
+		return false
+	}
+	conf := &waitConf{n: 1, done: make(chan struct{})}
+	routed, waited := vhost.FanOut(st.Store(), &m, qs, false, func(n int) queue.Confirmer {
+		conf.n = n
+		return conf
+	}, nil)
+	if waited {
+		<-conf.done // the store's commit: bounded, and it decides whether the source may let go
+	}
+	if !routed || (waited && conf.err != nil) {
+		return false
+	}
+	q.Ack([]queue.Delivery{d}, nil) // confirmed into the target: now it leaves the source
+	return true
 }
 
 func (a *API) apiPeek(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +208,7 @@ func (a *API) apiPeek(w http.ResponseWriter, r *http.Request) {
 	var ds []queue.Delivery
 	out := []map[string]any{}
 	for len(ds) < count {
-		d, got, remaining, err := q.Get(false)
+		d, got, remaining, err := q.Take()
 		if err != nil || !got {
 			break
 		}

@@ -101,12 +101,14 @@ func (q *Queue) apply(o *op) outcome {
 		}
 		if ok && o.flags&flagNoAck == 0 {
 			q.handedOut(&d)
-			q.noteDelivered(&d)
+			if o.flags&flagLook == 0 {
+				q.noteDelivered(&d)
+			}
 		} else if ok {
 			q.account(-d.Msg.MemSize())
 			q.deleteEntry(&d)
 		}
-		if ok {
+		if ok && o.flags&flagLook == 0 {
 			q.counted(&d)
 		}
 		o.reply <- result{d: d, ok: ok, messages: q.readyLen()}

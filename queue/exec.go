@@ -125,6 +125,7 @@ const (
 	flagNoAck
 	flagUncounted // opRequeue: returned unchanged (Return)
 	flagRetry     // opRequeue: a consumer's nack or reject, held when the queue has a retry delay (RequeueNacked)
+	flagLook      // opGet: taken to be looked at or moved (Take), not delivered
 )
 
 type result struct {

@@ -645,6 +645,18 @@ func (q *Queue) Get(noAck bool) (d Delivery, ok bool, remaining int, err error) 
 	return r.d, r.ok, r.messages, r.err
 }
 
+// Take takes one message to be looked at (a peek) or moved (a redrive):
+// unacked until Ack or Return, as Get's, but not delivered: it is not
+// counted as a get, and the store's delivered mark does not move, so
+// that a restart does not flag it redelivered.
+func (q *Queue) Take() (d Delivery, ok bool, remaining int, err error) {
+	if r := q.cfg.Replica; r != nil {
+		return r.Get(false)
+	}
+	r := q.call(op{kind: opGet, flags: flagLook})
+	return r.d, r.ok, r.messages, r.err
+}
+
 // Purge drops every ready message and returns how many.
 func (q *Queue) Purge() (int, error) {
 	if r := q.cfg.Replica; r != nil {

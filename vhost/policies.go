@@ -203,7 +203,13 @@ func (v *VHost) SetPolicies(pols, ops []*PolicyDef) {
 		c := q.Config()
 		_, pol, applied := v.policyFor(c.Name, c.Args, pols, ops)
 		v.mu.Lock()
-		v.applied[q] = applied
+		// Kept only for a queue that has a policy and is still here (one
+		// deleted meanwhile must not come back into the map).
+		if (applied.Policy != "" || applied.OperatorPolicy != "") && v.queues[c.Name] == q {
+			v.applied[q] = applied
+		} else {
+			delete(v.applied, q)
+		}
 		v.mu.Unlock()
 		if err := q.SetPolicy(pol); err != nil && err != queue.ErrDeleted {
 			v.log.Warn("applying a policy", zap.String("queue", c.Name), zap.Error(err))

@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,5 +50,53 @@ func TestRetryPolicyKeys(t *testing.T) {
 	want = queue.Retry{Delay: 50 * time.Millisecond, Backoff: 3, Max: 9 * time.Second, Jitter: 0.25}
 	if pol.Retry != want {
 		t.Fatalf("arguments and policy give %+v, want %+v", pol.Retry, want)
+	}
+}
+
+// TestAppliedPoliciesArePruned: what policies give each queue is kept
+// only for queues a policy matches, and goes with the queue: setting
+// policies that match no queue, or deleting the queues, leaves nothing
+// behind (it held an entry, with its own map, for every queue).
+func TestAppliedPoliciesArePruned(t *testing.T) {
+	v := newTestVHost(t)
+	const n = 200
+	for i := range n {
+		if _, _, _, err := v.DeclareQueue(QueueDecl{Name: fmt.Sprintf("ap-%03d", i)}, queue.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := func() int {
+		v.mu.RLock()
+		defer v.mu.RUnlock()
+		return len(v.applied)
+	}
+	none, err := NewPolicyDef("none", "^nothing-matches$", "queues", 0, map[string]any{"max-length": 5.0}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := NewPolicyDef("all", "^ap-", "queues", 0, map[string]any{"max-length": 5.0}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.SetPolicies([]*PolicyDef{none}, nil)
+	if got := size(); got != 0 {
+		t.Fatalf("a policy matching no queue: %d entries, want 0", got)
+	}
+	v.SetPolicies([]*PolicyDef{all}, nil)
+	if got := size(); got != n {
+		t.Fatalf("a policy matching every queue: %d entries, want %d", got, n)
+	}
+	v.SetPolicies(nil, nil)
+	if got := size(); got != 0 {
+		t.Fatalf("policies cleared: %d entries, want 0", got)
+	}
+	v.SetPolicies([]*PolicyDef{all}, nil)
+	for i := range n {
+		if _, err := v.DeleteQueue(0, fmt.Sprintf("ap-%03d", i), false, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := size(); got != 0 {
+		t.Fatalf("queues deleted: %d entries, want 0", got)
 	}
 }

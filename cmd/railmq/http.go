@@ -27,7 +27,7 @@ func startManagement(o *options, errc chan<- error, log *zap.Logger) (startup *m
 	if err != nil {
 		return nil, nil, err
 	}
-	hs := &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second}
+	hs := mgmt.NewServer(startup, mgmt.ServerLimits{})
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("management API listening", zap.String("addr", o.managementListen))
 	return startup, func() { hs.Close() }, nil
@@ -40,13 +40,15 @@ func serveHTTP(srv *broker.Server, api *mgmt.API, startup *mgmt.Startup, o *opti
 	var servers []*http.Server
 	startup.Ready(api.Handler())
 	if o.prometheusListen != "" { // rabbitmq_prometheus's prometheus.tcp.port
-		ps := &http.Server{Addr: o.prometheusListen, Handler: metrics.Handler(srv, metrics.Options{Utilisation: api.ConsumerUtilisation}), ReadHeaderTimeout: 10 * time.Second}
+		ps := mgmt.NewServer(metrics.Handler(srv, metrics.Options{Utilisation: api.ConsumerUtilisation}), mgmt.ServerLimits{Public: true})
+		ps.Addr = o.prometheusListen
 		go func() { errc <- ps.ListenAndServe() }()
 		servers = append(servers, ps)
 		log.Info("prometheus metrics listening", zap.String("addr", o.prometheusListen))
 	}
 	if o.managementTLSListen != "" { // rabbitmq_management's management.ssl.port
-		hs := &http.Server{Addr: o.managementTLSListen, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: srv.ManagementTLSConfig()}
+		hs := mgmt.NewServer(api.Handler(), mgmt.ServerLimits{})
+		hs.Addr, hs.TLSConfig = o.managementTLSListen, srv.ManagementTLSConfig()
 		go func() { errc <- hs.ListenAndServeTLS("", "") }() // the certificate comes from TLSConfig
 		servers = append(servers, hs)
 		log.Info("management API listening", zap.String("addr", o.managementTLSListen), zap.Bool("tls", true))

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/mgmt"
 )
 
 // options are railmq's flags as given, on the command line or in the
@@ -28,7 +29,7 @@ type options struct {
 	debugListen, loadDefinitions                             string
 	managementListen, managementTLSListen, prometheusListen  string
 	queueWindow                                              int
-	queueWindowBytes                                         int64
+	queueWindowBytes, managementMaxBody                      int64
 	coalesceAcks, pacePublishers                             bool
 	storeGCInterval                                          time.Duration
 	maxMessageSize                                           uint64
@@ -62,6 +63,7 @@ func defineFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.debugListen, "debug-listen", "", "address for Go's pprof endpoints (/debug/pprof/); empty disables them")
 	fs.StringVar(&o.loadDefinitions, "load-definitions", "", "a definitions file (RabbitMQ's format, as GET /api/definitions exports it) imported at start, as RabbitMQ's load_definitions")
 	fs.StringVar(&o.managementListen, "management-listen", "", "address for the HTTP management API subset (e.g. 127.0.0.1:15672); empty disables it")
+	fs.Int64Var(&o.managementMaxBody, "management-max-body-size", mgmt.DefaultMaxBodySize, "largest HTTP request body the management API reads, in bytes (RabbitMQ's management.http_max_body_size); a definitions import must fit")
 	fs.StringVar(&o.prometheusListen, "prometheus-listen", "", "address for Prometheus metrics under RabbitMQ's names, GET /metrics and /metrics/per-object (RabbitMQ's port is 15692, e.g. :15692); empty disables it")
 	fs.IntVar(&o.queueWindow, "queue-window", 4096, "ready messages a durable queue keeps in memory; the rest are read from the store ahead of consumers")
 	fs.BoolVar(&o.coalesceAcks, "coalesce-acks", true, "read a consumer's acks in batches, at the latest when its consumers reach half their prefetch unacked or after 10 ms (false: each ack wakes the broker as it arrives)")

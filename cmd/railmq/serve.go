@@ -37,7 +37,7 @@ func serve(o *options, opts broker.Options, procs *procsAdapter, log *zap.Logger
 		log.Error("cannot start broker", zap.Error(err))
 		return 1
 	}
-	api := mgmt.New(srv, mgmt.Options{})
+	api := mgmt.New(srv, mgmt.Options{MaxBodySize: o.managementMaxBody})
 	defer api.Close()
 	if procs != nil {
 		procs.start()
