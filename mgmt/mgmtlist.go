@@ -25,11 +25,26 @@ import (
 const maxPageSize = 500
 
 // row is one object of a list: its name and vhost (the filter and the
-// usual sorts), and how to build its JSON object.
+// usual sorts), and where its JSON object comes from.
 type row struct {
 	name, vhost string
-	build       func() map[string]any
+	src         rowSource
 }
+
+// rowSource builds a row's object when it is shown.
+type rowSource interface{ object() map[string]any }
+
+// rowAppender is a rowSource that can also write its object's JSON
+// (exactly as json.Marshal writes object()) without building it: a list
+// without columns or a sort on a field is written this way.
+type rowAppender interface {
+	appendObject(b []byte) ([]byte, error)
+}
+
+// mapRow is an object already built.
+type mapRow map[string]any
+
+func (m mapRow) object() map[string]any { return m }
 
 // writeList answers items as RabbitMQ would with the request's list
 // parameters.
@@ -38,7 +53,7 @@ func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
 	for i, it := range items {
 		n, _ := it["name"].(string)
 		vh, _ := it["vhost"].(string)
-		rows[i] = row{name: n, vhost: vh, build: func() map[string]any { return it }}
+		rows[i] = row{name: n, vhost: vh, src: mapRow(it)}
 	}
 	writeRows(w, r, rows)
 }
@@ -139,7 +154,7 @@ func writeRows(w http.ResponseWriter, r *http.Request, rows []row) {
 	default:
 		built = make([]map[string]any, len(rows))
 		for i, rw := range rows {
-			built[i] = rw.build()
+			built[i] = rw.src.object()
 		}
 		idx := make([]int, len(rows))
 		for i := range idx {
@@ -176,7 +191,12 @@ func writeRows(w http.ResponseWriter, r *http.Request, rows []row) {
 			"page": lq.page, "page_count": pages, "page_size": lq.size, "total_count": total})
 		return
 	}
-	streamJSON(w, to-from, func(i int) map[string]any { return lq.object(rows, built, from+i) })
+	streamJSON(w, to-from, func(b []byte, i int) ([]byte, error) {
+		if ap, ok := rows[from+i].src.(rowAppender); ok && built == nil && lq.columns == nil {
+			return ap.appendObject(b)
+		}
+		return appendJSON(b, lq.object(rows, built, from+i))
+	})
 }
 
 // object is row i's object, with the request's columns.
@@ -185,7 +205,7 @@ func (lq *listQuery) object(rows []row, built []map[string]any, i int) map[strin
 	if built != nil {
 		m = built[i]
 	} else {
-		m = rows[i].build()
+		m = rows[i].src.object()
 	}
 	if lq.columns != nil {
 		m = project(m, lq.columns)
@@ -193,14 +213,17 @@ func (lq *listQuery) object(rows []row, built []map[string]any, i int) map[strin
 	return m
 }
 
-// streamJSON writes a JSON list of n objects, each built, encoded and
-// written in turn (a long list is never held whole, encoded or not).
-func streamJSON(w http.ResponseWriter, n int, item func(i int) map[string]any) {
+// streamJSON writes a JSON list of n objects, each encoded (appended to
+// a buffer used again for the next) and written in turn: a long list is
+// never held whole, encoded or not.
+func streamJSON(w http.ResponseWriter, n int, item func(b []byte, i int) ([]byte, error)) {
 	w.Header().Set("Content-Type", "application/json")
 	bw := bufio.NewWriterSize(w, 64<<10)
 	_ = bw.WriteByte('[')
+	var b []byte
 	for i := 0; i < n; i++ {
-		b, err := json.Marshal(item(i))
+		var err error
+		b, err = item(b[:0], i)
 		if err != nil {
 			// The status line is out: the answer ends here, cut, as
 			// a client sees a connection lost.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -343,12 +344,17 @@ func (a *API) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var rows []row // each queue's object is built only if shown (mgmtlist.go)
+	// Each queue's object is built only if shown, or written without
+	// being built (mgmtlist.go, queuejson.go).
+	var rows []row
 	for _, st := range sts {
 		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
-		for _, q := range qs {
-			rows = append(rows, row{name: q.Name(), vhost: st.Name(), build: func() map[string]any { return a.queueJSON(st.Name(), q, false) }})
+		rows = slices.Grow(rows, len(qs))
+		srcs := make([]queueRow, len(qs))
+		for i, q := range qs {
+			srcs[i] = queueRow{a: a, st: st, q: q}
+			rows = append(rows, row{name: q.Name(), vhost: st.Name(), src: &srcs[i]})
 		}
 	}
 	writeRows(w, r, rows)
