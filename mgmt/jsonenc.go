@@ -43,11 +43,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	case uint64:
 		return strconv.AppendUint(b, x, 10), nil
 	case float64:
-		if abs := math.Abs(x); abs == 0 || abs >= 1e-6 && abs < 1e21 {
-			// json.Marshal's form in this range; the exponent
-			// form, NaN and infinity are left to it.
-			return strconv.AppendFloat(b, x, 'f', -1, 64), nil
-		}
+		return appendJSONFloat(b, x)
 	case map[string]any:
 		return appendJSONMap(b, x)
 	case map[string]float64:
@@ -66,6 +62,20 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		return append(b, ']'), nil
 	}
 	enc, err := json.Marshal(v)
+	if err != nil {
+		return b, err
+	}
+	return append(b, enc...), nil
+}
+
+// appendJSONFloat appends f as json.Marshal does.
+func appendJSONFloat(b []byte, f float64) ([]byte, error) {
+	if abs := math.Abs(f); abs == 0 || abs >= 1e-6 && abs < 1e21 {
+		return strconv.AppendFloat(b, f, 'f', -1, 64), nil
+	}
+	// The exponent form, and NaN and infinity refused, are
+	// json.Marshal's own.
+	enc, err := json.Marshal(f)
 	if err != nil {
 		return b, err
 	}

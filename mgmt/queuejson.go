@@ -16,9 +16,10 @@ import (
 
 // queueRow is a queue's row in a list.
 type queueRow struct {
-	a  *API
-	st *broker.VHostInfo
-	q  *queue.Queue
+	a    *API
+	st   *broker.VHostInfo
+	q    *queue.Queue
+	node string // a.srv.NodeName(), once for the list
 }
 
 func (r *queueRow) object() map[string]any { return r.a.queueJSON(r.st.Name(), r.q, false) }
@@ -57,7 +58,7 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	b = append(b, `,"auto_delete":`...)
 	b = strconv.AppendBool(b, c.AutoDelete)
 	b = append(b, `,"consumer_utilisation":`...)
-	if b, err = appendJSON(b, util); err != nil {
+	if b, err = appendJSONFloat(b, util); err != nil {
 		return b, err
 	}
 	b = append(b, `,"consumers":`...)
@@ -77,7 +78,7 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 		b = append(b, `,"head_message_timestamp":`...)
 		b = strconv.AppendInt(b, at/int64(time.Second), 10)
 		b = append(b, `,"head_message_timestamp_age_seconds":`...)
-		if b, err = appendJSON(b, queue.Since(at).Seconds()); err != nil {
+		if b, err = appendJSONFloat(b, queue.Since(at).Seconds()); err != nil {
 			return b, err
 		}
 	}
@@ -102,7 +103,7 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	b = append(b, `,"messages_unacknowledged_details":{"rate":0},"name":`...)
 	b = appendJSONString(b, c.Name)
 	b = append(b, `,"node":`...)
-	b = appendJSONString(b, a.srv.NodeName())
+	b = appendJSONString(b, r.node)
 	b = append(b, `,"operator_policy":`...)
 	b = appendNullIfEmpty(b, ap.OperatorPolicy)
 	b = append(b, `,"policy":`...)
@@ -128,7 +129,7 @@ func appendMessageStats(b []byte, n [4]int64, rates [4]float64) ([]byte, error) 
 		b = append(b, `,"`...)
 		b = append(b, messageStatsKeys[k]...)
 		b = append(b, `_details":{"rate":`...)
-		if b, err = appendJSON(b, float64(int64(rates[k]*10))/10); err != nil {
+		if b, err = appendJSONFloat(b, float64(int64(rates[k]*10))/10); err != nil {
 			return b, err
 		}
 		b = append(b, '}')
