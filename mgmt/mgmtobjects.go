@@ -347,14 +347,14 @@ func (a *API) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 	// Each queue's object is built only if shown, or written without
 	// being built (mgmtlist.go, queuejson.go).
 	var rows []row
-	node := a.srv.NodeName()
+	list := &queueList{a: a, node: a.srv.NodeName()}
 	for _, st := range sts {
 		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })
 		rows = slices.Grow(rows, len(qs))
 		srcs := make([]queueRow, len(qs))
 		for i, q := range qs {
-			srcs[i] = queueRow{a: a, st: st, q: q, node: node}
+			srcs[i] = queueRow{l: list, st: st, q: q}
 			rows = append(rows, row{name: q.Name(), vhost: st.Name(), src: &srcs[i]})
 		}
 	}

@@ -16,19 +16,24 @@ import (
 
 // queueRow is a queue's row in a list.
 type queueRow struct {
+	l  *queueList
+	st *broker.VHostInfo
+	q  *queue.Queue
+}
+
+// queueList is what a list's queue rows share.
+type queueList struct {
 	a    *API
-	st   *broker.VHostInfo
-	q    *queue.Queue
 	node string // a.srv.NodeName(), once for the list
 }
 
-func (r *queueRow) object() map[string]any { return r.a.queueJSON(r.st.Name(), r.q, false) }
+func (r *queueRow) object() map[string]any { return r.l.a.queueJSON(r.st.Name(), r.q, false) }
 
 // appendObject appends the queue's object; a queue that replication
 // describes (quorum, homed on another node) is built as a map and
 // encoded, as DescribeQueue adds its own keys.
 func (r *queueRow) appendObject(b []byte) ([]byte, error) {
-	a, q := r.a, r.q
+	a, q := r.l.a, r.q
 	c := q.Config()
 	if c.Replica != nil {
 		return appendJSON(b, r.object())
@@ -103,7 +108,7 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	b = append(b, `,"messages_unacknowledged_details":{"rate":0},"name":`...)
 	b = appendJSONString(b, c.Name)
 	b = append(b, `,"node":`...)
-	b = appendJSONString(b, r.node)
+	b = appendJSONString(b, r.l.node)
 	b = append(b, `,"operator_policy":`...)
 	b = appendNullIfEmpty(b, ap.OperatorPolicy)
 	b = append(b, `,"policy":`...)
