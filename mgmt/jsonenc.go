@@ -45,10 +45,19 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	case float64:
 		return appendJSONFloat(b, x)
 	case map[string]any:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
 		return appendJSONMap(b, x)
 	case map[string]float64:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
 		return appendJSONFloatMap(b, x)
 	case []any:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
 		b = append(b, '[')
 		for i, e := range x {
 			if i > 0 {

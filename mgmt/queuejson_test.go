@@ -193,7 +193,8 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 		0.0, math.Copysign(0, -1), 0.1, 1.5, -2.25, 1e-6, 9.99e-7, 1e20, 1e21, 123456789.125, 1e300, 5e-324, float32(0.1), float32(1e22),
 		map[string]any{}, map[string]any{"b": 1, "a": []any{"x", 2.5, nil, map[string]any{"z": false, "<": "&"}}, "\xff": "bad key", "A": map[string]float64{"rate": 0.3}},
 		[]any{}, []byte("base64"), time.Unix(0, 0).UTC(), map[string]int{"x": 1},
-		vhost.AppliedPolicy{Policy: "p"},
+		vhost.AppliedPolicy{Policy: "p"}, map[string]any(nil), map[string]float64(nil), []any(nil),
+		map[string]any{"nil map": map[string]any(nil), "nil list": []any(nil), "rates": map[string]float64(nil)},
 	} {
 		want, err := json.Marshal(v)
 		if err != nil {
@@ -229,4 +230,25 @@ func queueNamed(st *broker.VHostInfo, name string) *queue.Queue {
 		}
 	}
 	return nil
+}
+
+// FuzzAppendJSONString: any string, valid UTF-8 or not, is quoted as
+// json.Marshal quotes it, and any float64 written as it writes it.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "a", "<&>", "\x00\x7f\xff", "\u2028x\u2029", "\xc3", "é☃\U0001F600", `"\`} {
+		f.Add(s, 1.5)
+	}
+	f.Add("x", 1e-7)
+	f.Add("x", 1e21)
+	f.Fuzz(func(t *testing.T, s string, x float64) {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
+			t.Fatalf("%q: got %s, want %s", s, got, want)
+		}
+		want, werr := json.Marshal(x)
+		got, err := appendJSONFloat(nil, x)
+		if (err != nil) != (werr != nil) || err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%v: got %s (%v), want %s (%v)", x, got, err, want, werr)
+		}
+	})
 }
