@@ -52,8 +52,21 @@ const (
 
 // groupLinkConfig is the configuration of the group RPC's links.
 func (n *Node) groupLinkConfig() ConnConfig {
-	return ConnConfig{MaxFrame: maxRPCFrame, WriteTimeout: n.timeout()}
+	return ConnConfig{MaxFrame: maxRPCFrame, WriteTimeout: n.timeout(), Heartbeat: LinkHeartbeat, DeadAfter: LinkDeadAfter}
 }
+
+// LinkHeartbeat and LinkDeadAfter are the inter-node links' liveness
+// (ConnConfig.Heartbeat): a peer that sends nothing for LinkDeadAfter (a
+// paused process, a network silently dropping its packets) has its links
+// broken, and what waited on them answered. Raft takes a leader that
+// silent for gone sooner (HeartbeatTimeout, 1 s, and an election); a
+// round forwarded to it is given up then (Group.observe), and these
+// bound what has no leader to change: the metadata writes forwarded,
+// the links to classic queues homed on another node.
+const (
+	LinkHeartbeat = time.Second
+	LinkDeadAfter = 5 * time.Second
+)
 
 // roundErr is what a round's submitter learns of a link error: sent or
 // not (ErrOverflow, ErrClosed: it may be sent again), or of unknown
@@ -68,14 +81,16 @@ func roundErr(err error) error {
 // forwardGroup sends a round to the leader at addr: round is the group's
 // id (Str) then the encoded command (what Group.send makes). done learns
 // the outcome on another goroutine (or on this one, when the round could
-// not be sent).
-func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)) {
+// not be sent), once. abandon, when the round was sent, gives up waiting
+// for its answer: done learns ErrUnknownOutcome then, unless the answer
+// (or the link's failure) came first.
+func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)) (abandon func()) {
 	c, err := n.groupLinks.dial(addr, n.groupLayer, groupDialTimeout, n.groupLinkConfig())
 	if err != nil {
 		done(Effects{}, errNotSent)
-		return
+		return nil
 	}
-	err = c.Call(kindRound, round, func(p []byte, err error) {
+	id, err := c.call(kindRound, round, func(p []byte, err error) {
 		if err != nil {
 			done(Effects{}, roundErr(err))
 			return
@@ -101,6 +116,12 @@ func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)
 	})
 	if err != nil {
 		done(Effects{}, roundErr(err))
+		return nil
+	}
+	return func() {
+		if c.forget(id) {
+			done(Effects{}, ErrUnknownOutcome)
+		}
 	}
 }
 
