@@ -31,6 +31,10 @@ const (
 	statusNotLeader
 	statusUnknownGroup
 	statusError
+	// statusLost: the leader lost its leadership with the round appended
+	// and not known committed (raft.ErrLeadershipLost): the forwarder's
+	// ErrUnknownOutcome, as the leader's own submitter gets.
+	statusLost
 )
 
 // errNotSent is a round that never reached the leader: it may be sent
@@ -110,6 +114,8 @@ func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)
 			done(Effects{}, ErrNotLeader)
 		case st == statusUnknownGroup:
 			done(Effects{}, errUnknownGroup)
+		case st == statusLost:
+			done(Effects{}, ErrUnknownOutcome)
 		default:
 			done(Effects{}, errors.New(string(d.Rest())))
 		}
@@ -232,6 +238,8 @@ func (s *roundSession) answerRounds(c *Conn) {
 			switch {
 			case errors.Is(err, raft.ErrNotLeader):
 				buf = buf.U8(statusNotLeader)
+			case errors.Is(err, raft.ErrLeadershipLost):
+				buf = buf.U8(statusLost)
 			case err != nil:
 				buf = buf.U8(statusError).Raw([]byte(err.Error()))
 			default:
