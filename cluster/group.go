@@ -767,11 +767,38 @@ func (g *Group) send(items []submitItem) {
 		switch {
 		case errors.Is(err, ErrNotLeader), errors.Is(err, errUnknownGroup), errors.Is(err, errNotSent):
 			g.retryLater(items, err)
+		case errors.Is(err, ErrUnknownOutcome):
+			again, failed := splitResendable(items)
+			finish(failed, Effects{}, err)
+			if len(again) > 0 {
+				g.retryLater(again, err)
+			}
 		default:
 			finish(items, e, err)
 		}
 	})
 	g.sent(key, abandon)
+}
+
+// splitResendable parts the commands of a round whose outcome is
+// unknown: those that may be sent again (applied twice, they do what
+// applying them once does: a consumer's checkout, cancel, settles,
+// releases and discards of the ids it holds, a node's Down, a tick) and
+// the others, which fail (a publish or a get applied twice would
+// enqueue or take twice; a purge twice could purge what came in
+// between; a return twice could count a delivery the consumer never
+// had). Consumers' acks thus reach the new leader rather than being
+// lost with the old one's link.
+func splitResendable(items []submitItem) (again, failed []submitItem) {
+	for _, it := range items {
+		switch it.c.Kind {
+		case cmdCheckout, cmdCancel, cmdSettle, cmdRelease, cmdDiscard, cmdDown, cmdTick:
+			again = append(again, it)
+		default:
+			failed = append(failed, it)
+		}
+	}
+	return again, failed
 }
 
 // Rounds forwarded to a leader that stops answering without closing the
