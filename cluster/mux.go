@@ -20,40 +20,31 @@ import (
 // for every Raft group the node is a member of (the metadata store, each
 // quorum queue) and every link service. Both ends of a connection prove
 // they know the cluster's secret (RabbitMQ's Erlang cookie) before
-// either sends anything else:
+// either sends anything else, the listener first to the dialler, then
+// the dialler to the listener:
 //
 //  1. the accepting side sends a random nonce (challengeLen bytes);
 //  2. the dialler sends a nonce of its own and its proof,
 //     HMAC-SHA256(secret, label "dialler", both nonces);
 //  3. the accepting side checks it (a wrong one is dropped, and it has
-//     sent nothing but its nonce) and sends its node's name and its own
-//     proof, the HMAC under the label "listener" of both nonces and the
-//     name;
-//  4. the dialler checks that, and that the name is the one its
-//     configuration gives the address it dialled (a wrong one: it hangs
-//     up having sent nothing but its nonce and proof, no group name, no
-//     Raft byte), and sends the group it wants, with an HMAC binding it
-//     to both nonces.
+//     sent nothing but its nonce) and sends its own proof, the HMAC
+//     under the label "listener";
+//  4. the dialler checks that (a wrong one: it hangs up having sent
+//     nothing but its nonce and proof, no group name, no Raft byte) and
+//     sends the group it wants, with an HMAC binding it to both nonces.
 //
 // So a process without the secret can neither join nor write to the
 // log, nor, listening on a node's address while the node is down, learn
-// anything of what the nodes would send it, nor pass the dialler on to
-// another node (relaying each side's messages to the other): that node
-// proves its own name, not the one the dialler expects. Each side's
-// nonce makes its peer's proof fresh, and the labels keep a proof from
-// being played back to its author. Without TLS the link is
-// authenticated, not encrypted (docs/clustering.md). Layer gives each
-// group its raft.StreamLayer.
+// anything of what the nodes would send it. Each side's nonce makes its
+// peer's proof fresh, and the labels keep a proof from being played
+// back to its author. Without TLS the link is authenticated, not
+// encrypted (docs/clustering.md). Layer gives each group its
+// raft.StreamLayer.
 type Mux struct {
 	ln     net.Listener
 	from   *net.TCPAddr // dials from the listener's address, when it names one
 	secret []byte
 	tls    *tls.Config // nil: plain TCP between nodes
-	// name is this node's name, proved to diallers; expect, the name of
-	// the node at an address, as this node's configuration has it ("":
-	// not known, and not checked).
-	name   string
-	expect func(addr string) string
 
 	mu     sync.Mutex // guards groups, conns and closed
 	groups map[string]*layer
@@ -78,14 +69,7 @@ const (
 // presents the node's certificate and verifies the peer's), and the
 // secret's challenge runs inside it.
 func NewMux(ln net.Listener, secret []byte, tlsCfg *tls.Config) *Mux {
-	return newMux(ln, secret, tlsCfg, "", nil)
-}
-
-// newMux is NewMux for the node called name, which checks that the node
-// it dials is the one expect names for the address (see Mux).
-func newMux(ln net.Listener, secret []byte, tlsCfg *tls.Config, name string, expect func(addr string) string) *Mux {
-	m := &Mux{ln: ln, secret: secret, tls: tlsCfg, name: name, expect: expect,
-		groups: map[string]*layer{}, conns: map[*muxConn]struct{}{}, done: make(chan struct{})}
+	m := &Mux{ln: ln, secret: secret, tls: tlsCfg, groups: map[string]*layer{}, conns: map[*muxConn]struct{}{}, done: make(chan struct{})}
 	// A node listening on one address of a multi-homed host dials its
 	// peers from that address too: the link between nodes stays on the
 	// network chosen for it (and each node is known by its address).
@@ -221,8 +205,7 @@ func (m *Mux) handshakeIn(c net.Conn) (string, error) {
 	if !hmac.Equal(in[challengeLen:], m.mac(labelDialler, ours, theirs, nil)) {
 		return "", ErrBadSecret
 	}
-	proof := append([]byte{byte(len(m.name))}, m.name...)
-	if _, err := c.Write(append(proof, m.mac(labelListener, ours, theirs, []byte(m.name))...)); err != nil {
+	if _, err := c.Write(m.mac(labelListener, ours, theirs, nil)); err != nil {
 		return "", err
 	}
 	var head [proofLen + 1]byte
@@ -276,11 +259,7 @@ func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) 
 		}
 		c = tc
 	}
-	expect := ""
-	if m.expect != nil {
-		expect = m.expect(addr)
-	}
-	if err := m.handshakeOut(c, group, expect); err != nil {
+	if err := m.handshakeOut(c, group); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("cluster: handshake with %s: %w", addr, err)
 	}
@@ -288,13 +267,8 @@ func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) 
 	return c, nil
 }
 
-// ErrWrongPeer is a peer that knows the secret but is not the node the
-// dialler's configuration has at the address it dialled.
-var ErrWrongPeer = errors.New("cluster: the peer is not the node expected at its address")
-
-// handshakeOut runs the dialling side of the handshake (see Mux); expect
-// is the peer's name ("": any).
-func (m *Mux) handshakeOut(c net.Conn, group, expect string) error {
+// handshakeOut runs the dialling side of the handshake (see Mux).
+func (m *Mux) handshakeOut(c net.Conn, group string) error {
 	theirs := make([]byte, challengeLen)
 	if _, err := io.ReadFull(c, theirs); err != nil {
 		return err
@@ -306,20 +280,12 @@ func (m *Mux) handshakeOut(c net.Conn, group, expect string) error {
 	if _, err := c.Write(append(ours, m.mac(labelDialler, theirs, ours, nil)...)); err != nil {
 		return err
 	}
-	var nameLen [1]byte
-	if _, err := io.ReadFull(c, nameLen[:]); err != nil {
-		return err
-	}
-	proof := make([]byte, int(nameLen[0])+proofLen)
+	proof := make([]byte, proofLen)
 	if _, err := io.ReadFull(c, proof); err != nil {
 		return err
 	}
-	name := proof[:nameLen[0]]
-	if !hmac.Equal(proof[nameLen[0]:], m.mac(labelListener, theirs, ours, name)) {
+	if !hmac.Equal(proof, m.mac(labelListener, theirs, ours, nil)) {
 		return ErrBadSecret
-	}
-	if expect != "" && string(name) != expect {
-		return fmt.Errorf("%w: %q, not %q", ErrWrongPeer, name, expect)
 	}
 	msg := append(m.mac(labelGroup, theirs, ours, []byte(group)), byte(len(group)))
 	_, err := c.Write(append(msg, group...))

@@ -65,10 +65,7 @@ type Node struct {
 	logs  *LogStore
 	meta  *MetaFSM
 	r     *raft.Raft
-	// live is r once NewRaft returned, for the Mux's dials (raft's own
-	// goroutines dial before r is set).
-	live atomic.Pointer[raft.Raft]
-	hl   hclog.Logger
+	hl    hclog.Logger
 	// The link's services (link.go): followers' metadata writes,
 	// forwarded to the leader ("meta-rpc"), and quorum queues' rounds
 	// forwarded to a group's leader ("qq-rpc"); the links of each, both
@@ -123,9 +120,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Peers[cfg.Name] == "" {
 		return nil, fmt.Errorf("cluster: the peers do not name this node, %q", cfg.Name)
 	}
-	if len(cfg.Name) > maxNodeName {
-		return nil, fmt.Errorf("cluster: node name %q: at most %d bytes", cfg.Name, maxNodeName)
-	}
 	hl := hclog.NewNullLogger()
 	if cfg.Logger != nil {
 		// Raft's warnings always; its elections and votes too at debug.
@@ -139,9 +133,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	n := &Node{cfg: cfg, meta: NewMetaFSM(), hl: hl,
+	n := &Node{cfg: cfg, mux: NewMux(ln, cfg.Secret, cfg.TLS), meta: NewMetaFSM(), hl: hl,
 		groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
-	n.mux = newMux(ln, cfg.Secret, cfg.TLS, cfg.Name, n.nameAt)
 	n.meta.onApply = cfg.OnApply
 	if cfg.OnNode != nil {
 		cfg.OnNode(n)
@@ -190,7 +183,6 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.r, err = raft.NewRaft(rc, n.meta, n.logs, n.logs, snaps, n.trans); err != nil {
 		return fail(err)
 	}
-	n.live.Store(n.r)
 	if n.metaLayer, err = n.mux.Layer("meta-rpc"); err != nil {
 		return fail(err)
 	}
@@ -250,32 +242,6 @@ func (s streamLink) Accept() (net.Conn, error) { return s.l.Accept() }
 func (s streamLink) Close() error              { return s.l.Close() }
 func (s streamLink) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	return s.l.Dial(raft.ServerAddress(addr), timeout)
-}
-
-// maxNodeName bounds a node's name (the handshake carries it in a byte's
-// length).
-const maxNodeName = 255
-
-// nameAt is the name of the node at an inter-node address, as the
-// metadata group's configuration has it (or, before it is known, the
-// peers the node was started with); "" if none: the Mux checks that the
-// node it dials is that one.
-func (n *Node) nameAt(addr string) string {
-	if r := n.live.Load(); r != nil {
-		if f := r.GetConfiguration(); f.Error() == nil {
-			for _, s := range f.Configuration().Servers {
-				if string(s.Address) == addr {
-					return string(s.ID)
-				}
-			}
-		}
-	}
-	for name, a := range n.cfg.Peers {
-		if a == addr {
-			return name
-		}
-	}
-	return ""
 }
 
 // Name is the node's name.
