@@ -862,8 +862,15 @@ func (g *Group) forwarded(key uint64) {
 }
 
 // abandonForwarded gives up the rounds forwarded to a leader other than
-// the one at leader ("": none known).
+// the one at leader. A member that knows no leader ("") gives nothing up:
+// on a busy machine a follower's heartbeat timeout fires while the
+// leader is sound, and its rounds are answered; a leader that stops for
+// good is replaced within an election, and the new one's word gives them
+// up (or the write timeout does).
 func (g *Group) abandonForwarded(leader string) {
+	if leader == "" {
+		return
+	}
 	var give []func()
 	g.mu.Lock()
 	for _, r := range g.fwd {
