@@ -69,7 +69,7 @@ type Group struct {
 	logs  *LogStore
 	dir   string
 
-	mu      sync.Mutex   // guards pending, closed, seq, retries
+	mu      sync.Mutex   // guards pending, closed, seq, retries, fwd, fwdSeq
 	pending []submitItem // by seq
 	closed  bool
 	seq     uint64
@@ -77,11 +77,16 @@ type Group struct {
 	// nothing later is sent, so that commands reach the log in the
 	// order they were submitted.
 	retries int
-	wake    chan struct{}
-	slots   chan struct{} // rounds in flight
-	flight  chan flight   // the local leader's rounds, waited in order
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// fwd is the rounds forwarded to a leader and not yet answered, by
+	// a number of their own: given up when another leader is seen
+	// (observe) or after the write timeout (forwardedRound).
+	fwd    map[uint64]*forwardedRound
+	fwdSeq uint64
+	wake   chan struct{}
+	slots  chan struct{} // rounds in flight
+	flight chan flight   // the local leader's rounds, waited in order
+	stop   chan struct{}
+	wg     sync.WaitGroup
 
 	// Heartbeats the leader failed to send, by follower: since when
 	// (raft's observations; guarded by mu).
@@ -95,6 +100,15 @@ type submitItem struct {
 	c        Command
 	done     func(Effects, error)
 	deadline time.Time
+}
+
+// forwardedRound is a round sent to the leader at addr, waiting for its
+// answer.
+type forwardedRound struct {
+	addr    string
+	abandon func() // nil until the round is sent
+	gaveUp  bool   // abandoned before abandon was set: abandon it once set
+	timer   *time.Timer
 }
 
 type flight struct {
@@ -182,7 +196,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Group{n: n, cfg: cfg, fsm: NewQueueFSM(cfg.Fifo), wake: make(chan struct{}, 1),
+	g := &Group{n: n, cfg: cfg, fsm: NewQueueFSM(cfg.Fifo), wake: make(chan struct{}, 1), fwd: map[uint64]*forwardedRound{},
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()
@@ -683,9 +697,7 @@ func (g *Group) loop() {
 			if len(items) == 0 {
 				break
 			}
-			select {
-			case g.slots <- struct{}{}:
-			case <-g.stop:
+			if !g.takeSlot() {
 				finish(items, Effects{}, ErrGroupClosed)
 				return
 			}
@@ -693,6 +705,35 @@ func (g *Group) loop() {
 		}
 	}
 }
+
+// takeSlot waits for a round's slot; false if the group stops. While it
+// waits, every slotCheck, the rounds forwarded to a member that no
+// longer leads are given up (their slots come back): raft's word of the
+// change (observe) is an observation a busy observer channel may drop.
+func (g *Group) takeSlot() bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTicker(slotCheck)
+	defer t.Stop()
+	for {
+		select {
+		case g.slots <- struct{}{}:
+			return true
+		case <-g.stop:
+			return false
+		case <-t.C:
+			addr, _ := g.r.LeaderWithID()
+			g.abandonForwarded(string(addr))
+		}
+	}
+}
+
+// slotCheck is how often a round waiting for a slot checks that the
+// rounds in flight went to the leader.
+const slotCheck = 250 * time.Millisecond
 
 // send proposes one round; a slot is held until it is answered.
 func (g *Group) send(items []submitItem) {
@@ -719,15 +760,132 @@ func (g *Group) send(items []submitItem) {
 		g.retryLater(items, ErrNoLeader)
 		return
 	}
-	g.n.forwardGroup(string(addr), round, func(e Effects, err error) {
+	key := g.forwarding(string(addr))
+	abandon := g.n.forwardGroup(string(addr), round, func(e Effects, err error) {
+		g.forwarded(key)
 		<-g.slots
 		switch {
 		case errors.Is(err, ErrNotLeader), errors.Is(err, errUnknownGroup), errors.Is(err, errNotSent):
 			g.retryLater(items, err)
+		case errors.Is(err, ErrUnknownOutcome):
+			again, failed := splitResendable(items)
+			finish(failed, Effects{}, err)
+			if len(again) > 0 {
+				g.retryLater(again, err)
+			}
 		default:
 			finish(items, e, err)
 		}
 	})
+	g.sent(key, abandon)
+}
+
+// splitResendable parts the commands of a round whose outcome is
+// unknown: those that may be sent again (applied twice, they do what
+// applying them once does: a consumer's checkout, cancel, settles,
+// releases and discards of the ids it holds, a node's Down, a tick) and
+// the others, which fail (a publish or a get applied twice would
+// enqueue or take twice; a purge twice could purge what came in
+// between; a return twice could count a delivery the consumer never
+// had). Consumers' acks thus reach the new leader rather than being
+// lost with the old one's link.
+func splitResendable(items []submitItem) (again, failed []submitItem) {
+	for _, it := range items {
+		switch it.c.Kind {
+		case cmdCheckout, cmdCancel, cmdSettle, cmdRelease, cmdDiscard, cmdDown, cmdTick:
+			again = append(again, it)
+		default:
+			failed = append(failed, it)
+		}
+	}
+	return again, failed
+}
+
+// Rounds forwarded to a leader that stops answering without closing the
+// connection (paused by SIGSTOP or a long GC, a frozen VM, a network
+// that drops its packets) would wait for as long as that lasts, holding
+// the group's slots (roundsFlying), so that nothing else is sent, to the
+// new leader either: the surviving majority would confirm nothing
+// although it elected a new leader within seconds. So a forwarded round
+// is given up, its commands failed with ErrUnknownOutcome (a publisher
+// gets a nack: it may or may not have been enqueued), when this node
+// sees another leader, or none (observe: raft's LeaderObservation, a
+// heartbeat timeout after the leader's last word), or when the write
+// timeout has passed since it was sent. Its slot comes back, and the
+// commands after it go to the new leader. (Sending it again there
+// instead could enqueue a message twice: the old leader may have
+// replicated the entry before it stopped, and the new one commits it.)
+// The link's own liveness (LinkDeadAfter) breaks the link to a peer that
+// stays silent.
+
+// forwarding notes a round about to be forwarded to addr; its number.
+func (g *Group) forwarding(addr string) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fwdSeq++
+	g.fwd[g.fwdSeq] = &forwardedRound{addr: addr}
+	return g.fwdSeq
+}
+
+// sent notes how to give up round key (nil: it was not sent, and is
+// answered already), and gives it the write timeout.
+func (g *Group) sent(key uint64, abandon func()) {
+	if abandon == nil {
+		return
+	}
+	g.mu.Lock()
+	r := g.fwd[key]
+	if r == nil { // answered already
+		g.mu.Unlock()
+		return
+	}
+	r.abandon = abandon
+	gaveUp := r.gaveUp
+	if !gaveUp {
+		r.timer = time.AfterFunc(g.n.timeout(), abandon)
+	}
+	g.mu.Unlock()
+	if gaveUp {
+		abandon()
+	}
+}
+
+// forwarded forgets round key: it was answered (or given up).
+func (g *Group) forwarded(key uint64) {
+	g.mu.Lock()
+	r := g.fwd[key]
+	delete(g.fwd, key)
+	g.mu.Unlock()
+	if r != nil && r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// abandonForwarded gives up the rounds forwarded to a leader other than
+// the one at leader. A member that knows no leader ("") gives nothing up:
+// on a busy machine a follower's heartbeat timeout fires while the
+// leader is sound, and its rounds are answered; a leader that stops for
+// good is replaced within an election, and the new one's word gives them
+// up (or the write timeout does).
+func (g *Group) abandonForwarded(leader string) {
+	if leader == "" {
+		return
+	}
+	var give []func()
+	g.mu.Lock()
+	for _, r := range g.fwd {
+		if r.addr == leader || r.gaveUp {
+			continue
+		}
+		r.gaveUp = true
+		if r.abandon != nil {
+			give = append(give, r.abandon)
+		}
+	}
+	g.mu.Unlock()
+	for _, f := range give {
+		f()
+	}
 }
 
 // retryLater sends items again shortly, but those past their deadline,
@@ -795,6 +953,9 @@ func (g *Group) observe() {
 				g.failing = map[string]time.Time{} // a new term: start afresh
 			}
 			g.mu.Unlock()
+			if d, ok := o.Data.(raft.LeaderObservation); ok {
+				g.abandonForwarded(string(d.LeaderAddr))
+			}
 		case <-g.stop:
 			return
 		}

@@ -329,3 +329,25 @@ func TestReplicationResumesWhenAFollowerReturns(t *testing.T) {
 	}
 	t.Logf("committed %v after the other follower went", time.Since(start))
 }
+
+// TestSplitResendable: of a round whose outcome is unknown (its leader
+// given up), a consumer's commands go again (applied twice they do what
+// once does), publishes, gets, purges and returns fail.
+func TestSplitResendable(t *testing.T) {
+	items := []submitItem{
+		{c: Enqueue(1, msg("a"))}, {c: Settle("c", 1)}, {c: Checkout("c", 10)}, {c: Dequeue("g", false)},
+		{c: Down("n/", "")}, {c: Return("c", 2)}, {c: Tick(0)}, {c: Purge()},
+	}
+	again, failed := splitResendable(items)
+	var a, f []byte
+	for _, it := range again {
+		a = append(a, it.c.Kind)
+	}
+	for _, it := range failed {
+		f = append(f, it.c.Kind)
+	}
+	if string(a) != string([]byte{cmdSettle, cmdCheckout, cmdDown, cmdTick}) ||
+		string(f) != string([]byte{cmdEnqueue, cmdDequeue, cmdReturn, cmdPurge}) {
+		t.Fatalf("sent again %v, failed %v", a, f)
+	}
+}

@@ -31,6 +31,10 @@ const (
 	statusNotLeader
 	statusUnknownGroup
 	statusError
+	// statusLost: the leader lost its leadership with the round appended
+	// and not known committed (raft.ErrLeadershipLost): the forwarder's
+	// ErrUnknownOutcome, as the leader's own submitter gets.
+	statusLost
 )
 
 // errNotSent is a round that never reached the leader: it may be sent
@@ -52,8 +56,21 @@ const (
 
 // groupLinkConfig is the configuration of the group RPC's links.
 func (n *Node) groupLinkConfig() ConnConfig {
-	return ConnConfig{MaxFrame: maxRPCFrame, WriteTimeout: n.timeout()}
+	return ConnConfig{MaxFrame: maxRPCFrame, WriteTimeout: n.timeout(), Heartbeat: LinkHeartbeat, DeadAfter: LinkDeadAfter}
 }
+
+// LinkHeartbeat and LinkDeadAfter are the inter-node links' liveness
+// (ConnConfig.Heartbeat): a peer that sends nothing for LinkDeadAfter (a
+// paused process, a network silently dropping its packets) has its links
+// broken, and what waited on them answered. Raft takes a leader that
+// silent for gone sooner (HeartbeatTimeout, 1 s, and an election); a
+// round forwarded to it is given up then (Group.observe), and these
+// bound what has no leader to change: the metadata writes forwarded,
+// the links to classic queues homed on another node.
+const (
+	LinkHeartbeat = time.Second
+	LinkDeadAfter = 5 * time.Second
+)
 
 // roundErr is what a round's submitter learns of a link error: sent or
 // not (ErrOverflow, ErrClosed: it may be sent again), or of unknown
@@ -68,14 +85,16 @@ func roundErr(err error) error {
 // forwardGroup sends a round to the leader at addr: round is the group's
 // id (Str) then the encoded command (what Group.send makes). done learns
 // the outcome on another goroutine (or on this one, when the round could
-// not be sent).
-func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)) {
+// not be sent), once. abandon, when the round was sent, gives up waiting
+// for its answer: done learns ErrUnknownOutcome then, unless the answer
+// (or the link's failure) came first.
+func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)) (abandon func()) {
 	c, err := n.groupLinks.dial(addr, n.groupLayer, groupDialTimeout, n.groupLinkConfig())
 	if err != nil {
 		done(Effects{}, errNotSent)
-		return
+		return nil
 	}
-	err = c.Call(kindRound, round, func(p []byte, err error) {
+	id, err := c.call(kindRound, round, func(p []byte, err error) {
 		if err != nil {
 			done(Effects{}, roundErr(err))
 			return
@@ -95,12 +114,20 @@ func (n *Node) forwardGroup(addr string, round []byte, done func(Effects, error)
 			done(Effects{}, ErrNotLeader)
 		case st == statusUnknownGroup:
 			done(Effects{}, errUnknownGroup)
+		case st == statusLost:
+			done(Effects{}, ErrUnknownOutcome)
 		default:
 			done(Effects{}, errors.New(string(d.Rest())))
 		}
 	})
 	if err != nil {
 		done(Effects{}, roundErr(err))
+		return nil
+	}
+	return func() {
+		if c.forget(id) {
+			done(Effects{}, ErrUnknownOutcome)
+		}
 	}
 }
 
@@ -211,6 +238,8 @@ func (s *roundSession) answerRounds(c *Conn) {
 			switch {
 			case errors.Is(err, raft.ErrNotLeader):
 				buf = buf.U8(statusNotLeader)
+			case errors.Is(err, raft.ErrLeadershipLost):
+				buf = buf.U8(statusLost)
 			case err != nil:
 				buf = buf.U8(statusError).Raw([]byte(err.Error()))
 			default:

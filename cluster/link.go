@@ -63,6 +63,17 @@ import (
 // after Close), later sends get ErrClosed, and OnDown is told, once, so
 // that its owner can forget the link and dial again.
 //
+// Liveness. With ConnConfig.Heartbeat, a link that has nothing waiting
+// to be written sends an empty frame (kind 0, id 0: an answer to no
+// call, which a reader drops) every Heartbeat, and one whose reader has
+// waited DeadAfter for the peer's next byte breaks (ErrSilent): a peer
+// that stopped (a process paused by SIGSTOP or a long GC, a frozen VM)
+// or a network that drops packets without closing the connection leaves
+// a TCP connection open with nothing on it, and without this the calls
+// on it would wait for answers for as long as that lasts. Only the time
+// the reader spends waiting on the socket counts, not the time Handle
+// holds it: a busy node is not taken for a silent one.
+//
 // Locks: Conn.mu guards the outbound buffer, the calls waiting for
 // answers and the state; it is a leaf, never held across I/O or while a
 // callback (done, Handle, OnDown) runs.
@@ -75,6 +86,10 @@ type Conn struct {
 	// waiting is the bytes appended and not yet taken by the socket:
 	// the outbound buffer and what the writer is writing (Buffered).
 	waiting atomic.Int64
+	// readSince is when the reader began waiting for the socket (its
+	// monoNanos), 0 while it is not waiting: how long the peer has been
+	// silent, for the watcher (Heartbeat).
+	readSince atomic.Int64
 
 	mu    sync.Mutex
 	out   []byte                         // frames not yet taken by the writer
@@ -104,6 +119,13 @@ type ConnConfig struct {
 	// WriteTimeout is how long the peer may take to take writeChunk bytes
 	// before the link breaks (default 10 s).
 	WriteTimeout time.Duration
+	// Heartbeat, when set, is how often a link with nothing to send
+	// sends an empty frame, so that its peer hears from it; DeadAfter
+	// (default 5 Heartbeats) is how long the reader may wait for the
+	// peer's next byte before the link breaks with ErrSilent. Zero: no
+	// heartbeats, and a silent peer is waited for (the peer's side may
+	// still send them).
+	Heartbeat, DeadAfter time.Duration
 	// Memory, when set, counts the bytes waiting to be written (appended,
 	// not yet taken by the socket), as its owner's memory figure counts
 	// what it holds: a peer that falls behind shows there rather than
@@ -151,6 +173,9 @@ var (
 	ErrTooLarge = errors.New("cluster: link frame too large")
 	// ErrTimeout is CallWait's: no answer in time (the link stays up).
 	ErrTimeout = errors.New("cluster: no answer in time")
+	// ErrSilent is a link broken because the peer sent nothing, not even
+	// a heartbeat, for DeadAfter.
+	ErrSilent = errors.New("cluster: the peer went silent")
 )
 
 // brokenError is ErrBroken with its cause.
@@ -189,11 +214,18 @@ func NewConn(nc net.Conn, cfg ConnConfig) *Conn {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.Heartbeat > 0 && cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = 5 * cfg.Heartbeat
+	}
 	c := &Conn{nc: nc, cfg: cfg, kick: make(chan struct{}, 1), quit: make(chan struct{}),
 		calls: map[uint64]func([]byte, error){}}
 	c.wg.Add(2)
 	go c.readLoop()
 	go c.writeLoop()
+	if cfg.Heartbeat > 0 {
+		c.wg.Add(1)
+		go c.watch()
+	}
 	return c
 }
 
@@ -262,6 +294,17 @@ func (c *Conn) CallWait(kind byte, body []byte, timeout time.Duration) ([]byte, 
 	}
 	r := <-ch // the answer (or the link's failure) came meanwhile
 	return r.p, r.err
+}
+
+// forget forgets call id (its answer, if it comes, is dropped); true if
+// it was still waiting, in which case its done function will not be
+// called, and the caller tells it what became of it.
+func (c *Conn) forget(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, waiting := c.calls[id]
+	delete(c.calls, id)
+	return waiting
 }
 
 // Send sends a one-way frame of kind (1 to 255); body is copied. An
@@ -432,14 +475,54 @@ func (c *Conn) writeLoop() {
 	}
 }
 
+// watch sends the heartbeats and breaks the link when the peer has
+// been silent for DeadAfter (see Liveness, above).
+func (c *Conn) watch() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-c.quit:
+			return
+		}
+		if since := c.readSince.Load(); since != 0 && monoNanos()-since >= int64(c.cfg.DeadAfter) {
+			c.fail(broken(ErrSilent))
+			return
+		}
+		if c.waiting.Load() == 0 { // else what waits tells the peer, if it reads
+			_ = c.send(kindAnswer, 0, nil)
+		}
+	}
+}
+
+// silenceReader is the socket as the reader reads it: the time it
+// waits for the peer is noted (Conn.readSince).
+type silenceReader struct{ c *Conn }
+
+func (r silenceReader) Read(p []byte) (int, error) {
+	r.c.readSince.Store(max(monoNanos(), 1))
+	n, err := r.c.nc.Read(p)
+	r.c.readSince.Store(0)
+	return n, err
+}
+
 func (c *Conn) readLoop() {
 	defer c.wg.Done()
-	br := bufio.NewReaderSize(c.nc, readBuffer)
+	var src io.Reader = c.nc
+	if c.cfg.Heartbeat > 0 {
+		src = silenceReader{c}
+	}
+	br := bufio.NewReaderSize(src, readBuffer)
 	for {
 		f, err := readFrame(br, c.cfg.MaxFrame)
 		if err != nil {
 			c.fail(broken(err))
 			return
+		}
+		if f.Kind == kindAnswer && f.ID == 0 {
+			continue // a heartbeat
 		}
 		if f.Kind == kindAnswer {
 			c.mu.Lock()

@@ -627,3 +627,46 @@ func TestLinkSetSkipsDeadLink(t *testing.T) {
 	}
 	_ = dead.Close()
 }
+
+// TestLinkSilentPeer: a peer that takes what it is sent and sends
+// nothing back, not even a heartbeat (a paused process, a network that
+// drops its packets), breaks a link with heartbeats within DeadAfter:
+// the call waiting on it fails (ErrSilent) rather than waiting for as
+// long as the silence lasts. Two links that heartbeat stay up while idle.
+func TestLinkSilentPeer(t *testing.T) {
+	t.Run("silent peer", func(t *testing.T) {
+		a, b := tcpPair(t)
+		defer b.Close()
+		go func() { _, _ = io.Copy(io.Discard, b) }() // takes everything, says nothing
+		c := NewConn(a, ConnConfig{Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond})
+		defer c.Close()
+		failed := make(chan error, 1)
+		if err := c.Call(1, []byte("no answer"), func(_ []byte, err error) { failed <- err }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-failed:
+			if !errors.Is(err, ErrBroken) || !errors.Is(err, ErrSilent) {
+				t.Fatalf("the call failed with %v, want ErrSilent", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("a silent peer did not break the link")
+		}
+	})
+	t.Run("idle links heartbeat", func(t *testing.T) {
+		hb := ConnConfig{Heartbeat: 100 * time.Millisecond, DeadAfter: 1500 * time.Millisecond}
+		srv := hb
+		srv.Handle = echo
+		c, s := linkPair(t, hb, srv)
+		select {
+		case <-c.Done():
+			t.Fatalf("an idle link broke: %v", c.Err())
+		case <-s.Done():
+			t.Fatalf("an idle link broke: %v", s.Err())
+		case <-time.After(3 * time.Second): // twice DeadAfter, nothing sent
+		}
+		if p, err := c.CallWait(7, []byte("x"), 10*time.Second); err != nil || string(p) != "\x07x" {
+			t.Fatalf("after idling: %q %v", p, err)
+		}
+	})
+}

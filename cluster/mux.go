@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -19,12 +18,28 @@ import (
 
 // Mux is a node's inter-node listener (--cluster-listen): one TCP port
 // for every Raft group the node is a member of (the metadata store, each
-// quorum queue). A connection proves it knows the cluster's secret
-// (RabbitMQ's Erlang cookie) before anything else: the accepting side
-// sends a random challenge, the dialling side answers with
-// HMAC-SHA256(secret, challenge) and the name of the group it wants; a
-// wrong answer is dropped. So a process without the secret can neither
-// join nor write to the log. Layer gives each group its raft.StreamLayer.
+// quorum queue) and every link service. Both ends of a connection prove
+// they know the cluster's secret (RabbitMQ's Erlang cookie) before
+// either sends anything else, the listener first to the dialler, then
+// the dialler to the listener:
+//
+//  1. the accepting side sends a random nonce (challengeLen bytes);
+//  2. the dialler sends a nonce of its own and its proof,
+//     HMAC-SHA256(secret, label "dialler", both nonces);
+//  3. the accepting side checks it (a wrong one is dropped, and it has
+//     sent nothing but its nonce) and sends its own proof, the HMAC
+//     under the label "listener";
+//  4. the dialler checks that (a wrong one: it hangs up having sent
+//     nothing but its nonce and proof, no group name, no Raft byte) and
+//     sends the group it wants, with an HMAC binding it to both nonces.
+//
+// So a process without the secret can neither join nor write to the
+// log, nor, listening on a node's address while the node is down, learn
+// anything of what the nodes would send it. Each side's nonce makes its
+// peer's proof fresh, and the labels keep a proof from being played
+// back to its author. Without TLS the link is authenticated, not
+// encrypted (docs/clustering.md). Layer gives each group its
+// raft.StreamLayer.
 type Mux struct {
 	ln     net.Listener
 	from   *net.TCPAddr // dials from the listener's address, when it names one
@@ -154,42 +169,74 @@ func (m *Mux) accept() {
 	}
 }
 
-// handshakeIn checks a dialler's answer and reads the group it wants.
+// The handshake's lengths: a nonce, the dialler's nonce and proof
+// (all a listener without the secret ever gets from a dialler).
+const (
+	proofLen     = sha256.Size
+	dialProofLen = challengeLen + proofLen
+)
+
+// The labels of the handshake's proofs: each side proves its own role,
+// so that neither proof is accepted in the other's place.
+const (
+	labelDialler  = "railmq cluster v2 dialler\x00"
+	labelListener = "railmq cluster v2 listener\x00"
+	labelGroup    = "railmq cluster v2 group\x00"
+)
+
+// handshakeIn runs the accepting side of the handshake (see Mux): it
+// checks the dialler's proof, proves itself, and reads the group the
+// dialler wants.
 func (m *Mux) handshakeIn(c net.Conn) (string, error) {
 	_ = c.SetDeadline(time.Now().Add(handshakeWait))
 	defer func() { _ = c.SetDeadline(time.Time{}) }()
-	challenge := make([]byte, challengeLen)
-	if _, err := rand.Read(challenge); err != nil {
+	ours := make([]byte, challengeLen)
+	if _, err := rand.Read(ours); err != nil {
 		return "", err
 	}
-	if _, err := c.Write(challenge); err != nil {
+	if _, err := c.Write(ours); err != nil {
 		return "", err
 	}
-	var answer [sha256.Size + 1]byte
-	if _, err := io.ReadFull(c, answer[:]); err != nil {
+	var in [dialProofLen]byte
+	if _, err := io.ReadFull(c, in[:]); err != nil {
 		return "", err
 	}
-	name := make([]byte, answer[sha256.Size])
+	theirs := in[:challengeLen]
+	if !hmac.Equal(in[challengeLen:], m.mac(labelDialler, ours, theirs, nil)) {
+		return "", ErrBadSecret
+	}
+	if _, err := c.Write(m.mac(labelListener, ours, theirs, nil)); err != nil {
+		return "", err
+	}
+	var head [proofLen + 1]byte
+	if _, err := io.ReadFull(c, head[:]); err != nil {
+		return "", err
+	}
+	name := make([]byte, head[proofLen])
 	if _, err := io.ReadFull(c, name); err != nil {
 		return "", err
 	}
-	if subtle.ConstantTimeCompare(answer[:sha256.Size], m.mac(challenge, name)) != 1 {
+	if !hmac.Equal(head[:proofLen], m.mac(labelGroup, ours, theirs, name)) {
 		return "", ErrBadSecret
 	}
 	return string(name), nil
 }
 
-// mac binds the answer to the challenge and the group asked for.
-func (m *Mux) mac(challenge, group []byte) []byte {
+// mac is a proof of the handshake: the secret's HMAC of the label, the
+// listener's nonce, the dialler's and (the last message) the group.
+func (m *Mux) mac(label string, listener, dialler, group []byte) []byte {
 	h := hmac.New(sha256.New, m.secret)
-	h.Write([]byte("railmq cluster v1\x00"))
-	h.Write(challenge)
+	h.Write([]byte(label))
+	h.Write(listener)
+	h.Write(dialler)
 	h.Write(binary.BigEndian.AppendUint16(nil, uint16(len(group))))
 	h.Write(group)
 	return h.Sum(nil)
 }
 
-// dial connects to a peer's Mux for group and answers its challenge.
+// dial connects to a peer's Mux for group: it answers the peer's nonce,
+// and sends the group's name (and so, from its caller, anything else)
+// only once the peer has proved it knows the secret.
 func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	if m.from != nil {
@@ -212,18 +259,37 @@ func (m *Mux) dial(addr, group string, timeout time.Duration) (net.Conn, error) 
 		}
 		c = tc
 	}
-	challenge := make([]byte, challengeLen)
-	if _, err := io.ReadFull(c, challenge); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("cluster: handshake with %s: %w", addr, err)
-	}
-	msg := append(m.mac(challenge, []byte(group)), byte(len(group)))
-	if _, err := c.Write(append(msg, group...)); err != nil {
+	if err := m.handshakeOut(c, group); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("cluster: handshake with %s: %w", addr, err)
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// handshakeOut runs the dialling side of the handshake (see Mux).
+func (m *Mux) handshakeOut(c net.Conn, group string) error {
+	theirs := make([]byte, challengeLen)
+	if _, err := io.ReadFull(c, theirs); err != nil {
+		return err
+	}
+	ours := make([]byte, challengeLen, dialProofLen)
+	if _, err := rand.Read(ours); err != nil {
+		return err
+	}
+	if _, err := c.Write(append(ours, m.mac(labelDialler, theirs, ours, nil)...)); err != nil {
+		return err
+	}
+	proof := make([]byte, proofLen)
+	if _, err := io.ReadFull(c, proof); err != nil {
+		return err
+	}
+	if !hmac.Equal(proof, m.mac(labelListener, theirs, ours, nil)) {
+		return ErrBadSecret
+	}
+	msg := append(m.mac(labelGroup, theirs, ours, []byte(group)), byte(len(group)))
+	_, err := c.Write(append(msg, group...))
+	return err
 }
 
 // Layer registers group and returns its stream layer, for

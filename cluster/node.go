@@ -515,7 +515,7 @@ func (n *Node) forward(addr string, c metaCmd) (uint64, error) {
 	// the write was not sent.
 	for range 2 {
 		var l *Conn
-		if l, err = n.metaLinks.dial(addr, n.metaLayer, metaDialTimeout, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout()}); err != nil {
+		if l, err = n.metaLinks.dial(addr, n.metaLayer, metaDialTimeout, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout(), Heartbeat: LinkHeartbeat, DeadAfter: LinkDeadAfter}); err != nil {
 			return 0, fmt.Errorf("cluster: forwarding to the leader at %s: %w", addr, err)
 		}
 		if p, err = l.CallWait(kindMetaWrite, body, n.timeout()); !errors.Is(err, ErrClosed) {
@@ -555,7 +555,7 @@ func (n *Node) acceptLinks(l raft.StreamLayer, open func(net.Conn)) {
 
 // openMeta serves a link another node opened to forward its writes.
 func (n *Node) openMeta(nc net.Conn) {
-	n.metaLinks.serve(nc, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout(), Handle: n.handleMeta})
+	n.metaLinks.serve(nc, ConnConfig{MaxFrame: maxMetaFrame, WriteTimeout: n.timeout(), Heartbeat: LinkHeartbeat, DeadAfter: LinkDeadAfter, Handle: n.handleMeta})
 }
 
 // handleMeta applies a forwarded write, on a goroutine of its own (a

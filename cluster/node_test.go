@@ -46,22 +46,19 @@ func TestMuxRefusesAWrongSecret(t *testing.T) {
 		}
 	}()
 	bad := &Mux{secret: []byte("wrong")}
-	c, err := bad.dial(ln.Addr().String(), "meta", time.Second)
-	if err != nil {
-		t.Fatal(err)
+	if c, err := bad.dial(ln.Addr().String(), "meta", time.Second); err == nil || !errors.Is(err, io.EOF) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("the wrong secret's dial: %v, want EOF (the listener hangs up)", err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Errorf("the wrong secret's connection: read %v, want EOF (closed)", err)
-	}
-	c.Close()
 	select {
 	case <-accepted:
 		t.Fatal("a connection with the wrong secret was accepted")
 	case <-time.After(200 * time.Millisecond):
 	}
 	good := &Mux{secret: []byte("right")}
-	c, err = good.dial(ln.Addr().String(), "meta", time.Second)
+	c, err := good.dial(ln.Addr().String(), "meta", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +68,23 @@ func TestMuxRefusesAWrongSecret(t *testing.T) {
 		a.Close()
 	case <-time.After(2 * time.Second):
 		t.Fatal("the right secret's connection was not accepted")
+	}
+
+	// The other way: a listener with the wrong secret gets no connection
+	// either (it hangs up on the dialler's proof; a listener that answers
+	// with a proof of its own is refused: TestFakeListenerGetsNothingBeyondTheHandshake).
+	wln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := NewMux(wln, []byte("wrong"), nil)
+	defer wrong.Close()
+	if _, err := wrong.Layer("meta"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := good.dial(wln.Addr().String(), "meta", time.Second); err == nil {
+		c.Close()
+		t.Error("dialling a listener with the wrong secret succeeded")
 	}
 }
 

@@ -30,22 +30,30 @@ import (
 // hop from node to node as nodes fail. Each round injects one fault: kill
 // -9 the queue's leader, kill -9 a follower, restart a node with its
 // data, restart one with an empty data dir, cut one node off from the
-// other two for a few seconds, or for longer than the leader waits before
-// it takes a node for gone (the long form only: 6 kinds, the short form
-// runs the first 5). A history of every message (published, confirmed, refused,
-// each delivery, acked) decides at the end, not a count: no confirmed
-// message may be lost, a message acked and delivered again must come
-// flagged redelivered, nothing unpublished or corrupted may arrive, and
-// the cut-off node must refuse publishes rather than confirm them.
+// other two for a few seconds, stop the leader (SIGSTOP) for 12 s and
+// let it go on (SIGCONT), drop every packet to and from the leader for
+// 12 s with its connections left open (the proxy stops forwarding
+// without closing anything), or cut a node off for longer than the
+// leader waits before it takes a node for gone (the long form only: 8
+// kinds, the short form runs the first 7). A history of every message
+// (published, confirmed, refused, each delivery, acked) decides at the
+// end, not a count: no confirmed message may be lost, a message acked and
+// delivered again must come flagged redelivered, nothing unpublished or
+// corrupted may arrive, and the cut-off node must refuse publishes rather
+// than confirm them. Through every round, a publisher on each node of the
+// majority measures the longest time without a confirm there, which must
+// stay within maxConfirmGap whatever the fault (a paused or silent leader
+// included), and each of its publishes must be confirmed or refused.
 
 // clusterRounds is how many fault rounds TestClusterFaults runs: a few in
 // `make test`, RAILMQ_CLUSTER_ROUNDS (100 in `make cluster-test`)
-// otherwise.
+// otherwise. RAILMQ_CLUSTER_KINDS (kinds, comma-separated) runs only
+// those kinds, in turn.
 func clusterRounds() int {
 	if n, err := strconv.Atoi(os.Getenv("RAILMQ_CLUSTER_ROUNDS")); err == nil && n > 0 {
 		return n
 	}
-	return 5
+	return 7
 }
 
 // faultProxy carries one node's inter-node traffic; it knows the sending
@@ -61,6 +69,9 @@ type faultProxy struct {
 type faultNet struct {
 	mu    sync.Mutex
 	cut   map[int]bool        // nodes cut off from the others
+	quiet map[int]bool        // nodes whose traffic is held, connections left open
+	wake  *sync.Cond          // on mu: quiet changed, or closing
+	done  bool                // closing
 	conns map[net.Conn][2]int // live links: source, destination node
 	ips   map[string]int      // source IP -> node
 	wg    sync.WaitGroup      // proxy goroutines
@@ -80,6 +91,29 @@ func (f *faultNet) isolate(n int, on bool) {
 			delete(f.conns, c)
 		}
 	}
+}
+
+// silence holds (on) or lets go (off) every byte to and from node n,
+// leaving the connections open and accepting new ones, as a network
+// that silently drops packets does (TCP delivers what was held once it
+// lets go, as retransmission would).
+func (f *faultNet) silence(n int, on bool) {
+	f.mu.Lock()
+	f.quiet[n] = on
+	f.mu.Unlock()
+	f.wake.Broadcast()
+}
+
+// audible waits while the link from src to dst is silenced; false when
+// the proxy closes or the connection was cut.
+func (f *faultNet) audible(c net.Conn, src, dst int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for (f.quiet[src] || f.quiet[dst]) && !f.done {
+		f.wake.Wait()
+	}
+	_, live := f.conns[c]
+	return !f.done && live
 }
 
 func (f *faultNet) serve(p *faultProxy) {
@@ -115,7 +149,16 @@ func (f *faultNet) serve(p *faultProxy) {
 		f.wg.Add(2)
 		pipe := func(a, b net.Conn) {
 			defer f.wg.Done()
-			_, _ = io.Copy(a, b)
+			buf := make([]byte, 32<<10)
+			for {
+				k, err := b.Read(buf)
+				if k > 0 && (!f.audible(a, src, p.dst) || func() bool { _, werr := a.Write(buf[:k]); return werr != nil }()) {
+					break
+				}
+				if err != nil {
+					break
+				}
+			}
 			a.Close()
 			b.Close()
 			f.mu.Lock()
@@ -133,6 +176,8 @@ func (f *faultNet) close() {
 		ln.Close()
 	}
 	f.mu.Lock()
+	f.done = true
+	f.wake.Broadcast()
 	for c := range f.conns {
 		c.Close()
 	}
@@ -488,6 +533,191 @@ func (l *faultLoad) consumeOn(n *faultNode) {
 	}
 }
 
+// confirmWatch publishes with confirms on the nodes of the majority
+// through a round, one publisher per node, and measures the longest time
+// without a confirm on any of them: from the fault to the first, between
+// two, from the last to the end of the round. Its publishes go into the
+// history (each must be confirmed or refused, and every confirmed one
+// delivered).
+type confirmWatch struct {
+	h     *history
+	next  *atomic.Uint64
+	queue string
+	stop  chan struct{} // publish no more
+	quit  chan struct{} // stop waiting for confirms too
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	last    time.Time     // the last ack, or the start
+	worst   time.Duration // the longest gap so far
+	acks    int
+	nacks   int
+	pending map[uint64]bool // published, neither confirmed nor refused yet
+}
+
+func watchConfirms(h *history, next *atomic.Uint64, queue string, nodes []*faultNode) *confirmWatch {
+	w := &confirmWatch{h: h, next: next, queue: queue, stop: make(chan struct{}), quit: make(chan struct{}), last: time.Now(), pending: map[uint64]bool{}}
+	for _, n := range nodes {
+		w.wg.Add(1)
+		go w.publisher(n)
+	}
+	return w
+}
+
+// end stops publishing and waits (up to settle) for the outcome of what
+// is in flight: the longest gap, counts, and what stayed unanswered.
+func (w *confirmWatch) end(settle time.Duration) (worst time.Duration, acks, nacks, hanging int) {
+	w.mu.Lock()
+	w.worst = max(w.worst, time.Since(w.last))
+	worst = w.worst
+	w.mu.Unlock()
+	close(w.stop)
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		left := len(w.pending)
+		w.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.mu.Lock()
+	acks, nacks, hanging = w.acks, w.nacks, len(w.pending)
+	w.mu.Unlock()
+	close(w.quit)
+	w.wg.Wait()
+	return worst, acks, nacks, hanging
+}
+
+func (w *confirmWatch) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *confirmWatch) publisher(n *faultNode) {
+	defer w.wg.Done()
+	for !w.stopped() {
+		w.publishOn(n)
+		select {
+		case <-w.stop:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// settled records one publish's outcome.
+func (w *confirmWatch) settled(id uint64, ack bool) {
+	now := time.Now()
+	w.mu.Lock()
+	if w.pending[id] {
+		delete(w.pending, id)
+		if ack {
+			w.acks++
+			w.worst = max(w.worst, now.Sub(w.last))
+			w.last = now
+		} else {
+			w.nacks++
+		}
+	}
+	w.mu.Unlock()
+	w.h.mu.Lock()
+	if ack {
+		w.h.confirmed[id] = true
+	} else {
+		w.h.refused[id] = true
+	}
+	w.h.mu.Unlock()
+}
+
+// publishOn publishes at a steady rate, at most a window in flight,
+// until the round ends or the connection fails (what is in flight then
+// is refused: the client never learns its outcome).
+func (w *confirmWatch) publishOn(n *faultNode) {
+	c, err := rmq.DialConfig(n.url(), rmq.Config{Dial: rmq.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return
+	}
+	ch, err := c.Channel()
+	if err != nil || ch.Confirm(false) != nil {
+		c.Close()
+		return
+	}
+	confirms := ch.NotifyPublish(make(chan rmq.Confirmation, 1024))
+	var ids []uint64 // by delivery tag - 1
+	var mu sync.Mutex
+	inflight := make(chan struct{}, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for cf := range confirms {
+			mu.Lock()
+			id := ids[cf.DeliveryTag-1]
+			mu.Unlock()
+			w.settled(id, cf.Ack)
+			<-inflight
+		}
+	}()
+	defer func() {
+		c.Close()
+		<-done // the channel's confirms are closed with it
+		mu.Lock()
+		for _, id := range ids {
+			w.mu.Lock()
+			open := w.pending[id]
+			w.mu.Unlock()
+			if open {
+				w.settled(id, false)
+			}
+		}
+		mu.Unlock()
+	}()
+	tick := time.NewTicker(5 * time.Millisecond) // 200 a second per node
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stop:
+			// Let what is in flight be answered (end waits for it).
+			for len(inflight) > 0 {
+				select {
+				case <-done:
+					return
+				case <-w.quit:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			return
+		case <-tick.C:
+		}
+		select {
+		case inflight <- struct{}{}:
+		case <-w.stop:
+			continue
+		case <-done:
+			return
+		}
+		id := w.next.Add(1)
+		w.h.mu.Lock()
+		w.h.published[id] = true
+		w.h.mu.Unlock()
+		w.mu.Lock()
+		w.pending[id] = true
+		w.mu.Unlock()
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
+		if err := ch.Publish("", w.queue, false, false,
+			rmq.Publishing{DeliveryMode: rmq.Persistent, Body: crashBody(id, 64)}); err != nil {
+			return
+		}
+	}
+}
+
 // TestClusterFaults runs the fault rounds (see the top of the file).
 func TestClusterFaults(t *testing.T) {
 	testutil.InProcess(t)
@@ -499,7 +729,8 @@ func TestClusterFaults(t *testing.T) {
 	verbose := testing.Verbose()
 	secret := filepath.Join(t.TempDir(), "cookie")
 	testutil.WriteFile(t, secret, []byte("fault-suite-secret"))
-	fn := &faultNet{cut: map[int]bool{}, conns: map[net.Conn][2]int{}, ips: map[string]int{}}
+	fn := &faultNet{cut: map[int]bool{}, quiet: map[int]bool{}, conns: map[net.Conn][2]int{}, ips: map[string]int{}}
+	fn.wake = sync.NewCond(&fn.mu)
 	defer fn.close()
 	nodes := make([]*faultNode, 3)
 	var proxies []*faultProxy
@@ -664,11 +895,16 @@ func TestClusterFaults(t *testing.T) {
 		return 0, false
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition", "long-partition"}
+	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition", "pause", "silent", "long-partition"}
+	if only := os.Getenv("RAILMQ_CLUSTER_KINDS"); only != "" { // e.g. pause,silent: those kinds in turn
+		kinds = strings.Split(only, ",")
+	}
 	count := map[string]int{}
 	var worst time.Duration
-	minorityProbes := 0 // under h.mu
+	gaps := map[string][]string{} // each round's longest time without a confirm on the majority, by kind
+	minorityProbes := 0           // under h.mu
 	var minorityDone chan struct{}
+	var resumed chan struct{} // a pause's or silence's end
 	for round := 0; round < rounds; round++ {
 		kind := kinds[round%len(kinds)]
 		leader := leaderOf()
@@ -676,7 +912,7 @@ func TestClusterFaults(t *testing.T) {
 			t.Fatalf("round %d: no leader known", round)
 		}
 		victim := leader
-		if kind != "kill-leader" {
+		if kind != "kill-leader" && kind != "pause" && kind != "silent" {
 			victim = (leader + 1 + rng.IntN(2)) % 3
 		}
 		partition := kind == "partition" || kind == "long-partition"
@@ -688,6 +924,7 @@ func TestClusterFaults(t *testing.T) {
 		at := time.Now()
 		h.event("round %d: %s of %s (leader %s)", round, kind, n.name, nodes[leader].name)
 		setDown(victim, true)
+		watch := watchConfirms(h, &load.next, qname, []*faultNode{nodes[(victim+1)%3], nodes[(victim+2)%3]})
 		switch kind {
 		case "kill-leader", "kill-follower":
 			n.kill()
@@ -698,8 +935,21 @@ func TestClusterFaults(t *testing.T) {
 			if err := os.RemoveAll(n.dir); err != nil {
 				t.Fatal(err)
 			}
-		case "partition", "long-partition":
-			fn.isolate(victim, true)
+		case "pause":
+			if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			// It goes on after holdFault whatever the round finds
+			// meanwhile (a failed round included).
+			p := n.cmd.Process
+			resumed = resumeAt(at.Add(holdFault), func() { _ = p.Signal(syscall.SIGCONT) })
+		case "partition", "long-partition", "silent":
+			if kind == "silent" {
+				fn.silence(victim, true)
+				resumed = resumeAt(at.Add(holdFault), func() { fn.silence(victim, false) })
+			} else {
+				fn.isolate(victim, true)
+			}
 			// A publisher on the cut-off node: nothing it sends may be
 			// confirmed while the node is alone.
 			minorityDone = make(chan struct{})
@@ -750,6 +1000,8 @@ func TestClusterFaults(t *testing.T) {
 			minorityDone = nil
 		}
 		switch {
+		case kind == "pause" || kind == "silent":
+			<-resumed
 		case partition:
 			fn.isolate(victim, false)
 		case kind == "wipe":
@@ -759,6 +1011,21 @@ func TestClusterFaults(t *testing.T) {
 		}
 		h.event("round %d: %s back", round, n.name)
 		setDown(victim, false)
+		// The majority's confirms through the round: the longest time
+		// without one, and every publish answered (after the heal, the
+		// old leader's late answers included) within confirmSettle.
+		gap, acks, nacks, hanging := watch.end(confirmSettle)
+		gaps[kind] = append(gaps[kind], gap.Round(10*time.Millisecond).String())
+		if verbose {
+			t.Logf("round %d: %s of %s: longest time without a confirm on the majority %v (%d confirmed, %d refused)", round, kind, n.name, gap, acks, nacks)
+		}
+		if gap > maxConfirmGap {
+			dumpLogs(nodes, fmt.Sprintf("gap%d", round))
+			t.Errorf("round %d: %s of %s: the majority confirmed nothing for %v, over %v", round, kind, n.name, gap, maxConfirmGap)
+		}
+		if hanging > 0 {
+			t.Errorf("round %d: %s of %s: %d publishes on the majority neither confirmed nor refused %v after the heal", round, kind, n.name, hanging, confirmSettle)
+		}
 		count[kind]++
 		healed := time.Now()
 		if !caughtUp(60 * time.Second) {
@@ -837,6 +1104,7 @@ func TestClusterFaults(t *testing.T) {
 			dups = append(dups, id)
 		}
 	}
+	t.Logf("the longest time without a confirm on the majority, each round, by kind: %v", gaps)
 	t.Logf("%d fault rounds %v; %d published, %d confirmed, %d refused, %d returned unroutable, %d delivered (%d more than once), "+
 		"%d minority-side probes; the slowest return to service took %v",
 		rounds, count, len(h.published), len(h.confirmed), len(h.refused), len(h.returned), len(h.delivered), len(dups), minorityProbes, worst)
@@ -905,6 +1173,34 @@ func dumpNodes(nodes []*faultNode) {
 const (
 	slowService = 5 * time.Second
 	maxService  = 8 * time.Second
+)
+
+// holdFault is how long a pause or a silence lasts: longer than raft's
+// election (the majority must serve again without the old leader), past
+// the leader's 10 s (the broker's downAfter) after which it returns what
+// the node's consumers held.
+const holdFault = 12 * time.Second
+
+// resumeAt runs end at t, on a goroutine of its own; the channel is
+// closed once it has run.
+func resumeAt(t time.Time, end func()) chan struct{} {
+	done := make(chan struct{})
+	time.AfterFunc(time.Until(t), func() {
+		end()
+		close(done)
+	})
+	return done
+}
+
+// maxConfirmGap is the longest the majority may go without a confirm in
+// a round, whatever the fault: raft's election (2-4 s) and the giving up
+// of what was forwarded to the old leader, with room for a busy machine.
+// Before forwarded rounds were given up on a change of leader, a paused
+// or silent leader stalled the majority for the whole 12 s. confirmSettle
+// is how long after the heal every publish must have been answered.
+const (
+	maxConfirmGap = 10 * time.Second
+	confirmSettle = 15 * time.Second
 )
 
 // dumpLogs writes every life's log of each node to

@@ -116,7 +116,8 @@ var (
 // linkConfig is the configuration of the replica link's connections,
 // both ways: handle gets the peer's requests and one-way frames.
 func (m *Manager) linkConfig(handle func(*cluster.Conn, cluster.Frame) error) cluster.ConnConfig {
-	return cluster.ConnConfig{Handle: handle, MaxFrame: maxLinkFrame, WriteTimeout: linkWriteTimeout, Memory: m.mem}
+	return cluster.ConnConfig{Handle: handle, MaxFrame: maxLinkFrame, WriteTimeout: linkWriteTimeout, Memory: m.mem,
+		Heartbeat: cluster.LinkHeartbeat, DeadAfter: cluster.LinkDeadAfter}
 }
 
 // breaker hands a request to break a link to the goroutine that owns it
