@@ -17,7 +17,7 @@ build: ## build bin/railmq and bin/railmqctl
 	$(GO) build -o bin/railmqctl ./cmd/railmqctl
 
 test: ## run every test (unit, fuzz seeds, conformance over real TCP) under the race detector
-	$(GO) test -count=1 -race $(PKGS)
+	$(GO) test -count=1 -race -timeout 30m $(PKGS)
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet $(PKGS)
