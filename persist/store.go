@@ -48,6 +48,19 @@ type Options struct {
 // long-lived message keeps costs less.
 const defaultVlogFileSize = 32 << 20
 
+// vlogMaxEntries is how many values a value-log file takes before Badger
+// starts the next. Files larger than the default are there to hold one
+// large message (Badger refuses a value larger than a file); small
+// messages still fill a file of about the default size before the next
+// begins (32 Ki values of 1 KiB), since the newest file, which is never
+// collected, is what stays of a drained backlog.
+func vlogMaxEntries(fileSize int64) uint32 {
+	if fileSize <= defaultVlogFileSize {
+		return 1000000 // Badger's default: the file size decides
+	}
+	return defaultVlogFileSize >> 10
+}
+
 // valueThreshold is the value size from which Badger keeps a value in the
 // value log rather than in the LSM tree.
 const valueThreshold = 256
@@ -163,6 +176,7 @@ func Open(opt Options) (*Store, error) {
 		WithIndexCacheSize(indexCacheSize).
 		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(opt.ValueLogFileSize).
+		WithValueLogMaxEntries(vlogMaxEntries(opt.ValueLogFileSize)).
 		WithNumCompactors(2).
 		WithCompactL0OnClose(true)
 	db, err := badger.Open(bo)
