@@ -27,9 +27,13 @@ type member struct {
 func testConfig(id raft.ServerID) *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = id
-	c.HeartbeatTimeout = 100 * time.Millisecond
-	c.ElectionTimeout = 100 * time.Millisecond
-	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	// Short enough for elections to be quick, long enough that a leader
+	// on a loaded machine (race detector, busy loops beside) keeps its
+	// lease: at 50 ms a leader stepped down in the middle of a test's
+	// Apply ("leadership lost while committing log").
+	c.HeartbeatTimeout = 400 * time.Millisecond
+	c.ElectionTimeout = 400 * time.Millisecond
+	c.LeaderLeaseTimeout = 400 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 	c.SnapshotThreshold = 64 // snapshots, and restores from them, happen in the test
 	c.SnapshotInterval = 100 * time.Millisecond
