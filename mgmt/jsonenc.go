@@ -53,7 +53,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		if x == nil {
 			return append(b, "null"...), nil
 		}
-		return appendJSONFloatMap(b, x)
+		return appendJSONMap(b, x)
 	case []any:
 		if x == nil {
 			return append(b, "null"...), nil
@@ -92,30 +92,8 @@ func appendJSONFloat(b []byte, f float64) ([]byte, error) {
 }
 
 // appendJSONMap appends m as json.Marshal does: its keys in byte order.
-func appendJSONMap(b []byte, m map[string]any) ([]byte, error) {
+func appendJSONMap[V any](b []byte, m map[string]V) ([]byte, error) {
 	var small [48]string
-	keys := small[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		var err error
-		if b, err = appendJSON(b, m[k]); err != nil {
-			return b, err
-		}
-	}
-	return append(b, '}'), nil
-}
-
-func appendJSONFloatMap(b []byte, m map[string]float64) ([]byte, error) {
-	var small [8]string
 	keys := small[:0]
 	for k := range m {
 		keys = append(keys, k)
