@@ -20,9 +20,11 @@ func (e *env) fill(q string, n int) {
 	}
 }
 
-func TestConsumeBasics(t *testing.T) {
+func TestConsumeBasics(t *testing.T) { forEachType(t, testConsumeBasics) }
+
+func testConsumeBasics(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	ds := e.consume(q, false)
 	e.fill(q, 3)
 	for i := 1; i <= 3; i++ {
@@ -49,9 +51,11 @@ func TestServerGeneratedConsumerTag(t *testing.T) {
 	}
 }
 
-func TestConsumerTagReuse(t *testing.T) {
+func TestConsumerTagReuse(t *testing.T) { forEachType(t, testConsumerTagReuse) }
+
+func testConsumerTagReuse(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	if _, err := e.ch.Consume(q, "tag1", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +63,32 @@ func TestConsumerTagReuse(t *testing.T) {
 	expectErr(t, err, 530, "NOT_ALLOWED - attempt to reuse consumer tag 'tag1'")
 }
 
-func TestExclusiveConsumer(t *testing.T) {
+// An exclusive consumer keeps every other consumer off a classic queue.
+// A quorum queue ignores the flag: RabbitMQ checks it only in the classic
+// queue process (v4.3.5 deps/rabbit/src/rabbit_amqqueue_process.erl
+// exclusive_consume_unavailable; rabbit_quorum_queue:consume/3 passes it
+// on to the metrics only), and RabbitMQ 3.10.8 lets a second consumer on
+// beside an exclusive one, and an exclusive one beside others.
+func TestExclusiveConsumer(t *testing.T) { forEachType(t, testExclusiveConsumer) }
+
+func testExclusiveConsumer(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("xc-q", nil)
+	q := e.typedQueue(qt, "xc-q", nil)
 	if _, err := e.ch.Consume(q, "first", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
+	}
+	if qt.quorum() {
+		ch := e.channel(e.conn)
+		second, err := ch.Consume(q, "second", false, false, false, false, nil)
+		must(t, err)
+		c2 := e.channel(e.conn)
+		third, err := c2.Consume(q, "third", false, true, false, false, nil)
+		must(t, err)
+		must(t, e.ch.Cancel("first", false))
+		e.fill(q, 2) // round robin: one each
+		recv(t, second)
+		recv(t, third)
+		return
 	}
 	ch := e.channel(e.conn)
 	_, err := ch.Consume(q, "second", false, false, false, false, nil)
@@ -80,9 +105,11 @@ func TestExclusiveConsumer(t *testing.T) {
 	expectErr(t, err, 403, "ACCESS_REFUSED - queue 'xc-q' in vhost '/' in exclusive use")
 }
 
-func TestNoAckConsumer(t *testing.T) {
+func TestNoAckConsumer(t *testing.T) { forEachType(t, testNoAckConsumer) }
+
+func testNoAckConsumer(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	ds := e.consume(q, true)
 	e.fill(q, 50)
 	for i := 1; i <= 50; i++ {
@@ -97,9 +124,11 @@ func TestNoAckConsumer(t *testing.T) {
 	}
 }
 
-func TestCompetingConsumersRoundRobin(t *testing.T) {
+func TestCompetingConsumersRoundRobin(t *testing.T) { forEachType(t, testCompetingConsumersRoundRobin) }
+
+func testCompetingConsumersRoundRobin(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	c1, c2 := e.channel(e.conn), e.channel(e.conn)
 	d1, err := c1.Consume(q, "c1", true, false, false, false, nil)
 	if err != nil {
@@ -126,9 +155,11 @@ func TestCompetingConsumersRoundRobin(t *testing.T) {
 	}
 }
 
-func TestConsumerPriorities(t *testing.T) {
+func TestConsumerPriorities(t *testing.T) { forEachType(t, testConsumerPriorities) }
+
+func testConsumerPriorities(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	lo, hi := e.channel(e.conn), e.channel(e.conn)
 	if err := hi.Qos(2, 0, false); err != nil {
 		t.Fatal(err)
@@ -153,9 +184,11 @@ func TestConsumerPriorities(t *testing.T) {
 	none(t, dhi, 100*time.Millisecond)
 }
 
-func TestOneConsumerManyQueues(t *testing.T) {
+func TestOneConsumerManyQueues(t *testing.T) { forEachType(t, testOneConsumerManyQueues) }
+
+func testOneConsumerManyQueues(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	qa, qb := e.queue("", nil), e.queue("", nil)
+	qa, qb := e.typedQueue(qt, "", nil), e.typedQueue(qt, "", nil)
 	da, err := e.ch.Consume(qa, "a", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -179,9 +212,11 @@ func TestOneConsumerManyQueues(t *testing.T) {
 	}
 }
 
-func TestCancelAndServerCancel(t *testing.T) {
+func TestCancelAndServerCancel(t *testing.T) { forEachType(t, testCancelAndServerCancel) }
+
+func testCancelAndServerCancel(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("cancel-q", nil)
+	q := e.typedQueue(qt, "cancel-q", nil)
 	ds, err := e.ch.Consume(q, "mine", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +252,11 @@ func TestCancelAndServerCancel(t *testing.T) {
 	}
 }
 
-func TestPrefetchPerConsumer(t *testing.T) {
+func TestPrefetchPerConsumer(t *testing.T) { forEachType(t, testPrefetchPerConsumer) }
+
+func testPrefetchPerConsumer(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	slow, fast := e.channel(e.conn), e.channel(e.conn)
 	for _, ch := range []*rmq.Channel{slow, fast} {
 		if err := ch.Qos(1, 0, false); err != nil {
@@ -315,9 +352,11 @@ func TestPrefetchBothLimits(t *testing.T) {
 	}
 }
 
-func TestQosAppliesToLaterConsumers(t *testing.T) {
+func TestQosAppliesToLaterConsumers(t *testing.T) { forEachType(t, testQosAppliesToLaterConsumers) }
+
+func testQosAppliesToLaterConsumers(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	if err := e.ch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -330,9 +369,11 @@ func TestQosAppliesToLaterConsumers(t *testing.T) {
 	none(t, ds, 200*time.Millisecond)
 }
 
-func TestAckErrors(t *testing.T) {
+func TestAckErrors(t *testing.T) { forEachType(t, testAckErrors) }
+
+func testAckErrors(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
 	d := e.get(e.ch, q, false)
 	if err := d.Ack(false); err != nil {
@@ -351,9 +392,11 @@ func TestAckErrors(t *testing.T) {
 	expectErr(t, closeErr(t, closed, "channel after a reject of an unknown tag"), 406, "PRECONDITION_FAILED - unknown delivery tag 7")
 }
 
-func TestAckMultipleAndNackMultiple(t *testing.T) {
+func TestAckMultipleAndNackMultiple(t *testing.T) { forEachType(t, testAckMultipleAndNackMultiple) }
+
+func testAckMultipleAndNackMultiple(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 6)
 	var ds []rmq.Delivery
 	for range 6 {
@@ -373,9 +416,11 @@ func TestAckMultipleAndNackMultiple(t *testing.T) {
 	}
 }
 
-func TestGetAndGetEmpty(t *testing.T) {
+func TestGetAndGetEmpty(t *testing.T) { forEachType(t, testGetAndGetEmpty) }
+
+func testGetAndGetEmpty(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	if _, ok, err := e.ch.Get(q, true); ok || err != nil {
 		t.Fatalf("get on empty queue: %v %v", ok, err)
 	}
@@ -386,10 +431,25 @@ func TestGetAndGetEmpty(t *testing.T) {
 	}
 }
 
-// Requeued messages go back to their original place, ahead of later ones.
-func TestRequeueOrder(t *testing.T) {
+// Requeued messages go back to their original place, ahead of later ones,
+// in a classic queue. A quorum queue puts them in its returns queue,
+// delivered before the rest in the order they came back (RabbitMQ 4,
+// whose quorum queues have a delivery limit of 20 unless told otherwise:
+// v4.3.5 deps/rabbit/src/rabbit_fifo.erl return_one/6 appends to the
+// returns, take_next_msg serves them first). RabbitMQ 3.10.8 answers the
+// same once the queue has a delivery limit (it has no default one): m1,
+// m3, m2, m4, m5, redelivered with x-delivery-count 1.
+func TestRequeueOrder(t *testing.T) { forEachType(t, testRequeueOrder) }
+
+func testRequeueOrder(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	var args rmq.Table
+	want := []int{1, 2, 3, 4, 5}
+	if qt.quorum() {
+		args = rmq.Table{"x-delivery-limit": int32(20)} // RabbitMQ 4's default
+		want = []int{1, 3, 2, 4, 5}
+	}
+	q := e.typedQueue(qt, "", args)
 	e.fill(q, 5)
 	var ds []rmq.Delivery
 	for range 3 {
@@ -400,17 +460,19 @@ func TestRequeueOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := 1; i <= 5; i++ {
+	for pos, i := range want {
 		d := e.get(e.ch, q, true)
 		if string(d.Body) != fmt.Sprintf("m%d", i) || d.Redelivered != (i <= 3) {
-			t.Fatalf("position %d: %q redelivered=%v", i, d.Body, d.Redelivered)
+			t.Fatalf("position %d: %q redelivered=%v, want m%d", pos+1, d.Body, d.Redelivered, i)
 		}
 	}
 }
 
-func TestRequeueOnChannelClose(t *testing.T) {
+func TestRequeueOnChannelClose(t *testing.T) { forEachType(t, testRequeueOnChannelClose) }
+
+func testRequeueOnChannelClose(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 4)
 	c1 := e.channel(e.conn)
 	ds, err := c1.Consume(q, "", false, false, false, false, nil)
@@ -434,9 +496,11 @@ func TestRequeueOnChannelClose(t *testing.T) {
 	}
 }
 
-func TestRequeueOnConnectionLoss(t *testing.T) {
+func TestRequeueOnConnectionLoss(t *testing.T) { forEachType(t, testRequeueOnConnectionLoss) }
+
+func testRequeueOnConnectionLoss(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("loss-q", nil)
+	q := e.typedQueue(qt, "loss-q", nil)
 	e.fill(q, 2)
 	// A raw client takes both and vanishes without a close.
 	r := testutil.DialRaw(t, e.b.Addr)
@@ -455,9 +519,11 @@ func TestRequeueOnConnectionLoss(t *testing.T) {
 	}
 }
 
-func TestRecoverRequeues(t *testing.T) {
+func TestRecoverRequeues(t *testing.T) { forEachType(t, testRecoverRequeues) }
+
+func testRecoverRequeues(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
 	e.get(e.ch, q, false)
 	//lint:ignore SA1019 basic.recover is the behaviour under test
@@ -470,9 +536,11 @@ func TestRecoverRequeues(t *testing.T) {
 	}
 }
 
-func TestRejectWithoutRequeueDrops(t *testing.T) {
+func TestRejectWithoutRequeueDrops(t *testing.T) { forEachType(t, testRejectWithoutRequeueDrops) }
+
+func testRejectWithoutRequeueDrops(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
 	d := e.get(e.ch, q, false)
 	if err := d.Reject(false); err != nil {
@@ -664,9 +732,11 @@ func TestDeliveryNotHeldByClosingPublisher(t *testing.T) {
 // x-priority must be an integer: anything else closes the channel with
 // RabbitMQ's 406, which names the queue and the type; an integer past
 // int32 is taken.
-func TestConsumerPriorityArgument(t *testing.T) {
+func TestConsumerPriorityArgument(t *testing.T) { forEachType(t, testConsumerPriorityArgument) }
+
+func testConsumerPriorityArgument(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("prio-arg-q", nil)
+	q := e.typedQueue(qt, "prio-arg-q", nil)
 	ch := e.channel(e.conn)
 	_, err := ch.Consume(q, "", false, false, false, false, rmq.Table{"x-priority": "5"})
 	expectErr(t, err, 406, `PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'prio-arg-q' in vhost '/': "expected integer, got longstr"`)

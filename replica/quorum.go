@@ -361,12 +361,16 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...uint64) cluster.Command) {
 	qq.mu.Lock()
 	byTag := map[string][]uint64{}
+	var tags []string // in ds's order: a nack of several basic.gets returns them in delivery order
 	ack := mk == nil
 	if ack {
 		mk = cluster.Settle
 	}
 	for _, d := range ds {
 		if e, ok := qq.out[d.Seq]; ok && !e.settled {
+			if byTag[e.tag] == nil {
+				tags = append(tags, e.tag)
+			}
 			byTag[e.tag] = append(byTag[e.tag], d.Seq)
 			if ack {
 				qq.out[d.Seq] = outEntry{tag: e.tag, settled: true}
@@ -376,8 +380,8 @@ func (qq *quorumQueue) settle(ds []queue.Delivery, mk func(tag string, ids ...ui
 		}
 	}
 	qq.mu.Unlock()
-	for tag, ids := range byTag {
-		qq.g.Submit(mk(tag, ids...), nil)
+	for _, tag := range tags {
+		qq.g.Submit(mk(tag, byTag[tag]...), nil)
 	}
 }
 
