@@ -13,7 +13,9 @@ import (
 	"github.com/railmq/railmq/internal/testutil"
 )
 
-func TestLargeMessageOverSmallFrames(t *testing.T) {
+func TestLargeMessageOverSmallFrames(t *testing.T) { forEachType(t, testLargeMessageOverSmallFrames) }
+
+func testLargeMessageOverSmallFrames(t *testing.T, qt queueType) {
 	b := testutil.Start(t, broker.Options{})
 	c, err := rmq.DialConfig(b.URL, rmq.Config{FrameSize: 4096})
 	if err != nil {
@@ -22,7 +24,7 @@ func TestLargeMessageOverSmallFrames(t *testing.T) {
 	defer c.Close()
 	e := &env{t: t, b: b, conn: c}
 	e.ch = e.channel(c)
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	body := bytes.Repeat([]byte("0123456789abcdef"), 100000/16) // 100 KB: 25 body frames each way
 	e.publishConfirmed("", q, rmq.Publishing{Body: body})
 	if d := e.get(e.ch, q, true); !bytes.Equal(d.Body, body) {
@@ -30,9 +32,11 @@ func TestLargeMessageOverSmallFrames(t *testing.T) {
 	}
 }
 
-func TestPropertiesReachConsumer(t *testing.T) {
+func TestPropertiesReachConsumer(t *testing.T) { forEachType(t, testPropertiesReachConsumer) }
+
+func testPropertiesReachConsumer(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	ts := time.Unix(1700000000, 0)
 	pub := rmq.Publishing{
 		ContentType: "application/json", ContentEncoding: "gzip", DeliveryMode: 2, Priority: 7,
@@ -61,12 +65,18 @@ func TestPropertiesReachConsumer(t *testing.T) {
 }
 
 // The content header's properties reach the consumer byte for byte.
-func TestPropertiesByteForByte(t *testing.T) {
+func TestPropertiesByteForByte(t *testing.T) { forEachType(t, testPropertiesByteForByte) }
+
+func testPropertiesByteForByte(t *testing.T, qt queueType) {
 	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
 	r := testutil.DialRaw(t, b.Addr)
 	r.Handshake(nil, 0, true)
-	r.Send(1, &amqp.QueueDeclare{Queue: "raw-q", AutoDelete: true})
+	decl := &amqp.QueueDeclare{Queue: "raw-q", AutoDelete: true}
+	if qt.quorum() {
+		decl = &amqp.QueueDeclare{Queue: "raw-q", Durable: true, Arguments: amqp.Table{"x-queue-type": "quorum"}}
+	}
+	r.Send(1, decl)
 	r.Expect((*amqp.QueueDeclareOk)(nil))
 	// Header keys in an order a Go map would not keep.
 	props := []byte{0xe0, 0x00} // content-type, content-encoding, headers
@@ -175,9 +185,11 @@ func TestPublishToMissingExchange(t *testing.T) {
 	}
 }
 
-func TestConfirmsMultiple(t *testing.T) {
+func TestConfirmsMultiple(t *testing.T) { forEachType(t, testConfirmsMultiple) }
+
+func testConfirmsMultiple(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("", nil)
+	q := e.typedQueue(qt, "", nil)
 	confirms := e.ch.NotifyPublish(make(chan rmq.Confirmation, 1000))
 	if err := e.ch.Confirm(false); err != nil {
 		t.Fatal(err)
@@ -266,9 +278,11 @@ func TestDirectReplyTo(t *testing.T) {
 	expectErr(t, closeErr(t, closed, "channel after a reply-to without a reply consumer"), 406, "PRECONDITION_FAILED - fast reply consumer does not exist")
 }
 
-func TestTransactions(t *testing.T) {
+func TestTransactions(t *testing.T) { forEachType(t, testTransactions) }
+
+func testTransactions(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("tx-q", nil)
+	q := e.typedQueue(qt, "tx-q", nil)
 	if err := e.ch.Tx(); err != nil {
 		t.Fatal(err)
 	}

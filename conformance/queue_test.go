@@ -29,12 +29,14 @@ func TestServerNamedQueue(t *testing.T) {
 	}
 }
 
-func TestQueueDeclarePassiveAndCounts(t *testing.T) {
+func TestQueueDeclarePassiveAndCounts(t *testing.T) { forEachType(t, testQueueDeclarePassiveAndCounts) }
+
+func testQueueDeclarePassiveAndCounts(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
 	_, err := e.ch.QueueDeclarePassive("missing-q", false, false, false, false, nil)
 	expectErr(t, err, 404, "NOT_FOUND - no queue 'missing-q' in vhost '/'")
 	e.ch = e.channel(e.conn)
-	q := e.queue("counts-q", nil)
+	q := e.typedQueue(qt, "counts-q", nil)
 	for i := range 3 {
 		e.publishConfirmed("", q, rmq.Publishing{Body: []byte(fmt.Sprint(i))})
 	}
@@ -42,7 +44,7 @@ func TestQueueDeclarePassiveAndCounts(t *testing.T) {
 	if _, err := c.Consume(q, "", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.ch.QueueDeclare(q, false, false, false, false, nil)
+	st, err := e.ch.QueueDeclare(q, qt.durable, false, false, false, qt.declareArgs(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,19 +56,21 @@ func TestQueueDeclarePassiveAndCounts(t *testing.T) {
 	e.waitCount(q, 3)
 }
 
-func TestQueueInequivalent(t *testing.T) {
+func TestQueueInequivalent(t *testing.T) { forEachType(t, testQueueInequivalent) }
+
+func testQueueInequivalent(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	if _, err := e.ch.QueueDeclare("ineq-q", true, false, false, false, nil); err != nil {
+	if _, err := e.ch.QueueDeclare("ineq-q", true, false, false, false, qt.declareArgs(nil)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		c := e.channel(e.conn)
 		_, _ = c.QueueDelete("ineq-q", false, false, false)
 	})
-	_, err := e.ch.QueueDeclare("ineq-q", false, false, false, false, nil)
+	_, err := e.ch.QueueDeclare("ineq-q", false, false, false, false, qt.declareArgs(nil))
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'ineq-q' in vhost '/': received 'false' but current is 'true'")
 	e.ch = e.channel(e.conn)
-	_, err = e.ch.QueueDeclare("ineq-q", true, false, false, false, rmq.Table{"x-message-ttl": int32(1000)})
+	_, err = e.ch.QueueDeclare("ineq-q", true, false, false, false, qt.declareArgs(rmq.Table{"x-message-ttl": int32(1000)}))
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'ineq-q' in vhost '/': received the value '1000' of type 'signedint' but current is none")
 }
 
@@ -220,9 +224,11 @@ func TestAutoDeleteQueue(t *testing.T) {
 	expectErr(t, err, 404, "NOT_FOUND - no queue 'ad-q' in vhost '/'")
 }
 
-func TestPurgeAndDelete(t *testing.T) {
+func TestPurgeAndDelete(t *testing.T) { forEachType(t, testPurgeAndDelete) }
+
+func testPurgeAndDelete(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})
-	q := e.queue("pd-q", nil)
+	q := e.typedQueue(qt, "pd-q", nil)
 	for range 4 {
 		e.publishConfirmed("", q, rmq.Publishing{Body: []byte("x")})
 	}
@@ -231,17 +237,21 @@ func TestPurgeAndDelete(t *testing.T) {
 		t.Fatalf("purge %d %v", n, err)
 	}
 	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("x")})
-	_, err = e.ch.QueueDelete(q, false, true, false)
-	expectErr(t, err, 406, "PRECONDITION_FAILED - queue 'pd-q' in vhost '/' not empty")
-	e.ch = e.channel(e.conn)
-	c := e.channel(e.conn)
-	if _, err := c.Consume(q, "", false, false, false, false, nil); err != nil {
-		t.Fatal(err)
+	// Quorum queues refuse if-empty and if-unused (540, RabbitMQ's
+	// rabbit_quorum_queue:delete/4; conformance/quorum_refusals_test.go).
+	if !qt.quorum() {
+		_, err = e.ch.QueueDelete(q, false, true, false)
+		expectErr(t, err, 406, "PRECONDITION_FAILED - queue 'pd-q' in vhost '/' not empty")
+		e.ch = e.channel(e.conn)
+		c := e.channel(e.conn)
+		if _, err := c.Consume(q, "", false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.ch.QueueDelete(q, true, false, false)
+		expectErr(t, err, 406, "PRECONDITION_FAILED - queue 'pd-q' in vhost '/' in use")
+		c.Close()
+		e.ch = e.channel(e.conn)
 	}
-	_, err = e.ch.QueueDelete(q, true, false, false)
-	expectErr(t, err, 406, "PRECONDITION_FAILED - queue 'pd-q' in vhost '/' in use")
-	c.Close()
-	e.ch = e.channel(e.conn)
 	e.waitCount(q, 1)
 	n, err = e.ch.QueueDelete(q, false, false, false)
 	if err != nil || n != 1 {
