@@ -92,8 +92,9 @@ type Options struct {
 	// AckCoalescingWait is the longest coalesced acks wait in the socket
 	// (0: 10 ms). Tests lengthen it to see the states between.
 	AckCoalescingWait time.Duration
-	// AfterStoreSync, if set, runs after each store fsync, before the
-	// confirms it makes due are sent (a test hook).
+	// AfterStoreSync, if set, runs after each store fsync, and on a
+	// standalone node after each fsync of a quorum queue's log, before
+	// the confirms it makes due are sent (a test hook).
 	AfterStoreSync func()
 	// BeforeDiskWork, if set, runs before each round of disk work: the
 	// store's commits and reads, its value-log garbage collection, the

@@ -117,7 +117,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Cluster == nil {
 		// A standalone node's quorum queues: groups of one member
 		// (cluster.StartLocal), started as their vhosts recover.
-		local, err := cluster.StartLocal(cluster.LocalConfig{Name: s.nodeName(), DataDir: opts.DataDir, Logger: s.log})
+		local, err := cluster.StartLocal(cluster.LocalConfig{Name: s.nodeName(), DataDir: opts.DataDir, Logger: s.log, AfterLogSync: opts.AfterStoreSync})
 		if err != nil {
 			spill.Close()
 			store.Close()

@@ -244,6 +244,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if g.logs, err = GroupLogStore(db, groupPrefix(cfg.ID)); err != nil {
 		return fail(err)
 	}
+	g.logs.afterSync = n.cfg.AfterLogSync
 	g.dir = filepath.Join(n.cfg.DataDir, "cluster", "queues", cfg.ID)
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		return fail(err)

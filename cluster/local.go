@@ -34,6 +34,8 @@ type LocalConfig struct {
 	Name    string // the node's name: its groups' member
 	DataDir string // the groups live under DataDir/cluster/queues
 	Logger  *zap.Logger
+	// AfterLogSync: NodeConfig's.
+	AfterLogSync func()
 }
 
 // StartLocal starts a standalone node: quorum queues only.
@@ -45,7 +47,7 @@ func StartLocal(cfg LocalConfig) (*Node, error) {
 	if cfg.Logger != nil {
 		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
 	}
-	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger},
+	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger, AfterLogSync: cfg.AfterLogSync},
 		local: true, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
 	return n, nil
 }

@@ -27,6 +27,9 @@ type LogStore struct {
 	db    *badger.DB
 	pfx   []byte
 	owned bool // Close closes db
+	// afterSync, if set, runs after each fsync of appended entries (a
+	// test's hook: NodeConfig.AfterLogSync).
+	afterSync func()
 
 	mu          sync.Mutex // guards first and last
 	first, last uint64     // 0, 0 when empty
@@ -178,6 +181,9 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("cluster: fsync of the raft log: %w", err)
+	}
+	if s.afterSync != nil {
+		s.afterSync()
 	}
 	s.mu.Lock()
 	if s.first == 0 || logs[0].Index < s.first {

@@ -55,6 +55,9 @@ type NodeConfig struct {
 	OnNode func(n *Node)
 	// Logger gets raft's warnings and errors (nil: none).
 	Logger *zap.Logger
+	// AfterLogSync, if set, runs after each fsync of a quorum queue's
+	// log, before raft counts the entries stored (tests).
+	AfterLogSync func()
 }
 
 // Node is a running cluster node.

@@ -71,7 +71,9 @@ func publishPersistent(t *testing.T, ch *rmq.Channel, ex, key string, bodies ...
 	}
 }
 
-func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
+func TestRestartKeepsDefinitionsAndMessages(t *testing.T) { forEachType(t, testRestartKeepsDefinitionsAndMessages) }
+
+func testRestartKeepsDefinitionsAndMessages(t *testing.T, qt queueType) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
 	must(t, ch.ExchangeDeclare("dur-x", "topic", true, false, false, false, rmq.Table{"alternate-exchange": "dur-ae"}))
@@ -79,7 +81,7 @@ func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
 	must(t, ch.ExchangeDeclare("tmp-x", "direct", false, false, false, false, nil))
 	_, err := ch.QueueDeclare("dur-a", true, false, false, false, rmq.Table{"x-max-priority": int32(5)})
 	must(t, err)
-	_, err = ch.QueueDeclare("dur-b", true, false, false, false, nil)
+	_, err = ch.QueueDeclare("dur-b", true, false, false, false, qt.declareArgs(nil))
 	must(t, err)
 	_, err = ch.QueueDeclare("tmp-q", false, false, false, false, nil)
 	must(t, err)
@@ -144,17 +146,19 @@ func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
 	expectErr(t, err, 404, "NOT_FOUND - no exchange 'tmp-x' in vhost '/'")
 }
 
-func TestDeletedQueueStaysDeleted(t *testing.T) {
+func TestDeletedQueueStaysDeleted(t *testing.T) { forEachType(t, testDeletedQueueStaysDeleted) }
+
+func testDeletedQueueStaysDeleted(t *testing.T, qt queueType) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
-	if _, err := ch.QueueDeclare("gone", true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare("gone", true, false, false, false, qt.declareArgs(nil)); err != nil {
 		t.Fatal(err)
 	}
 	publishPersistent(t, ch, "", "gone", "x", "y")
 	if _, err := ch.QueueDelete("gone", false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare("gone", true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare("gone", true, false, false, false, qt.declareArgs(nil)); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
@@ -170,7 +174,9 @@ func TestDeletedQueueStaysDeleted(t *testing.T) {
 // Nothing is confirmed before it is durable: the store's fsync is made
 // slow, and every confirm the client sees must come after the fsync that
 // covered its message.
-func TestConfirmAfterFsync(t *testing.T) {
+func TestConfirmAfterFsync(t *testing.T) { forEachType(t, testConfirmAfterFsync) }
+
+func testConfirmAfterFsync(t *testing.T, qt queueType) {
 	var synced atomic.Int64 // fsyncs completed
 	r := newRestartable(t, broker.Options{AfterStoreSync: func() {
 		time.Sleep(20 * time.Millisecond) // the fsync is slow
@@ -178,7 +184,7 @@ func TestConfirmAfterFsync(t *testing.T) {
 	}})
 	c, ch := r.dial()
 	defer c.Close()
-	if _, err := ch.QueueDeclare("fsync-q", true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare("fsync-q", true, false, false, false, qt.declareArgs(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Confirm(false); err != nil {
@@ -361,16 +367,18 @@ func TestBinaryRefusesLockedStore(t *testing.T) {
 
 // TTLs and delivery counts survive a restart; dead-lettering of a
 // persistent message moves it durably.
-func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
+func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) { forEachType(t, testRestartKeepsTTLAndDeliveryCount) }
+
+func testRestartKeepsTTLAndDeliveryCount(t *testing.T, qt queueType) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
 	must(t, ch.ExchangeDeclare("r-dlx", "fanout", true, false, false, false, nil))
 	_, err := ch.QueueDeclare("r-dlq", true, false, false, false, nil)
 	must(t, err)
 	must(t, ch.QueueBind("r-dlq", "", "r-dlx", false, nil))
-	_, err = ch.QueueDeclare("r-ttl", true, false, false, false, rmq.Table{"x-message-ttl": int32(300), "x-dead-letter-exchange": "r-dlx"})
+	_, err = ch.QueueDeclare("r-ttl", true, false, false, false, qt.declareArgs(rmq.Table{"x-message-ttl": int32(300), "x-dead-letter-exchange": "r-dlx"}))
 	must(t, err)
-	_, err = ch.QueueDeclare("r-count", true, false, false, false, rmq.Table{"x-delivery-limit": int32(5)})
+	_, err = ch.QueueDeclare("r-count", true, false, false, false, qt.declareArgs(rmq.Table{"x-delivery-limit": int32(5)}))
 	must(t, err)
 	publishPersistent(t, ch, "", "r-ttl", "expires")
 	publishPersistent(t, ch, "", "r-count", "counted")
