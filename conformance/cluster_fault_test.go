@@ -44,6 +44,9 @@ import (
 // majority measures the longest time without a confirm there, which must
 // stay within maxConfirmGap whatever the fault (a paused or silent leader
 // included), and each of its publishes must be confirmed or refused.
+// Beside that queue, a quorum queue of one member takes a few confirmed
+// publishes each round and must serve again after it, and give back
+// every one at the end (cluster_fault_one_test.go).
 
 // clusterRounds is how many fault rounds TestClusterFaults runs: a few in
 // `make test`, RAILMQ_CLUSTER_ROUNDS (100 in `make cluster-test`)
@@ -894,6 +897,9 @@ func TestClusterFaults(t *testing.T) {
 		}
 		return 0, false
 	}
+	// The one-member queue's member is on the first leader's node, which
+	// the first round's fault hits (cluster_fault_one_test.go).
+	one := newOneMember(t, nodes, leaderOf())
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	kinds := []string{"kill-leader", "kill-follower", "restart", "wipe", "partition", "pause", "silent", "long-partition"}
 	if only := os.Getenv("RAILMQ_CLUSTER_KINDS"); only != "" { // e.g. pause,silent: those kinds in turn
@@ -919,7 +925,11 @@ func TestClusterFaults(t *testing.T) {
 		if kind == "restart" || kind == "wipe" || partition {
 			victim = rng.IntN(3)
 		}
+		if kind == "wipe" && victim == one.home {
+			victim = (victim + 1) % 3 // the one-member queue's only copy
+		}
 		n := nodes[victim]
+		one.publish(20)
 		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond) // load runs
 		at := time.Now()
 		h.event("round %d: %s of %s (leader %s)", round, kind, n.name, nodes[leader].name)
@@ -1036,8 +1046,10 @@ func TestClusterFaults(t *testing.T) {
 		if verbose {
 			t.Logf("round %d: %s of %s: served again after %v, caught up %v after healing", round, kind, n.name, took, caughtAt.Sub(healed))
 		}
+		one.servesAgain(round, kind, victim, 30*time.Second)
 	}
 	stopLoad()
+	one.drain()
 
 	// Drain what is left, from every node in turn, and check the history.
 	// A message checked out to a consumer that is gone comes back only

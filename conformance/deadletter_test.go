@@ -151,7 +151,9 @@ func testDeadLetterCycleDropped(t *testing.T, qt queueType) {
 	}
 }
 
-func TestDeadLetterMissingExchangeDrops(t *testing.T) { forEachType(t, testDeadLetterMissingExchangeDrops) }
+func TestDeadLetterMissingExchangeDrops(t *testing.T) {
+	forEachType(t, testDeadLetterMissingExchangeDrops)
+}
 
 func testDeadLetterMissingExchangeDrops(t *testing.T, qt queueType) {
 	e := setup(t, broker.Options{})

@@ -71,7 +71,9 @@ func publishPersistent(t *testing.T, ch *rmq.Channel, ex, key string, bodies ...
 	}
 }
 
-func TestRestartKeepsDefinitionsAndMessages(t *testing.T) { forEachType(t, testRestartKeepsDefinitionsAndMessages) }
+func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
+	forEachType(t, testRestartKeepsDefinitionsAndMessages)
+}
 
 func testRestartKeepsDefinitionsAndMessages(t *testing.T, qt queueType) {
 	r := newRestartable(t, broker.Options{})
@@ -367,7 +369,9 @@ func TestBinaryRefusesLockedStore(t *testing.T) {
 
 // TTLs and delivery counts survive a restart; dead-lettering of a
 // persistent message moves it durably.
-func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) { forEachType(t, testRestartKeepsTTLAndDeliveryCount) }
+func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
+	forEachType(t, testRestartKeepsTTLAndDeliveryCount)
+}
 
 func testRestartKeepsTTLAndDeliveryCount(t *testing.T, qt queueType) {
 	r := newRestartable(t, broker.Options{})

@@ -110,7 +110,9 @@ func testPoliciesApplyToLiveQueues(t *testing.T, qt queueType) {
 // RabbitMQ 3.10, which stamps each message with its expiry when it is
 // enqueued: the five queued before the policy stay; the three after it
 // expire (once they reach the head, as RabbitMQ expires messages).
-func TestTTLPolicyReachesLaterMessages(t *testing.T) { forEachType(t, testTTLPolicyReachesLaterMessages) }
+func TestTTLPolicyReachesLaterMessages(t *testing.T) {
+	forEachType(t, testTTLPolicyReachesLaterMessages)
+}
 
 func testTTLPolicyReachesLaterMessages(t *testing.T, qt queueType) {
 	b := testutil.Start(t, broker.Options{})
