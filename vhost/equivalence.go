@@ -161,6 +161,7 @@ func (v *VHost) CheckExchange(d ExchangeDecl) error {
 // CheckQueue reports the error declaring d would meet, without declaring
 // it.
 func (v *VHost) CheckQueue(d QueueDecl) error {
+	d = v.withDefaultType(d)
 	v.mu.RLock()
 	q := v.queues[d.Name]
 	v.mu.RUnlock()
@@ -172,6 +173,9 @@ func (v *VHost) CheckQueue(d QueueDecl) error {
 	}
 	if strings.HasPrefix(d.Name, "amq.") && !d.Reserved {
 		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	if IsQuorum(d.Args) {
+		return v.checkQuorumDecl(d)
 	}
 	_, err := validateQueueArgs(d.Name, v.name, d.Args)
 	return err

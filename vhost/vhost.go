@@ -48,6 +48,7 @@ type VHost struct {
 	closed      bool                            // Close ran: no queue is made any more (the cluster may still apply definitions); guarded by mu
 	nextQueueID *atomic.Uint64                  // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
+	defaultType atomic.Pointer[string]          // default queue type (defaulttype.go); nil or "": none
 	window      int
 	windowB     int64
 	delays      *delayer // delayed exchanges' messages (delayed.go)
