@@ -62,6 +62,13 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 		cur = "quorum"
 	}
 	if t, ok := d.Args["x-queue-type"]; ok && str(t) != cur {
+		if _, had := c.Args["x-queue-type"]; !had && cur == "classic" {
+			// A classic queue declared with no type has none to compare
+			// (rabbit_misc:assert_field_equivalence lets only "classic"
+			// match nothing): what a vhost's default queue type gives a
+			// queue made before it was set.
+			return ineq("x-queue-type", typedValue{t}, none{})
+		}
 		return ineq("x-queue-type", t, cur)
 	}
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
