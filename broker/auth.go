@@ -32,7 +32,7 @@ const (
 type VHostRecord struct {
 	Description string           `json:"description"`
 	Tags        []string         `json:"tags"`
-	Limits      map[string]int64 `json:"limits,omitempty"`
+	Limits      map[string]int64 `json:"limits"` // empty, not nil: a vhost-limits parameter of no limits (RabbitMQ's [])
 	// DefaultQueueType is the type of the queues declared in the vhost
 	// that name none (vhost.ParseDefaultQueueType); "" for none.
 	DefaultQueueType string `json:"default_queue_type,omitempty"`

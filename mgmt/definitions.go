@@ -65,8 +65,8 @@ type defsUser struct {
 // vhost-limits parameter: the import reads the parameter, as RabbitMQ's.
 type defsVHost struct {
 	Name             string         `json:"name"`
-	Description      string         `json:"description,omitempty"`
-	Tags             any            `json:"tags,omitempty"`
+	Description      string         `json:"description"`
+	Tags             any            `json:"tags"`
 	DefaultQueueType string         `json:"default_queue_type,omitempty"` // exported only
 	Metadata         *defsVHostMeta `json:"metadata,omitempty"`
 }
@@ -171,10 +171,14 @@ func exportDefinitions(srv *broker.Server, only string) defsFile {
 		if only == "" {
 			d.VHosts = append(d.VHosts, vhostDef(vh, st.Rec))
 		}
-		if len(st.Rec.Limits) > 0 {
-			val := map[string]any{}
-			for k, v := range st.Rec.Limits {
-				val[k] = v
+		if st.Rec.Limits != nil {
+			var val any = []any{} // limits set and cleared: RabbitMQ 3.x exports [] (3.10.8, asked)
+			if len(st.Rec.Limits) > 0 {
+				m := map[string]any{}
+				for k, v := range st.Rec.Limits {
+					m[k] = v
+				}
+				val = m
 			}
 			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: val})
 		}
