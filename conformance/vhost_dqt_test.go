@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"testing"
+	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
@@ -249,4 +250,45 @@ func TestVHostDefaultQueueTypeDeclares(t *testing.T) {
 	if _, err := ch2().QueueDeclarePassive("old", true, false, false, false, nil); err != nil {
 		t.Errorf("a passive declare is not rewritten: %v", err)
 	}
+}
+
+// In a cluster the default queue type is part of the replicated vhost
+// record: set through one node, a declare naming no type on another
+// makes a quorum queue, which a third sees as one.
+func TestVHostDefaultQueueTypeCluster(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	a0 := &api{t: t, url: nodes[0].api}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return a0.call("PUT", "/api/vhosts/dqc", "guest", "guest", map[string]any{"default_queue_type": "quorum"}, nil) == 201
+	}, "the vhost made through node 1")
+	a1 := &api{t: t, url: nodes[1].api}
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		var v vhostView
+		return a1.call("GET", "/api/vhosts/dqc", "guest", "guest", nil, &v) == 200 && v.DefaultQueueType == "quorum"
+	}, "node 2 seeing the vhost's default queue type")
+	dialAllowed := func(url string) *rmq.Connection {
+		t.Helper()
+		var c *rmq.Connection
+		testutil.Eventually(t, 20*time.Second, func() bool {
+			var err error
+			c, err = rmq.Dial(url)
+			return err == nil
+		}, "guest's permissions in dqc at %s", url)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c := dialAllowed(nodes[1].b.URL + "dqc")
+	ch, err := c.Channel()
+	must(t, err)
+	if _, err := ch.QueueDeclare("dqc-q", true, false, false, false, nil); err != nil {
+		t.Fatalf("a declare naming no type on node 2: %v", err)
+	}
+	c2 := dialAllowed(nodes[2].b.URL + "dqc")
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		ch, err := c2.Channel()
+		must(t, err)
+		_, err = ch.QueueDeclare("dqc-q", true, false, false, false, rmq.Table{"x-queue-type": "quorum"})
+		return err == nil
+	}, "node 3 seeing dqc-q as a quorum queue")
 }
