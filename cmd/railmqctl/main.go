@@ -364,9 +364,11 @@ func newAddVHostCmd(c *client) *cobra.Command {
 			if cmd.Flags().Changed("default-queue-type") {
 				switch dqt {
 				case "":
+					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
 					return fmt.Errorf("Default queue type must not be an empty string")
 				case "quorum", "classic":
 				default:
+					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
 					return fmt.Errorf("Default queue type must be one of: quorum, classic. Provided: %s", dqt)
 				}
 				body["default_queue_type"] = dqt
