@@ -103,6 +103,18 @@ func TestVHostDefaultQueueTypeAPI(t *testing.T) {
 		t.Errorf("exported as %s", s)
 	}
 
+	// An import naming the vhost without a default queue type (RabbitMQ
+	// 3.12's export: the name alone) leaves it; one with an invalid type
+	// is refused whole, in RabbitMQ 4.3.5's words (rabbit_definitions.erl
+	// invalid_queue_type_message).
+	if code, reason := a.postDefinitions(`{"vhosts":[{"name":"dq","description":"d","tags":["a","b"]}]}`); code != 204 {
+		t.Fatalf("import: %d %s", code, reason)
+	}
+	want("after an import naming no type", "quorum")
+	if code, reason := a.postDefinitions(`{"vhosts":[{"name":"dq-new","metadata":{"default_queue_type":"bogus"}}]}`); code != 400 || reason != `vhost "dq-new": bogus is not a valid queue type` {
+		t.Errorf("an import with an invalid type: %d %q", code, reason)
+	}
+
 	r.restart()
 	a = newAPI(t, r.b)
 	want("after a restart", "quorum")
