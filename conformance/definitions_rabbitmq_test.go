@@ -198,6 +198,17 @@ func TestImportRabbitMQ313Export(t *testing.T) {
 	if pol.Policy != "invoices-limit" {
 		t.Errorf("invoices' policy %v", pol.Policy)
 	}
+	// One for classic queues only, of a higher priority, leaves it
+	// (rabbit_policy.erl matches_queue_type, v3.12.14 to v4.3.5) and
+	// applies to the classic queue.
+	a.admin("PUT", "/api/policies/billing/classic-only", map[string]any{"pattern": "^(invoices|reports)$", "apply-to": "classic_queues",
+		"definition": map[string]any{"max-length": 5}, "priority": 9}, 201)
+	for q, want := range map[string]string{"invoices": "invoices-limit", "reports": "classic-only"} {
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			a.call("GET", "/api/queues/billing/"+q, "guest", "guest", nil, &pol)
+			return pol.Policy == want
+		}, "%s's policy %s", q, want)
+	}
 	// A client declaring in billing with no type gets a quorum queue.
 	c := dial(t, b.URL+"billing")
 	ch, _ := c.Channel()
