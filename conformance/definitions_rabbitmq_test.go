@@ -310,6 +310,14 @@ func TestImportRabbitMQStreamRefused(t *testing.T) {
 	if code := a.call("GET", "/api/vhosts/telemetry", "guest", "guest", nil, nil); code != 404 {
 		t.Fatalf("the refused file made its vhost: %d", code)
 	}
+	// So is a plugin's parameter (RabbitMQ's federation fixture): railmq
+	// has no federation, and RabbitMQ without the plugin refuses it too
+	// ("component ~ts not found", rabbit_runtime_parameters.erl).
+	code, reason = a.postDefinitions(defsFile(t, "rabbitmq-federation-case1.json"))
+	want = `parameter "location-1" of component "federation-upstream-set" in "/": only vhost-limits and operator_policy parameters are supported`
+	if code != 400 || reason != want {
+		t.Fatalf("%d %q, want 400 %q", code, reason, want)
+	}
 }
 
 // RabbitMQ's own import fixtures (deps/rabbit/test/definition_import_SUITE
