@@ -22,7 +22,7 @@ func (e *env) fill(q string, n int) {
 
 func TestConsumeBasics(t *testing.T) { forEachType(t, testConsumeBasics) }
 
-func testConsumeBasics(t *testing.T, qt queueType) {
+func testConsumeBasics(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	ds := e.consume(q, false)
@@ -53,7 +53,7 @@ func TestServerGeneratedConsumerTag(t *testing.T) {
 
 func TestConsumerTagReuse(t *testing.T) { forEachType(t, testConsumerTagReuse) }
 
-func testConsumerTagReuse(t *testing.T, qt queueType) {
+func testConsumerTagReuse(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	if _, err := e.ch.Consume(q, "tag1", false, false, false, false, nil); err != nil {
@@ -71,7 +71,7 @@ func testConsumerTagReuse(t *testing.T, qt queueType) {
 // beside an exclusive one, and an exclusive one beside others.
 func TestExclusiveConsumer(t *testing.T) { forEachType(t, testExclusiveConsumer) }
 
-func testExclusiveConsumer(t *testing.T, qt queueType) {
+func testExclusiveConsumer(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "xc-q", nil)
 	if _, err := e.ch.Consume(q, "first", false, true, false, false, nil); err != nil {
@@ -107,7 +107,7 @@ func testExclusiveConsumer(t *testing.T, qt queueType) {
 
 func TestNoAckConsumer(t *testing.T) { forEachType(t, testNoAckConsumer) }
 
-func testNoAckConsumer(t *testing.T, qt queueType) {
+func testNoAckConsumer(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	ds := e.consume(q, true)
@@ -126,7 +126,7 @@ func testNoAckConsumer(t *testing.T, qt queueType) {
 
 func TestCompetingConsumersRoundRobin(t *testing.T) { forEachType(t, testCompetingConsumersRoundRobin) }
 
-func testCompetingConsumersRoundRobin(t *testing.T, qt queueType) {
+func testCompetingConsumersRoundRobin(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	c1, c2 := e.channel(e.conn), e.channel(e.conn)
@@ -157,7 +157,7 @@ func testCompetingConsumersRoundRobin(t *testing.T, qt queueType) {
 
 func TestConsumerPriorities(t *testing.T) { forEachType(t, testConsumerPriorities) }
 
-func testConsumerPriorities(t *testing.T, qt queueType) {
+func testConsumerPriorities(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	lo, hi := e.channel(e.conn), e.channel(e.conn)
@@ -186,7 +186,7 @@ func testConsumerPriorities(t *testing.T, qt queueType) {
 
 func TestOneConsumerManyQueues(t *testing.T) { forEachType(t, testOneConsumerManyQueues) }
 
-func testOneConsumerManyQueues(t *testing.T, qt queueType) {
+func testOneConsumerManyQueues(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	qa, qb := e.typedQueue(qt, "", nil), e.typedQueue(qt, "", nil)
 	da, err := e.ch.Consume(qa, "a", false, false, false, false, nil)
@@ -214,7 +214,7 @@ func testOneConsumerManyQueues(t *testing.T, qt queueType) {
 
 func TestCancelAndServerCancel(t *testing.T) { forEachType(t, testCancelAndServerCancel) }
 
-func testCancelAndServerCancel(t *testing.T, qt queueType) {
+func testCancelAndServerCancel(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "cancel-q", nil)
 	ds, err := e.ch.Consume(q, "mine", false, false, false, false, nil)
@@ -254,7 +254,7 @@ func testCancelAndServerCancel(t *testing.T, qt queueType) {
 
 func TestPrefetchPerConsumer(t *testing.T) { forEachType(t, testPrefetchPerConsumer) }
 
-func testPrefetchPerConsumer(t *testing.T, qt queueType) {
+func testPrefetchPerConsumer(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	slow, fast := e.channel(e.conn), e.channel(e.conn)
@@ -354,7 +354,7 @@ func TestPrefetchBothLimits(t *testing.T) {
 
 func TestQosAppliesToLaterConsumers(t *testing.T) { forEachType(t, testQosAppliesToLaterConsumers) }
 
-func testQosAppliesToLaterConsumers(t *testing.T, qt queueType) {
+func testQosAppliesToLaterConsumers(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	if err := e.ch.Qos(1, 0, false); err != nil {
@@ -371,7 +371,7 @@ func testQosAppliesToLaterConsumers(t *testing.T, qt queueType) {
 
 func TestAckErrors(t *testing.T) { forEachType(t, testAckErrors) }
 
-func testAckErrors(t *testing.T, qt queueType) {
+func testAckErrors(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
@@ -394,7 +394,7 @@ func testAckErrors(t *testing.T, qt queueType) {
 
 func TestAckMultipleAndNackMultiple(t *testing.T) { forEachType(t, testAckMultipleAndNackMultiple) }
 
-func testAckMultipleAndNackMultiple(t *testing.T, qt queueType) {
+func testAckMultipleAndNackMultiple(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 6)
@@ -418,7 +418,7 @@ func testAckMultipleAndNackMultiple(t *testing.T, qt queueType) {
 
 func TestGetAndGetEmpty(t *testing.T) { forEachType(t, testGetAndGetEmpty) }
 
-func testGetAndGetEmpty(t *testing.T, qt queueType) {
+func testGetAndGetEmpty(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	if _, ok, err := e.ch.Get(q, true); ok || err != nil {
@@ -441,7 +441,7 @@ func testGetAndGetEmpty(t *testing.T, qt queueType) {
 // m3, m2, m4, m5, redelivered with x-delivery-count 1.
 func TestRequeueOrder(t *testing.T) { forEachType(t, testRequeueOrder) }
 
-func testRequeueOrder(t *testing.T, qt queueType) {
+func testRequeueOrder(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	var args rmq.Table
 	want := []int{1, 2, 3, 4, 5}
@@ -470,7 +470,7 @@ func testRequeueOrder(t *testing.T, qt queueType) {
 
 func TestRequeueOnChannelClose(t *testing.T) { forEachType(t, testRequeueOnChannelClose) }
 
-func testRequeueOnChannelClose(t *testing.T, qt queueType) {
+func testRequeueOnChannelClose(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 4)
@@ -498,7 +498,7 @@ func testRequeueOnChannelClose(t *testing.T, qt queueType) {
 
 func TestRequeueOnConnectionLoss(t *testing.T) { forEachType(t, testRequeueOnConnectionLoss) }
 
-func testRequeueOnConnectionLoss(t *testing.T, qt queueType) {
+func testRequeueOnConnectionLoss(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "loss-q", nil)
 	e.fill(q, 2)
@@ -521,7 +521,7 @@ func testRequeueOnConnectionLoss(t *testing.T, qt queueType) {
 
 func TestRecoverRequeues(t *testing.T) { forEachType(t, testRecoverRequeues) }
 
-func testRecoverRequeues(t *testing.T, qt queueType) {
+func testRecoverRequeues(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
@@ -538,7 +538,7 @@ func testRecoverRequeues(t *testing.T, qt queueType) {
 
 func TestRejectWithoutRequeueDrops(t *testing.T) { forEachType(t, testRejectWithoutRequeueDrops) }
 
-func testRejectWithoutRequeueDrops(t *testing.T, qt queueType) {
+func testRejectWithoutRequeueDrops(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	e.fill(q, 1)
@@ -734,7 +734,7 @@ func TestDeliveryNotHeldByClosingPublisher(t *testing.T) {
 // int32 is taken.
 func TestConsumerPriorityArgument(t *testing.T) { forEachType(t, testConsumerPriorityArgument) }
 
-func testConsumerPriorityArgument(t *testing.T, qt queueType) {
+func testConsumerPriorityArgument(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "prio-arg-q", nil)
 	ch := e.channel(e.conn)

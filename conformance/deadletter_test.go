@@ -37,7 +37,7 @@ func deathOf(t *testing.T, d rmq.Delivery) rmq.Table {
 
 func TestDeadLetterRejected(t *testing.T) { forEachType(t, testDeadLetterRejected) }
 
-func testDeadLetterRejected(t *testing.T, qt queueType) {
+func testDeadLetterRejected(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-rej", "dlq-rej")
 	q := e.typedQueue(qt, "work-rej", rmq.Table{"x-dead-letter-exchange": "dlx-rej"})
@@ -87,7 +87,7 @@ func testDeadLetterRejected(t *testing.T, qt queueType) {
 
 func TestDeadLetterCountIncrements(t *testing.T) { forEachType(t, testDeadLetterCountIncrements) }
 
-func testDeadLetterCountIncrements(t *testing.T, qt queueType) {
+func testDeadLetterCountIncrements(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	// work -> (reject) dlx -> retry (ttl 50 ms) -> (expired) back to work.
 	if err := e.ch.ExchangeDeclare("dlx-retry", "direct", false, true, false, false, nil); err != nil {
@@ -127,7 +127,7 @@ func testDeadLetterCountIncrements(t *testing.T, qt queueType) {
 
 func TestDeadLetterCycleDropped(t *testing.T) { forEachType(t, testDeadLetterCycleDropped) }
 
-func testDeadLetterCycleDropped(t *testing.T, qt queueType) {
+func testDeadLetterCycleDropped(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	if err := e.ch.ExchangeDeclare("dlx-cycle", "fanout", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestDeadLetterMissingExchangeDrops(t *testing.T) {
 	forEachType(t, testDeadLetterMissingExchangeDrops)
 }
 
-func testDeadLetterMissingExchangeDrops(t *testing.T, qt queueType) {
+func testDeadLetterMissingExchangeDrops(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "nodlx-q", rmq.Table{"x-dead-letter-exchange": "no-such-exchange"})
 	e.publishConfirmed("", q, rmq.Publishing{Body: []byte("x")})
@@ -176,7 +176,7 @@ func testDeadLetterMissingExchangeDrops(t *testing.T, qt queueType) {
 // redeliveries (as RabbitMQ's quorum queues) and none on the dead copy.
 func TestDeliveryLimit(t *testing.T) { forEachType(t, testDeliveryLimit) }
 
-func testDeliveryLimit(t *testing.T, qt queueType) {
+func testDeliveryLimit(t *testing.T, qt queueKind) {
 	// RabbitMQ has x-delivery-limit on quorum queues only; railmq's queues
 	// all have it.
 	if !qt.quorum() {
@@ -209,7 +209,7 @@ func testDeliveryLimit(t *testing.T, qt queueType) {
 
 func TestMessageTTLQueueAndPerMessage(t *testing.T) { forEachType(t, testMessageTTLQueueAndPerMessage) }
 
-func testMessageTTLQueueAndPerMessage(t *testing.T, qt queueType) {
+func testMessageTTLQueueAndPerMessage(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-ttl", "dlq-ttl")
 	q := e.typedQueue(qt, "ttl-q", rmq.Table{"x-message-ttl": int32(100), "x-dead-letter-exchange": "dlx-ttl"})
@@ -244,7 +244,7 @@ func testMessageTTLQueueAndPerMessage(t *testing.T, qt queueType) {
 // consumer at its prefetch limit. Delivered, it keeps its expiration.
 func TestMessageTTLZero(t *testing.T) { forEachType(t, testMessageTTLZero) }
 
-func testMessageTTLZero(t *testing.T, qt queueType) {
+func testMessageTTLZero(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-ttl0", "dlq-ttl0")
 	qttl := e.typedQueue(qt, "ttl0-q", rmq.Table{"x-message-ttl": int32(0), "x-dead-letter-exchange": "dlx-ttl0"})
@@ -335,7 +335,7 @@ func TestInvalidExpiration(t *testing.T) {
 
 func TestQueueExpires(t *testing.T) { forEachType(t, testQueueExpires) }
 
-func testQueueExpires(t *testing.T, qt queueType) {
+func testQueueExpires(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	if _, err := e.ch.QueueDeclare("expiring-q", qt.durable, false, false, false, qt.declareArgs(rmq.Table{"x-expires": int32(200)})); err != nil {
 		t.Fatal(err)
@@ -363,7 +363,7 @@ func testQueueExpires(t *testing.T, qt queueType) {
 
 func TestMaxLengthDropHead(t *testing.T) { forEachType(t, testMaxLengthDropHead) }
 
-func testMaxLengthDropHead(t *testing.T, qt queueType) {
+func testMaxLengthDropHead(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-len", "dlq-len")
 	q := e.typedQueue(qt, "len-q", rmq.Table{"x-max-length": int32(3), "x-dead-letter-exchange": "dlx-len"})
@@ -390,7 +390,7 @@ func testMaxLengthDropHead(t *testing.T, qt queueType) {
 
 func TestMaxLengthBytes(t *testing.T) { forEachType(t, testMaxLengthBytes) }
 
-func testMaxLengthBytes(t *testing.T, qt queueType) {
+func testMaxLengthBytes(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "lenb-q", rmq.Table{"x-max-length-bytes": int32(10)})
 	for _, b := range []string{"aaaa", "bbbb", "cccc"} {
@@ -441,7 +441,7 @@ func TestMaxLengthRejectPublish(t *testing.T) {
 
 func TestSingleActiveConsumer(t *testing.T) { forEachType(t, testSingleActiveConsumer) }
 
-func testSingleActiveConsumer(t *testing.T, qt queueType) {
+func testSingleActiveConsumer(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "sac-q", rmq.Table{"x-single-active-consumer": true})
 	c1, c2 := e.channel(e.conn), e.channel(e.conn)
@@ -545,7 +545,7 @@ func TestRedeliveryAddsNoHeaders(t *testing.T) {
 // with a raw client, since client libraries decode tables into maps.
 func TestDeadLetterHeaderOrder(t *testing.T) { forEachType(t, testDeadLetterHeaderOrder) }
 
-func testDeadLetterHeaderOrder(t *testing.T, qt queueType) {
+func testDeadLetterHeaderOrder(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-order", "dlq-order")
 	q := e.typedQueue(qt, "order-src", rmq.Table{"x-dead-letter-exchange": "dlx-order"})
@@ -610,7 +610,7 @@ func testDeadLetterHeaderOrder(t *testing.T, qt queueType) {
 // consumer the message is dead-lettered (maxlen) at once.
 func TestMaxLengthZero(t *testing.T) { forEachType(t, testMaxLengthZero) }
 
-func testMaxLengthZero(t *testing.T, qt queueType) {
+func testMaxLengthZero(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	dlxSetup(t, e, "dlx-len0", "dlq-len0")
 	q := e.typedQueue(qt, "len0-q", rmq.Table{"x-max-length": int32(0), "x-dead-letter-exchange": "dlx-len0"})

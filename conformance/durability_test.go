@@ -75,7 +75,7 @@ func TestRestartKeepsDefinitionsAndMessages(t *testing.T) {
 	forEachType(t, testRestartKeepsDefinitionsAndMessages)
 }
 
-func testRestartKeepsDefinitionsAndMessages(t *testing.T, qt queueType) {
+func testRestartKeepsDefinitionsAndMessages(t *testing.T, qt queueKind) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
 	must(t, ch.ExchangeDeclare("dur-x", "topic", true, false, false, false, rmq.Table{"alternate-exchange": "dur-ae"}))
@@ -150,7 +150,7 @@ func testRestartKeepsDefinitionsAndMessages(t *testing.T, qt queueType) {
 
 func TestDeletedQueueStaysDeleted(t *testing.T) { forEachType(t, testDeletedQueueStaysDeleted) }
 
-func testDeletedQueueStaysDeleted(t *testing.T, qt queueType) {
+func testDeletedQueueStaysDeleted(t *testing.T, qt queueKind) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
 	if _, err := ch.QueueDeclare("gone", true, false, false, false, qt.declareArgs(nil)); err != nil {
@@ -178,7 +178,7 @@ func testDeletedQueueStaysDeleted(t *testing.T, qt queueType) {
 // covered its message.
 func TestConfirmAfterFsync(t *testing.T) { forEachType(t, testConfirmAfterFsync) }
 
-func testConfirmAfterFsync(t *testing.T, qt queueType) {
+func testConfirmAfterFsync(t *testing.T, qt queueKind) {
 	var synced atomic.Int64 // fsyncs completed
 	r := newRestartable(t, broker.Options{AfterStoreSync: func() {
 		time.Sleep(20 * time.Millisecond) // the fsync is slow
@@ -373,7 +373,7 @@ func TestRestartKeepsTTLAndDeliveryCount(t *testing.T) {
 	forEachType(t, testRestartKeepsTTLAndDeliveryCount)
 }
 
-func testRestartKeepsTTLAndDeliveryCount(t *testing.T, qt queueType) {
+func testRestartKeepsTTLAndDeliveryCount(t *testing.T, qt queueKind) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
 	must(t, ch.ExchangeDeclare("r-dlx", "fanout", true, false, false, false, nil))

@@ -19,7 +19,7 @@ import (
 // RabbitMQ.
 func TestPoliciesApplyToLiveQueues(t *testing.T) { forEachType(t, testPoliciesApplyToLiveQueues) }
 
-func testPoliciesApplyToLiveQueues(t *testing.T, qt queueType) {
+func testPoliciesApplyToLiveQueues(t *testing.T, qt queueKind) {
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
 	c := dial(t, b.URL)
@@ -114,7 +114,7 @@ func TestTTLPolicyReachesLaterMessages(t *testing.T) {
 	forEachType(t, testTTLPolicyReachesLaterMessages)
 }
 
-func testTTLPolicyReachesLaterMessages(t *testing.T, qt queueType) {
+func testTTLPolicyReachesLaterMessages(t *testing.T, qt queueKind) {
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
 	c := dial(t, b.URL)

@@ -15,7 +15,7 @@ import (
 
 func TestLargeMessageOverSmallFrames(t *testing.T) { forEachType(t, testLargeMessageOverSmallFrames) }
 
-func testLargeMessageOverSmallFrames(t *testing.T, qt queueType) {
+func testLargeMessageOverSmallFrames(t *testing.T, qt queueKind) {
 	b := testutil.Start(t, broker.Options{})
 	c, err := rmq.DialConfig(b.URL, rmq.Config{FrameSize: 4096})
 	if err != nil {
@@ -34,7 +34,7 @@ func testLargeMessageOverSmallFrames(t *testing.T, qt queueType) {
 
 func TestPropertiesReachConsumer(t *testing.T) { forEachType(t, testPropertiesReachConsumer) }
 
-func testPropertiesReachConsumer(t *testing.T, qt queueType) {
+func testPropertiesReachConsumer(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	ts := time.Unix(1700000000, 0)
@@ -67,7 +67,7 @@ func testPropertiesReachConsumer(t *testing.T, qt queueType) {
 // The content header's properties reach the consumer byte for byte.
 func TestPropertiesByteForByte(t *testing.T) { forEachType(t, testPropertiesByteForByte) }
 
-func testPropertiesByteForByte(t *testing.T, qt queueType) {
+func testPropertiesByteForByte(t *testing.T, qt queueKind) {
 	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
 	r := testutil.DialRaw(t, b.Addr)
@@ -187,7 +187,7 @@ func TestPublishToMissingExchange(t *testing.T) {
 
 func TestConfirmsMultiple(t *testing.T) { forEachType(t, testConfirmsMultiple) }
 
-func testConfirmsMultiple(t *testing.T, qt queueType) {
+func testConfirmsMultiple(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "", nil)
 	confirms := e.ch.NotifyPublish(make(chan rmq.Confirmation, 1000))
@@ -280,7 +280,7 @@ func TestDirectReplyTo(t *testing.T) {
 
 func TestTransactions(t *testing.T) { forEachType(t, testTransactions) }
 
-func testTransactions(t *testing.T, qt queueType) {
+func testTransactions(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "tx-q", nil)
 	if err := e.ch.Tx(); err != nil {

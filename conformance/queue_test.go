@@ -31,7 +31,7 @@ func TestServerNamedQueue(t *testing.T) {
 
 func TestQueueDeclarePassiveAndCounts(t *testing.T) { forEachType(t, testQueueDeclarePassiveAndCounts) }
 
-func testQueueDeclarePassiveAndCounts(t *testing.T, qt queueType) {
+func testQueueDeclarePassiveAndCounts(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	_, err := e.ch.QueueDeclarePassive("missing-q", false, false, false, false, nil)
 	expectErr(t, err, 404, "NOT_FOUND - no queue 'missing-q' in vhost '/'")
@@ -58,7 +58,7 @@ func testQueueDeclarePassiveAndCounts(t *testing.T, qt queueType) {
 
 func TestQueueInequivalent(t *testing.T) { forEachType(t, testQueueInequivalent) }
 
-func testQueueInequivalent(t *testing.T, qt queueType) {
+func testQueueInequivalent(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	if _, err := e.ch.QueueDeclare("ineq-q", true, false, false, false, qt.declareArgs(nil)); err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestAutoDeleteQueue(t *testing.T) {
 
 func TestPurgeAndDelete(t *testing.T) { forEachType(t, testPurgeAndDelete) }
 
-func testPurgeAndDelete(t *testing.T, qt queueType) {
+func testPurgeAndDelete(t *testing.T, qt queueKind) {
 	e := setup(t, broker.Options{})
 	q := e.typedQueue(qt, "pd-q", nil)
 	for range 4 {

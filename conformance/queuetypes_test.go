@@ -12,11 +12,11 @@ import (
 // The queue-behaviour tests run for both queue types wherever RabbitMQ
 // supports the behaviour on both (docs/quorum-queues.md has the table of
 // which do and which do not). A test that runs for both takes a
-// queueType and declares its queues with e.typedQueue; forEachType runs
+// queueKind and declares its queues with e.typedQueue; forEachType runs
 // it as subtests "classic" and "quorum".
 
-// queueType is how a test declares a queue of one type.
-type queueType struct {
+// queueKind is how a test declares a queue of one type.
+type queueKind struct {
 	name string
 	// durable: quorum queues must be (RabbitMQ refuses a transient one:
 	// 406 "invalid property 'non-durable' for queue"); the classic
@@ -25,16 +25,16 @@ type queueType struct {
 	args    rmq.Table // merged into the test's own arguments
 }
 
-func (qt queueType) quorum() bool { return qt.name == "quorum" }
+func (qt queueKind) quorum() bool { return qt.name == "quorum" }
 
 var (
-	classicType = queueType{name: "classic"}
-	quorumType  = queueType{name: "quorum", durable: true, args: rmq.Table{"x-queue-type": "quorum"}}
-	bothTypes   = []queueType{classicType, quorumType}
+	classicType = queueKind{name: "classic"}
+	quorumType  = queueKind{name: "quorum", durable: true, args: rmq.Table{"x-queue-type": "quorum"}}
+	bothTypes   = []queueKind{classicType, quorumType}
 )
 
 // forEachType runs test once per queue type, as a subtest named after it.
-func forEachType(t *testing.T, test func(t *testing.T, qt queueType)) {
+func forEachType(t *testing.T, test func(t *testing.T, qt queueKind)) {
 	t.Helper()
 	for _, qt := range bothTypes {
 		t.Run(qt.name, func(t *testing.T) { test(t, qt) })
@@ -42,7 +42,7 @@ func forEachType(t *testing.T, test func(t *testing.T, qt queueType)) {
 }
 
 // declareArgs is args with the type's own arguments added.
-func (qt queueType) declareArgs(args rmq.Table) rmq.Table {
+func (qt queueKind) declareArgs(args rmq.Table) rmq.Table {
 	if len(qt.args) == 0 {
 		return args
 	}
@@ -58,7 +58,7 @@ func (qt queueType) declareArgs(args rmq.Table) rmq.Table {
 // gets a random name of the test's choosing instead, since RabbitMQ
 // declares quorum queues under the client's names (a server-named queue
 // is exclusive in practice, and quorum queues cannot be).
-func (e *env) typedQueue(qt queueType, name string, args rmq.Table) string {
+func (e *env) typedQueue(qt queueKind, name string, args rmq.Table) string {
 	e.t.Helper()
 	if name == "" && qt.quorum() {
 		var b [8]byte
