@@ -752,11 +752,17 @@ func testConsumerPriorityArgument(t *testing.T, qt queueKind) {
 // relies on it: its "cancelled consumer" test closes the channel on the
 // cancel, and a delete-ok still to come fails with "Channel ended, no
 // reply will be forthcoming".
-func TestDeleteOkBeforeOwnCancel(t *testing.T) {
+func TestDeleteOkBeforeOwnCancel(t *testing.T) { forEachType(t, testDeleteOkBeforeOwnCancel) }
+
+func testDeleteOkBeforeOwnCancel(t *testing.T, qt queueKind) {
 	b := testutil.Start(t, broker.Options{})
 	r := testutil.DialRaw(t, b.Addr)
 	r.Handshake(amqp.Table{"consumer_cancel_notify": true}, 0, true)
-	r.Send(1, &amqp.QueueDeclare{Queue: "del-order-q", AutoDelete: false})
+	decl := &amqp.QueueDeclare{Queue: "del-order-q"}
+	if qt.quorum() {
+		decl.Durable, decl.Arguments = true, amqp.Table{"x-queue-type": "quorum"}
+	}
+	r.Send(1, decl)
 	r.Expect((*amqp.QueueDeclareOk)(nil))
 	for i := range 20 {
 		tag := fmt.Sprintf("c%d", i)
