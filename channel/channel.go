@@ -244,7 +244,7 @@ func (c *Channel) handle(m amqp.Method) error {
 	case *amqp.BasicAck:
 		return c.ack(m, m.DeliveryTag, m.Multiple, ackAck, false)
 	case *amqp.BasicNack:
-		return c.ack(m, m.DeliveryTag, m.Multiple, ackReject, m.Requeue)
+		return c.ack(m, m.DeliveryTag, m.Multiple, ackNack, m.Requeue)
 	case *amqp.BasicReject:
 		return c.ack(m, m.DeliveryTag, false, ackReject, m.Requeue)
 	case *amqp.BasicQos:

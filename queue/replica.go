@@ -28,6 +28,12 @@ type Replica interface {
 	CountsDeliveries() bool
 }
 
+// PolicySetter is a Replica that takes policy changes (a quorum queue:
+// its delivery limit, its retry delays).
+type PolicySetter interface {
+	SetPolicy(p Policy)
+}
+
 // Throttled is a Replica whose intake can fall behind its publishers
 // (the link to a classic queue's home node, whose outbound buffer grows
 // while the home takes frames more slowly than they come). While Behind
