@@ -77,7 +77,9 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	for j := first; j <= last; j++ {
 		if u := &c.unacked[j]; !u.done {
 			c.release(u)
-			add(u)
+			if !u.returned { // else its queue has it back already (timeout.go)
+				add(u)
+			}
 		}
 	}
 	c.compact()
@@ -144,6 +146,9 @@ func (c *Channel) takeAllLocked() []batch {
 			continue
 		}
 		c.release(u)
+		if u.returned {
+			continue // its queue has it back already (timeout.go)
+		}
 		found := false
 		for j := range bs {
 			if bs[j].q == u.q {

@@ -178,6 +178,9 @@ type unacked struct {
 	at      int64         // delivered, unix nanos
 	timeout time.Duration // consumer timeout for this delivery; 0 = none
 	done    bool
+	// returned: a consumer timeout gave it back to its queue
+	// (timeout.go); the client may still ack it, which goes nowhere.
+	returned bool
 }
 
 // New opens a channel.

@@ -82,3 +82,11 @@ func (q *Queue) Stop() {
 		close(q.stopped)
 	}
 }
+
+// CancelsOnTimeout reports whether a consumer timeout returns the
+// queue's timed-out deliveries and cancels their consumer (RabbitMQ
+// 4.3's quorum queues: a Returner) rather than closing the channel.
+func (q *Queue) CancelsOnTimeout() bool {
+	_, ok := q.cfg.Replica.(Returner)
+	return ok
+}
