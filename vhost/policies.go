@@ -280,7 +280,12 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 		}
 	}
 	for k, val := range args {
-		// The queue's own arguments win, but for the limits, the lower.
+		// The queue's own arguments win, but for the limits, the lower,
+		// and for x-delayed-retry-type, the policy's (RabbitMQ 4.3:
+		// get_delayed_retry_config, policy_has_precedence).
+		if _, ok := eff[k]; ok && k == "x-delayed-retry-type" {
+			continue
+		}
 		if cur, ok := amqp.Int(eff[k]); ok && limitArgs[k] {
 			if n, isInt := amqp.Int(val); isInt && mergeLimit(k, cur, n) == cur {
 				continue

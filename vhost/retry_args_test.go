@@ -77,12 +77,12 @@ func TestPolicyForQuorumQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op, err := NewPolicyDef("op", "^q$", "queues", 0, map[string]any{"delayed-retry-type": "failed", "delayed-retry-min": 200.0,
-		"delayed-retry-max": 500.0}, true)
+	op, err := NewPolicyDef("op", "^q$", "queues", 0, map[string]any{"delayed-retry-min": 200.0, "delayed-retry-max": 500.0}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(4), "x-consumer-timeout": int32(3_600_000)}
+	args := amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(4), "x-consumer-timeout": int32(3_600_000),
+		"x-delayed-retry-type": "returned"} // the policy's type wins (policy_has_precedence)
 	_, p, applied := v.policyFor("q", args, []*PolicyDef{pol}, []*PolicyDef{op})
 	if !p.DeliveryLimitSet || p.DeliveryLimit != 4 {
 		t.Errorf("delivery limit %d (set %v), want 4: the argument's, the policy's -1 giving way", p.DeliveryLimit, p.DeliveryLimitSet)
@@ -90,9 +90,14 @@ func TestPolicyForQuorumQueue(t *testing.T) {
 	if p.ConsumerTimeout != 300*time.Millisecond {
 		t.Errorf("consumer timeout %v, want the policy's 300ms (the lower)", p.ConsumerTimeout)
 	}
-	want := queue.Retry{Delay: 200 * time.Millisecond, Max: 500 * time.Millisecond, Linear: true, On: queue.RetryFailed}
+	want := queue.Retry{Delay: 200 * time.Millisecond, Max: 500 * time.Millisecond, Linear: true, On: queue.RetryAll}
 	if p.Retry != want {
-		t.Errorf("retry %+v, want %+v (the operator's type, the higher min, the lower max)", p.Retry, want)
+		t.Errorf("retry %+v, want %+v (the policy's type over the argument's, the operator's higher min and lower max)", p.Retry, want)
+	}
+	// An operator policy's type wins over the policy's.
+	op.Definition["delayed-retry-type"] = "failed"
+	if _, p, _ = v.policyFor("q", args, []*PolicyDef{pol}, []*PolicyDef{op}); p.Retry.On != queue.RetryFailed {
+		t.Errorf("with the operator's type failed: %+v", p.Retry)
 	}
 	if applied.Policy != "p" || applied.OperatorPolicy != "op" {
 		t.Errorf("applied %+v", applied)
