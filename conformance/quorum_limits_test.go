@@ -400,3 +400,29 @@ func TestDelayedRetryPolicyChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorumRecoverDoesNotCount: basic.recover with requeue returns a
+// quorum queue's unacked messages without failing them
+// (rabbit_channel.erl v4.3.5 basic.recover_async settles with requeue, a
+// return: rabbit_fifo.erl v4.3.5 #return{}, DeliveryFailed false): with
+// x-delivery-limit 0 the message survives five recovers, x-acquired-count
+// counting them, and goes at the first reject.
+func TestQuorumRecoverDoesNotCount(t *testing.T) {
+	e := qqLimitsEnv(t)
+	e.declareQQ("qql-recover", rmq.Table{"x-delivery-limit": int32(0)}, "m")
+	ch := e.channel(e.conn)
+	ds, err := ch.Consume("qql-recover", "", false, false, false, false, nil)
+	must(t, err)
+	d := recv(t, ds)
+	for i := 1; i <= 5; i++ {
+		must(t, ch.Recover(true))
+		d = recv(t, ds)
+		if !d.Redelivered || header(d, "x-acquired-count") != int64(i) || header(d, "x-delivery-count") != -1 {
+			t.Fatalf("after %d recovers: redelivered %v headers %v", i, d.Redelivered, d.Headers)
+		}
+	}
+	must(t, d.Reject(true))
+	if reason, _ := e.deadReason(); reason != "delivery_limit" {
+		t.Fatalf("dead-lettered for %q, want delivery_limit", reason)
+	}
+}

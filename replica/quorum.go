@@ -78,7 +78,6 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
 	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), nil)
-	qq.syncLimit() // a policy's delivery limit (quorum_limits.go)
 	m.quorumMu.Lock()
 	m.quorum[qq] = struct{}{}
 	m.quorumMu.Unlock()

@@ -22,7 +22,10 @@ import (
 //     Config entry when it differs from the log's (RabbitMQ 4.3:
 //     policy_changed sends the new machine config to the live queue).
 //     The leader checks again every second (limitsTick): a Config lost
-//     with a leader is sent again.
+//     with a leader is sent again. The policy a queue starts with is its
+//     arguments' (Start), then, at once, the policies' (the registry's
+//     SetPolicy when any match): no Config is sent for the first, which
+//     the log's initial state has already.
 //   - The leader submits a Tick when the first held message comes due
 //     (a timer armed after each entry it applies, and limitsTick).
 
