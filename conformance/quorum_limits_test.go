@@ -328,16 +328,18 @@ func TestQuorumConsumerTimeoutClosesWithoutCancelNotify(t *testing.T) {
 // failed delivery waits min(min * n, max) ms) work on quorum and classic
 // queues alike, through one backoff computation (queue.Retry): with type
 // failed, a reject is held (not there at once, back later, redelivered),
-// a nack is not (type failed holds failed deliveries only). RabbitMQ
+// a nack is not (type failed holds failed deliveries only); while held,
+// the management API counts it in messages_held. RabbitMQ
 // 3.10.8 has no delayed retry; it accepts the arguments on a quorum
 // queue and ignores them ("probe-qq-retry ...: <nil>").
 func TestDelayedRetryBothQueueTypes(t *testing.T) {
 	e := qqLimitsEnv(t)
+	a := newAPI(t, e.b)
 	for _, typ := range []string{"quorum", "classic"} {
 		t.Run(typ, func(t *testing.T) {
 			name := "qql-retry-" + typ
 			args := rmq.Table{"x-queue-type": typ, "x-delayed-retry-type": "failed",
-				"x-delayed-retry-min": int32(3000), "x-delayed-retry-max": int32(6000)}
+				"x-delayed-retry-min": int32(5000), "x-delayed-retry-max": int32(10000)}
 			_, err := e.ch.QueueDeclare(name, true, false, false, false, args)
 			must(t, err)
 			defer e.ch.QueueDelete(name, false, false, false)
@@ -347,7 +349,14 @@ func TestDelayedRetryBothQueueTypes(t *testing.T) {
 			at := time.Now()
 			must(t, d.Reject(true))
 			if d, ok, err := e.ch.Get(name, false); err != nil || ok {
-				t.Fatalf("%q there at once after a reject (ok=%v err=%v), want held 3 s", d.Body, ok, err)
+				t.Fatalf("%q there at once after a reject (ok=%v err=%v), want held 5 s", d.Body, ok, err)
+			}
+			var st struct {
+				Held int `json:"messages_held"`
+			}
+			a.call("GET", "/api/queues/%2F/"+name, "guest", "guest", nil, &st)
+			if st.Held != 1 && time.Since(at) < 5*time.Second {
+				t.Fatalf("messages_held %d while held, want 1", st.Held)
 			}
 			var back rmq.Delivery
 			testutil.Eventually(t, 20*time.Second, func() bool {
@@ -356,8 +365,8 @@ func TestDelayedRetryBothQueueTypes(t *testing.T) {
 				must(t, err)
 				return ok
 			}, "the held message back")
-			if w := time.Since(at); w < 3*time.Second || !back.Redelivered {
-				t.Fatalf("back after %v redelivered %v, want after 3 s, redelivered", w, back.Redelivered)
+			if w := time.Since(at); w < 5*time.Second || !back.Redelivered {
+				t.Fatalf("back after %v redelivered %v, want after 5 s, redelivered", w, back.Redelivered)
 			}
 			must(t, back.Ack(false))
 		})

@@ -53,6 +53,7 @@ type ReplicaCounts struct {
 	Consumers                                int32
 	Head                                     int64 // unix nanos of the oldest ready message, 0 if none
 	Published, Delivered, Acked, Redelivered int64 // since this node started the queue
+	Held                                     int64 // held for a retry delay (Queue.Held)
 }
 
 // SetCounts publishes a Replica's counts.
@@ -67,6 +68,7 @@ func (q *Queue) SetCounts(c ReplicaCounts) {
 	q.nDeliverGet.Store(c.Delivered)
 	q.nAck.Store(c.Acked)
 	q.nRedeliver.Store(c.Redelivered)
+	q.heldN.Store(c.Held)
 }
 
 // Replicated reports whether the queue is a Replica's handle.

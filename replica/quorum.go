@@ -730,6 +730,7 @@ func (qq *quorumQueue) publishCounts() {
 		c.Ready, c.Unacked, c.Consumers = int64(f.Ready())+back, int64(f.Unacked())-back, int32(f.Consumers())
 		held = f.Bytes()
 		c.ReadyBytes = f.Bytes()
+		c.Held = int64(f.Delayed()) // quorum_limits.go
 		if h := f.Head(); h > 0 {
 			c.Head = h * int64(time.Millisecond)
 		}
