@@ -424,6 +424,7 @@ func TestQuorumRecoverDoesNotCount(t *testing.T) {
 	must(t, err)
 	d := recv(t, ds)
 	for i := 1; i <= 5; i++ {
+		//lint:ignore SA1019 basic.recover is the return under test
 		must(t, ch.Recover(true))
 		d = recv(t, ds)
 		if !d.Redelivered || header(d, "x-acquired-count") != int64(i) || header(d, "x-delivery-count") != -1 {
