@@ -193,3 +193,53 @@ func TestQuorumQueueStandaloneJoinsCluster(t *testing.T) {
 		t.Fatalf("deleting the last member: %d, want 503", code)
 	}
 }
+
+// TestQuorumQueueStandaloneJoinsRunningCluster: a standalone node's data,
+// started with --cluster-join and added to a running cluster, brings its
+// quorum queue with it: the cluster's other node serves its messages.
+func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
+	testutil.InProcess(t)
+	dir := t.TempDir()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	ch := reopen(t, c)
+	_, err = ch.QueueDeclare("carried", true, false, false, false, quorumArgs)
+	must(t, err)
+	publishPersistent(t, ch, "", "carried", "x", "y", "z")
+	c.Close()
+	stop()
+
+	n1 := startClusterNode(t, "rabbit1@localhost", map[string]string{"rabbit1@localhost": testutil.FreePort(t)}, false)
+	n2 := startClusterNodeIn(t, dir, "rabbit2@localhost", map[string]string{"rabbit2@localhost": testutil.FreePort(t)}, true)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return (&api{t: t, url: n1.api}).call("PUT", "/api/cluster/members/rabbit2@localhost", "guest", "guest",
+			map[string]any{"address": n2.addr}, nil) == 201
+	}, "node 1 did not add node 2")
+	var got []string
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		c, err := rmq.Dial(n1.b.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		if q, err := ch.QueueDeclarePassive("carried", true, false, false, false, nil); err != nil || q.Messages != 3 {
+			return false
+		}
+		for range 3 {
+			m, ok, err := ch.Get("carried", true)
+			if err != nil || !ok {
+				return false
+			}
+			got = append(got, string(m.Body))
+		}
+		return true
+	}, "node 1 does not serve the joined node's quorum queue")
+	if fmt.Sprint(got) != "[x y z]" {
+		t.Fatalf("got %v", got)
+	}
+}
