@@ -436,3 +436,64 @@ func TestQuorumRecoverDoesNotCount(t *testing.T) {
 		t.Fatalf("dead-lettered for %q, want delivery_limit", reason)
 	}
 }
+
+// TestQuorumDeliveryLimitPolicyInCluster: in a cluster of three, a
+// delivery-limit policy set through one node's API reaches a live quorum
+// queue as an entry of its log (rabbit_quorum_queue.erl v4.3.5
+// policy_changed: the new machine config goes to the queue's Raft
+// cluster), so a reject through another node is judged by it: the
+// message, rejected three times under x-delivery-limit 10, is
+// dead-lettered at its next reject under the policy's 2.
+func TestQuorumDeliveryLimitPolicyInCluster(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	declareQuorum(t, nodes[0].b.URL, "qql-cl", rmq.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(10),
+		"x-dead-letter-exchange": "qql-cdlx"})
+	chans := clusterChannels(t, nodes)
+	must(t, chans[0].ExchangeDeclare("qql-cdlx", "fanout", true, false, false, false, nil))
+	_, err := chans[0].QueueDeclare("qql-cdead", true, false, false, false, nil)
+	must(t, err)
+	must(t, chans[0].QueueBind("qql-cdead", "", "qql-cdlx", false, nil))
+	must(t, chans[0].Confirm(false))
+	conf := chans[0].NotifyPublish(make(chan rmq.Confirmation, 1))
+	must(t, chans[0].Publish("", "qql-cl", false, false, rmq.Publishing{Body: []byte("m")}))
+	if c := <-conf; !c.Ack {
+		t.Fatal("publish nacked")
+	}
+	getOn := func(ch *rmq.Channel, q string) rmq.Delivery {
+		t.Helper()
+		var d rmq.Delivery
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			var ok bool
+			d, ok, err = ch.Get(q, false)
+			must(t, err)
+			return ok
+		}, "a message on %s", q)
+		return d
+	}
+	for i := 0; i < 3; i++ {
+		must(t, getOn(chans[2], "qql-cl").Reject(true))
+	}
+	a1, a2 := &api{t: t, url: nodes[0].api}, &api{t: t, url: nodes[1].api}
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		return a1.call("PUT", "/api/policies/%2F/qql-clp", "guest", "guest", map[string]any{"pattern": "^qql-cl$",
+			"definition": map[string]any{"delivery-limit": 2}, "apply-to": "queues"}, nil) == 201
+	}, "PUT policy on node 1 did not succeed")
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		var q struct {
+			Policy string `json:"policy"`
+		}
+		a2.call("GET", "/api/queues/%2F/qql-cl", "guest", "guest", nil, &q)
+		return q.Policy == "qql-clp"
+	}, "node 2's queue has the policy")
+	d := getOn(chans[1], "qql-cl")
+	if header(d, "x-delivery-count") != 3 {
+		t.Fatalf("before the 4th reject: %v", d.Headers)
+	}
+	must(t, d.Reject(true))
+	dead := getOn(chans[0], "qql-cdead")
+	deaths, _ := dead.Headers["x-death"].([]any)
+	if len(deaths) == 0 || deaths[0].(rmq.Table)["reason"] != "delivery_limit" {
+		t.Fatalf("dead-lettered with %v, want reason delivery_limit", dead.Headers["x-death"])
+	}
+}
