@@ -185,7 +185,9 @@ func (c *conn) runRequests() bool {
 }
 
 // checkTimeouts closes (through the reader) each channel holding a
-// delivery past its consumer timeout. Called by the server's sweeper.
+// delivery past its consumer timeout, but where the deliveries are a
+// quorum queue's and the client takes basic.cancel: their consumers are
+// cancelled (channel.ReturnTimedOut). Called by the server's sweeper.
 func (c *conn) checkTimeouts() {
 	c.snapMu.Lock()
 	type hit struct {
@@ -203,6 +205,12 @@ func (c *conn) checkTimeouts() {
 	for _, h := range hits {
 		c.post(func() {
 			if c.channels[h.n] != h.ch || c.closing.Load() {
+				return
+			}
+			if h.ch.ReturnTimedOut() {
+				// A quorum queue's, for a client that takes basic.cancel:
+				// returned, its consumer cancelled (channel/timeout.go).
+				c.log.Warn("consumer timeout: consumer cancelled", zap.Uint16("channel", h.n), zap.Duration("timeout", h.t))
 				return
 			}
 			c.log.Warn("consumer timeout: closing channel", zap.Uint16("channel", h.n), zap.Duration("timeout", h.t))

@@ -13,6 +13,7 @@ type ackKind uint8
 const (
 	ackAck ackKind = iota
 	ackReject
+	ackNack // basic.nack: with requeue, not a failed delivery (RabbitMQ 4.3's quorum queues)
 )
 
 func (c *Channel) ack(m amqp.Method, tag uint64, multiple bool, kind ackKind, requeue bool) error {
@@ -76,7 +77,9 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 	for j := first; j <= last; j++ {
 		if u := &c.unacked[j]; !u.done {
 			c.release(u)
-			add(u)
+			if !u.returned { // else its queue has it back already (timeout.go)
+				add(u)
+			}
 		}
 	}
 	c.compact()
@@ -87,11 +90,12 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 		case kind == ackAck:
 			c.counts.Acknowledged.Add(int64(len(b.ds)))
 			b.q.Ack(b.ds, c.cfg.Flushes)
-		case requeue:
-			// The consumer's verdict: held back first when the queue has a
-			// retry delay (x-retry-delay); other requeues (close,
-			// recover) are not.
+		case requeue && kind == ackNack:
+			// The consumer's verdict: held back first when the queue's
+			// retry delay holds it (queue.Retry.Holds).
 			b.q.RequeueNacked(b.ds, c.cfg.Flushes)
+		case requeue:
+			b.q.RequeueRejected(b.ds, c.cfg.Flushes)
 		default:
 			b.q.Discard(b.ds, c.cfg.Flushes)
 		}
@@ -142,6 +146,9 @@ func (c *Channel) takeAllLocked() []batch {
 			continue
 		}
 		c.release(u)
+		if u.returned {
+			continue // its queue has it back already (timeout.go)
+		}
 		found := false
 		for j := range bs {
 			if bs[j].q == u.q {
@@ -165,7 +172,7 @@ func (c *Channel) requeueAll() {
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
 	for _, b := range bs {
-		b.q.Requeue(b.ds, c.cfg.Flushes)
+		b.q.Recover(b.ds, c.cfg.Flushes)
 	}
 	kick(kicks, c.cfg.Flushes)
 }

@@ -178,6 +178,9 @@ type unacked struct {
 	at      int64         // delivered, unix nanos
 	timeout time.Duration // consumer timeout for this delivery; 0 = none
 	done    bool
+	// returned: a consumer timeout gave it back to its queue
+	// (timeout.go); the client may still ack it, which goes nowhere.
+	returned bool
 }
 
 // New opens a channel.
@@ -244,7 +247,7 @@ func (c *Channel) handle(m amqp.Method) error {
 	case *amqp.BasicAck:
 		return c.ack(m, m.DeliveryTag, m.Multiple, ackAck, false)
 	case *amqp.BasicNack:
-		return c.ack(m, m.DeliveryTag, m.Multiple, ackReject, m.Requeue)
+		return c.ack(m, m.DeliveryTag, m.Multiple, ackNack, m.Requeue)
 	case *amqp.BasicReject:
 		return c.ack(m, m.DeliveryTag, false, ackReject, m.Requeue)
 	case *amqp.BasicQos:

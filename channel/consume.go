@@ -12,9 +12,13 @@ import (
 )
 
 // withDeliveryCount returns props with the x-delivery-count header set to
-// n, as RabbitMQ's quorum queues add it to redeliveries; railmq adds it on
-// queues with a delivery limit only (queue.CountsDeliveries).
-func withDeliveryCount(props []byte, n uint32) []byte {
+// n (when not 0) and x-acquired-count to acquired (when not 0), as
+// RabbitMQ 4.3's quorum queues add them to redeliveries (x-delivery-count
+// the failed deliveries, x-acquired-count every return:
+// rabbit_fifo_client.erl v4.3.5 add_delivery_count_header); railmq adds
+// x-delivery-count on classic queues with a delivery limit too
+// (queue.CountsDeliveries), whose deliveries have no acquired count.
+func withDeliveryCount(props []byte, n, acquired uint32) []byte {
 	p, err := amqp.DecodeProperties(props)
 	if err != nil {
 		return props
@@ -23,7 +27,12 @@ func withDeliveryCount(props []byte, n uint32) []byte {
 	for k, v := range p.Headers {
 		h[k] = v
 	}
-	h["x-delivery-count"] = int64(n)
+	if n > 0 {
+		h["x-delivery-count"] = int64(n)
+	}
+	if acquired > 0 {
+		h["x-acquired-count"] = int64(acquired)
+	}
 	p.Headers = h
 	p.Flags |= amqp.FlagHeaders
 	return p.Append(nil)
@@ -188,8 +197,8 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	c.deliver = amqp.BasicDeliver{ConsumerTag: qc.Tag, DeliveryTag: c.nextTag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey}
 	props := d.Msg.Props
-	if d.Count > 0 && q.CountsDeliveries() {
-		props = withDeliveryCount(props, d.Count)
+	if (d.Count > 0 || d.Acquired > 0) && q.CountsDeliveries() {
+		props = withDeliveryCount(props, d.Count, d.Acquired)
 	}
 	// The cap is checked after the append (one lock, not two, per
 	// delivery): a channel may go one message over it.
@@ -304,8 +313,8 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	tag := c.nextTag
 	c.mu.Unlock()
 	props := d.Msg.Props
-	if d.Count > 0 && q.CountsDeliveries() {
-		props = withDeliveryCount(props, d.Count)
+	if (d.Count > 0 || d.Acquired > 0) && q.CountsDeliveries() {
+		props = withDeliveryCount(props, d.Count, d.Acquired)
 	}
 	c.cfg.Sink.SendContent(c.cfg.Number, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)}, props, d.Msg.Body)
@@ -327,7 +336,7 @@ func (c *Channel) TimedOut() (time.Duration, bool) {
 		if n-u.at < int64(c.minTimeout) {
 			break // later deliveries are younger still
 		}
-		if !u.done && u.timeout > 0 && n-u.at >= int64(u.timeout) {
+		if !u.done && !u.returned && u.timeout > 0 && n-u.at >= int64(u.timeout) {
 			return u.timeout, true
 		}
 	}

@@ -451,7 +451,7 @@ func (c *Channel) commit() error {
 			case *amqp.BasicAck:
 				err = c.settle(a.DeliveryTag, a.Multiple, ackAck, false)
 			case *amqp.BasicNack:
-				err = c.settle(a.DeliveryTag, a.Multiple, ackReject, a.Requeue)
+				err = c.settle(a.DeliveryTag, a.Multiple, ackNack, a.Requeue)
 			case *amqp.BasicReject:
 				err = c.settle(a.DeliveryTag, false, ackReject, a.Requeue)
 			}

@@ -32,6 +32,9 @@ type Fifo struct {
 	order  []string             // consumer tags in arrival order, for round robin
 	next   int                  // index into order of the consumer served next
 	bytes  int64                // body bytes held
+	// delayed: ids held for a delayed retry, neither ready nor checked
+	// out, until their ReadyAt (fifo_limits.go).
+	delayed []uint64
 	// index is the Raft log index of the last entry applied (QueueFSM
 	// keeps it; 0 for a Fifo used without a log).
 	index uint64
@@ -65,6 +68,8 @@ type fifoMsg struct {
 	Deliveries uint32 // times delivered and returned (x-delivery-count)
 	Returned   bool   // delivered before: the next delivery is redelivered
 	Consumer   string // checked out by, "" when ready
+	Acquired   uint32 // times returned, failed or not (RabbitMQ 4.3's acquired_count; fifo_limits.go)
+	ReadyAt    int64  // unix ms: held for a delayed retry until then (0: not held; fifo_limits.go)
 }
 
 type fifoCons struct {
@@ -88,6 +93,8 @@ const (
 	cmdDown
 	cmdBatch
 	cmdRelease
+	cmdModify // fifo_limits.go
+	cmdConfig // fifo_limits.go
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -102,6 +109,9 @@ type Command struct {
 	IDs      []uint64
 	Cmds     []Command // a batch: the commands one pipeline round gathered
 	Keep     string    // down: tags with this prefix stay
+	Failed   bool      // modify: a failed delivery (counted toward the delivery limit)
+	Due      int64     // modify: unix ms the returned messages are held until (0: not held)
+	Limit    int64     // config: the delivery limit
 }
 
 // Message is an enqueued message.
@@ -176,7 +186,8 @@ type Delivery struct {
 	ID          uint64
 	Msg         *Message
 	Redelivered bool
-	Count       uint32 // returns so far (x-delivery-count)
+	Count       uint32 // failed deliveries so far (x-delivery-count)
+	Acquired    uint32 // returns so far, failed or not (x-acquired-count)
 }
 
 // DeadLetter is a message that left the queue for a reason (queue's
@@ -300,7 +311,7 @@ func (f *Fifo) Apply(c Command) Effects {
 		}
 		m := f.msgs[f.ready[0]]
 		f.ready = f.ready[1:]
-		e.Deliveries = append(e.Deliveries, Delivery{Consumer: c.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+		e.Deliveries = append(e.Deliveries, Delivery{Consumer: c.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
 		if c.Prefetch == 1 {
 			f.remove(m)
 		} else {
@@ -331,8 +342,12 @@ func (f *Fifo) Apply(c Command) Effects {
 			e.Purged++
 		}
 		f.ready = f.ready[:0]
+		e.Purged += f.purgeDelayed()
 	case cmdTick:
+		f.releaseDelayed(c.Now)
 		f.expire(c.Now, &e)
+	default:
+		f.applyLimits(&c, &e)
 	}
 	f.checkout(&e)
 	return e
@@ -378,7 +393,7 @@ func (f *Fifo) CheckedOut(prefix string) []Delivery {
 	var out []Delivery
 	for _, m := range f.msgs {
 		if m.Consumer != "" && strings.HasPrefix(m.Consumer, prefix) && f.cons[m.Consumer] != nil {
-			out = append(out, Delivery{Consumer: m.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+			out = append(out, Delivery{Consumer: m.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -419,7 +434,7 @@ func (f *Fifo) Owner(id uint64) string {
 }
 
 // Unacked is the count of messages checked out.
-func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) }
+func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) - len(f.delayed) }
 
 // Expired reports whether the head ready message's TTL has run out at
 // now (unix ms): a Tick would expire it.
@@ -519,6 +534,13 @@ func (f *Fifo) remove(m *fifoMsg) {
 // list, in the order given, counting the delivery; one returned more than
 // the delivery limit allows is dead-lettered instead.
 func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
+	f.returnAs(tag, ids, true /* failed */, 0, e)
+}
+
+// returnAs is returnMsgs for a return that failed or not (RabbitMQ 4.3:
+// only a failed one counts toward the delivery limit; both raise the
+// acquired count), held until due (unix ms; 0: ready at once).
+func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Effects) {
 	var back []uint64
 	for _, id := range ids {
 		m := f.checkedOut(tag, id)
@@ -529,7 +551,10 @@ func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
 			k.Out--
 		}
 		m.Consumer = ""
-		m.Deliveries++
+		if failed {
+			m.Deliveries++
+		}
+		m.Acquired++
 		m.Returned = true
 		if f.cfg.DeliveryLimit >= 0 && int64(m.Deliveries) > f.cfg.DeliveryLimit {
 			delete(f.msgs, m.ID)
@@ -537,14 +562,23 @@ func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
 			e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonDeliveryLimit})
 			continue
 		}
+		if due > 0 {
+			f.delay(m, due)
+			continue
+		}
 		back = append(back, id)
 	}
-	// Returns go before the rest, after the returns still waiting, in
-	// id order within one command: rabbit_fifo's returns queue, which
-	// return_one appends to (lqueue:in) and whose callers go by message
-	// id (v4.3.5 deps/rabbit/src/rabbit_fifo.erl return/5, return_all/5).
-	// Verified on RabbitMQ 3.10.8 with a delivery limit: basic.get m1..m3,
-	// nack m1, m3, m2, then m1, m3, m2, m4, m5 (TestRequeueOrder).
+	f.toReturns(back)
+}
+
+// toReturns puts ready again messages that were returned: before the
+// rest, after the returns still waiting, in id order within one
+// command: rabbit_fifo's returns queue, which return_one appends to
+// (lqueue:in) and whose callers go by message id (v4.3.5
+// deps/rabbit/src/rabbit_fifo.erl return/5, return_all/5). Verified on
+// RabbitMQ 3.10.8 with a delivery limit: basic.get m1..m3, nack m1, m3,
+// m2, then m1, m3, m2, m4, m5 (TestRequeueOrder).
+func (f *Fifo) toReturns(back []uint64) {
 	if len(back) == 0 {
 		return
 	}
@@ -623,7 +657,7 @@ func (f *Fifo) checkout(e *Effects) {
 		f.ready = f.ready[1:]
 		m.Consumer = k.Tag
 		k.Out++
-		e.Deliveries = append(e.Deliveries, Delivery{Consumer: k.Tag, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries})
+		e.Deliveries = append(e.Deliveries, Delivery{Consumer: k.Tag, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
 	}
 }
 
@@ -675,7 +709,11 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 		m := img.Msgs[i]
 		f.msgs[m.ID] = &m
 		f.bytes += int64(len(m.Body))
+		if m.ReadyAt != 0 && m.Consumer == "" {
+			f.delayed = append(f.delayed, m.ID) // held for a delayed retry (fifo_limits.go)
+		}
 	}
+	f.restoreDelayed()
 	for i := range img.Cons {
 		c := img.Cons[i]
 		f.cons[c.Tag] = &c
@@ -718,6 +756,8 @@ func (c *Command) Encode(b []byte) []byte {
 			e = c.Cmds[i].Encode(e)
 			binary.BigEndian.PutUint32(e[at:], uint32(len(e)-at-4))
 		}
+	default:
+		e = encodeLimits(c, e)
 	}
 	return e
 }
@@ -782,7 +822,9 @@ func DecodeCommand(p []byte) (Command, error) {
 		}
 	case cmdPurge, cmdTick:
 	default:
-		return c, ErrBadCommand
+		if !decodeLimits(&c, &d) {
+			return c, ErrBadCommand
+		}
 	}
 	if d.End() != nil {
 		return c, ErrBadCommand

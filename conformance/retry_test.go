@@ -535,8 +535,9 @@ func TestRetryHoldSurvivesKill9(t *testing.T) {
 // In a cluster: a classic queue with x-retry-delay declared on one node
 // and consumed through another holds the other node's nacks (forwarded
 // as nacks to the queue's home), and its definition, arguments included,
-// reaches every node; a quorum queue refuses the retry arguments, in the
-// words RabbitMQ uses for an argument a queue type does not take.
+// reaches every node; a quorum queue takes the same arguments (one
+// retry mechanism for both types: queue.Retry), and a nack on the other
+// node is held there too, the log keeping the message until its due time.
 func TestRetryInCluster(t *testing.T) {
 	testutil.InProcess(t)
 	nodes := startCluster(t, 2)
@@ -560,10 +561,17 @@ func TestRetryInCluster(t *testing.T) {
 	}
 	must(t, d.Ack(false))
 
-	ch, err = dial(t, nodes[0].b.URL).Channel()
+	declareQuorum(t, nodes[0].b.URL, "retry-qq", rmq.Table{"x-queue-type": "quorum", "x-retry-delay": int32(400)})
+	must(t, chans[0].Publish("", "retry-qq", false, false, rmq.Publishing{Body: []byte("q1")}))
+	ds, err = chans[1].Consume("retry-qq", "", false, false, false, false, nil)
 	must(t, err)
-	_, err = ch.QueueDeclare("retry-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-retry-delay": int32(100)})
-	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-retry-delay' for queue 'retry-qq' in vhost '/' of queue type rabbit_quorum_queue")
+	d = recv(t, ds)
+	at = nackAt(t, d)
+	d = recv(t, ds)
+	if w := time.Since(at); w < 400*time.Millisecond || !d.Redelivered || string(d.Body) != "q1" {
+		t.Fatalf("quorum queue: %q redelivered=%v after %v, want q1 after a 400ms hold", d.Body, d.Redelivered, w)
+	}
+	must(t, d.Ack(false))
 }
 
 // A durable queue keeps held messages in memory up to half its window

@@ -33,11 +33,11 @@ func (q *Queue) apply(o *op) outcome {
 				q.deadLetter(d, ReasonDeliveryLimit)
 				continue
 			}
-			if o.flags&flagRetry != 0 && q.pol.Retry.Delay > 0 {
+			if o.flags&flagUncounted == 0 && q.pol.Retry.Holds(o.flags&flagFailed != 0, o.flags&flagRetry != 0) {
 				if now == 0 {
 					now = Now()
 				}
-				q.hold(d, now+int64(q.pol.Retry.hold(d.Count)))
+				q.hold(d, now+int64(q.pol.Retry.Hold(d.Count)))
 				continue
 			}
 			if q.stored(&d) {

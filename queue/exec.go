@@ -126,6 +126,7 @@ const (
 	flagUncounted // opRequeue: returned unchanged (Return)
 	flagRetry     // opRequeue: a consumer's nack or reject, held when the queue has a retry delay (RequeueNacked)
 	flagLook      // opGet: taken to be looked at or moved (Take), not delivered
+	flagFailed    // opRequeue: a failed delivery (reject, a consumer gone: Retry.On)
 )
 
 type result struct {

@@ -51,9 +51,10 @@ type Delivery struct {
 	Msg         *Message
 	Seq         uint64 // position in the queue, for FIFO and requeue order
 	Redelivered bool
-	Count       uint32 // times returned to the queue (x-delivery-count)
+	Count       uint32 // times returned to the queue (x-delivery-count); a quorum queue's: failed deliveries
 	Transient   bool   // a transient message paged out to the store
 	Lane        uint8  // the lane whose store id its entry is under (LaneStoreID)
+	Acquired    uint32 // a quorum queue's: times returned, failed or not (x-acquired-count)
 }
 
 // Confirmer learns when a published message is durable in a queue.
@@ -213,8 +214,11 @@ type Policy struct {
 	MaxLengthBytes int64         // x-max-length-bytes; negative: none
 	Overflow       Overflow
 	DeliveryLimit  int64 // x-delivery-limit; negative: none
-	SingleActive   bool  // x-single-active-consumer
-	MaxPriority    uint8 // x-max-priority; 0: not a priority queue
+	// DeliveryLimitSet: an argument or policy set DeliveryLimit (a
+	// quorum queue without one has RabbitMQ 4's default, 20).
+	DeliveryLimitSet bool
+	SingleActive     bool  // x-single-active-consumer
+	MaxPriority      uint8 // x-max-priority; 0: not a priority queue
 	// Retry holds back what consumers nack or reject with requeue
 	// (x-retry-delay and friends, retry.go); Retry.Delay 0: not held.
 	Retry Retry
@@ -565,13 +569,19 @@ func (q *Queue) Ack(ds []Delivery, fl *Flushes) {
 	q.postInline(op{kind: opAck, ds: ds}, fl)
 }
 
-// Requeue returns delivered messages to their places, flagged redelivered.
+// Requeue returns delivered messages to their places, flagged
+// redelivered: those of a consumer gone (its channel closed, cancelled),
+// a failed delivery (RetryOn).
 func (q *Queue) Requeue(ds []Delivery, fl *Flushes) {
 	if r := q.cfg.Replica; r != nil {
-		r.Requeue(ds, true)
+		if x, ok := r.(Returner); ok {
+			x.Return(ds, true, false)
+		} else {
+			r.Requeue(ds, true)
+		}
 		return
 	}
-	q.postInline(op{kind: opRequeue, ds: ds}, fl)
+	q.postInline(op{kind: opRequeue, ds: ds, flags: flagFailed}, fl)
 }
 
 // Return puts got messages back as they were: not flagged redelivered,
@@ -710,8 +720,16 @@ func (q *Queue) HeadEnqueuedAt() int64 { return q.headAt.Load() }
 // is re-armed. The priorities and single active consumer are fixed when
 // the queue is made and stay. It reports ErrDeleted if the queue is gone.
 func (q *Queue) SetPolicy(p Policy) error {
-	if q.cfg.Replica != nil {
-		return nil // a quorum queue's limits are its arguments'
+	if r := q.cfg.Replica; r != nil {
+		ct := p.ConsumerTimeout
+		if ct == 0 {
+			ct = q.cfg.ConsumerTimeout
+		}
+		q.consumerTimeout.Store(int64(ct))
+		if s, ok := r.(PolicySetter); ok {
+			s.SetPolicy(p)
+		}
+		return nil
 	}
 	return q.call(op{kind: opPolicy, pol: &p}).err
 }

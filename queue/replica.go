@@ -28,6 +28,12 @@ type Replica interface {
 	CountsDeliveries() bool
 }
 
+// PolicySetter is a Replica that takes policy changes (a quorum queue:
+// its delivery limit, its retry delays).
+type PolicySetter interface {
+	SetPolicy(p Policy)
+}
+
 // Throttled is a Replica whose intake can fall behind its publishers
 // (the link to a classic queue's home node, whose outbound buffer grows
 // while the home takes frames more slowly than they come). While Behind
@@ -47,6 +53,7 @@ type ReplicaCounts struct {
 	Consumers                                int32
 	Head                                     int64 // unix nanos of the oldest ready message, 0 if none
 	Published, Delivered, Acked, Redelivered int64 // since this node started the queue
+	Held                                     int64 // held for a retry delay (Queue.Held)
 }
 
 // SetCounts publishes a Replica's counts.
@@ -61,6 +68,7 @@ func (q *Queue) SetCounts(c ReplicaCounts) {
 	q.nDeliverGet.Store(c.Delivered)
 	q.nAck.Store(c.Acked)
 	q.nRedeliver.Store(c.Redelivered)
+	q.heldN.Store(c.Held)
 }
 
 // Replicated reports whether the queue is a Replica's handle.
@@ -75,4 +83,12 @@ func (q *Queue) Stop() {
 		q.closed = true
 		close(q.stopped)
 	}
+}
+
+// CancelsOnTimeout reports whether a consumer timeout returns the
+// queue's timed-out deliveries and cancels their consumer (RabbitMQ
+// 4.3's quorum queues: a Returner) rather than closing the channel.
+func (q *Queue) CancelsOnTimeout() bool {
+	_, ok := q.cfg.Replica.(Returner)
+	return ok
 }

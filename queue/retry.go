@@ -43,12 +43,55 @@ import (
 // armed for the earliest of the TTL heads and the first hold (armTimer),
 // so a tick releases what is due without scanning the rest.
 
-// Retry is a queue's retry-with-backoff setting (Policy.Retry).
+// Retry is a queue's retry-with-backoff setting (Policy.Retry): railmq's
+// x-retry-delay and friends, or RabbitMQ 4.3's x-delayed-retry-type,
+// -min and -max (Linear, On), on classic and quorum queues alike. It is
+// the one backoff computation of both: a classic queue holds its
+// messages here, a quorum queue's node computes the due time of a return
+// with it and the queue's log holds the message until then
+// (cluster/fifo_limits.go).
 type Retry struct {
-	Delay   time.Duration // x-retry-delay; 0: requeues are not held
+	Delay   time.Duration // x-retry-delay, x-delayed-retry-min; 0: requeues are not held
 	Backoff float64       // x-retry-backoff; 0 means the default, 2
-	Max     time.Duration // x-retry-delay-max; 0: no cap
+	Max     time.Duration // x-retry-delay-max, x-delayed-retry-max; 0: no cap
 	Jitter  float64       // x-retry-jitter, a fraction in [0, 1]
+	// Linear is RabbitMQ 4.3's backoff (x-delayed-retry-*): the n-th
+	// return waits min(Delay * n, Max) (rabbit_fifo.erl v4.3.5
+	// calculate_ready_at), not Delay * Backoff^(n-1).
+	Linear bool
+	On     RetryOn // which returns are held
+}
+
+// RetryOn says which returns a retry delay holds.
+type RetryOn uint8
+
+// Which returns are held. A failed delivery, in RabbitMQ 4.3's words, is
+// a basic.reject with requeue or a consumer gone with the message (its
+// channel closed, its connection lost); a basic.nack with requeue, a
+// basic.recover and a consumer timeout return without failing
+// (rabbit_channel.erl and rabbit_fifo.erl at v4.3.5).
+const (
+	RetryVerdicts RetryOn = iota // x-retry-delay: a consumer's reject or nack with requeue
+	RetryAll                     // x-delayed-retry-type all: every return
+	RetryFailed                  // x-delayed-retry-type failed
+	RetryReturned                // x-delayed-retry-type returned
+)
+
+// Holds reports whether a return is held: failed as above; verdict, a
+// consumer's reject or nack with requeue.
+func (r *Retry) Holds(failed, verdict bool) bool {
+	if r.Delay <= 0 {
+		return false
+	}
+	switch r.On {
+	case RetryAll:
+		return true
+	case RetryFailed:
+		return failed
+	case RetryReturned:
+		return !failed
+	}
+	return verdict
 }
 
 // DefaultRetryBackoff is x-retry-backoff when not given.
@@ -66,7 +109,10 @@ func (r *Retry) DelayFor(n uint32) time.Duration {
 		b = DefaultRetryBackoff
 	}
 	f := float64(r.Delay)
-	if n > 1 {
+	switch {
+	case r.Linear:
+		f *= float64(max(n, 1)) // RabbitMQ: max(1, delivery_count)
+	case n > 1:
 		f *= math.Pow(b, float64(n-1))
 	}
 	if r.Max > 0 && f > float64(r.Max) {
@@ -78,8 +124,8 @@ func (r *Retry) DelayFor(n uint32) time.Duration {
 	return time.Duration(f)
 }
 
-// hold computes the n-th requeue's hold with jitter.
-func (r *Retry) hold(n uint32) time.Duration {
+// Hold computes the n-th requeue's hold with jitter.
+func (r *Retry) Hold(n uint32) time.Duration {
 	d := r.DelayFor(n)
 	if r.Jitter > 0 {
 		d = time.Duration(float64(d) * (1 + r.Jitter*(2*rand.Float64()-1)))
@@ -111,19 +157,61 @@ func (h *holdHeap) pop() heldMsg {
 	return x
 }
 
-// RequeueNacked returns deliveries a consumer rejected or nacked with
-// requeue: as Requeue, but held back first when the queue has a retry
-// delay (x-retry-delay).
+// RequeueNacked returns deliveries a consumer nacked with requeue: as
+// Requeue, but not a failed delivery (RetryOn), and held back first when
+// the queue's retry delay holds it.
 func (q *Queue) RequeueNacked(ds []Delivery, fl *Flushes) {
+	q.requeueVerdict(ds, false, fl)
+}
+
+// RequeueRejected returns deliveries a consumer rejected with requeue: a
+// failed delivery, held back first when the queue's retry delay holds
+// it.
+func (q *Queue) RequeueRejected(ds []Delivery, fl *Flushes) {
+	q.requeueVerdict(ds, true, fl)
+}
+
+func (q *Queue) requeueVerdict(ds []Delivery, failed bool, fl *Flushes) {
 	if r := q.cfg.Replica; r != nil {
-		if n, ok := r.(NackRequeuer); ok {
-			n.RequeueNacked(ds) // a classic queue homed on another node
-		} else {
-			r.Requeue(ds, true) // quorum queues take no retry delay
+		switch x := r.(type) {
+		case Returner:
+			x.Return(ds, failed, true)
+		case NackRequeuer:
+			x.RequeueNacked(ds) // a classic queue homed on another node
+		default:
+			r.Requeue(ds, true)
 		}
 		return
 	}
-	q.postInline(op{kind: opRequeue, ds: ds, flags: flagRetry}, fl)
+	fs := uint8(flagRetry)
+	if failed {
+		fs |= flagFailed
+	}
+	q.postInline(op{kind: opRequeue, ds: ds, flags: fs}, fl)
+}
+
+// Recover returns deliveries that did not fail (basic.recover, a
+// consumer timeout): as Requeue, but held only by a retry delay that
+// holds such returns (x-delayed-retry-type all or returned), and not
+// counted by a quorum queue's delivery limit (RabbitMQ 4.3).
+func (q *Queue) Recover(ds []Delivery, fl *Flushes) {
+	if r := q.cfg.Replica; r != nil {
+		if x, ok := r.(Returner); ok {
+			x.Return(ds, false, false)
+		} else {
+			r.Requeue(ds, true)
+		}
+		return
+	}
+	q.postInline(op{kind: opRequeue, ds: ds}, fl)
+}
+
+// Returner is a Replica that tells returns apart as RabbitMQ 4.3's quorum
+// queues do (a quorum queue): failed, a failed delivery (counted toward
+// its delivery limit); verdict, a consumer's reject or nack with
+// requeue.
+type Returner interface {
+	Return(ds []Delivery, failed, verdict bool)
 }
 
 // NackRequeuer is a Replica that tells a consumer's nack or reject with

@@ -41,7 +41,7 @@ func TestRetryJitterBounds(t *testing.T) {
 	r := Retry{Delay: time.Second, Jitter: 0.25}
 	lo, hi := time.Duration(1<<62), time.Duration(0)
 	for range 10000 {
-		d := r.hold(1)
+		d := r.Hold(1)
 		if d < 750*time.Millisecond || d > 1250*time.Millisecond {
 			t.Fatalf("hold %v outside [750ms, 1250ms]", d)
 		}
@@ -50,7 +50,7 @@ func TestRetryJitterBounds(t *testing.T) {
 	if lo > 760*time.Millisecond || hi < 1240*time.Millisecond {
 		t.Fatalf("holds spread over [%v, %v] only", lo, hi)
 	}
-	if d := (&Retry{Delay: time.Second}).hold(2); d != 2*time.Second {
+	if d := (&Retry{Delay: time.Second}).Hold(2); d != 2*time.Second {
 		t.Fatalf("no jitter: %v", d)
 	}
 }

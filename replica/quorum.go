@@ -62,6 +62,9 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	qq := &quorumQueue{m: m, prefix: m.node.Name() + "/" + m.incarnation + "/",
 		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]outEntry{}}
 	cfg.Replica = qq
+	if cfg.Policy != nil {
+		qq.lim.setPolicyLimits(cfg.Policy) // quorum_limits.go
+	}
 	qq.q = queue.New(cfg)
 	m.quorumMu.Lock()
 	mine := m.creating[id]
@@ -177,6 +180,7 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
+	lim    limits // delivery limit and retry delays (quorum_limits.go)
 }
 
 type outEntry struct {
@@ -195,7 +199,7 @@ type qqConsumer struct {
 // fromLog is a delivery of the log as a queue hands it to a channel.
 func fromLog(d *cluster.Delivery) queue.Delivery {
 	return queue.Delivery{Msg: &queue.Message{Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey,
-		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count}
+		Props: d.Msg.Props, Body: d.Msg.Body}, Seq: d.ID, Redelivered: d.Redelivered, Count: d.Count, Acquired: d.Acquired}
 }
 
 // newTag makes a tag of this node's life; the final dot keeps one tag
@@ -644,6 +648,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 			vhost.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
 				Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason)
 		}
+		qq.armDue() // held messages (quorum_limits.go)
 	}
 	qq.publishCounts()
 }
@@ -737,6 +742,7 @@ func (qq *quorumQueue) publishCounts() {
 		c.Ready, c.Unacked, c.Consumers = int64(f.Ready())+back, int64(f.Unacked())-back, int32(f.Consumers())
 		held = f.Bytes()
 		c.ReadyBytes = f.Bytes()
+		c.Held = int64(f.Delayed()) // quorum_limits.go
 		if h := f.Head(); h > 0 {
 			c.Head = h * int64(time.Millisecond)
 		}
@@ -774,6 +780,7 @@ func (m *Manager) tickQuorum() {
 		if expired {
 			qq.g.Submit(cluster.Tick(now), nil)
 		}
+		qq.limitsTick(now)
 		for _, peer := range qq.g.Unreachable(downAfter) {
 			if qq.downed == nil {
 				qq.downed = map[string]bool{}

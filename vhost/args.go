@@ -61,7 +61,9 @@ var queueArgChecks = []queueArgCheck{
 	{name: "x-queue-mode", typ: wantString, rng: queueMode},
 	{name: "x-queue-version", typ: wantInt, rng: ints(queueVersion)},
 	{name: "x-single-active-consumer", typ: wantBool},
-	{name: "x-delivery-limit", typ: wantInt, rng: ints(nonNegative)},
+	// Any integer: a negative one is no limit (RabbitMQ 4.3's quorum
+	// queues: -1 turns the default of 20 off).
+	{name: "x-delivery-limit", typ: wantInt},
 	{name: "x-consumer-timeout", typ: wantInt, rng: ints(nonNegative)},
 	// railmq's own (retry with backoff, queue/retry.go), in RabbitMQ's
 	// words for arguments of their kinds.
@@ -70,9 +72,6 @@ var queueArgChecks = []queueArgCheck{
 	{name: "x-retry-delay-max", typ: wantInt, rng: ints(expires)},
 	{name: "x-retry-jitter", typ: wantNumber, rng: numbers(fraction)},
 }
-
-// retryArgs are the queue arguments of retry with backoff (railmq's own).
-var retryArgs = []string{"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter"}
 
 // Type checks.
 
@@ -304,7 +303,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		p.MaxLengthBytes = n
 	}
 	if n, ok := ms("x-delivery-limit"); ok {
-		p.DeliveryLimit = n
+		p.DeliveryLimit, p.DeliveryLimitSet = max(n, -1), true
 	}
 	if n, ok := ms("x-consumer-timeout"); ok {
 		out.consumerTimeout = time.Duration(n) * time.Millisecond
@@ -321,6 +320,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 	if f, ok := number(args["x-retry-jitter"]); ok {
 		p.Retry.Jitter = f
 	}
+	delayedRetry(args, &p.Retry) // RabbitMQ 4.3's x-delayed-retry-* (retry_args.go)
 	if n, ok := ms("x-max-priority"); ok {
 		p.MaxPriority = uint8(n)
 	}

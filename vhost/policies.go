@@ -47,10 +47,14 @@ var policyKeys = map[string]struct {
 	"max-length":              {"x-max-length", "int"},
 	"max-length-bytes":        {"x-max-length-bytes", "int"},
 	"overflow":                {"x-overflow", "overflow"},
-	"delivery-limit":          {"x-delivery-limit", "int"},
+	"delivery-limit":          {"x-delivery-limit", "anyint"},
 	"consumer-timeout":        {"x-consumer-timeout", "int"},
-	"queue-mode":              {"", "mode"},
-	"alternate-exchange":      {"", "string"},
+	// RabbitMQ 4.3's delayed retry (retry_args.go), checked there.
+	"delayed-retry-type": {"x-delayed-retry-type", "checked"},
+	"delayed-retry-min":  {"x-delayed-retry-min", "checked"},
+	"delayed-retry-max":  {"x-delayed-retry-max", "checked"},
+	"queue-mode":         {"", "mode"},
+	"alternate-exchange": {"", "string"},
 	// railmq's own: retry with backoff (queue/retry.go).
 	"retry-delay":     {"x-retry-delay", "int"},
 	"retry-backoff":   {"x-retry-backoff", "backoff"},
@@ -65,11 +69,16 @@ var policyKeys = map[string]struct {
 }
 
 // limitArgs are the arguments whose lower value wins between a queue's
-// own and its policy's.
-var limitArgs = map[string]bool{"x-message-ttl": true, "x-expires": true, "x-max-length": true, "x-max-length-bytes": true, "x-delivery-limit": true}
+// own and its policy's (mergeLimit); x-consumer-timeout too, as
+// RabbitMQ 3.12+ reads it (args_policy_lookup with min:
+// rabbit_queue_type.erl v4.3.5 get_consumer_timeout).
+var limitArgs = map[string]bool{"x-message-ttl": true, "x-expires": true, "x-max-length": true, "x-max-length-bytes": true, "x-delivery-limit": true,
+	"x-consumer-timeout": true, "x-delayed-retry-min": true, "x-delayed-retry-max": true}
 
-// operatorKeys are the keys an operator policy may set (numeric caps).
-var operatorKeys = map[string]bool{"message-ttl": true, "expires": true, "max-length": true, "max-length-bytes": true, "delivery-limit": true}
+// operatorKeys are the keys an operator policy may set (numeric caps;
+// RabbitMQ 4.3's delayed-retry keys, merged as mergeOperator says).
+var operatorKeys = map[string]bool{"message-ttl": true, "expires": true, "max-length": true, "max-length-bytes": true, "delivery-limit": true,
+	"delayed-retry-type": true, "delayed-retry-min": true, "delayed-retry-max": true}
 
 // PolicyError is a policy RabbitMQ's validation refuses; Reason is the
 // reason it gives ("Validation failed\n\n...\n").
@@ -114,6 +123,12 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		case "int", "pos":
 			f, isNum := v.(float64)
 			bad = !isNum || f != math.Trunc(f) || f < 0 || (pk.kind == "pos" && f < 1)
+		case "anyint":
+			f, isNum := v.(float64)
+			if !isNum || f != math.Trunc(f) {
+				// rabbit_policies.erl v4.3.5 validate_policy0
+				return nil, invalidPolicy("%s is not a valid delivery limit", erlTerm(v))
+			}
 		case "string":
 			_, isStr := v.(string)
 			bad = !isStr
@@ -149,6 +164,9 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return nil, invalidPolicy("[%s] are not recognised policy settings", strings.Join(unknown, ","))
+	}
+	if err := checkDelayedRetryPolicy(def); err != nil {
+		return nil, err
 	}
 	return &PolicyDef{Name: name, Pattern: pattern, ApplyTo: applyTo, Priority: priority, Definition: def, re: re}, nil
 }
@@ -262,9 +280,14 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 		}
 	}
 	for k, val := range args {
-		// The queue's own arguments win, but for the limits, the lower.
+		// The queue's own arguments win, but for the limits, the lower,
+		// and for x-delayed-retry-type, the policy's (RabbitMQ 4.3:
+		// get_delayed_retry_config, policy_has_precedence).
+		if _, ok := eff[k]; ok && k == "x-delayed-retry-type" {
+			continue
+		}
 		if cur, ok := amqp.Int(eff[k]); ok && limitArgs[k] {
-			if n, isInt := amqp.Int(val); isInt && cur < n {
+			if n, isInt := amqp.Int(val); isInt && mergeLimit(k, cur, n) == cur {
 				continue
 			}
 		}
@@ -280,14 +303,22 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 	if op != nil {
 		for k, val := range op.Definition {
 			a := policyKeys[k].arg
-			cap, _ := val.(float64)
-			if cur, ok := amqp.Int(eff[a]); !ok || int64(cap) < cur {
-				eff[a] = int64(cap)
-			}
-			if cur, ok := shown[k].(float64); !ok || cap < cur {
+			cur, ok := eff[a]
+			eff[a] = mergeOperator(k, cur, ok, val)
+			// What the API shows: the policy's value merged with the
+			// operator's, as JSON numbers.
+			if f, isNum := shown[k].(float64); isNum {
+				if m, isInt := amqp.Int(mergeOperator(k, int64(f), true, val)); isInt {
+					shown[k] = float64(m)
+				}
+			} else {
 				shown[k] = val
 			}
 		}
+	}
+	if IsQuorum(args) {
+		// Its type is checked by its declare (quorum.go), not here.
+		eff, args = withoutType(eff), withoutType(args)
 	}
 	qa, err := validateQueueArgs(name, v.name, eff)
 	if err != nil {

@@ -80,15 +80,6 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
 		return nil, err
 	}
-	for _, a := range retryArgs {
-		if _, ok := d.Args[a]; ok {
-			// Retry with backoff is the classic queue's (queue/retry.go),
-			// refused in the words RabbitMQ 3.10.8 uses for an argument a
-			// queue type does not take (rabbit_amqqueue:check_arguments_key,
-			// the type named by its module).
-			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_quorum_queue", a, rs)
-		}
-	}
 	size := 0
 	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok {
 		if n < 1 {
@@ -192,7 +183,19 @@ func (v *VHost) applyQuorumLocked(name string, val []byte, del bool, defaults qu
 	}
 	v.queues[name] = q
 	v.totals.QueuesCreated.Add(1)
+	pols, ops := v.policies, v.opPolicies
 	v.mu.Unlock()
+	if len(pols) > 0 || len(ops) > 0 {
+		// The policies that match it apply from the start (its
+		// delivery limit as a Config entry: quorum_limits.go).
+		_, pol, applied := v.policyFor(name, args, pols, ops)
+		v.mu.Lock()
+		if (applied.Policy != "" || applied.OperatorPolicy != "") && v.queues[name] == q {
+			v.applied[q] = applied
+		}
+		v.mu.Unlock()
+		_ = q.SetPolicy(pol) // a Replica's: never fails
+	}
 	return q, nil
 }
 

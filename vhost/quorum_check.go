@@ -24,11 +24,6 @@ func (v *VHost) checkQuorumDecl(d QueueDecl) error {
 	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
 		return err
 	}
-	for _, a := range retryArgs {
-		if _, ok := d.Args[a]; ok {
-			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_quorum_queue", a, rs)
-		}
-	}
 	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok && n < 1 {
 		return invalidArg("x-quorum-initial-group-size", d.Name, v.name, fmt.Sprintf("\"value %d must be greater than 0\"", n))
 	}
