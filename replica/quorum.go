@@ -13,7 +13,6 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
-	"github.com/railmq/railmq/vhost"
 )
 
 // Quorum queues on this node: each is a queue.Queue handle whose Replica
@@ -63,6 +62,7 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 		byTag: map[string]*qqConsumer{}, byCons: map[*queue.Consumer]*qqConsumer{}, out: map[uint64]outEntry{}}
 	cfg.Replica = qq
 	qq.q = queue.New(cfg)
+	m.warnQuorumArgs(&cfg)
 	m.quorumMu.Lock()
 	mine := m.creating[id]
 	delete(m.creating, id)
@@ -123,10 +123,10 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 	if n, ok := amqp.Int(args["x-message-ttl"]); ok {
 		fc.MessageTTL = n
 	}
-	switch args["x-overflow"] {
-	case "reject-publish", "reject-publish-dlx":
-		fc.RejectPublish = true
-	}
+	// reject-publish-dlx is not a quorum queue's: RabbitMQ 3.10.8 takes
+	// the argument and drops the head (rabbit_quorum_queue:overflow).
+	fc.RejectPublish = args["x-overflow"] == "reject-publish"
+	fc.AtLeastOnce = atLeastOnce(args)
 	return fc
 }
 
@@ -169,6 +169,7 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
+	dlx    dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
 }
 
 type outEntry struct {
@@ -627,12 +628,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 	for tag, ids := range back {
 		qq.g.Submit(cluster.Release(tag, ids...), nil)
 	}
-	if leader {
-		for _, dl := range e.DeadLetters {
-			vhost.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
-				Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason)
-		}
-	}
+	qq.deadLetters(e, leader)
 	qq.publishCounts()
 }
 
@@ -751,8 +747,10 @@ func (m *Manager) tickQuorum() {
 		qq.reconcile()
 		if !qq.g.IsLeader() {
 			qq.downed = nil
+			qq.dlx.reset()
 			continue
 		}
+		qq.pumpDeadLetters(time.Now())
 		if added, removed := qq.g.SyncMembers(); len(added)+len(removed) > 0 {
 			m.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
 				zap.Strings("added", added), zap.Strings("removed", removed))
@@ -811,6 +809,7 @@ func (qq *quorumQueue) describe(m map[string]any) {
 	}
 	m["members"], m["online"] = members, online
 	m["railmq_raft"] = map[string]any{"term": st.Term, "commit_index": st.Commit, "applied_index": st.Applied}
+	qq.describeDeadLetters(m)
 }
 
 // describeMembers adds each member's progress through the log, asked of
