@@ -491,15 +491,12 @@ func (qq *quorumQueue) Stats() (messages, consumers int, err error) {
 }
 
 func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
-	var n, ready, cons int
-	qq.g.View(func(f *cluster.Fifo) { n, ready, cons = f.Len(), f.Ready(), f.Consumers() })
-	if ifUnused && cons > 0 {
-		return 0, queue.ErrInUse
-	}
-	if ifEmpty && ready > 0 {
-		return 0, queue.ErrNotEmpty
-	}
 	cfg := qq.q.Config()
+	if err := refuseDeleteIf(cfg, ifUnused, ifEmpty); err != nil {
+		return 0, err
+	}
+	var n int
+	qq.g.View(func(f *cluster.Fifo) { n = f.Len() })
 	if err := qq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}

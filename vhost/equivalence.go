@@ -64,6 +64,9 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 	if t, ok := d.Args["x-queue-type"]; ok && str(t) != cur {
 		return ineq("x-queue-type", t, cur)
 	}
+	if cur == "quorum" && IsQuorum(c.Args) {
+		return argsEquivalent(d.Args, c.Args, quorumEquivalenceArgs, ineq)
+	}
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
 }
 

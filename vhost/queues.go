@@ -37,7 +37,9 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	}
 	if d.Name == "" && !d.Passive {
 		if IsQuorum(d.Args) {
-			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type <<\"quorum\">>")
+			// The type's module, as RabbitMQ 3.10.8 and 4.x print it
+			// (rabbit_channel: rabbit_amqqueue:get_queue_type with ~p).
+			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_quorum_queue")
 		}
 		d.Name = GenerateName("amq.gen-")
 	}
