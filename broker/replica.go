@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"go.uber.org/zap"
+
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/vhost"
@@ -18,6 +20,12 @@ func (h replicaHost) VHost(name string) *vhost.VHost { return h.s.VHost(name) }
 // DropQueue deletes a quorum queue's definition, and the bindings to it,
 // from the metadata store (replicate.go's keys).
 func (h replicaHost) DropQueue(vh, name string) error {
+	if h.s.node == nil { // standalone: the vhost's store has it
+		if st := h.s.vhostByName(vh); st != nil {
+			return st.v.DropQuorumLocal(name)
+		}
+		return nil
+	}
 	ops := []cluster.Op{{Key: metaKey(persist.DefQueue, vhost.DefName(vh, name)), Delete: true}}
 	for _, o := range h.s.node.Keys(metaKey(persist.DefBinding, vhost.DefName(vh))) {
 		if vhost.IsBindingTo([]byte(o.Key[5:]), vh, name) {
@@ -25,4 +33,16 @@ func (h replicaHost) DropQueue(vh, name string) error {
 		}
 	}
 	return h.s.node.Write(ops)
+}
+
+// closeLocal closes a standalone node's quorum queues (their groups), if
+// it has them.
+func (s *Server) closeLocal() {
+	if s.local == nil {
+		return
+	}
+	s.rep.Close()
+	if err := s.local.Close(); err != nil {
+		s.log.Error("closing the quorum queues", zap.Error(err))
+	}
 }
