@@ -40,12 +40,14 @@ var quorumArgChecks = []queueArgCheck{
 // notQuorumArgs are the arguments of other queue types (classic, stream)
 // that a quorum queue does not take, and railmq's retry with backoff
 // (queue/retry.go: classic queues'), refused in the same words.
-var notQuorumArgs = map[string]bool{
-	"x-max-priority": true, "x-queue-mode": true, "x-queue-version": true, "x-queue-master-locator": true,
-	"x-max-age": true, "x-stream-max-segment-size-bytes": true, "x-initial-cluster-size": true,
-	"x-stream-filter-size-bytes": true,
-	"x-retry-delay":              true, "x-retry-backoff": true, "x-retry-delay-max": true, "x-retry-jitter": true,
-}
+var notQuorumArgs = func() map[string]bool {
+	m := map[string]bool{}
+	for _, a := range append([]string{"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
+		"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-stream-filter-size-bytes"}, retryArgs...) {
+		m[a] = true
+	}
+	return m
+}()
 
 // checkQuorumArgs checks a new quorum queue's arguments (see above).
 func checkQuorumArgs(q, vh string, args amqp.Table) error {
