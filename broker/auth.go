@@ -32,7 +32,10 @@ const (
 type VHostRecord struct {
 	Description string           `json:"description"`
 	Tags        []string         `json:"tags"`
-	Limits      map[string]int64 `json:"limits,omitempty"`
+	Limits      map[string]int64 `json:"limits"` // empty, not nil: a vhost-limits parameter of no limits (RabbitMQ's [])
+	// DefaultQueueType is the type of the queues declared in the vhost
+	// that name none (vhost.ParseDefaultQueueType); "" for none.
+	DefaultQueueType string `json:"default_queue_type,omitempty"`
 }
 
 type userRec struct {
@@ -276,6 +279,7 @@ func (s *Server) recoverVHosts(recs map[string]VHostRecord, pols storedPolicies)
 	for _, n := range names {
 		vh := s.openVHost(n)
 		vh.SetMaxQueues(limitOf(recs[n].Limits, "max-queues"))
+		vh.SetDefaultQueueType(recs[n].DefaultQueueType)
 		if l, ok := pols[n]; ok {
 			vh.SetPolicies(l[0], l[1]) // nothing to apply them to yet: recovery does
 		}
@@ -357,6 +361,7 @@ func (s *Server) putVHostLocal(name string, rec VHostRecord) (bool, error) {
 		s.log.Info("vhost created", zap.String("vhost", name))
 	}
 	m[name].v.SetMaxQueues(limitOf(rec.Limits, "max-queues"))
+	m[name].v.SetDefaultQueueType(rec.DefaultQueueType)
 	s.vhosts.Store(&m)
 	return !ok, nil
 }

@@ -1,10 +1,14 @@
 package broker
 
 import (
+	"errors"
+	"time"
+
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
+	"github.com/railmq/railmq/replica"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -45,4 +49,58 @@ func (s *Server) closeLocal() {
 	if err := s.local.Close(); err != nil {
 		s.log.Error("closing the quorum queues", zap.Error(err))
 	}
+}
+
+// adoptLocal moves the quorum queues of this node's standalone life into
+// the cluster (vhost.AdoptLocalQuorum), trying again every second while
+// the metadata store has no leader, until done or Shutdown.
+func (s *Server) adoptLocal() {
+	for {
+		left := 0
+		for _, st := range s.allVHosts() {
+			n, err := st.v.AdoptLocalQuorum(s.nodeName())
+			if err != nil {
+				s.log.Warn("quorum queues of the standalone life not adopted yet", zap.String("vhost", st.v.Name()), zap.Int("queues", n), zap.Error(err))
+			}
+			left += n
+		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ErrNoSuchNode is a membership change for a node the cluster lacks.
+var ErrNoSuchNode = errors.New("no such node")
+
+// knownNode reports whether the cluster (or, standalone, this node) has
+// a node of that name.
+func (s *Server) knownNode(name string) bool {
+	if s.node == nil {
+		return name == s.nodeName()
+	}
+	_, ok := s.node.Addrs()[name]
+	return ok
+}
+
+// QuorumGrow adds node as a member of the quorum queues this node leads
+// that match (replica.Manager.Grow).
+func (s *Server) QuorumGrow(node, vhostPattern, queuePattern, strategy string) ([]replica.MemberResult, error) {
+	if s.rep == nil || !s.knownNode(node) {
+		return nil, ErrNoSuchNode
+	}
+	return s.rep.Grow(node, vhostPattern, queuePattern, strategy)
+}
+
+// QuorumShrink removes node from the quorum queues this node leads.
+func (s *Server) QuorumShrink(node string) ([]replica.MemberResult, error) {
+	if s.rep == nil || !s.knownNode(node) {
+		return nil, ErrNoSuchNode
+	}
+	return s.rep.Shrink(node), nil
 }

@@ -176,6 +176,7 @@ func New(opts Options) (*Server, error) {
 		for _, st := range s.allVHosts() {
 			st.v.ReplicateTo(replicator{s})
 		}
+		go s.adoptLocal()
 		s.log.Info("cluster node started", zap.String("node", cfg.Name), zap.String("cluster_listen", cfg.Listen), zap.Int("peers", len(cfg.Peers)), zap.Bool("join", cfg.Join))
 	}
 	s.tuneMemoryLimit()

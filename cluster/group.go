@@ -269,6 +269,11 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if existing {
+		if err := n.adoptLocal(cfg, rc, g.logs, snaps); err != nil {
+			return fail(err)
+		}
+	}
 	if !existing && cfg.Bootstrap {
 		if err := raft.BootstrapCluster(rc, g.logs, g.logs, snaps, g.trans, g.configuration()); err != nil {
 			return fail(err)

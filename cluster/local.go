@@ -85,3 +85,33 @@ func (n *Node) groupRaftConfig(hl hclog.Logger) *raft.Config {
 func (g *Group) Recovered() bool {
 	return g.r.State() == raft.Leader && g.r.AppliedIndex() >= g.startLast
 }
+
+// adoptLocal gives a cluster node the groups it made while standalone:
+// a group whose configuration is a standalone node's (one member, at
+// localAddr) gets, once, this node as its one voter, named and addressed
+// as the cluster knows it (raft.RecoverCluster: with one member, every
+// entry of its log was committed, so committing them all loses nothing).
+// The group then serves as any of one member; the other nodes follow it
+// (SyncMembers) and it grows as any quorum queue does (AddMember).
+func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snaps raft.SnapshotStore) error {
+	if n.local {
+		return nil
+	}
+	_, t := raft.NewInmemTransport("")
+	defer t.Close()
+	c := *rc
+	conf, err := raft.GetConfiguration(&c, NewQueueFSM(cfg.Fifo), logs, logs, snaps, t)
+	if err != nil {
+		return err
+	}
+	if len(conf.Servers) != 1 || conf.Servers[0].Address != localAddr {
+		return nil
+	}
+	self := raft.Server{ID: raft.ServerID(n.cfg.Name), Address: raft.ServerAddress(n.cfg.Peers[n.cfg.Name])}
+	c = *rc
+	if err := raft.RecoverCluster(&c, NewQueueFSM(cfg.Fifo), logs, logs, snaps, t, raft.Configuration{Servers: []raft.Server{self}}); err != nil {
+		return err
+	}
+	n.log().Info("quorum queue of this node's standalone life adopted", zap.String("group", cfg.ID), zap.String("was", string(conf.Servers[0].ID)))
+	return nil
+}

@@ -3,10 +3,12 @@ package conformance
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
 )
 
 // Quorum queues on a standalone node (issue [17]): x-queue-type quorum
@@ -103,4 +105,141 @@ func reopen(t *testing.T, c *rmq.Connection) *rmq.Channel {
 	ch, err := c.Channel()
 	must(t, err)
 	return ch
+}
+
+// TestQuorumQueueStandaloneJoinsCluster: a standalone node's quorum queue,
+// with its messages and a binding, goes on when the node's data starts a
+// cluster: the cluster's metadata store adopts it, the other node
+// follows it, grow makes that node a member (RabbitMQ 4's POST
+// /api/queues/quorum/replicas/on/NODE/grow), the other node serves its
+// messages in order, and delete_member takes the member away again.
+func TestQuorumQueueStandaloneJoinsCluster(t *testing.T) {
+	testutil.InProcess(t)
+	dir := t.TempDir()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	ch := reopen(t, c)
+	_, err = ch.QueueDeclare("legacy", true, false, false, false, quorumArgs)
+	must(t, err)
+	must(t, ch.QueueBind("legacy", "k", "amq.direct", false, nil))
+	bodies := make([]string, 20)
+	for i := range bodies {
+		bodies[i] = fmt.Sprint(i)
+	}
+	publishPersistent(t, ch, "amq.direct", "k", bodies...)
+	c.Close()
+	stop()
+
+	peers := map[string]string{"rabbit1@localhost": testutil.FreePort(t), "rabbit2@localhost": testutil.FreePort(t)}
+	n1 := startClusterNodeIn(t, dir, "rabbit1@localhost", peers, false)
+	n2 := startClusterNode(t, "rabbit2@localhost", peers, false)
+	ready := func(n *clusterNode, want int) bool {
+		c, err := rmq.Dial(n.b.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		q, err := ch.QueueDeclarePassive("legacy", true, false, false, false, nil)
+		return err == nil && q.Messages == want
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return ready(n1, 20) }, "node 1 does not serve its standalone quorum queue")
+	testutil.Eventually(t, 30*time.Second, func() bool { return ready(n2, 20) }, "node 2 does not follow the adopted queue")
+	a1 := &api{t: t, url: n1.api}
+	members := func() []string {
+		var q struct{ Members []string }
+		if a1.call("GET", "/api/queues/%2F/legacy", "guest", "guest", nil, &q) != 200 {
+			return nil
+		}
+		return q.Members
+	}
+	if m := members(); len(m) != 1 || m[0] != "rabbit1@localhost" {
+		t.Fatalf("members %v, want [rabbit1@localhost]", m)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		return a1.call("POST", "/api/queues/quorum/replicas/on/rabbit2@localhost/grow", "guest", "guest",
+			map[string]any{"vhost_pattern": "^/$", "queue_pattern": "^legacy$", "strategy": "all"}, nil) == 204 && len(members()) == 2
+	}, "grow did not make node 2 a member: %v", members())
+	var st []map[string]any
+	if code := a1.call("GET", "/api/queues/quorum/%2F/legacy/status", "guest", "guest", nil, &st); code != 200 || len(st) != 2 {
+		t.Fatalf("status %d %v", code, st)
+	}
+	// Node 2 serves the messages, in order, and the binding routes.
+	c2, err := rmq.Dial(n2.b.URL)
+	must(t, err)
+	defer c2.Close()
+	ch2 := reopen(t, c2)
+	for i := range bodies {
+		m, ok, err := ch2.Get("legacy", true)
+		must(t, err)
+		if !ok || string(m.Body) != bodies[i] {
+			t.Fatalf("get %d on node 2: %q %v, want %q", i, m.Body, ok, bodies[i])
+		}
+	}
+	publishPersistent(t, ch2, "amq.direct", "k", "routed")
+	testutil.Eventually(t, 10*time.Second, func() bool { return ready(n1, 1) }, "the binding did not route")
+	if code := a1.call("DELETE", "/api/queues/quorum/%2F/legacy/replicas/delete", "guest", "guest", map[string]any{"node": "rabbit2@localhost"}, nil); code != 202 {
+		t.Fatalf("delete_member: %d", code)
+	}
+	if m := members(); len(m) != 1 {
+		t.Fatalf("members after delete_member %v", m)
+	}
+	// The last member stays: RabbitMQ's 503.
+	if code := a1.call("DELETE", "/api/queues/quorum/%2F/legacy/replicas/delete", "guest", "guest", map[string]any{"node": "rabbit1@localhost"}, nil); code != 503 {
+		t.Fatalf("deleting the last member: %d, want 503", code)
+	}
+}
+
+// TestQuorumQueueStandaloneJoinsRunningCluster: a standalone node's data,
+// started with --cluster-join and added to a running cluster, brings its
+// quorum queue with it: the cluster's other node serves its messages.
+func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
+	testutil.InProcess(t)
+	dir := t.TempDir()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	ch := reopen(t, c)
+	_, err = ch.QueueDeclare("carried", true, false, false, false, quorumArgs)
+	must(t, err)
+	publishPersistent(t, ch, "", "carried", "x", "y", "z")
+	c.Close()
+	stop()
+
+	n1 := startClusterNode(t, "rabbit1@localhost", map[string]string{"rabbit1@localhost": testutil.FreePort(t)}, false)
+	n2 := startClusterNodeIn(t, dir, "rabbit2@localhost", map[string]string{"rabbit2@localhost": testutil.FreePort(t)}, true)
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return (&api{t: t, url: n1.api}).call("PUT", "/api/cluster/members/rabbit2@localhost", "guest", "guest",
+			map[string]any{"address": n2.addr}, nil) == 201
+	}, "node 1 did not add node 2")
+	var got []string
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		c, err := rmq.Dial(n1.b.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		if q, err := ch.QueueDeclarePassive("carried", true, false, false, false, nil); err != nil || q.Messages != 3 {
+			return false
+		}
+		for range 3 {
+			m, ok, err := ch.Get("carried", true)
+			if err != nil || !ok {
+				return false
+			}
+			got = append(got, string(m.Body))
+		}
+		return true
+	}, "node 1 does not serve the joined node's quorum queue")
+	if fmt.Sprint(got) != "[x y z]" {
+		t.Fatalf("got %v", got)
+	}
 }

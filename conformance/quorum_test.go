@@ -212,7 +212,7 @@ func TestQuorumQueueDeclareRefusals(t *testing.T) {
 		durable, autoDelete, exclusive bool
 		want                           string
 	}{
-		{"", true, false, false, `PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue`},
+		{"", true, false, false, "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue"},
 		{"q-ad", true, true, false, "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'q-ad' in vhost '/'"},
 		{"q-ex", true, false, true, "PRECONDITION_FAILED - invalid property 'exclusive-owner' for queue 'q-ex' in vhost '/'"},
 		{"q-nd", false, false, false, "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'q-nd' in vhost '/'"},

@@ -59,6 +59,14 @@ func TestRailmqctl(t *testing.T) {
 		t.Fatalf("the user railmqctl made (its password kept by set_user_tags): %v", err)
 	}
 	c.Close()
+	// add_vhost, as rabbitmqctl's: a default queue type, then the vhost
+	// changed (railmq's: RabbitMQ's add_vhost leaves a vhost that
+	// exists as it is), keeping the type.
+	run("add_vhost", "ctl-v", "--description", "made by railmqctl", "--default-queue-type", "quorum")
+	run("add_vhost", "ctl-v", "--tags", "a,b")
+	if out := run("list", "vhosts", "name", "default_queue_type", "tags", "description"); !strings.Contains(strings.Join(strings.Fields(out), " "), `ctl-v quorum ["a","b"] made by railmqctl`) {
+		t.Fatalf("list vhosts:\n%s", out)
+	}
 	run("set_policy", "ctl-cap", "^ctl-", `{"max-length":5}`, "--apply-to", "queues")
 	if out := run("list", "policies"); !strings.Contains(out, "ctl-cap") {
 		t.Fatalf("list policies:\n%s", out)

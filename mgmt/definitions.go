@@ -54,14 +54,27 @@ type defsUser struct {
 	Limits           map[string]int64 `json:"limits"`
 }
 
+// defsVHost is a vhost as RabbitMQ's exports carry one: the name alone
+// (3.10 to 3.12), with description, tags, default_queue_type and metadata
+// (3.13, 4.0), description, tags and metadata (4.1, 4.2), or limits and
+// metadata (4.3) (rabbit_mgmt_wm_definitions.erl, rabbit_definitions.erl
+// vhost_definition at those tags). An import reads description and tags
+// at the top level first, then in the metadata, and the default queue
+// type in the metadata only (rabbit_definitions.erl add_vhost, v3.10.8 to
+// v4.3.5). A 4.3 vhost's limits are in the file twice, here and as a
+// vhost-limits parameter: the import reads the parameter, as RabbitMQ's.
 type defsVHost struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	Tags        any    `json:"tags,omitempty"`
-	Metadata    *struct {
-		Description string `json:"description"`
-		Tags        any    `json:"tags"`
-	} `json:"metadata,omitempty"`
+	Name             string         `json:"name"`
+	Description      string         `json:"description"`
+	Tags             any            `json:"tags"`
+	DefaultQueueType string         `json:"default_queue_type,omitempty"` // exported only
+	Metadata         *defsVHostMeta `json:"metadata,omitempty"`
+}
+
+type defsVHostMeta struct {
+	Description      string `json:"description"`
+	Tags             any    `json:"tags"`
+	DefaultQueueType any    `json:"default_queue_type,omitempty"`
 }
 
 type defsPerm struct {
@@ -81,10 +94,10 @@ type defsTopic struct {
 }
 
 type defsParameter struct {
-	VHost     string         `json:"vhost"`
-	Component string         `json:"component"`
-	Name      string         `json:"name"`
-	Value     map[string]any `json:"value"`
+	VHost     string `json:"vhost"`
+	Component string `json:"component"`
+	Name      string `json:"name"`
+	Value     any    `json:"value"` // an object; RabbitMQ 3.x exports cleared vhost limits as []
 }
 
 type defsPolicy struct {
@@ -156,18 +169,25 @@ func exportDefinitions(srv *broker.Server, only string) defsFile {
 			continue
 		}
 		if only == "" {
-			d.VHosts = append(d.VHosts, defsVHost{Name: vh}) // RabbitMQ 3.10 exports the name alone
+			d.VHosts = append(d.VHosts, vhostDef(vh, st.Rec))
 		}
-		if len(st.Rec.Limits) > 0 {
-			val := map[string]any{}
-			for k, v := range st.Rec.Limits {
-				val[k] = v
+		if st.Rec.Limits != nil {
+			var val any = []any{} // limits set and cleared: RabbitMQ 3.x exports [] (3.10.8, asked)
+			if len(st.Rec.Limits) > 0 {
+				m := map[string]any{}
+				for k, v := range st.Rec.Limits {
+					m[k] = v
+				}
+				val = m
 			}
 			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: "vhost-limits", Name: "limits", Value: val})
 		}
-		pols, _ := st.Policies()
+		pols, ops := st.Policies()
 		for _, p := range pols {
 			d.Policies = append(d.Policies, defsPolicy{VHost: vh, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: p.Definition, Priority: p.Priority})
+		}
+		for _, p := range ops {
+			d.Parameters = append(d.Parameters, operatorPolicyParam(vh, p))
 		}
 		xs := st.Exchanges()
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
@@ -279,7 +299,7 @@ func LoadDefinitions(srv *broker.Server, path string) error {
 // importDefinitions checks every entry of d, then applies them all to
 // srv.
 func importDefinitions(srv *broker.Server, d *defsFile) error {
-	im := &importer{srv: srv, d: d, scratch: map[string]*vhost.VHost{}, inFile: map[string]bool{}}
+	im := &importer{srv: srv, d: d, scratch: map[string]*vhost.VHost{}, inFile: map[string]bool{}, dqt: map[string]string{}}
 	defer im.close()
 	if err := im.check(); err != nil {
 		return err
@@ -303,6 +323,8 @@ type importer struct {
 	perms    []*auth.Permission    // d.Permissions' parsed
 	topics   []*auth.TopicPermission
 	limits   map[string]map[string]int64 // by vhost
+	opPols   []opPolicy                  // the operator_policy parameters
+	dqt      map[string]string           // the file's vhosts' default queue types, by vhost
 	policies []*vhost.PolicyDef
 	inFile   map[string]bool // vhost \x00 kind \x00 name of the file's exchanges (x) and queues (q)
 }
@@ -319,7 +341,7 @@ func (im *importer) close() {
 // queues, bindings.
 func (im *importer) check() error {
 	for _, step := range []func() error{im.checkVHosts, im.checkUsers, im.checkPermissions, im.checkTopicPermissions,
-		im.checkLimits, im.checkPolicies, im.checkExchanges, im.checkQueues, im.checkBindings} {
+		im.checkParameters, im.checkPolicies, im.checkExchanges, im.checkQueues, im.checkBindings} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -333,8 +355,12 @@ func (im *importer) checkVHosts() error {
 		if v.Name == "" {
 			return fmt.Errorf("vhosts[%d]: no name", i)
 		}
-		if im.srv.LookupVHost(v.Name) == nil {
+		st := im.srv.LookupVHost(v.Name)
+		if st == nil {
 			im.newVHosts[v.Name] = true
+		}
+		if err := im.checkDefaultQueueType(v, st); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -351,6 +377,7 @@ func (im *importer) vhostFor(name string) *vhost.VHost {
 	}
 	if im.scratch[name] == nil {
 		im.scratch[name] = vhost.New(name, nil, nil, nil, 0, 0)
+		im.scratch[name].SetDefaultQueueType(im.dqt[name])
 	}
 	return im.scratch[name]
 }
@@ -424,30 +451,6 @@ func (im *importer) checkTopicPermissions() error {
 	return nil
 }
 
-// checkLimits checks the parameters, which may only be vhost limits.
-func (im *importer) checkLimits() error {
-	im.limits = map[string]map[string]int64{}
-	for _, p := range im.d.Parameters {
-		if p.Component != "vhost-limits" {
-			return fmt.Errorf("parameter %q of component %q in %q: only vhost-limits parameters are supported", p.Name, p.Component, p.VHost)
-		}
-		if im.vhostFor(p.VHost) == nil {
-			return fmt.Errorf("vhost-limits parameter: no vhost %q", p.VHost)
-		}
-		m := map[string]int64{}
-		for k, v := range p.Value {
-			f, ok := v.(float64)
-			known := k == "max-connections" || k == "max-queues"
-			if !ok || !known || f != float64(int64(f)) {
-				return fmt.Errorf("vhost-limits of %q: %s = %v is not a known limit with a whole number", p.VHost, k, v)
-			}
-			m[k] = int64(f)
-		}
-		im.limits[p.VHost] = m
-	}
-	return nil
-}
-
 func (im *importer) checkPolicies() error {
 	im.policies = make([]*vhost.PolicyDef, len(im.d.Policies))
 	for i, p := range im.d.Policies {
@@ -473,9 +476,14 @@ func exchangeDecl(x defsExchange) vhost.ExchangeDecl {
 		Args: tableArg(map[string]any{"arguments": x.Arguments})}
 }
 
-// queueDecl is the declaration of a file's queue.
-func queueDecl(q defsQueue) vhost.QueueDecl {
-	return vhost.QueueDecl{Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Args: tableArg(map[string]any{"arguments": q.Arguments}), Reserved: true}
+// queueDecl is the declaration of a file's queue, with the default queue
+// type its vhost will have once the file's vhosts are made.
+func (im *importer) queueDecl(q defsQueue) vhost.QueueDecl {
+	d := vhost.QueueDecl{Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Args: tableArg(map[string]any{"arguments": q.Arguments}), Reserved: true}
+	if t, ok := im.dqt[q.VHost]; ok {
+		d = vhost.WithDefaultType(d, t)
+	}
+	return d
 }
 
 func (im *importer) checkExchanges() error {
@@ -501,7 +509,11 @@ func (im *importer) checkQueues() error {
 		if v == nil {
 			return fmt.Errorf("queue %q: no vhost %q", q.Name, q.VHost)
 		}
-		if err := v.CheckQueue(queueDecl(q)); err != nil {
+		if im.existing(q) {
+			im.inFile[q.VHost+"\x00q\x00"+q.Name] = true
+			continue
+		}
+		if err := v.CheckQueue(im.queueDecl(q)); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
 		}
 		im.inFile[q.VHost+"\x00q\x00"+q.Name] = true
@@ -583,6 +595,10 @@ func (im *importer) applyVHosts() error {
 		}
 		if st := im.srv.LookupVHost(v.Name); st != nil {
 			rec.Limits = st.Rec.Limits
+			rec.DefaultQueueType = st.Rec.DefaultQueueType
+		}
+		if t, ok := im.dqt[v.Name]; ok {
+			rec.DefaultQueueType = t
 		}
 		if _, err := im.srv.PutVHost(v.Name, rec); err != nil {
 			return err
@@ -639,7 +655,10 @@ func (im *importer) applyExchanges() error {
 func (im *importer) applyQueues(start time.Time) error {
 	qs := im.d.Queues
 	for i, q := range qs {
-		if _, _, _, err := im.srv.LookupVHost(q.VHost).DeclareQueue(queueDecl(q), queue.Config{}); err != nil {
+		if im.existing(q) {
+			continue
+		}
+		if _, _, _, err := im.srv.LookupVHost(q.VHost).DeclareQueue(im.queueDecl(q), queue.Config{}); err != nil {
 			return fmt.Errorf("queue %q in %q: %s", q.Name, q.VHost, reasonOf(err))
 		}
 		if n := i + 1; n%importProgressEvery == 0 && n < len(qs) {
@@ -668,6 +687,11 @@ func (im *importer) applyBindings(start time.Time) error {
 func (im *importer) applyPolicies() error {
 	for i, p := range im.d.Policies {
 		if _, err := im.srv.PutPolicy(p.VHost, false, p.Name, im.policies[i]); err != nil {
+			return err
+		}
+	}
+	for _, p := range im.opPols {
+		if _, err := im.srv.PutPolicy(p.vhost, true, p.def.Name, p.def); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/railmq/railmq/auth"
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/vhost"
 )
 
 // The management API's users, vhosts and permissions, with RabbitMQ's JSON
@@ -160,6 +161,11 @@ func (a *API) routes() []route {
 	add("GET", "/api/cluster", monitor(a.apiCluster)) // what /api/nodes shows
 	add("PUT", "/api/cluster/members/{name}", admin(a.apiPutClusterMember))
 	add("DELETE", "/api/cluster/members/{name}", admin(a.apiDeleteClusterMember))
+	add("POST", "/api/queues/quorum/{vhost}/{queue}/replicas/add", admin(a.apiQuorumAddMember))
+	add("DELETE", "/api/queues/quorum/{vhost}/{queue}/replicas/delete", admin(a.apiQuorumDeleteMember))
+	add("POST", "/api/queues/quorum/replicas/on/{node}/grow", admin(a.apiQuorumGrow))
+	add("DELETE", "/api/queues/quorum/replicas/on/{node}/shrink", admin(a.apiQuorumShrink))
+	add("GET", "/api/queues/quorum/{vhost}/{queue}/status", a.apiQuorumStatus)
 	add("GET", "/api/overview", a.apiOverview)
 	add("GET", "/api/channels", a.apiChannels)
 	add("GET", "/api/connections", a.apiConnections)
@@ -302,8 +308,15 @@ func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
 		unacked += q.Unacked()
 	}
 	zero := map[string]float64{"rate": 0}
+	// As RabbitMQ 3.10.8 shows a vhost with and without a default queue
+	// type: "undefined", and no default_queue_type in the metadata, when
+	// it has none.
+	dqt, meta := "undefined", map[string]any{"description": st.Rec.Description, "tags": tags}
+	if t := st.Rec.DefaultQueueType; t != "" {
+		dqt, meta["default_queue_type"] = t, t
+	}
 	return map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
-		"default_queue_type": "undefined", "metadata": map[string]any{"description": st.Rec.Description, "tags": tags},
+		"default_queue_type": dqt, "metadata": meta,
 		"tracing": false, "cluster_state": map[string]string{a.srv.NodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
@@ -380,6 +393,14 @@ func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.Tags = tags
 	}
+	if t, ok := defaultQueueTypeOf(body); ok {
+		dqt, err := vhost.ParseDefaultQueueType(t)
+		if err != nil {
+			badRequest(w, err.Error())
+			return
+		}
+		rec.DefaultQueueType = dqt
+	}
 	created, err := a.srv.PutVHost(name, rec)
 	if err == nil && created {
 		// RabbitMQ grants the user who made the vhost every permission
@@ -392,6 +413,19 @@ func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answerPut(w, created)
+}
+
+// defaultQueueTypeOf is a PUT /api/vhosts body's default queue type:
+// default_queue_type, or defaultqueuetype, the name RabbitMQ 3.10 and 3.11
+// read (rabbit_mgmt_wm_vhost.erl, v3.10.8 and v4.3.5; rabbitmq-server#7734).
+// A vhost that exists keeps its type when the body names none (RabbitMQ
+// 3.10.8 keeps it; 4.x resets it to the node's default).
+func defaultQueueTypeOf(body map[string]any) (any, bool) {
+	if t, ok := body["default_queue_type"]; ok {
+		return t, true
+	}
+	t, ok := body["defaultqueuetype"]
+	return t, ok
 }
 
 func (a *API) apiDeleteVHost(w http.ResponseWriter, r *http.Request) {

@@ -75,6 +75,14 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
 	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), nil)
+	if mine && m.node.Local() {
+		// A new queue of one member is declared once it serves (its
+		// first election: 50-100 ms), as RabbitMQ answers declare-ok
+		// once the queue's Ra cluster has a leader.
+		for deadline := time.Now().Add(5 * time.Second); !g.Recovered() && time.Now().Before(deadline); {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 	m.quorumMu.Lock()
 	m.quorum[qq] = struct{}{}
 	m.quorumMu.Unlock()

@@ -66,6 +66,13 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 		cur = "quorum"
 	}
 	if t, ok := d.Args["x-queue-type"]; ok && str(t) != cur {
+		if _, had := c.Args["x-queue-type"]; !had && cur == "classic" {
+			// A classic queue declared with no type has none to compare
+			// (rabbit_misc:assert_field_equivalence lets only "classic"
+			// match nothing): what a vhost's default queue type gives a
+			// queue made before it was set.
+			return ineq("x-queue-type", typedValue{t}, none{})
+		}
 		return ineq("x-queue-type", t, cur)
 	}
 	if cur == "quorum" && IsQuorum(c.Args) {
@@ -168,6 +175,7 @@ func (v *VHost) CheckExchange(d ExchangeDecl) error {
 // CheckQueue reports the error declaring d would meet, without declaring
 // it.
 func (v *VHost) CheckQueue(d QueueDecl) error {
+	d = v.withDefaultType(d)
 	v.mu.RLock()
 	q := v.queues[d.Name]
 	v.mu.RUnlock()
@@ -179,6 +187,9 @@ func (v *VHost) CheckQueue(d QueueDecl) error {
 	}
 	if strings.HasPrefix(d.Name, "amq.") && !d.Reserved {
 		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
+	}
+	if IsQuorum(d.Args) {
+		return v.checkQuorumDecl(d)
 	}
 	_, err := validateQueueArgs(d.Name, v.name, d.Args)
 	return err

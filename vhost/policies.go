@@ -91,7 +91,7 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		applyTo = "all"
 	}
 	switch applyTo {
-	case "queues", "classic_queues", "exchanges", "all":
+	case "queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all":
 	default:
 		return nil, invalidPolicy("apply-to '%s' unrecognised; should be 'queues', 'exchanges' or 'all'", applyTo)
 	}
@@ -154,7 +154,7 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 }
 
 func (p *PolicyDef) appliesToQueues() bool {
-	return p.ApplyTo == "queues" || p.ApplyTo == "classic_queues" || p.ApplyTo == "all"
+	return p.ApplyTo == "queues" || p.ApplyTo == "classic_queues" || p.ApplyTo == "quorum_queues" || p.ApplyTo == "all"
 }
 
 // best is the matching policy for name of the highest priority, then the
@@ -250,7 +250,7 @@ func (v *VHost) AppliedPolicy(q *queue.Queue) AppliedPolicy {
 // the effective arguments, the queue policy they make (dead-lettering and
 // expiry wired to the registry) and what the API shows.
 func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) (queueArgs, queue.Policy, AppliedPolicy) {
-	p, op := best(pols, name, true), best(ops, name, true)
+	p, op := best(ofQueueType(pols, args), name, true), best(ofQueueType(ops, args), name, true)
 	eff := amqp.Table{}
 	shown := map[string]any{}
 	if p != nil {

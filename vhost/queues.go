@@ -35,10 +35,10 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	if strings.HasPrefix(d.Name, "amq.") && !d.Passive && !d.Reserved {
 		return nil, 0, 0, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", d.Name)
 	}
+	d = v.withDefaultType(d)
 	if d.Name == "" && !d.Passive {
 		if IsQuorum(d.Args) {
-			// The type's module, as RabbitMQ 3.10.8 and 4.x print it
-			// (rabbit_channel: rabbit_amqqueue:get_queue_type with ~p).
+			// RabbitMQ 3.10.8 names the type by its module (checked).
 			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_quorum_queue")
 		}
 		d.Name = GenerateName("amq.gen-")

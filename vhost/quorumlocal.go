@@ -73,3 +73,66 @@ func (v *VHost) startQuorum(name string, val []byte, defaults queue.Config) {
 		v.log.Error("quorum queue not started", zap.String("queue", name), zap.Error(err))
 	}
 }
+
+// AdoptLocalQuorum moves the quorum queues of this node's standalone life
+// (found in its store at recovery) into the cluster's metadata store,
+// with the bindings to them, as the queues of one member on node self;
+// every node then applies them (ApplyQuorumQueue), this one resuming
+// their groups (cluster's adoptLocal). They leave this node's store once
+// the metadata store has them. It reports how many are still to adopt
+// (an error: the metadata store refused or is unreachable; call again).
+func (v *VHost) AdoptLocalQuorum(self string) (int, error) {
+	v.defMu.Lock()
+	todo := v.adopt
+	v.defMu.Unlock()
+	r := v.replicator()
+	if len(todo) == 0 || r == nil {
+		return 0, nil
+	}
+	var binds []struct{ name, val []byte }
+	err := v.store.Definitions(func(kind byte, name, val []byte) error {
+		if kind != persist.DefBinding {
+			return nil
+		}
+		for _, d := range todo {
+			if IsBindingTo(name, v.name, d.name) {
+				binds = append(binds, struct{ name, val []byte }{append([]byte(nil), name...), append([]byte(nil), val...)})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return len(todo), err
+	}
+	for i, d := range todo {
+		t, err := amqp.DecodeTable(d.val)
+		if err != nil {
+			return len(todo) - i, err
+		}
+		t["voters"] = self
+		key := DefName(v.name, d.name)
+		if err := r.Replicate(persist.DefQueue, key, encodeDef(t), false); err != nil {
+			return len(todo) - i, err
+		}
+		b := &persist.Batch{}
+		b.DeleteDef(persist.DefQueue, key)
+		for _, bd := range binds {
+			if !IsBindingTo(bd.name, v.name, d.name) {
+				continue
+			}
+			if err := r.Replicate(persist.DefBinding, bd.name, bd.val, false); err != nil {
+				v.log.Warn("binding to an adopted quorum queue not replicated", zap.String("queue", d.name), zap.Error(err))
+				continue
+			}
+			b.DeleteDef(persist.DefBinding, bd.name)
+		}
+		if err := v.store.CommitSync(b); err != nil {
+			return len(todo) - i, err
+		}
+		v.defMu.Lock()
+		v.adopt = v.adopt[1:]
+		v.defMu.Unlock()
+		v.log.Info("quorum queue adopted by the cluster", zap.String("queue", d.name))
+	}
+	return 0, nil
+}

@@ -146,8 +146,16 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			}
 		}
 		v.mu.Unlock()
-		for _, d := range defs.quorum {
-			v.startQuorum(d.name, d.val, defaults)
+		if v.replicator() != nil {
+			// A cluster node's data from its standalone life: the
+			// queues join the metadata store (AdoptLocalQuorum).
+			v.defMu.Lock()
+			v.adopt = defs.quorum
+			v.defMu.Unlock()
+		} else {
+			for _, d := range defs.quorum {
+				v.startQuorum(d.name, d.val, defaults)
+			}
 		}
 		if dedupDrop.Len() > 0 {
 			// Deduplication log segments left without entries: deleted

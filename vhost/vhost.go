@@ -26,6 +26,9 @@ type VHost struct {
 	// in the registry's order; it is held across their store commit, but
 	// never while waiting on a queue goroutine.
 	defMu sync.Mutex
+	// adopt: quorum queues of this node's standalone life, found in its
+	// store at recovery in a cluster (AdoptLocalQuorum); guarded by defMu.
+	adopt []quorumDef
 	// mu guards exchanges and queues, briefly. Never held while waiting on
 	// a queue goroutine (queues call back into the registry) or on I/O,
 	// but by recovery at start-up (LOCKS.md).
@@ -48,6 +51,7 @@ type VHost struct {
 	closed      bool                            // Close ran: no queue is made any more (the cluster may still apply definitions); guarded by mu
 	nextQueueID *atomic.Uint64                  // shared by the broker's vhosts (ShareQueueIDs): ids key the store
 	maxQueues   atomic.Int64                    // the max-queues limit; negative: none
+	defaultType atomic.Pointer[string]          // default queue type (defaulttype.go); nil or "": none
 	window      int
 	windowB     int64
 	delays      *delayer // delayed exchanges' messages (delayed.go)

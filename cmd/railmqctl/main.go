@@ -163,7 +163,7 @@ func newRoot(c *client) *cobra.Command {
 	cmds = append(cmds, newAccessCmds(c)...)
 	cmds = append(cmds, newPolicyCmds(c)...)
 	cmds = append(cmds, newDefinitionsCmds(c)...)
-	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c))
+	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c))
 	root.AddCommand(cmds...)
 	return root
 }
@@ -317,7 +317,7 @@ func newCloseCmd(c *client) *cobra.Command {
 	return closeConn
 }
 
-// newAccessCmds are add_user, set_user_tags and set_permissions.
+// newAccessCmds are add_user, set_user_tags, set_permissions and add_vhost.
 func newAccessCmds(c *client) []*cobra.Command {
 	var tags string
 	addUser := &cobra.Command{Use: "add_user NAME PASSWORD", Args: cobra.ExactArgs(2), Short: "add a user (--tags)",
@@ -343,7 +343,43 @@ func newAccessCmds(c *client) []*cobra.Command {
 			_, err := c.do("PUT", "/api/permissions/"+c.vh()+"/"+url.PathEscape(a[0]), map[string]any{"configure": a[1], "write": a[2], "read": a[3]})
 			return err
 		}}
-	return []*cobra.Command{addUser, setTags, setPerms}
+	return []*cobra.Command{addUser, setTags, setPerms, newAddVHostCmd(c)}
+}
+
+// newAddVHostCmd is add_vhost, rabbitmqctl's: --description, --tags and
+// --default-queue-type, checked as RabbitMQ's CLI checks it
+// (rabbitmq_cli's core/virtual_hosts.ex, v4.3.5; railmq has no streams).
+// Only the flags given are sent: a vhost that exists keeps the rest.
+func newAddVHostCmd(c *client) *cobra.Command {
+	var desc, tags, dqt string
+	cmd := &cobra.Command{Use: "add_vhost NAME", Args: cobra.ExactArgs(1), Short: "add a vhost, or change one (--description, --tags, --default-queue-type)",
+		RunE: func(cmd *cobra.Command, a []string) error {
+			body := map[string]any{}
+			if cmd.Flags().Changed("description") {
+				body["description"] = desc
+			}
+			if cmd.Flags().Changed("tags") {
+				body["tags"] = tags
+			}
+			if cmd.Flags().Changed("default-queue-type") {
+				switch dqt {
+				case "":
+					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
+					return fmt.Errorf("Default queue type must not be an empty string")
+				case "quorum", "classic":
+				default:
+					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
+					return fmt.Errorf("Default queue type must be one of: quorum, classic. Provided: %s", dqt)
+				}
+				body["default_queue_type"] = dqt
+			}
+			_, err := c.do("PUT", "/api/vhosts/"+url.PathEscape(a[0]), body)
+			return err
+		}}
+	cmd.Flags().StringVar(&desc, "description", "", "description")
+	cmd.Flags().StringVar(&tags, "tags", "", "comma-separated tags")
+	cmd.Flags().StringVar(&dqt, "default-queue-type", "", "the type of the queues declared naming none: quorum or classic")
+	return cmd
 }
 
 // newPolicyCmds are set_policy and clear_policy.
