@@ -51,6 +51,7 @@ func (c *Channel) qos(m *amqp.BasicQos) error {
 	} else {
 		c.prefetch = int(m.PrefetchCount)
 		c.prefetchA.Store(int32(m.PrefetchCount))
+		c.unlimitGlobal()
 	}
 	c.send(&amqp.BasicQosOk{})
 	return nil
@@ -85,6 +86,9 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	qc := &queue.Consumer{
 		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Timeout: timeout,
 		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch,
+	}
+	if err := c.globalQosRefused(q, name); err != nil {
+		return err
 	}
 	qc.Hold() // consume-ok must reach the client before any delivery
 	if err := q.Consume(qc); err != nil {

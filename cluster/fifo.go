@@ -38,6 +38,11 @@ type Fifo struct {
 	// index is the Raft log index of the last entry applied (QueueFSM
 	// keeps it; 0 for a Fifo used without a log).
 	index uint64
+	// discards: the dead letters held until their targets confirm
+	// (at-least-once, fifo_dlx.go), by id in the order they died;
+	// dlxBytes their body bytes (counted in bytes too).
+	discards []uint64
+	dlxBytes int64
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -51,6 +56,10 @@ type FifoConfig struct {
 	RejectPublish             bool
 	// MessageTTL is x-message-ttl in milliseconds (0: none).
 	MessageTTL int64
+	// AtLeastOnce is x-dead-letter-strategy at-least-once (with
+	// reject-publish and a dead-letter exchange): dead letters stay held
+	// until their targets confirm them (fifo_dlx.go).
+	AtLeastOnce bool
 }
 
 // DefaultDeliveryLimit is RabbitMQ 4's default x-delivery-limit for
@@ -70,6 +79,7 @@ type fifoMsg struct {
 	Consumer   string // checked out by, "" when ready
 	Acquired   uint32 // times returned, failed or not (RabbitMQ 4.3's acquired_count; fifo_limits.go)
 	ReadyAt    int64  // unix ms: held for a delayed retry until then (0: not held; fifo_limits.go)
+	Reason     string // dead-lettered for, held until settled (fifo_dlx.go); "" otherwise
 }
 
 type fifoCons struct {
@@ -93,8 +103,9 @@ const (
 	cmdDown
 	cmdBatch
 	cmdRelease
-	cmdModify // fifo_limits.go
-	cmdConfig // fifo_limits.go
+	cmdModify      // fifo_limits.go
+	cmdConfig      // fifo_limits.go
+	cmdDeadSettled // fifo_dlx.go
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -195,6 +206,10 @@ type Delivery struct {
 type DeadLetter struct {
 	Msg    *Message
 	Reason string
+	// Held: the message stays in the queue until DeadSettled(ID)
+	// (at-least-once, fifo_dlx.go).
+	ID   uint64
+	Held bool
 }
 
 // Effects are what applying a command makes happen outside the state
@@ -232,7 +247,8 @@ func NewFifo(cfg FifoConfig) *Fifo {
 	return &Fifo{cfg: cfg, nextID: 1, msgs: map[uint64]*fifoMsg{}, cons: map[string]*fifoCons{}}
 }
 
-// Len is the number of messages held, ready and checked out.
+// Len is the number of messages held: ready, checked out, and
+// dead-lettered awaiting their targets' confirms (fifo_dlx.go).
 func (f *Fifo) Len() int { return len(f.msgs) }
 
 // Ready is the number of ready messages.
@@ -332,8 +348,7 @@ func (f *Fifo) Apply(c Command) Effects {
 	case cmdDiscard:
 		for _, id := range c.IDs {
 			if m := f.checkedOut(c.Consumer, id); m != nil {
-				f.remove(m)
-				e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonRejected})
+				f.deadLetter(m, ReasonRejected, &e)
 			}
 		}
 	case cmdPurge:
@@ -343,6 +358,9 @@ func (f *Fifo) Apply(c Command) Effects {
 		}
 		f.ready = f.ready[:0]
 		e.Purged += f.purgeDelayed()
+		e.Purged += f.purgeDiscards()
+	case cmdDeadSettled:
+		f.deadSettled(c.IDs)
 	case cmdTick:
 		f.releaseDelayed(c.Now)
 		f.expire(c.Now, &e)
@@ -434,7 +452,7 @@ func (f *Fifo) Owner(id uint64) string {
 }
 
 // Unacked is the count of messages checked out.
-func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) - len(f.delayed) }
+func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) - len(f.delayed) - len(f.discards) }
 
 // Expired reports whether the head ready message's TTL has run out at
 // now (unix ms): a Tick would expire it.
@@ -501,7 +519,7 @@ func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
 // full reports whether a message of n bytes would take the queue over a
 // limit (reject-publish refuses it).
 func (f *Fifo) full(n int64) bool {
-	return (f.cfg.MaxLength > 0 && int64(len(f.ready)) >= f.cfg.MaxLength) ||
+	return (f.cfg.MaxLength > 0 && int64(len(f.ready)+len(f.discards)) >= f.cfg.MaxLength) ||
 		(f.cfg.MaxLengthBytes > 0 && f.bytes+n > f.cfg.MaxLengthBytes)
 }
 
@@ -557,9 +575,7 @@ func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Eff
 		m.Acquired++
 		m.Returned = true
 		if f.cfg.DeliveryLimit >= 0 && int64(m.Deliveries) > f.cfg.DeliveryLimit {
-			delete(f.msgs, m.ID)
-			f.bytes -= int64(len(m.Body))
-			e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonDeliveryLimit})
+			f.deadLetter(m, ReasonDeliveryLimit, e)
 			continue
 		}
 		if due > 0 {
@@ -633,8 +649,7 @@ func (f *Fifo) expire(now int64, e *Effects) {
 			return
 		}
 		f.ready = f.ready[1:]
-		f.remove(m)
-		e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: ReasonExpired})
+		f.deadLetter(m, ReasonExpired, e)
 	}
 }
 
@@ -677,12 +692,14 @@ type fifoImage struct {
 	Order  []string
 	Next   int
 	Index  uint64
+	// Discards are the held dead letters' ids (at-least-once), in order.
+	Discards []uint64
 }
 
 // Snapshot writes the whole state to w (Raft's snapshot, from which a
 // member that fell behind, or a new one, is restored).
 func (f *Fifo) Snapshot(w io.Writer) error {
-	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next, Index: f.index}
+	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next, Index: f.index, Discards: f.discards}
 	ids := make([]uint64, 0, len(f.msgs))
 	for id := range f.msgs {
 		ids = append(ids, id)
@@ -705,12 +722,16 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 	}
 	f := NewFifo(img.Cfg)
 	f.nextID, f.ready, f.order, f.next, f.index = img.NextID, img.Ready, img.Order, img.Next, img.Index
+	f.discards = img.Discards
 	for i := range img.Msgs {
 		m := img.Msgs[i]
 		f.msgs[m.ID] = &m
 		f.bytes += int64(len(m.Body))
 		if m.ReadyAt != 0 && m.Consumer == "" {
 			f.delayed = append(f.delayed, m.ID) // held for a delayed retry (fifo_limits.go)
+		}
+		if m.Reason != "" {
+			f.dlxBytes += int64(len(m.Body))
 		}
 	}
 	f.restoreDelayed()
@@ -739,7 +760,7 @@ func (c *Command) Encode(b []byte) []byte {
 		}
 	case cmdCheckout:
 		e = e.Str32(c.Consumer).U32(uint32(c.Prefetch))
-	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease, cmdDeadSettled:
 		e = e.Str32(c.Consumer).U32(uint32(len(c.IDs)))
 		for _, id := range c.IDs {
 			e = e.U64(id)
@@ -782,7 +803,7 @@ func DecodeCommand(p []byte) (Command, error) {
 	case cmdCheckout:
 		c.Consumer = d.Str32()
 		c.Prefetch = int(d.U32())
-	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease:
+	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease, cmdDeadSettled:
 		c.Consumer = d.Str32()
 		n := d.Count32(8)
 		if d.Err() != nil {

@@ -112,8 +112,34 @@ func GroupLogStore(db *badger.DB, pfx []byte) (*LogStore, error) {
 }
 
 // DropGroupLog deletes a group's log and stable state from db (its queue
-// was deleted).
-func DropGroupLog(db *badger.DB, pfx []byte) error { return db.DropPrefix(pfx) }
+// was deleted), key by key. Not with Badger's DropPrefix: that blocks
+// every write to db while it runs, and the other groups sharing db (the
+// node's other quorum queues) write their terms and entries meanwhile;
+// hashicorp/raft panics when it cannot save its term ("Writes are
+// blocked, possibly due to DropAll or Close": a standalone node deleting
+// one of several quorum queues declared a moment before, while the others
+// were electing themselves).
+func DropGroupLog(db *badger.DB, pfx []byte) error {
+	var keys [][]byte
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pfx})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
 
 // Close closes the store (its Badger, when it owns it).
 func (s *LogStore) Close() error {

@@ -13,6 +13,17 @@ const (
 // be made), so that the queue's own entry is removed only then.
 type DeadLetterFunc func(q *Queue, d Delivery, reason string, done func())
 
+// DeadLetterSettledFunc republishes a message that leaves q for reason
+// to the queues its dead-letter exchange routes it to but those took
+// holds (they confirmed it before), and calls done once each of them has
+// confirmed it or refused it: took lists the ones that confirmed it, and
+// settled says whether the message may leave q (every target it routes
+// to has it, or it routes nowhere now but some target took it before).
+// settled is false when the exchange is missing, routes it nowhere, or a
+// target refused it: q keeps it and sends it again later (RabbitMQ's
+// rabbit_fifo_dlx_worker).
+type DeadLetterSettledFunc func(q *Queue, d Delivery, reason string, took map[string]bool, done func(took []string, settled bool))
+
 // deadLetter removes d from the queue for reason: republished to the
 // dead-letter exchange when there is one, else dropped. A stored entry is
 // deleted only once the copies are durable.

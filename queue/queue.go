@@ -228,6 +228,9 @@ type Policy struct {
 	ConsumerTimeout time.Duration
 	// DeadLetter is set when the queue has x-dead-letter-exchange.
 	DeadLetter DeadLetterFunc
+	// DeadLetterSettled is DeadLetter reporting what the targets did
+	// (a quorum queue's at-least-once dead-lettering); set with it.
+	DeadLetterSettled DeadLetterSettledFunc
 	// OnExpire deletes the queue from the registry when x-expires fires.
 	OnExpire func(q *Queue)
 	// Dedup: x-message-deduplication (an argument or a policy's); a

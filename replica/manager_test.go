@@ -322,8 +322,8 @@ func TestManagerQuorumQueues(t *testing.T) {
 	}
 }
 
-// TestManagerQuorumDelete: a quorum queue's delete checks its state
-// (if-unused, if-empty) and asks the node to drop its definition.
+// TestManagerQuorumDelete: a quorum queue's delete refuses if-unused
+// and if-empty, and asks the node to drop its definition.
 func TestManagerQuorumDelete(t *testing.T) {
 	nodes := startNodes(t, 1)
 	m := nodes[0].m
@@ -336,8 +336,21 @@ func TestManagerQuorumDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, q, "m")
-	if _, err := q.Delete(false, true); !errors.Is(err, queue.ErrNotEmpty) {
-		t.Fatalf("if-empty delete of a queue with a message: %v", err)
+	// if-unused and if-empty are refused whatever the queue holds, as
+	// RabbitMQ refuses them for quorum queues (RabbitMQ 3.10.8 answered
+	// 540 "NOT_IMPLEMENTED - cannot delete queue 'probe-qq' in vhost '/'.
+	// queue.delete operations with if-unused flag set are not supported
+	// by quorum queues", and the same with if-empty).
+	for _, tc := range []struct {
+		ifUnused, ifEmpty bool
+		flag              string
+	}{{true, false, "if-unused"}, {false, true, "if-empty"}, {true, true, "if-unused"}} {
+		_, err := q.Delete(tc.ifUnused, tc.ifEmpty)
+		var ae *amqp.Error
+		want := "NOT_IMPLEMENTED - cannot delete queue 'qd' in vhost '/'. queue.delete operations with " + tc.flag + " flag set are not supported by quorum queues"
+		if !errors.As(err, &ae) || ae.Code != amqp.NotImplemented || ae.Text != want {
+			t.Fatalf("delete if-unused %v if-empty %v: %v, want 540 %q", tc.ifUnused, tc.ifEmpty, err, want)
+		}
 	}
 	n, err := q.Delete(false, false)
 	if err != nil || n != 1 {

@@ -13,7 +13,6 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
-	"github.com/railmq/railmq/vhost"
 )
 
 // Quorum queues on this node: each is a queue.Queue handle whose Replica
@@ -66,6 +65,7 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 		qq.lim.setPolicyLimits(cfg.Policy) // quorum_limits.go
 	}
 	qq.q = queue.New(cfg)
+	m.warnQuorumArgs(&cfg)
 	m.quorumMu.Lock()
 	mine := m.creating[id]
 	delete(m.creating, id)
@@ -134,10 +134,10 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 	if n, ok := amqp.Int(args["x-message-ttl"]); ok {
 		fc.MessageTTL = n
 	}
-	switch args["x-overflow"] {
-	case "reject-publish", "reject-publish-dlx":
-		fc.RejectPublish = true
-	}
+	// reject-publish-dlx is not a quorum queue's: RabbitMQ 3.10.8 takes
+	// the argument and drops the head (rabbit_quorum_queue:overflow).
+	fc.RejectPublish = args["x-overflow"] == "reject-publish"
+	fc.AtLeastOnce = atLeastOnce(args)
 	return fc
 }
 
@@ -180,7 +180,8 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
-	lim    limits // delivery limit and retry delays (quorum_limits.go)
+	lim    limits    // delivery limit and retry delays (quorum_limits.go)
+	dlx    dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
 }
 
 type outEntry struct {
@@ -506,15 +507,12 @@ func (qq *quorumQueue) Stats() (messages, consumers int, err error) {
 }
 
 func (qq *quorumQueue) Delete(ifUnused, ifEmpty bool) (int, error) {
-	var n, ready, cons int
-	qq.g.View(func(f *cluster.Fifo) { n, ready, cons = f.Len(), f.Ready(), f.Consumers() })
-	if ifUnused && cons > 0 {
-		return 0, queue.ErrInUse
-	}
-	if ifEmpty && ready > 0 {
-		return 0, queue.ErrNotEmpty
-	}
 	cfg := qq.q.Config()
+	if err := refuseDeleteIf(cfg, ifUnused, ifEmpty); err != nil {
+		return 0, err
+	}
+	var n int
+	qq.g.View(func(f *cluster.Fifo) { n = f.Len() })
 	if err := qq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}
@@ -643,11 +641,8 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 	for tag, ids := range back {
 		qq.g.Submit(cluster.Release(tag, ids...), nil)
 	}
+	qq.deadLetters(e, leader)
 	if leader {
-		for _, dl := range e.DeadLetters {
-			vhost.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
-				Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason)
-		}
 		qq.armDue() // held messages (quorum_limits.go)
 	}
 	qq.publishCounts()
@@ -769,8 +764,10 @@ func (m *Manager) tickQuorum() {
 		qq.reconcile()
 		if !qq.g.IsLeader() {
 			qq.downed = nil
+			qq.dlx.reset()
 			continue
 		}
+		qq.pumpDeadLetters(time.Now())
 		if added, removed := qq.g.SyncMembers(); len(added)+len(removed) > 0 {
 			m.log.Info("quorum queue members follow the cluster", zap.String("queue", qq.q.Name()),
 				zap.Strings("added", added), zap.Strings("removed", removed))
@@ -830,6 +827,7 @@ func (qq *quorumQueue) describe(m map[string]any) {
 	}
 	m["members"], m["online"] = members, online
 	m["railmq_raft"] = map[string]any{"term": st.Term, "commit_index": st.Commit, "applied_index": st.Applied}
+	qq.describeDeadLetters(m)
 }
 
 // describeMembers adds each member's progress through the log, asked of

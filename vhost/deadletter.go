@@ -20,50 +20,12 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 				done()
 			}
 		}
-		m := d.Msg
-		props, err := amqp.DecodeProperties(m.Props)
-		if err != nil {
-			v.log.Error("dead-lettering: undecodable properties", zap.String("queue", src.Name()), zap.Error(err))
+		c, err := v.deadLetterCopy(src, d, reason, dlx, dlrk)
+		if err != nil || (len(c.targets) == 0 && len(c.sc.Delayed) == 0) {
 			finish()
 			return
 		}
-		// The CC keys the message was published with route its
-		// dead-lettered copy too and are listed in x-death, unless the
-		// queue names a dead-letter routing key: then CC goes
-		// (rabbit_dead_letter:make_msg).
-		cc := ccKeys(props.Headers)
-		deaths := addDeath(&props, src.Name(), reason, m.Exchange, append([]string{m.RoutingKey}, cc...))
-		key := m.RoutingKey
-		sc := Scratch{Props: m.Props} // for a hash-property: the ids and timestamp are kept
-		if dlrk != nil {
-			key = *dlrk
-			delete(props.Headers, "CC")
-		} else {
-			sc.Extra = cc
-		}
-		if props.Headers != nil {
-			sc.RawHeaders = amqp.AppendTable(nil, props.Headers)[4:]
-		}
-		qs, err := v.Route(dlx, key, &sc)
-		if err != nil { // a missing dead-letter exchange: the message is dropped
-			finish()
-			return
-		}
-		// Cycles: a message that would come back to a queue it died in is
-		// dropped there, unless a rejection is part of the cycle.
-		targets := qs[:0:0]
-		for _, q := range qs {
-			if inDeaths(deaths, q.Name()) && !anyRejected(deaths) {
-				continue
-			}
-			targets = append(targets, q)
-		}
-		if len(targets) == 0 && len(sc.Delayed) == 0 {
-			finish()
-			return
-		}
-		nm := &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
-			Persistent: m.Persistent, Priority: m.Priority, Enqueued: queue.Now()}
+		nm, targets, sc := c.msg, c.targets, &c.sc
 		// A delayed exchange on the way holds the copy back (delayed.go):
 		// its store write is waited for too.
 		nd := 0
@@ -96,6 +58,62 @@ func (v *VHost) deadLetterFunc(dlx string, dlrk *string) queue.DeadLetterFunc {
 			finish()
 		}
 	}
+}
+
+// dlCopy is a dead-lettered message's copy, as it goes to the
+// dead-letter exchange, and where it goes.
+type dlCopy struct {
+	msg *queue.Message
+	// targets are the queues it routes to, those it would come back to in
+	// a cycle without a rejection dropped; sc.Delayed the delayed
+	// exchanges that hold it back.
+	targets []*queue.Queue
+	sc      Scratch
+}
+
+// deadLetterCopy makes the copy of d's message that goes to dlx, with the
+// x-death header RabbitMQ writes, and routes it. It fails when the copy
+// goes nowhere at all: properties that do not decode (logged), or no
+// exchange dlx (the Route's error).
+func (v *VHost) deadLetterCopy(src *queue.Queue, d queue.Delivery, reason, dlx string, dlrk *string) (*dlCopy, error) {
+	m := d.Msg
+	props, err := amqp.DecodeProperties(m.Props)
+	if err != nil {
+		v.log.Error("dead-lettering: undecodable properties", zap.String("queue", src.Name()), zap.Error(err))
+		return nil, err
+	}
+	// The CC keys the message was published with route its
+	// dead-lettered copy too and are listed in x-death, unless the
+	// queue names a dead-letter routing key: then CC goes
+	// (rabbit_dead_letter:make_msg).
+	cc := ccKeys(props.Headers)
+	deaths := addDeath(&props, src.Name(), reason, m.Exchange, append([]string{m.RoutingKey}, cc...))
+	key := m.RoutingKey
+	c := &dlCopy{sc: Scratch{Props: m.Props}} // for a hash-property: the ids and timestamp are kept
+	if dlrk != nil {
+		key = *dlrk
+		delete(props.Headers, "CC")
+	} else {
+		c.sc.Extra = cc
+	}
+	if props.Headers != nil {
+		c.sc.RawHeaders = amqp.AppendTable(nil, props.Headers)[4:]
+	}
+	qs, err := v.Route(dlx, key, &c.sc)
+	if err != nil { // a missing dead-letter exchange
+		return nil, err
+	}
+	// Cycles: a message that would come back to a queue it died in is
+	// dropped there, unless a rejection is part of the cycle.
+	for _, q := range qs {
+		if inDeaths(deaths, q.Name()) && !anyRejected(deaths) {
+			continue
+		}
+		c.targets = append(c.targets, q)
+	}
+	c.msg = &queue.Message{Exchange: dlx, RoutingKey: key, Props: props.Append(nil), Body: m.Body,
+		Persistent: m.Persistent, Priority: m.Priority, Enqueued: queue.Now()}
+	return c, nil
 }
 
 // dlConfirm calls done once every durable copy of a dead-lettered message

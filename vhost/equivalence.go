@@ -49,13 +49,17 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 			arg, d.Name, v.name, showArg(got), showArg(cur))
 	}
 	durable := d.Durable && !d.Exclusive
+	// Exclusive access first (rabbit_amqqueue:assert_equivalence:
+	// check_exclusive_access, then durable, auto_delete, arguments):
+	// RabbitMQ 3.10.8 answers an exclusive redeclare of a durable queue
+	// with 405, not with "inequivalent arg 'durable'".
 	switch {
+	case c.Exclusive != d.Exclusive:
+		return v.locked(d.Name)
 	case c.Durable != durable:
 		return ineq("durable", durable, c.Durable)
 	case c.AutoDelete != d.AutoDelete:
 		return ineq("auto_delete", d.AutoDelete, c.AutoDelete)
-	case c.Exclusive != d.Exclusive:
-		return v.locked(d.Name)
 	}
 	cur := "classic"
 	if q.Replicated() {
@@ -70,6 +74,9 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 			return ineq("x-queue-type", typedValue{t}, none{})
 		}
 		return ineq("x-queue-type", t, cur)
+	}
+	if cur == "quorum" && IsQuorum(c.Args) {
+		return argsEquivalent(d.Args, c.Args, quorumEquivalenceArgs, ineq)
 	}
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
 }

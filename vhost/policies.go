@@ -336,7 +336,7 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 	pol := qa.policy
 	pol.ConsumerTimeout = qa.consumerTimeout
 	if qa.dlx != nil {
-		pol.DeadLetter = v.deadLetterFunc(*qa.dlx, qa.dlrk)
+		v.setDeadLetter(&pol, *qa.dlx, qa.dlrk)
 	}
 	pol.OnExpire = v.forgetQueue
 	return qa, pol, applied

@@ -173,7 +173,7 @@ func (v *VHost) queueConfig(defaults queue.Config, d QueueDecl, args queueArgs) 
 	pol := args.policy
 	pol.ConsumerTimeout = args.consumerTimeout
 	if args.dlx != nil {
-		pol.DeadLetter = v.deadLetterFunc(*args.dlx, args.dlrk)
+		v.setDeadLetter(&pol, *args.dlx, args.dlrk)
 	}
 	pol.OnExpire = v.forgetQueue
 	cfg.Policy = &pol

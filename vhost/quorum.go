@@ -56,7 +56,6 @@ func IsQuorum(args amqp.Table) bool {
 // held while the definition is proposed: applying it takes the vhost's
 // locks on this node too.
 func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) (*queue.Queue, error) {
-	rs := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, v.name)
 	v.mu.RLock()
 	q, qm := v.queues[d.Name], v.quorum
 	v.mu.RUnlock()
@@ -66,26 +65,23 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 		// "inequivalent arg 'durable'", not "invalid property").
 		return q, v.queueEquivalent(q, d)
 	}
-	switch {
-	case d.AutoDelete:
-		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for %s", rs)
-	case d.Exclusive:
-		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for %s", rs)
-	case !d.Durable:
-		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for %s", rs)
-	}
 	if qm == nil {
 		return nil, invalidArg("x-queue-type", d.Name, v.name, "\"unsupported queue type 'quorum'\"")
+	}
+	// As RabbitMQ: the arguments first, then the properties
+	// (quorum_args.go).
+	if err := checkQuorumArgs(d.Name, v.name, d.Args); err != nil {
+		return nil, err
+	}
+	if err := quorumProperties(d, v.name); err != nil {
+		return nil, err
 	}
 	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
 		return nil, err
 	}
 	size := 0
 	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok {
-		if n < 1 {
-			return nil, invalidArg("x-quorum-initial-group-size", d.Name, v.name, fmt.Sprintf("\"value %d must be greater than 0\"", n))
-		}
-		size = int(n)
+		size = int(n) // checkQuorumArgs refused 0 and less
 	}
 	if err := allowDeadLetter(d); err != nil {
 		return nil, err
