@@ -68,15 +68,7 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	if qm == nil {
 		return nil, invalidArg("x-queue-type", d.Name, v.name, "\"unsupported queue type 'quorum'\"")
 	}
-	// As RabbitMQ: the arguments first, then the properties
-	// (quorum_args.go).
-	if err := checkQuorumArgs(d.Name, v.name, d.Args); err != nil {
-		return nil, err
-	}
-	if err := quorumProperties(d, v.name); err != nil {
-		return nil, err
-	}
-	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
+	if err := v.checkQuorumDecl(d); err != nil {
 		return nil, err
 	}
 	size := 0

@@ -1,31 +1,17 @@
 package vhost
 
-import (
-	"fmt"
-
-	"github.com/railmq/railmq/amqp"
-)
-
 // checkQuorumDecl reports the error declaring d, a new quorum queue, would
-// meet for its own sake (CheckQueue: a definitions import checks every
-// queue before it makes any): the properties a quorum queue cannot have,
-// its arguments, and the group size. The same refusals as declareQuorum
-// makes, in the same order.
+// meet for its own sake (declareQuorum; CheckQueue: a definitions import
+// checks every queue before it makes any): as RabbitMQ, its arguments
+// first, then the properties a quorum queue cannot have (quorum_args.go),
+// then the arguments every queue checks.
 func (v *VHost) checkQuorumDecl(d QueueDecl) error {
-	rs := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, v.name)
-	switch {
-	case d.AutoDelete:
-		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for %s", rs)
-	case d.Exclusive:
-		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for %s", rs)
-	case !d.Durable:
-		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for %s", rs)
-	}
-	if _, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args)); err != nil {
+	if err := checkQuorumArgs(d.Name, v.name, d.Args); err != nil {
 		return err
 	}
-	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok && n < 1 {
-		return invalidArg("x-quorum-initial-group-size", d.Name, v.name, fmt.Sprintf("\"value %d must be greater than 0\"", n))
+	if err := quorumProperties(d, v.name); err != nil {
+		return err
 	}
-	return nil
+	_, err := validateQueueArgs(d.Name, v.name, withoutType(d.Args))
+	return err
 }
