@@ -114,38 +114,18 @@ func reopen(t *testing.T, c *rmq.Connection) *rmq.Channel {
 // /api/queues/quorum/replicas/on/NODE/grow), the other node serves its
 // messages in order, and delete_member takes the member away again.
 func TestQuorumQueueStandaloneJoinsCluster(t *testing.T) {
-	testutil.InProcess(t)
-	dir := t.TempDir()
-	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
-	c, err := rmq.Dial(b.URL)
-	must(t, err)
-	ch := reopen(t, c)
-	_, err = ch.QueueDeclare("legacy", true, false, false, false, quorumArgs)
-	must(t, err)
-	must(t, ch.QueueBind("legacy", "k", "amq.direct", false, nil))
 	bodies := make([]string, 20)
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
 	}
-	publishPersistent(t, ch, "amq.direct", "k", bodies...)
-	c.Close()
-	stop()
+	dir := standaloneQuorum(t, "legacy", "k", bodies...)
 
 	peers := map[string]string{"rabbit1@localhost": testutil.FreePort(t), "rabbit2@localhost": testutil.FreePort(t)}
 	n1 := startClusterNodeIn(t, dir, "rabbit1@localhost", peers, false)
 	n2 := startClusterNode(t, "rabbit2@localhost", peers, false)
 	ready := func(n *clusterNode, want int) bool {
-		c, err := rmq.Dial(n.b.URL)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		ch, err := c.Channel()
-		if err != nil {
-			return false
-		}
-		q, err := ch.QueueDeclarePassive("legacy", true, false, false, false, nil)
-		return err == nil && q.Messages == want
+		got, ok := readyCount(n.b.URL, "legacy")
+		return ok && got == want
 	}
 	testutil.Eventually(t, 30*time.Second, func() bool { return ready(n1, 20) }, "node 1 does not serve its standalone quorum queue")
 	testutil.Eventually(t, 30*time.Second, func() bool { return ready(n2, 20) }, "node 2 does not follow the adopted queue")
@@ -198,17 +178,7 @@ func TestQuorumQueueStandaloneJoinsCluster(t *testing.T) {
 // started with --cluster-join and added to a running cluster, brings its
 // quorum queue with it: the cluster's other node serves its messages.
 func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
-	testutil.InProcess(t)
-	dir := t.TempDir()
-	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
-	c, err := rmq.Dial(b.URL)
-	must(t, err)
-	ch := reopen(t, c)
-	_, err = ch.QueueDeclare("carried", true, false, false, false, quorumArgs)
-	must(t, err)
-	publishPersistent(t, ch, "", "carried", "x", "y", "z")
-	c.Close()
-	stop()
+	dir := standaloneQuorum(t, "carried", "", "x", "y", "z")
 
 	n1 := startClusterNode(t, "rabbit1@localhost", map[string]string{"rabbit1@localhost": testutil.FreePort(t)}, false)
 	n2 := startClusterNodeIn(t, dir, "rabbit2@localhost", map[string]string{"rabbit2@localhost": testutil.FreePort(t)}, true)
@@ -218,6 +188,9 @@ func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
 	}, "node 1 did not add node 2")
 	var got []string
 	testutil.Eventually(t, 30*time.Second, func() bool {
+		if n, ok := readyCount(n1.b.URL, "carried"); !ok || n != 3 {
+			return false
+		}
 		c, err := rmq.Dial(n1.b.URL)
 		if err != nil {
 			return false
@@ -225,9 +198,6 @@ func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
 		defer c.Close()
 		ch, err := c.Channel()
 		if err != nil {
-			return false
-		}
-		if q, err := ch.QueueDeclarePassive("carried", true, false, false, false, nil); err != nil || q.Messages != 3 {
 			return false
 		}
 		for range 3 {
@@ -242,4 +212,44 @@ func TestQuorumQueueStandaloneJoinsRunningCluster(t *testing.T) {
 	if fmt.Sprint(got) != "[x y z]" {
 		t.Fatalf("got %v", got)
 	}
+}
+
+// standaloneQuorum runs a standalone node on a new data dir until it has
+// quorum queue name (bound from amq.direct by key, if any) holding
+// bodies, and returns the dir.
+func standaloneQuorum(t *testing.T, name, key string, bodies ...string) string {
+	t.Helper()
+	testutil.InProcess(t)
+	dir := t.TempDir()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir})
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	ch := reopen(t, c)
+	_, err = ch.QueueDeclare(name, true, false, false, false, quorumArgs)
+	must(t, err)
+	ex, rk := "", name
+	if key != "" {
+		must(t, ch.QueueBind(name, key, "amq.direct", false, nil))
+		ex, rk = "amq.direct", key
+	}
+	publishPersistent(t, ch, ex, rk, bodies...)
+	c.Close()
+	stop()
+	return dir
+}
+
+// readyCount is queue name's ready count on the broker at url (a passive
+// declare on a connection of its own); false if it cannot be had yet.
+func readyCount(url, name string) (int, bool) {
+	c, err := rmq.Dial(url)
+	if err != nil {
+		return 0, false
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		return 0, false
+	}
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	return q.Messages, err == nil
 }
