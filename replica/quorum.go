@@ -67,7 +67,9 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	mine := m.creating[id]
 	delete(m.creating, id)
 	m.quorumMu.Unlock()
-	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
+	fc := fifoConfig(cfg.Args)
+	qq.expires = fc.Expires
+	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fc,
 		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
@@ -127,6 +129,7 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 	case "reject-publish", "reject-publish-dlx":
 		fc.RejectPublish = true
 	}
+	orderConfig(args, &fc) // quorum_order.go
 	return fc
 }
 
@@ -169,6 +172,10 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
+	// expires is x-expires (ms, 0: none); expiring: the leader's
+	// deletion of the queue for it is under way (quorum_order.go).
+	expires  int64
+	expiring atomic.Bool
 }
 
 type outEntry struct {
@@ -256,7 +263,7 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 	qc := &qqConsumer{local: local{c: c, held: true}, tag: qq.newTag("c")}
 	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
 	qq.mu.Unlock()
-	if err := qq.checkout(qc.tag, credit(c)); err != nil {
+	if err := qq.checkout(qc.tag, credit(c), c.Priority); err != nil {
 		qq.mu.Lock()
 		delete(qq.byTag, qc.tag)
 		delete(qq.byCons, c)
@@ -278,10 +285,12 @@ const checkoutPatience = 10 * time.Second
 // is sent again, until checkoutPatience: a new queue's group, or one
 // whose leader just went, elects one within a few heartbeats, and the
 // consume goes through instead of failing.
-func (qq *quorumQueue) checkout(tag string, credit int) error {
+func (qq *quorumQueue) checkout(tag string, credit int, priority int32) error {
 	deadline := time.Now().Add(checkoutPatience)
 	for {
-		_, err := qq.wait(cluster.Checkout(tag, credit))
+		c := cluster.CheckoutPriority(tag, credit, priority)
+		c.Now = time.Now().UnixMilli() // x-expires: a consumer attaching is use
+		_, err := qq.wait(c)
 		if err == nil || errors.Is(err, cluster.ErrGroupClosed) || time.Now().After(deadline) {
 			return err
 		}
@@ -344,7 +353,9 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 	for _, d := range qc.pending {
 		back = append(back, d.Seq)
 	}
-	_, _ = qq.wait(cluster.Cancel(qc.tag))
+	cc := cluster.Cancel(qc.tag)
+	cc.Now = time.Now().UnixMilli() // x-expires: unused from the last consumer's leaving
+	_, _ = qq.wait(cc)
 	if len(back) > 0 {
 		qq.g.Submit(cluster.Release(qc.tag, back...), nil)
 	}
@@ -459,7 +470,9 @@ func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
 	qq.mu.Lock()
 	tag := qq.newTag("g")
 	qq.mu.Unlock()
-	e, err := qq.wait(cluster.Dequeue(tag, noAck))
+	dq := cluster.Dequeue(tag, noAck)
+	dq.Now = time.Now().UnixMilli() // what expired at the head goes, and a get is use (x-expires)
+	e, err := qq.wait(dq)
 	if err != nil {
 		return queue.Delivery{}, false, 0, quorumError(err)
 	}
@@ -537,7 +550,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		qq.logProgress("quorum queue member taken for gone: its consumers check out again")
 		for _, qc := range qq.byTag {
 			qc.pending = nil
-			qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
+			qq.g.Submit(cluster.CheckoutPriority(qc.tag, credit(qc.c), qc.c.Priority), nil)
 		}
 		for id, e := range qq.out {
 			if strings.HasPrefix(e.tag, qq.prefix) {
@@ -697,7 +710,7 @@ func (qq *quorumQueue) restored() {
 	qq.logProgress("quorum queue member restored from a snapshot", zap.Int("consumers_again", len(again)))
 	qq.mu.Unlock()
 	for _, qc := range again {
-		qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
+		qq.g.Submit(cluster.CheckoutPriority(qc.tag, credit(qc.c), qc.c.Priority), nil)
 	}
 	// An entry after the snapshot: applying it near the log's end ends
 	// the deferral (reconcile sends another while none comes).
@@ -761,6 +774,9 @@ func (m *Manager) tickQuorum() {
 		qq.g.View(func(f *cluster.Fifo) { expired = f.Expired(now) })
 		if expired {
 			qq.g.Submit(cluster.Tick(now), nil)
+		}
+		if qq.expireUnused(now) { // quorum_order.go
+			continue
 		}
 		for _, peer := range qq.g.Unreachable(downAfter) {
 			if qq.downed == nil {

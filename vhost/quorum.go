@@ -66,6 +66,7 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	q, qm := v.queues[d.Name], v.quorum
 	v.mu.RUnlock()
 	if q != nil {
+		q.Touch() // a redeclare counts as use (x-expires)
 		return q, v.queueEquivalent(q, d)
 	}
 	if qm == nil {
@@ -83,12 +84,9 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 			return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_quorum_queue", a, rs)
 		}
 	}
-	size := 0
-	if n, ok := amqp.Int(d.Args["x-quorum-initial-group-size"]); ok {
-		if n < 1 {
-			return nil, invalidArg("x-quorum-initial-group-size", d.Name, v.name, fmt.Sprintf("\"value %d must be greater than 0\"", n))
-		}
-		size = int(n)
+	size, err := groupSizeArg(d, v.name) // quorum_args.go
+	if err != nil {
+		return nil, err
 	}
 	if err := allowDeadLetter(d); err != nil {
 		return nil, err
