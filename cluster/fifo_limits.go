@@ -16,14 +16,18 @@ package cluster
 // nack, "messages 3"; after a basic.get and its ack (2 ready), nack.
 //
 // x-expires: the queue is deleted when it has had no consumer and no
-// basic.get (nor a redeclare) for the period (is_expired, last_active;
-// the deletion is the leader's to make, tick's spawn_deleter).
+// basic.get for the period (is_expired, last_active; the deletion is the
+// leader's to make, tick's spawn_deleter). A redeclare is no use: it
+// does not reach the state machine (rabbit_quorum_queue:declare answers
+// {existing, Q}); RabbitMQ 3.10.8 asked, x-expires 1500, redeclared every
+// 0.2 s: deleted (and made anew) after 5 s, its message gone.
 
 // lowLimit is rabbit_fifo's ?LOW_LIMIT: reject-publish takes publishes
 // again at this share of the limits.
 const lowLimit = 0.8
 
-// Touch marks the queue used at now (a redeclare), for x-expires.
+// Touch marks the queue used at now, for x-expires: the start of the
+// period of a queue no command has stamped yet.
 func Touch(now int64) Command { return Command{Kind: cmdTouch, Now: now} }
 
 // over reports whether more is ready than a limit allows.
@@ -59,8 +63,8 @@ func (f *Fifo) limit(e *Effects) {
 func (f *Fifo) Blocked() bool { return f.blocked }
 
 // used notes the time of a command that counts as use for x-expires: a
-// consumer attaching or leaving, a basic.get, a redeclare (c.Now 0: a
-// command made without the time).
+// consumer attaching or leaving, a basic.get, a Touch (c.Now 0: a command
+// made without the time).
 func (f *Fifo) used(c *Command) {
 	switch c.Kind {
 	case cmdCheckout, cmdCancel, cmdDown, cmdDequeue, cmdTouch:

@@ -360,10 +360,10 @@ func TestFifoRejectPublishSoftLimit(t *testing.T) {
 }
 
 // TestFifoUnused: x-expires runs from the last use (a consumer attaching
-// or leaving, a basic.get, a redeclare), never while a consumer is
-// attached; a publish is no use (rabbit_fifo is_expired; RabbitMQ 3.10.8
-// asked, x-expires 2000: a queue published to every 0.7 s was deleted, one
-// redeclared or read by basic.get so was not).
+// or leaving, a basic.get; Touch stamps the start), never while a
+// consumer is attached; a publish is no use (rabbit_fifo is_expired;
+// RabbitMQ 3.10.8 asked, x-expires 2000: a queue published to every 0.7 s
+// was deleted, one read by basic.get so was not).
 func TestFifoUnused(t *testing.T) {
 	f := NewFifo(FifoConfig{DeliveryLimit: -1, Expires: 1000})
 	if f.Unused(1 << 40) {

@@ -608,8 +608,6 @@ func (q *Queue) Kick(c *Consumer, fl *Flushes) {
 func (q *Queue) Touch() {
 	if q.cfg.Replica == nil {
 		q.post(op{kind: opTouch})
-	} else if t, ok := q.cfg.Replica.(interface{ Touch() }); ok {
-		t.Touch() // a quorum queue's last use is in its log
 	}
 }
 

@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"time"
-
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/amqp"
@@ -32,15 +30,10 @@ func orderConfig(args amqp.Table, fc *cluster.FifoConfig) {
 	}
 }
 
-// Touch marks the queue used (a redeclare), for x-expires.
-func (qq *quorumQueue) Touch() {
-	qq.g.Submit(cluster.Touch(time.Now().UnixMilli()), nil)
-}
-
 // expireUnused (the leader's tick) deletes the queue once x-expires has
-// run out: no consumer, no get, no redeclare for the period. A queue whose
-// log has no use stamped yet (made before any, or by a railmq without
-// x-expires for quorum queues) is stamped now. It reports whether the
+// run out: no consumer and no get for the period. A queue whose log has
+// no use stamped yet (just made, or by a railmq without x-expires for
+// quorum queues) is stamped now: its period starts then. It reports whether the
 // queue is being deleted.
 func (qq *quorumQueue) expireUnused(now int64) bool {
 	if qq.expires <= 0 {

@@ -112,13 +112,7 @@ func (v *VHost) declareQueueLocked(d QueueDecl, defaults queue.Config) (*queue.Q
 		if c := q.Config(); c.Exclusive && c.Owner != d.Owner {
 			return nil, false, v.locked(d.Name)
 		}
-		if !q.Replicated() || !d.Passive {
-			// A redeclare counts as use (x-expires); a passive one does
-			// not for a quorum queue (RabbitMQ 3.10.8 asked: a quorum
-			// queue with x-expires 2000 declared passively every 0.7 s
-			// was deleted, one redeclared so was not).
-			q.Touch()
-		}
+		q.Touch() // a redeclare counts as use (x-expires)
 		if d.Passive {
 			return q, false, nil
 		}

@@ -66,7 +66,6 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	q, qm := v.queues[d.Name], v.quorum
 	v.mu.RUnlock()
 	if q != nil {
-		q.Touch() // a redeclare counts as use (x-expires)
 		return q, v.queueEquivalent(q, d)
 	}
 	if qm == nil {
