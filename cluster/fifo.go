@@ -35,7 +35,7 @@ type Fifo struct {
 	// index is the Raft log index of the last entry applied (QueueFSM
 	// keeps it; 0 for a Fifo used without a log).
 	index uint64
-	// The state fifo_consumers.go and fifo_limits.go keep: the single
+	// The state fifo_consumers.go and fifo_overflow.go keep: the single
 	// active consumer, whether reject-publish refuses publishes, when the
 	// queue was last used (x-expires).
 	active     string
@@ -262,7 +262,7 @@ func (f *Fifo) Apply(c Command) Effects {
 		return e
 	}
 	var e Effects
-	f.used(&c) // fifo_limits.go
+	f.used(&c) // fifo_overflow.go
 	switch c.Kind {
 	case cmdEnqueue:
 		e.Accepted = f.enqueue(c.Now, c.Msg, &e)
@@ -471,7 +471,7 @@ func (f *Fifo) Head() int64 {
 
 func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
 	if f.cfg.RejectPublish && f.blocked {
-		return false // fifo_limits.go
+		return false // fifo_overflow.go
 	}
 	fm := &fifoMsg{ID: f.nextID, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Enqueued: now,
 		Priority: msgPriority(m.Props)}
@@ -487,7 +487,7 @@ func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
 	f.ready.push(fm)
 	f.bytes += int64(len(fm.Body))
 	if f.cfg.RejectPublish && f.over() {
-		f.blocked = true // this one is in; the next ones are refused (fifo_limits.go)
+		f.blocked = true // this one is in; the next ones are refused (fifo_overflow.go)
 	}
 	return true
 }

@@ -408,9 +408,9 @@ func TestCheckoutPriorityCodec(t *testing.T) {
 		hex string
 	}{
 		{CheckoutPriority("ctag", 10, 0), "02000000000000000000000004637461670000000a"},
-		{CheckoutPriority("ctag", 10, 5), "0e000000000000000000000004637461670000000a00000005"},
-		{CheckoutPriority("ctag", 10, -1), "0e000000000000000000000004637461670000000affffffff"},
-		{Touch(7), "0f0000000000000007"},
+		{CheckoutPriority("ctag", 10, 5), fmt.Sprintf("%02x000000000000000000000004637461670000000a00000005", cmdCheckoutPriority)},
+		{CheckoutPriority("ctag", 10, -1), fmt.Sprintf("%02x000000000000000000000004637461670000000affffffff", cmdCheckoutPriority)},
+		{Touch(7), fmt.Sprintf("%02x0000000000000007", cmdTouch)},
 	} {
 		got := tc.c.Encode(nil)
 		if hex.EncodeToString(got) != tc.hex {
@@ -422,7 +422,7 @@ func TestCheckoutPriorityCodec(t *testing.T) {
 		}
 	}
 	// A priority checkout carrying priority 0 is not what Encode writes.
-	if _, err := DecodeCommand([]byte{0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'c', 0, 0, 0, 1, 0, 0, 0, 0}); err == nil {
+	if _, err := DecodeCommand([]byte{cmdCheckoutPriority, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'c', 0, 0, 0, 1, 0, 0, 0, 0}); err == nil {
 		t.Error("a priority checkout with priority 0 decoded")
 	}
 }

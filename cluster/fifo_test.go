@@ -135,7 +135,7 @@ func TestFifoLimitsAndTTL(t *testing.T) {
 	// reject-publish as RabbitMQ's quorum queues: the publish that takes
 	// the queue over its limit is taken, the next ones refused (3.10.8,
 	// x-max-length 2, confirms one by one: ack, ack, ack, nack;
-	// fifo_limits.go).
+	// fifo_overflow.go).
 	r := NewFifo(FifoConfig{MaxLength: 2, RejectPublish: true})
 	r.Apply(Enqueue(1, msg("1")))
 	r.Apply(Enqueue(2, msg("2")))

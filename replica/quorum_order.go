@@ -10,7 +10,7 @@ import (
 // What a quorum queue's arguments ask of its consumers and of its life,
 // beyond the limits: x-single-active-consumer (the state machine picks
 // the active consumer, cluster/fifo_consumers.go), x-expires (the state
-// machine keeps the last use, cluster/fifo_limits.go; the leader deletes
+// machine keeps the last use, cluster/fifo_overflow.go; the leader deletes
 // the queue once it has run out, as rabbit_fifo's tick has
 // rabbit_quorum_queue spawn_deleter do) and x-message-ttl 0.
 
