@@ -154,13 +154,21 @@ func TestPersistedFormatsUnchanged(t *testing.T) {
 			t.Errorf("%s decodes to %+v", tc.hex, c)
 		}
 	}
+	// The random logs are made by applying them to a Fifo (which messages
+	// a consumer settles depends on what it was given), so their hash
+	// changes with the state machine's behaviour as well as with the
+	// encoding. It changed with RabbitMQ 4.3's expiry at the head of the
+	// returns and of each priority level, and its limits evaluated after
+	// every command (a Down returning messages past x-max-length drops
+	// heads): the 2,500 commands of the logs of before still decode and
+	// encode to the same bytes.
 	h := sha256.New()
 	for seed := int64(1); seed <= 5; seed++ {
 		for _, c := range randomLog(seed, 500) {
 			h.Write(c.Encode(nil))
 		}
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != "9c4778da95a1aaf43c09d9629df75b62e670c456a4ac578412362cb413fbdebb" {
+	if got := hex.EncodeToString(h.Sum(nil)); got != "6ab0c0568267c2f57e1c8c3e74eaec1db2efb1ea1fd3513fa2915eb781665f17" {
 		t.Errorf("random logs encode to %s", got)
 	}
 	logs := []struct {
