@@ -252,10 +252,10 @@ func (s *Server) openVHost(name string) *vhost.VHost {
 	vh.PageUnderPressure(&s.paging)
 	vh.PacePublishers(!s.opts.NoPublisherPacing)
 	vh.CountInto(&s.totals)
+	if s.rep != nil { // in a cluster, nil while recovering: New sets it on every vhost
+		vh.SetQuorum(s.rep)
+	}
 	if s.opts.Cluster != nil {
-		if s.rep != nil { // nil while recovering: New sets it on every vhost
-			vh.SetQuorum(s.rep)
-		}
 		vh.ReplicateTo(replicator{s})
 	}
 	return vh

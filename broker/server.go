@@ -65,6 +65,9 @@ type Server struct {
 	startedAt   time.Time
 
 	node *cluster.Node // nil: not clustered
+	// local: a standalone node's quorum queues' node (cluster.StartLocal);
+	// nil in a cluster.
+	local *cluster.Node
 	// The cluster's quorum queues and classic queues homed on other
 	// nodes (replica.go); nil: not clustered.
 	rep *replica.Manager
@@ -111,6 +114,19 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.spill = spill
+	if opts.Cluster == nil {
+		// A standalone node's quorum queues: groups of one member
+		// (cluster.StartLocal), started as their vhosts recover.
+		local, err := cluster.StartLocal(cluster.LocalConfig{Name: s.nodeName(), DataDir: opts.DataDir, Logger: s.log})
+		if err != nil {
+			spill.Close()
+			store.Close()
+			return nil, err
+		}
+		s.local = local
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory})
+		s.rep.Attach(local)
+	}
 	recs, err := s.loadAccess()
 	var pols storedPolicies
 	if err == nil {
@@ -120,9 +136,13 @@ func New(opts Options) (*Server, error) {
 		err = s.recoverVHosts(recs, pols)
 	}
 	if err != nil {
+		s.closeLocal()
 		spill.Close()
 		store.Close()
 		return nil, fmt.Errorf("recovering from %s: %w", opts.DataDir, err)
+	}
+	if s.local != nil {
+		s.rep.AwaitRecovered(time.Minute)
 	}
 	s.startFrame = amqp.AppendMethodFrame(nil, 0, &amqp.ConnectionStart{
 		VersionMajor: 0, VersionMinor: 9, ServerProperties: s.serverProperties(),
@@ -156,6 +176,7 @@ func New(opts Options) (*Server, error) {
 		for _, st := range s.allVHosts() {
 			st.v.ReplicateTo(replicator{s})
 		}
+		go s.adoptLocal()
 		s.log.Info("cluster node started", zap.String("node", cfg.Name), zap.String("cluster_listen", cfg.Listen), zap.Int("peers", len(cfg.Peers)), zap.Bool("join", cfg.Join))
 	}
 	s.tuneMemoryLimit()
@@ -294,6 +315,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.log.Error("leaving the cluster", zap.Error(err))
 		}
 	}
+	s.closeLocal()
 	if err := s.store.Close(); err != nil {
 		s.log.Error("closing store", zap.Error(err))
 	}

@@ -67,6 +67,10 @@ type Group struct {
 	trans *watchedTransport
 	logs  *LogStore
 	dir   string
+	// startLast is the last index of the log this member started with:
+	// on a standalone node, the group has recovered once it leads and has
+	// applied it (Recovered).
+	startLast uint64
 
 	mu      sync.Mutex   // guards pending, closed, seq, retries, fwd, fwdSeq
 	pending []submitItem // by seq
@@ -233,13 +237,10 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		g.shutdown()
 		return nil, err
 	}
-	layer, err := n.mux.Layer("q/" + cfg.ID)
-	if err != nil {
+	hl := n.hl.Named(cfg.ID) // raft's lines name the queue's group (the metadata group's do not)
+	if g.trans, err = n.groupTransport(cfg.ID, hl); err != nil {
 		return fail(err)
 	}
-	self := n.cfg.Peers[n.cfg.Name]
-	hl := n.hl.Named(cfg.ID) // raft's lines name the queue's group (the metadata group's do not)
-	g.trans = watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, hl))
 	if g.logs, err = GroupLogStore(db, groupPrefix(cfg.ID)); err != nil {
 		return fail(err)
 	}
@@ -251,8 +252,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
-	rc := n.raftConfig()
-	rc.Logger = hl
+	rc := n.groupRaftConfig(hl)
 	rc.CommitTimeout = groupCommitTimeout
 	// Snapshots every few thousand entries, checked every 10 s (raft's
 	// defaults: 8192, 120 s): a member that restarts replays its log from
@@ -269,6 +269,11 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if existing {
+		if err := n.adoptLocal(cfg, rc, g.logs, snaps); err != nil {
+			return fail(err)
+		}
+	}
 	if !existing && cfg.Bootstrap {
 		if err := raft.BootstrapCluster(rc, g.logs, g.logs, snaps, g.trans, g.configuration()); err != nil {
 			return fail(err)
@@ -278,6 +283,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		return fail(err)
 	}
 	g.live.Store(g.r)
+	g.startLast = g.r.LastIndex()
 	g.failing = map[string]time.Time{}
 	g.obsCh = make(chan raft.Observation, 16)
 	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {

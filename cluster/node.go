@@ -81,6 +81,7 @@ type Node struct {
 	qdb     *badger.DB  // every group's log, opened with the first
 	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
+	local   bool // standalone: no listener, no metadata group (local.go)
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked
@@ -357,6 +358,9 @@ type Status struct {
 
 // Status reports the node's view of the cluster.
 func (n *Node) Status() Status {
+	if n.r == nil { // standalone
+		return Status{Name: n.cfg.Name, State: "Leader", Leader: n.cfg.Name, Members: []Member{{Name: n.cfg.Name, Addr: localAddr, Voter: true}}}
+	}
 	st := Status{Name: n.cfg.Name, State: n.r.State().String()}
 	_, id := n.r.LeaderWithID()
 	st.Leader = string(id)

@@ -26,7 +26,7 @@ const rejoinGap = 2 * time.Second
 // It also keeps raft from backing off for long from a follower it could
 // not reach (see linkWait).
 type watchedTransport struct {
-	*raft.NetworkTransport
+	innerTransport
 	rpcs         chan raft.RPC
 	done         chan struct{}
 	closeOnce    sync.Once
@@ -72,8 +72,16 @@ func storeMax(v *atomic.Uint64, x uint64) {
 	}
 }
 
-func watchTransport(t *raft.NetworkTransport) *watchedTransport {
-	w := &watchedTransport{NetworkTransport: t, rpcs: make(chan raft.RPC), done: make(chan struct{}),
+// innerTransport is what a group's raft transport is under the watch:
+// raft's TCP transport over the Mux in a cluster, its in-memory one on a
+// standalone node (local.go).
+type innerTransport interface {
+	raft.Transport
+	raft.WithClose
+}
+
+func watchTransport(t innerTransport) *watchedTransport {
+	w := &watchedTransport{innerTransport: t, rpcs: make(chan raft.RPC), done: make(chan struct{}),
 		down: map[raft.ServerAddress]chan struct{}{}, quit: make(chan struct{})}
 	go w.forward()
 	return w
@@ -87,7 +95,7 @@ func watchTransport(t *raft.NetworkTransport) *watchedTransport {
 // silence would set too low: TestClusterFaults saw acked messages
 // delivered again, unflagged, when the failed append was sent again).
 func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	err := w.NetworkTransport.AppendEntries(id, target, args, resp)
+	err := w.innerTransport.AppendEntries(id, target, args, resp)
 	if err == nil {
 		w.answered(target)
 		return nil
@@ -101,7 +109,7 @@ func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 // InstallSnapshot sends a snapshot; if that fails, it waits for the peer
 // to answer again (see linkWait) before saying so.
 func (w *watchedTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	err := w.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+	err := w.innerTransport.InstallSnapshot(id, target, args, resp, data)
 	if err == nil {
 		w.answered(target)
 		return nil
@@ -149,7 +157,7 @@ func (w *watchedTransport) awaitPeer(target raft.ServerAddress) {
 func (w *watchedTransport) release() { w.releaseOnce.Do(func() { close(w.quit) }) }
 
 func (w *watchedTransport) forward() {
-	in := w.NetworkTransport.Consumer()
+	in := w.innerTransport.Consumer()
 	for {
 		select {
 		case rpc := <-in:
@@ -190,10 +198,10 @@ func (w *watchedTransport) Consumer() <-chan raft.RPC { return w.rpcs }
 // fast path handles it.
 func (w *watchedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 	if cb == nil {
-		w.NetworkTransport.SetHeartbeatHandler(nil)
+		w.innerTransport.SetHeartbeatHandler(nil)
 		return
 	}
-	w.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+	w.innerTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		w.note(rpc)
 		cb(rpc)
 	})
@@ -202,5 +210,5 @@ func (w *watchedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 // Close stops the forwarding and closes raft's transport.
 func (w *watchedTransport) Close() error {
 	w.closeOnce.Do(func() { close(w.done) })
-	return w.NetworkTransport.Close()
+	return w.innerTransport.Close()
 }

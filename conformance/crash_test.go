@@ -77,7 +77,22 @@ func (l *crashLedger) confirm(id uint64, sent time.Time) {
 // it on the same data dir and checks: every confirmed message that was not
 // acked is there, uncorrupted; none that was durably acked comes back. A
 // lost message fails the test; duplicates (at least once) are logged.
-func TestCrashRecovery(t *testing.T) {
+func TestCrashRecovery(t *testing.T) { crashRecovery(t, crashQueue{name: "crash-q"}) }
+
+// TestCrashRecoveryQuorum is TestCrashRecovery on a quorum queue of a
+// standalone node: its confirms come once its log has the message on
+// disk, and its log is what comes back.
+func TestCrashRecoveryQuorum(t *testing.T) {
+	crashRecovery(t, crashQueue{name: "crash-qq", args: rmq.Table{"x-queue-type": "quorum"}})
+}
+
+// crashQueue is the queue a crash test loads.
+type crashQueue struct {
+	name string
+	args rmq.Table
+}
+
+func crashRecovery(t *testing.T, cq crashQueue) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
@@ -104,7 +119,7 @@ func TestCrashRecovery(t *testing.T) {
 		running = cmd
 		testutil.WaitListening(t, addr, 30*time.Second)
 		url := "amqp://guest:guest@" + addr + "/"
-		c := verifyCrashRound(t, url, led, round)
+		c := verifyCrashRound(t, url, cq, led, round)
 		total.checked += c.checked
 		total.lost += c.lost
 		total.duplicates += c.duplicates
@@ -120,7 +135,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 			break
 		}
-		waiters := runCrashLoad(t, url, led, uint64(round+1), time.Duration(100+rng.IntN(900))*time.Millisecond)
+		waiters := runCrashLoad(t, url, cq, led, uint64(round+1), time.Duration(100+rng.IntN(900))*time.Millisecond)
 		_ = cmd.Process.Kill() // SIGKILL: no shutdown, no flush
 		_ = cmd.Wait()
 		running = nil
@@ -147,7 +162,7 @@ func someIDs(ids []uint64) []uint64 {
 // verifyCrashRound drains the queue after a restart and checks the ledger:
 // it fails the test on a corrupted message, a durably acked one that came
 // back, or a confirmed one lost (counting them all), and logs duplicates.
-func verifyCrashRound(t *testing.T, url string, led *crashLedger, round int) crashCheck {
+func verifyCrashRound(t *testing.T, url string, cq crashQueue, led *crashLedger, round int) crashCheck {
 	c, err := rmq.Dial(url)
 	if err != nil {
 		t.Fatalf("round %d: dial after restart: %v", round, err)
@@ -157,13 +172,13 @@ func verifyCrashRound(t *testing.T, url string, led *crashLedger, round int) cra
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare("crash-q", true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(cq.name, true, false, false, false, cq.args); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint64]bool{}
 	var dups []uint64
 	for {
-		d, ok, err := ch.Get("crash-q", true)
+		d, ok, err := ch.Get(cq.name, true)
 		if err != nil {
 			t.Fatalf("round %d: get: %v", round, err)
 		}
@@ -204,7 +219,7 @@ func verifyCrashRound(t *testing.T, url string, led *crashLedger, round int) cra
 
 // runCrashLoad publishes and consumes until the deadline; the broker is
 // killed right after, with traffic in flight.
-func runCrashLoad(t *testing.T, url string, led *crashLedger, round uint64, d time.Duration) *sync.WaitGroup {
+func runCrashLoad(t *testing.T, url string, cq crashQueue, led *crashLedger, round uint64, d time.Duration) *sync.WaitGroup {
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	waiters := &sync.WaitGroup{}
@@ -224,7 +239,7 @@ func runCrashLoad(t *testing.T, url string, led *crashLedger, round uint64, d ti
 			for seq := uint64(0); time.Now().Before(deadline); seq++ {
 				id := round<<40 | uint64(p)<<32 | seq
 				sent := time.Now()
-				dc, err := ch.PublishWithDeferredConfirm("", "crash-q", false, false,
+				dc, err := ch.PublishWithDeferredConfirm("", cq.name, false, false,
 					rmq.Publishing{DeliveryMode: rmq.Persistent, Body: crashBody(id, 256+int(seq%512))})
 				if err != nil {
 					return
@@ -260,7 +275,7 @@ func runCrashLoad(t *testing.T, url string, led *crashLedger, round uint64, d ti
 			if err != nil || ch.Qos(50, 0, false) != nil {
 				return
 			}
-			ds, err := ch.Consume("crash-q", "", false, false, false, false, nil)
+			ds, err := ch.Consume(cq.name, "", false, false, false, false, nil)
 			if err != nil {
 				return
 			}

@@ -85,6 +85,11 @@ var authzCases = []authzCase{
 	{"GET /api/cluster", "/api/cluster", nil},
 	{"PUT /api/cluster/members/{name}", "/api/cluster/members/authz-n2", map[string]any{"address": "127.0.0.1:1"}},
 	{"DELETE /api/cluster/members/{name}", "/api/cluster/members/authz-n2", nil},
+	{"POST /api/queues/quorum/{vhost}/{queue}/replicas/add", "/api/queues/quorum/authz-v/q/replicas/add", map[string]any{"node": "authz-n2"}},
+	{"DELETE /api/queues/quorum/{vhost}/{queue}/replicas/delete", "/api/queues/quorum/authz-v/q/replicas/delete", map[string]any{"node": "authz-n2"}},
+	{"POST /api/queues/quorum/replicas/on/{node}/grow", "/api/queues/quorum/replicas/on/{node}/grow", map[string]any{"vhost_pattern": "^authz-no-match$", "queue_pattern": ".*", "strategy": "all"}},
+	{"DELETE /api/queues/quorum/replicas/on/{node}/shrink", "/api/queues/quorum/replicas/on/{node}/shrink", nil},
+	{"GET /api/queues/quorum/{vhost}/{queue}/status", "/api/queues/quorum/authz-v/q/status", nil},
 	{"GET /api/channels", "/api/channels", nil},
 	{"GET /api/connections", "/api/connections", nil},
 	{"GET /api/connections/{name}", "/api/connections/{conn}", nil},
@@ -476,7 +481,18 @@ var railmqAuthz = map[string][15]int{
 	// clustered: 400 once let in.
 	"PUT /api/cluster/members/{name}":    {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 400, 400, 400},
 	"DELETE /api/cluster/members/{name}": {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 400, 400, 400},
-	"PUT /api/vm-memory-high-watermark":  {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 204, 204, 204},
+	// Quorum queue members (RabbitMQ 4.x; 3.10.8 lacks the routes):
+	// rabbit_mgmt_wm_quorum_queue_replicas_{add_member,delete_member,
+	// grow,shrink}.erl at v4.3.5 are is_authorized_admin; the status,
+	// rabbit_mgmt_wm_quorum_queue_status.erl, is_authorized_vhost (as
+	// GET .../bindings). q is a classic queue: a member change or status
+	// of it is RabbitMQ's 503 (rabbit_quorum_queue's not_quorum_queue).
+	"POST /api/queues/quorum/{vhost}/{queue}/replicas/add":      {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 503, 503, 503},
+	"DELETE /api/queues/quorum/{vhost}/{queue}/replicas/delete": {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 503, 503, 503},
+	"POST /api/queues/quorum/replicas/on/{node}/grow":           {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 204, 204, 204},
+	"DELETE /api/queues/quorum/replicas/on/{node}/shrink":       {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 202, 202, 202},
+	"GET /api/queues/quorum/{vhost}/{queue}/status":             {401, 401, 401, 401, 503, 401, 401, 503, 401, 401, 503, 401, 503, 503, 503},
+	"PUT /api/vm-memory-high-watermark":                         {401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 204, 204, 204},
 	// Redrive and peek read the queue as get does: permissions in the
 	// vhost (administrators too) and read on the queue, as RabbitMQ's
 	// POST .../get above.

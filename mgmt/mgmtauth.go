@@ -160,6 +160,11 @@ func (a *API) routes() []route {
 	add("GET", "/api/cluster", monitor(a.apiCluster)) // what /api/nodes shows
 	add("PUT", "/api/cluster/members/{name}", admin(a.apiPutClusterMember))
 	add("DELETE", "/api/cluster/members/{name}", admin(a.apiDeleteClusterMember))
+	add("POST", "/api/queues/quorum/{vhost}/{queue}/replicas/add", admin(a.apiQuorumAddMember))
+	add("DELETE", "/api/queues/quorum/{vhost}/{queue}/replicas/delete", admin(a.apiQuorumDeleteMember))
+	add("POST", "/api/queues/quorum/replicas/on/{node}/grow", admin(a.apiQuorumGrow))
+	add("DELETE", "/api/queues/quorum/replicas/on/{node}/shrink", admin(a.apiQuorumShrink))
+	add("GET", "/api/queues/quorum/{vhost}/{queue}/status", a.apiQuorumStatus)
 	add("GET", "/api/overview", a.apiOverview)
 	add("GET", "/api/channels", a.apiChannels)
 	add("GET", "/api/connections", a.apiConnections)

@@ -269,3 +269,42 @@ func nullIfEmpty(s string) any {
 	}
 	return s
 }
+
+// AwaitRecovered waits, on a standalone node, until every quorum queue
+// started so far serves: it leads its group of one and has applied the
+// log it had (cluster.Group.Recovered), so that the first client sees
+// its messages. It logs progress every 5 s; it gives up after within.
+func (m *Manager) AwaitRecovered(within time.Duration) {
+	m.quorumMu.Lock()
+	qs := make([]*quorumQueue, 0, len(m.quorum))
+	for qq := range m.quorum {
+		qs = append(qs, qq)
+	}
+	m.quorumMu.Unlock()
+	if len(qs) == 0 {
+		return
+	}
+	start := time.Now()
+	last := start
+	for {
+		left := 0
+		for _, qq := range qs {
+			if !qq.g.Recovered() {
+				left++
+			}
+		}
+		if left == 0 {
+			m.log.Info("quorum queues recovered", zap.Int("queues", len(qs)), zap.Duration("took", time.Since(start)))
+			return
+		}
+		if time.Since(start) > within {
+			m.log.Warn("quorum queues still recovering", zap.Int("queues", len(qs)), zap.Int("recovering", left))
+			return
+		}
+		if time.Since(last) >= 5*time.Second {
+			last = time.Now()
+			m.log.Info("recovering quorum queues", zap.Int("queues", len(qs)), zap.Int("recovering", left), zap.Duration("took_so_far", time.Since(start)))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -57,8 +57,8 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 			v.synced()
 		}
 	}
-	if r := v.replicator(); r != nil && !d.Passive && IsQuorum(d.Args) {
-		q, err = v.declareQuorum(d, r, defaults)
+	if r := v.replicator(); !d.Passive && IsQuorum(d.Args) {
+		q, err = v.declareQuorum(d, r, defaults) // r nil: a standalone node's (quorumlocal.go)
 	} else if r != nil && !d.Passive && v.sharedDecl(d) {
 		q, err = v.declareShared(d, r, defaults)
 	} else {
@@ -204,7 +204,7 @@ func (v *VHost) removeQueueLocked(q *queue.Queue, dc *persist.Batch) {
 	delete(v.queues, q.Name())
 	delete(v.applied, q)
 	v.totals.QueuesDeleted.Add(1)
-	if q.Durable() {
+	if v.storedHere(q) {
 		dc.DeleteDef(persist.DefQueue, DefName(v.name, q.Name()))
 		for _, id := range q.StoreIDs() {
 			dc.DropQueue(id)

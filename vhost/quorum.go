@@ -11,12 +11,15 @@ import (
 	"github.com/railmq/railmq/queue"
 )
 
-// Quorum queues (x-queue-type quorum) exist in a cluster only. Their
-// definitions, and the bindings to them, are cluster-wide: a declare is
-// proposed to the metadata store (Replicator) and every node applies it
+// Quorum queues (x-queue-type quorum). In a cluster their definitions,
+// and the bindings to them, are cluster-wide: a declare is proposed to
+// the metadata store (Replicator) and every node applies it
 // (ApplyQuorumQueue), making its own handle of the queue, whose state is
-// the queue's Raft group's (Quorum.NewReplica). Deleting one is the
-// Replica's to propose; every node then drops its handle.
+// the queue's Raft group's (Quorum.Start). Deleting one is the Replica's
+// to propose; every node then drops its handle. On a standalone node
+// (a Quorum but no Replicator) the definition is the vhost's store's, as
+// a classic queue's, and the group has one member (cluster.StartLocal):
+// the same state machine, so the same behaviour (local.go here).
 
 // Quorum is the broker's cluster, as the registry needs it.
 type Quorum interface {
@@ -54,6 +57,15 @@ func IsQuorum(args amqp.Table) bool {
 // locks on this node too.
 func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) (*queue.Queue, error) {
 	rs := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, v.name)
+	v.mu.RLock()
+	q, qm := v.queues[d.Name], v.quorum
+	v.mu.RUnlock()
+	if q != nil {
+		// An existing queue is checked for equivalence first (RabbitMQ
+		// 3.10.8: a non-durable redeclare of a quorum queue gets
+		// "inequivalent arg 'durable'", not "invalid property").
+		return q, v.queueEquivalent(q, d)
+	}
 	switch {
 	case d.AutoDelete:
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for %s", rs)
@@ -61,12 +73,6 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for %s", rs)
 	case !d.Durable:
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for %s", rs)
-	}
-	v.mu.RLock()
-	q, qm := v.queues[d.Name], v.quorum
-	v.mu.RUnlock()
-	if q != nil {
-		return q, v.queueEquivalent(q, d)
 	}
 	if qm == nil {
 		return nil, invalidArg("x-queue-type", d.Name, v.name, "\"unsupported queue type 'quorum'\"")
@@ -93,6 +99,9 @@ func (v *VHost) declareQuorum(d QueueDecl, r Replicator, defaults queue.Config) 
 	id, voters := qm.NewGroup(size)
 	def := amqp.Table{"durable": true, "auto_delete": false, "arguments": orEmpty(d.Args),
 		"voters": strings.Join(voters, ","), "id": id}
+	if r == nil {
+		return v.declareQuorumLocal(d, encodeDef(def), defaults)
+	}
 	if err := r.Replicate(persist.DefQueue, DefName(v.name, d.Name), encodeDef(def), false); err != nil {
 		return nil, err
 	}
@@ -123,6 +132,13 @@ func withoutType(args amqp.Table) amqp.Table {
 func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults queue.Config) error {
 	v.defMu.Lock()
 	defer v.defMu.Unlock()
+	_, err := v.applyQuorumLocked(name, val, del, defaults)
+	return err
+}
+
+// applyQuorumLocked is ApplyQuorumQueue with defMu held; it returns the
+// queue made.
+func (v *VHost) applyQuorumLocked(name string, val []byte, del bool, defaults queue.Config) (*queue.Queue, error) {
 	v.mu.Lock()
 	q, qm := v.queues[name], v.quorum
 	if del {
@@ -133,27 +149,27 @@ func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults que
 		if q != nil && q.Replicated() && qm != nil {
 			qm.Stop(q)
 		}
-		return nil
+		return nil, nil
 	}
 	t, err := amqp.DecodeTable(val)
 	if err != nil {
 		v.mu.Unlock()
-		return fmt.Errorf("quorum queue %q: %w", name, err)
+		return nil, fmt.Errorf("quorum queue %q: %w", name, err)
 	}
 	args, _ := t["arguments"].(amqp.Table)
 	d := QueueDecl{Name: name, Durable: true, Args: args}
 	if q != nil {
 		v.mu.Unlock()
-		return v.queueEquivalent(q, d)
+		return q, v.queueEquivalent(q, d)
 	}
 	if qm == nil {
 		v.mu.Unlock()
-		return fmt.Errorf("quorum queue %q: this node has no cluster", name)
+		return nil, fmt.Errorf("quorum queue %q: this node has no quorum queues", name)
 	}
 	qa, err := validateQueueArgs(name, v.name, withoutType(args))
 	if err != nil {
 		v.mu.Unlock()
-		return err
+		return nil, err
 	}
 	cfg := v.queueConfig(defaults, d, qa)
 	cfg.Store = nil
@@ -163,18 +179,18 @@ func (v *VHost) ApplyQuorumQueue(name string, val []byte, del bool, defaults que
 	// apply its log at once, delivering under its own locks).
 	q, err = qm.Start(cfg, strings.Split(str(t["voters"]), ","), str(t["id"]))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	v.mu.Lock()
 	if v.closed {
 		v.mu.Unlock()
 		q.Stop() // the node closes its group
-		return nil
+		return nil, nil
 	}
 	v.queues[name] = q
 	v.totals.QueuesCreated.Add(1)
 	v.mu.Unlock()
-	return nil
+	return q, nil
 }
 
 // replicatedBinding reports whether a binding is cluster-wide: to a

@@ -146,6 +146,17 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 			}
 		}
 		v.mu.Unlock()
+		if v.replicator() != nil {
+			// A cluster node's data from its standalone life: the
+			// queues join the metadata store (AdoptLocalQuorum).
+			v.defMu.Lock()
+			v.adopt = defs.quorum
+			v.defMu.Unlock()
+		} else {
+			for _, d := range defs.quorum {
+				v.startQuorum(d.name, d.val, defaults)
+			}
+		}
 		if dedupDrop.Len() > 0 {
 			// Deduplication log segments left without entries: deleted
 			// once the queues' recovery is over, as any commit.
@@ -246,7 +257,14 @@ func perSecond(n int, since time.Time) float64 {
 type definitions struct {
 	exchanges []exchangeDef
 	queues    []queueDef
+	quorum    []quorumDef
 	bindings  []bindingDef
+}
+
+// quorumDef is a standalone node's quorum queue: its stored definition.
+type quorumDef struct {
+	name string
+	val  []byte
 }
 
 type exchangeDef struct {
@@ -316,6 +334,10 @@ func (d *definitions) add(vh string, kind byte, name, val []byte) error {
 		t, err := amqp.DecodeTable(val)
 		if err != nil {
 			return fmt.Errorf("queue %q: %w", parts[1], err)
+		}
+		if IsQuorum(defArgs(t)) { // a standalone node's quorum queue (quorumlocal.go)
+			d.quorum = append(d.quorum, quorumDef{name: parts[1], val: append([]byte(nil), val...)})
+			return nil
 		}
 		id, _ := t["id"].(int64)
 		d.queues = append(d.queues, queueDef{name: parts[1], id: uint64(id), autoDelete: t["auto_delete"] == true, args: defArgs(t)})

@@ -299,5 +299,12 @@ func (v *VHost) durableBinding(src *exchange.Exchange, d exchange.Dest) bool {
 		return x != nil && x.Durable
 	}
 	q := v.queues[d.Name]
-	return q != nil && q.Durable()
+	return q != nil && v.storedHere(q)
+}
+
+// storedHere reports whether a queue's definition is in this node's
+// store: a durable classic queue's, or a standalone node's quorum
+// queue's (a cluster's are the metadata store's). v.mu held.
+func (v *VHost) storedHere(q *queue.Queue) bool {
+	return q.Durable() || (v.repl == nil && q.Replicated())
 }

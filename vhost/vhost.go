@@ -26,6 +26,9 @@ type VHost struct {
 	// in the registry's order; it is held across their store commit, but
 	// never while waiting on a queue goroutine.
 	defMu sync.Mutex
+	// adopt: quorum queues of this node's standalone life, found in its
+	// store at recovery in a cluster (AdoptLocalQuorum); guarded by defMu.
+	adopt []quorumDef
 	// mu guards exchanges and queues, briefly. Never held while waiting on
 	// a queue goroutine (queues call back into the registry) or on I/O,
 	// but by recovery at start-up (LOCKS.md).

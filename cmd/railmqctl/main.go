@@ -163,7 +163,7 @@ func newRoot(c *client) *cobra.Command {
 	cmds = append(cmds, newAccessCmds(c)...)
 	cmds = append(cmds, newPolicyCmds(c)...)
 	cmds = append(cmds, newDefinitionsCmds(c)...)
-	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c))
+	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c))
 	root.AddCommand(cmds...)
 	return root
 }

@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"errors"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
+)
+
+// A standalone node's quorum queues: the same groups, state machine and
+// log store as a cluster's (group.go, fifo.go, logstore.go), each a
+// group of one member over raft's in-memory transport. The node has no
+// listener and no metadata group: a standalone broker keeps its
+// definitions, the quorum queues' among them, in its own store.
+//
+// Its data is a cluster node's: the groups' logs and snapshots under
+// DataDir/cluster/queues, their member named as the node is. Started
+// later as a cluster node (StartNode), the node finds them there and its
+// queues go on, still of one member, which grow as any quorum queue's
+// do (Group.AddMember).
+
+// localAddr is a standalone node's address in its groups' configurations.
+const localAddr = "local"
+
+// localTimeout is a standalone group's heartbeat, election and lease
+// timeout: with no peer to miss, it only delays the first election, so
+// that a queue serves within it of a start.
+const localTimeout = 50 * time.Millisecond
+
+// LocalConfig configures a standalone node.
+type LocalConfig struct {
+	Name    string // the node's name: its groups' member
+	DataDir string // the groups live under DataDir/cluster/queues
+	Logger  *zap.Logger
+}
+
+// StartLocal starts a standalone node: quorum queues only.
+func StartLocal(cfg LocalConfig) (*Node, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("cluster: a node needs a name")
+	}
+	hl := hclog.NewNullLogger()
+	if cfg.Logger != nil {
+		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
+	}
+	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger},
+		local: true, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
+	return n, nil
+}
+
+// Local reports whether the node is standalone (StartLocal).
+func (n *Node) Local() bool { return n.local }
+
+// groupTransport is a new group's raft transport: over the Mux, or in
+// memory on a standalone node.
+func (n *Node) groupTransport(id string, hl hclog.Logger) (*watchedTransport, error) {
+	self := n.cfg.Peers[n.cfg.Name]
+	if n.local {
+		_, t := raft.NewInmemTransport(raft.ServerAddress(self))
+		return watchTransport(t), nil
+	}
+	layer, err := n.mux.Layer("q/" + id)
+	if err != nil {
+		return nil, err
+	}
+	return watchTransport(raft.NewNetworkTransportWithLogger(&advertised{layer, self}, 2, 10*time.Second, hl)), nil
+}
+
+// groupRaftConfig is a group's raft configuration.
+func (n *Node) groupRaftConfig(hl hclog.Logger) *raft.Config {
+	rc := n.raftConfig()
+	rc.Logger = hl
+	if n.local {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = localTimeout, localTimeout, localTimeout
+	}
+	return rc
+}
+
+// Recovered reports whether a standalone node's group serves: it leads,
+// and has applied the log it started with (raft applies a log only once
+// a leader commits it, so a queue would show none of its messages until
+// then).
+func (g *Group) Recovered() bool {
+	return g.r.State() == raft.Leader && g.r.AppliedIndex() >= g.startLast
+}
+
+// adoptLocal gives a cluster node the groups it made while standalone:
+// a group whose configuration is a standalone node's (one member, at
+// localAddr) gets, once, this node as its one voter, named and addressed
+// as the cluster knows it (raft.RecoverCluster: with one member, every
+// entry of its log was committed, so committing them all loses nothing).
+// The group then serves as any of one member; the other nodes follow it
+// (SyncMembers) and it grows as any quorum queue does (AddMember).
+func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snaps raft.SnapshotStore) error {
+	if n.local {
+		return nil
+	}
+	_, t := raft.NewInmemTransport("")
+	defer t.Close()
+	c := *rc
+	conf, err := raft.GetConfiguration(&c, NewQueueFSM(cfg.Fifo), logs, logs, snaps, t)
+	if err != nil {
+		return err
+	}
+	if len(conf.Servers) != 1 || conf.Servers[0].Address != localAddr {
+		return nil
+	}
+	self := raft.Server{ID: raft.ServerID(n.cfg.Name), Address: raft.ServerAddress(n.cfg.Peers[n.cfg.Name])}
+	c = *rc
+	if err := raft.RecoverCluster(&c, NewQueueFSM(cfg.Fifo), logs, logs, snaps, t, raft.Configuration{Servers: []raft.Server{self}}); err != nil {
+		return err
+	}
+	n.log().Info("quorum queue of this node's standalone life adopted", zap.String("group", cfg.ID), zap.String("was", string(conf.Servers[0].ID)))
+	return nil
+}
