@@ -405,10 +405,5 @@ func TestQuorumInitialGroupSize(t *testing.T) {
 // queue tests.
 func quorumSetup(t *testing.T) *env {
 	t.Helper()
-	if quorumSetupHook != nil {
-		return quorumSetupHook(t)
-	}
 	return setup(t, broker.Options{})
 }
-
-var quorumSetupHook func(t *testing.T) *env
