@@ -154,13 +154,21 @@ func TestPersistedFormatsUnchanged(t *testing.T) {
 			t.Errorf("%s decodes to %+v", tc.hex, c)
 		}
 	}
+	// The random logs are made by applying them to a Fifo (which messages
+	// a consumer settles depends on what it was given), so their hash
+	// changes with the state machine's behaviour as well as with the
+	// encoding. It changed with RabbitMQ 4.3's expiry at the head of the
+	// returns and of each priority level, and its limits evaluated after
+	// every command (a Down returning messages past x-max-length drops
+	// heads): the 2,500 commands of the logs of before still decode and
+	// encode to the same bytes.
 	h := sha256.New()
 	for seed := int64(1); seed <= 5; seed++ {
 		for _, c := range randomLog(seed, 500) {
 			h.Write(c.Encode(nil))
 		}
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != "bca5b4a6b952f65108f0295d951fbdef45cc8fe25a2d632c4868549508d85b1e" {
+	if got := hex.EncodeToString(h.Sum(nil)); got != "24006a20fd2b188dca7cdc2ef8f45d3a0e089fbc0c1a110653be81ff31d2258e" {
 		t.Errorf("random logs encode to %s", got)
 	}
 	logs := []struct {

@@ -27,7 +27,7 @@ type Fifo struct {
 
 	nextID uint64               // ids of enqueued messages, from 1
 	msgs   map[uint64]*fifoMsg  // every message held: ready or checked out
-	ready  []uint64             // ready ids in delivery order: returns first (RabbitMQ's returns queue), then by id
+	ready  readyQ               // ready messages in delivery order (fifo_ready.go)
 	cons   map[string]*fifoCons // consumers by tag
 	order  []string             // consumer tags in arrival order, for round robin
 	next   int                  // index into order of the consumer served next
@@ -43,6 +43,12 @@ type Fifo struct {
 	// dlxBytes their body bytes (counted in bytes too).
 	discards []uint64
 	dlxBytes int64
+	// The state fifo_consumers.go and fifo_overflow.go keep: the single
+	// active consumer, whether reject-publish refuses publishes, when the
+	// queue was last used (x-expires).
+	active     string
+	blocked    bool
+	lastActive int64
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -60,6 +66,10 @@ type FifoConfig struct {
 	// reject-publish and a dead-letter exchange): dead letters stay held
 	// until their targets confirm them (fifo_dlx.go).
 	AtLeastOnce bool
+	// SingleActive is x-single-active-consumer; Expires is x-expires in
+	// milliseconds (0: none).
+	SingleActive bool
+	Expires      int64
 }
 
 // DefaultDeliveryLimit is RabbitMQ 4's default x-delivery-limit for
@@ -80,12 +90,14 @@ type fifoMsg struct {
 	Acquired   uint32 // times returned, failed or not (RabbitMQ 4.3's acquired_count; fifo_limits.go)
 	ReadyAt    int64  // unix ms: held for a delayed retry until then (0: not held; fifo_limits.go)
 	Reason     string // dead-lettered for, held until settled (fifo_dlx.go); "" otherwise
+	Priority   uint8  // its level (fifo_ready.go)
 }
 
 type fifoCons struct {
 	Tag      string
-	Prefetch int // 0: unlimited
-	Out      int // checked out, not yet settled
+	Prefetch int   // 0: unlimited
+	Out      int   // checked out, not yet settled
+	Priority int32 // x-priority
 }
 
 // Command kinds, the first byte of an encoded command.
@@ -103,9 +115,11 @@ const (
 	cmdDown
 	cmdBatch
 	cmdRelease
-	cmdModify      // fifo_limits.go
-	cmdConfig      // fifo_limits.go
-	cmdDeadSettled // fifo_dlx.go
+	cmdModify           // fifo_limits.go
+	cmdConfig           // fifo_limits.go
+	cmdDeadSettled      // fifo_dlx.go
+	cmdCheckoutPriority // a Checkout with a consumer priority
+	cmdTouch
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -123,6 +137,7 @@ type Command struct {
 	Failed   bool      // modify: a failed delivery (counted toward the delivery limit)
 	Due      int64     // modify: unix ms the returned messages are held until (0: not held)
 	Limit    int64     // config: the delivery limit
+	Priority int32     // checkout: the consumer's x-priority
 }
 
 // Message is an enqueued message.
@@ -252,7 +267,7 @@ func NewFifo(cfg FifoConfig) *Fifo {
 func (f *Fifo) Len() int { return len(f.msgs) }
 
 // Ready is the number of ready messages.
-func (f *Fifo) Ready() int { return len(f.ready) }
+func (f *Fifo) Ready() int { return f.ready.len() }
 
 // Bytes is the body bytes held.
 func (f *Fifo) Bytes() int64 { return f.bytes }
@@ -274,6 +289,7 @@ func (f *Fifo) Apply(c Command) Effects {
 		return e
 	}
 	var e Effects
+	f.used(&c) // fifo_overflow.go
 	switch c.Kind {
 	case cmdEnqueue:
 		e.Accepted = f.enqueue(c.Now, c.Msg, &e)
@@ -286,9 +302,9 @@ func (f *Fifo) Apply(c Command) Effects {
 		e.Accepted = len(e.Refused) == 0
 	case cmdCheckout:
 		if k := f.cons[c.Consumer]; k != nil {
-			k.Prefetch = c.Prefetch
+			k.Prefetch, k.Priority = c.Prefetch, c.Priority
 		} else {
-			f.cons[c.Consumer] = &fifoCons{Tag: c.Consumer, Prefetch: c.Prefetch}
+			f.cons[c.Consumer] = &fifoCons{Tag: c.Consumer, Prefetch: c.Prefetch, Priority: c.Priority}
 			f.order = append(f.order, c.Consumer)
 		}
 	case cmdCancel:
@@ -322,18 +338,18 @@ func (f *Fifo) Apply(c Command) Effects {
 	case cmdDequeue:
 		e.Got = true
 		f.expire(c.Now, &e)
-		if len(f.ready) == 0 {
+		if f.ready.len() == 0 {
 			break
 		}
-		m := f.msgs[f.ready[0]]
-		f.ready = f.ready[1:]
+		m := f.ready.pop()
 		e.Deliveries = append(e.Deliveries, Delivery{Consumer: c.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
 		if c.Prefetch == 1 {
 			f.remove(m)
 		} else {
 			m.Consumer = c.Consumer
 		}
-		e.Remaining = len(f.ready)
+		e.Remaining = f.ready.len()
+		f.limit(&e)
 		return e // a getter takes what it asked for, no one else gets anything
 	case cmdSettle:
 		for _, id := range c.IDs {
@@ -352,11 +368,11 @@ func (f *Fifo) Apply(c Command) Effects {
 			}
 		}
 	case cmdPurge:
-		for _, id := range f.ready {
-			f.remove(f.msgs[id])
+		f.ready.each(func(m *fifoMsg) {
+			f.remove(m)
 			e.Purged++
-		}
-		f.ready = f.ready[:0]
+		})
+		f.ready.clear()
 		e.Purged += f.purgeDelayed()
 		e.Purged += f.purgeDiscards()
 	case cmdDeadSettled:
@@ -367,7 +383,9 @@ func (f *Fifo) Apply(c Command) Effects {
 	default:
 		f.applyLimits(&c, &e)
 	}
+	f.activate()
 	f.checkout(&e)
+	f.limit(&e)
 	return e
 }
 
@@ -452,17 +470,11 @@ func (f *Fifo) Owner(id uint64) string {
 }
 
 // Unacked is the count of messages checked out.
-func (f *Fifo) Unacked() int { return len(f.msgs) - len(f.ready) - len(f.delayed) - len(f.discards) }
+func (f *Fifo) Unacked() int { return len(f.msgs) - f.ready.len() - len(f.delayed) - len(f.discards) }
 
 // Expired reports whether the head ready message's TTL has run out at
 // now (unix ms): a Tick would expire it.
-func (f *Fifo) Expired(now int64) bool {
-	if len(f.ready) == 0 {
-		return false
-	}
-	m := f.msgs[f.ready[0]]
-	return m.Expires != 0 && m.Expires <= now
-}
+func (f *Fifo) Expired(now int64) bool { return f.ready.expired(now) }
 
 // Consumers is the count of consumers.
 func (f *Fifo) Consumers() int { return len(f.cons) }
@@ -484,17 +496,18 @@ func (f *Fifo) Held(visible func(credit int) int) int {
 // Head is when the oldest ready message was enqueued (unix ms), 0 when
 // none is ready.
 func (f *Fifo) Head() int64 {
-	if len(f.ready) == 0 {
-		return 0
+	if m := f.ready.peek(); m != nil {
+		return m.Enqueued
 	}
-	return f.msgs[f.ready[0]].Enqueued
+	return 0
 }
 
 func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
-	if f.cfg.RejectPublish && f.full(int64(len(m.Body))) {
-		return false
+	if f.cfg.RejectPublish && f.blocked {
+		return false // fifo_overflow.go
 	}
-	fm := &fifoMsg{ID: f.nextID, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Enqueued: now}
+	fm := &fifoMsg{ID: f.nextID, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Enqueued: now,
+		Priority: msgPriority(m.Props)}
 	ttl := f.cfg.MessageTTL
 	if m.TTL > 0 && (ttl == 0 || m.TTL < ttl) {
 		ttl = m.TTL
@@ -504,28 +517,12 @@ func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
 	}
 	f.nextID++
 	f.msgs[fm.ID] = fm
-	f.ready = append(f.ready, fm.ID)
+	f.ready.push(fm)
 	f.bytes += int64(len(fm.Body))
-	// drop-head: the oldest ready messages make room.
-	for !f.cfg.RejectPublish && f.over() && len(f.ready) > 0 {
-		head := f.msgs[f.ready[0]]
-		f.ready = f.ready[1:]
-		f.remove(head)
-		e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: head.message(), Reason: ReasonMaxLen})
+	if f.cfg.RejectPublish && f.over() {
+		f.blocked = true // this one is in; the next ones are refused (fifo_overflow.go)
 	}
 	return true
-}
-
-// full reports whether a message of n bytes would take the queue over a
-// limit (reject-publish refuses it).
-func (f *Fifo) full(n int64) bool {
-	return (f.cfg.MaxLength > 0 && int64(len(f.ready)+len(f.discards)) >= f.cfg.MaxLength) ||
-		(f.cfg.MaxLengthBytes > 0 && f.bytes+n > f.cfg.MaxLengthBytes)
-}
-
-func (f *Fifo) over() bool {
-	return (f.cfg.MaxLength > 0 && int64(len(f.ready)) > f.cfg.MaxLength) ||
-		(f.cfg.MaxLengthBytes > 0 && f.bytes > f.cfg.MaxLengthBytes)
 }
 
 func (f *Fifo) checkedOut(tag string, id uint64) *fifoMsg {
@@ -559,7 +556,7 @@ func (f *Fifo) returnMsgs(tag string, ids []uint64, e *Effects) {
 // only a failed one counts toward the delivery limit; both raise the
 // acquired count), held until due (unix ms; 0: ready at once).
 func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Effects) {
-	var back []uint64
+	var back []*fifoMsg
 	for _, id := range ids {
 		m := f.checkedOut(tag, id)
 		if m == nil {
@@ -582,7 +579,7 @@ func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Eff
 			f.delay(m, due)
 			continue
 		}
-		back = append(back, id)
+		back = append(back, m)
 	}
 	f.toReturns(back)
 }
@@ -594,23 +591,12 @@ func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Eff
 // deps/rabbit/src/rabbit_fifo.erl return/5, return_all/5). Verified on
 // RabbitMQ 3.10.8 with a delivery limit: basic.get m1..m3, nack m1, m3,
 // m2, then m1, m3, m2, m4, m5 (TestRequeueOrder).
-func (f *Fifo) toReturns(back []uint64) {
-	if len(back) == 0 {
-		return
-	}
-	sort.Slice(back, func(a, b int) bool { return back[a] < back[b] })
-	i := 0
-	for i < len(f.ready) && f.msgs[f.ready[i]].Returned {
-		i++
-	}
-	rs := append(append(make([]uint64, 0, len(f.ready)+len(back)), f.ready[:i]...), back...)
-	f.ready = append(rs, f.ready[i:]...)
-}
+func (f *Fifo) toReturns(back []*fifoMsg) { f.ready.appendReturned(back) }
 
 // release puts back checked-out messages uncounted, where they were: a
 // returned one among the returns, a fresh one among the fresh, by id.
 func (f *Fifo) release(tag string, ids []uint64) {
-	var ret, fresh []uint64
+	var ret []*fifoMsg
 	for _, id := range ids {
 		m := f.checkedOut(tag, id)
 		if m == nil {
@@ -621,55 +607,32 @@ func (f *Fifo) release(tag string, ids []uint64) {
 		}
 		m.Consumer = ""
 		if m.Returned {
-			ret = append(ret, id)
+			ret = append(ret, m)
 		} else {
-			fresh = append(fresh, id)
+			f.ready.push(m)
 		}
 	}
-	if len(ret)+len(fresh) == 0 {
-		return
-	}
-	i := 0
-	for i < len(f.ready) && f.msgs[f.ready[i]].Returned {
-		i++
-	}
-	head := append(append(make([]uint64, 0, i+len(ret)), f.ready[:i]...), ret...)
-	rest := append(append(make([]uint64, 0, len(f.ready)-i+len(fresh)), f.ready[i:]...), fresh...)
-	sort.Slice(head, func(a, b int) bool { return head[a] < head[b] })
-	sort.Slice(rest, func(a, b int) bool { return rest[a] < rest[b] })
-	f.ready = append(head, rest...)
+	f.ready.pushReturned(ret)
 }
 
-// expire dead-letters the ready messages at the head whose TTL has run
-// out at now (as RabbitMQ, expiry happens at the head).
+// expire dead-letters the ready messages at the heads whose TTL has run
+// out at now (as RabbitMQ, expiry happens at the head: of the returns and
+// of each priority level, readyQ.takeExpired).
 func (f *Fifo) expire(now int64, e *Effects) {
-	for len(f.ready) > 0 {
-		m := f.msgs[f.ready[0]]
-		if m.Expires == 0 || m.Expires > now {
-			return
-		}
-		f.ready = f.ready[1:]
+	for _, m := range f.ready.takeExpired(now) {
 		f.deadLetter(m, ReasonExpired, e)
 	}
 }
 
-// checkout hands ready messages to consumers with room, round robin.
+// checkout hands ready messages to consumers with room: the highest
+// priority ones first, round robin among equals (fifo_consumers.go).
 func (f *Fifo) checkout(e *Effects) {
-	for len(f.ready) > 0 && len(f.order) > 0 {
-		var k *fifoCons
-		for n := 0; n < len(f.order); n++ {
-			c := f.cons[f.order[(f.next+n)%len(f.order)]]
-			if c.Prefetch == 0 || c.Out < c.Prefetch {
-				k = c
-				f.next = (f.next + n + 1) % len(f.order)
-				break
-			}
-		}
+	for f.ready.len() > 0 && len(f.order) > 0 {
+		k := f.nextConsumer()
 		if k == nil {
 			return
 		}
-		m := f.msgs[f.ready[0]]
-		f.ready = f.ready[1:]
+		m := f.ready.pop()
 		m.Consumer = k.Tag
 		k.Out++
 		e.Deliveries = append(e.Deliveries, Delivery{Consumer: k.Tag, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
@@ -684,14 +647,17 @@ func (m *fifoMsg) message() *Message {
 
 // fifoImage is a Fifo as a snapshot holds it.
 type fifoImage struct {
-	Cfg    FifoConfig
-	NextID uint64
-	Msgs   []fifoMsg
-	Ready  []uint64
-	Cons   []fifoCons
-	Order  []string
-	Next   int
-	Index  uint64
+	Cfg        FifoConfig
+	NextID     uint64
+	Msgs       []fifoMsg
+	Ready      []uint64
+	Cons       []fifoCons
+	Order      []string
+	Next       int
+	Index      uint64
+	Active     string
+	Blocked    bool
+	LastActive int64
 	// Discards are the held dead letters' ids (at-least-once), in order.
 	Discards []uint64
 }
@@ -699,7 +665,8 @@ type fifoImage struct {
 // Snapshot writes the whole state to w (Raft's snapshot, from which a
 // member that fell behind, or a new one, is restored).
 func (f *Fifo) Snapshot(w io.Writer) error {
-	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready, Order: f.order, Next: f.next, Index: f.index, Discards: f.discards}
+	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready.ids(), Order: f.order, Next: f.next, Index: f.index,
+		Active: f.active, Blocked: f.blocked, LastActive: f.lastActive, Discards: f.discards}
 	ids := make([]uint64, 0, len(f.msgs))
 	for id := range f.msgs {
 		ids = append(ids, id)
@@ -721,10 +688,12 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 		return nil, fmt.Errorf("cluster: restoring a quorum queue: %w", err)
 	}
 	f := NewFifo(img.Cfg)
-	f.nextID, f.ready, f.order, f.next, f.index = img.NextID, img.Ready, img.Order, img.Next, img.Index
+	f.nextID, f.order, f.next, f.index = img.NextID, img.Order, img.Next, img.Index
+	f.active, f.blocked, f.lastActive = img.Active, img.Blocked, img.LastActive
 	f.discards = img.Discards
 	for i := range img.Msgs {
 		m := img.Msgs[i]
+		m.Priority = msgPriority(m.Props) // an image of before the levels has none
 		f.msgs[m.ID] = &m
 		f.bytes += int64(len(m.Body))
 		if m.ReadyAt != 0 && m.Consumer == "" {
@@ -735,6 +704,18 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 		}
 	}
 	f.restoreDelayed()
+	// The ready ones as readyQ had them: the returned first, in their
+	// order, then
+	// the fresh by level (an image of before the levels had one).
+	var ret []*fifoMsg
+	for _, id := range img.Ready {
+		if m := f.msgs[id]; m != nil && m.Returned {
+			ret = append(ret, m)
+		} else if m != nil {
+			f.ready.push(m)
+		}
+	}
+	f.ready.restoreReturned(ret)
 	for i := range img.Cons {
 		c := img.Cons[i]
 		f.cons[c.Tag] = &c
@@ -759,6 +740,13 @@ func (c *Command) Encode(b []byte) []byte {
 			e = appendMessage(e, &c.Msgs[i])
 		}
 	case cmdCheckout:
+		if c.Priority != 0 {
+			// A priority needs the kind that carries it; without one,
+			// a checkout keeps the bytes it always had.
+			e[len(e)-9] = cmdCheckoutPriority
+			e = e.Str32(c.Consumer).U32(uint32(c.Prefetch)).U32(uint32(c.Priority))
+			break
+		}
 		e = e.Str32(c.Consumer).U32(uint32(c.Prefetch))
 	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease, cmdDeadSettled:
 		e = e.Str32(c.Consumer).U32(uint32(len(c.IDs)))
@@ -803,6 +791,14 @@ func DecodeCommand(p []byte) (Command, error) {
 	case cmdCheckout:
 		c.Consumer = d.Str32()
 		c.Prefetch = int(d.U32())
+	case cmdCheckoutPriority:
+		c.Kind = cmdCheckout
+		c.Consumer = d.Str32()
+		c.Prefetch = int(d.U32())
+		c.Priority = int32(d.U32())
+		if c.Priority == 0 {
+			return c, ErrBadCommand // encoded as a plain checkout
+		}
 	case cmdCancel, cmdSettle, cmdReturn, cmdDiscard, cmdRelease, cmdDeadSettled:
 		c.Consumer = d.Str32()
 		n := d.Count32(8)
@@ -841,7 +837,7 @@ func DecodeCommand(p []byte) (Command, error) {
 			}
 			c.Cmds = append(c.Cmds, sc)
 		}
-	case cmdPurge, cmdTick:
+	case cmdPurge, cmdTick, cmdTouch:
 	default:
 		if !decodeLimits(&c, &d) {
 			return c, ErrBadCommand

@@ -58,9 +58,15 @@ func TestFifoAtLeastOnceHoldsDeadLetters(t *testing.T) {
 	if !reflect.DeepEqual(order, []string{"rejected:r", "delivery_limit:d", "expired:x"}) {
 		t.Fatalf("discards in order %v", order)
 	}
-	// Three held, x-max-length 3, reject-publish: a publish is refused.
-	if e := f.Apply(Enqueue(2000, msg("n"))); e.Accepted {
-		t.Fatal("a publish was taken with 3 dead letters held and x-max-length 3")
+	// Three held count toward x-max-length 3 (rabbit_fifo is_over_limit:
+	// ready plus held): with reject-publish's soft limit (RabbitMQ 4.3,
+	// fifo_overflow.go) the publish that crosses it is taken, the next
+	// refused.
+	if e := f.Apply(Enqueue(2000, msg("n"))); !e.Accepted {
+		t.Fatal("the publish crossing x-max-length 3 (3 dead letters held) was refused")
+	}
+	if e := f.Apply(Enqueue(2000, msg("o"))); e.Accepted {
+		t.Fatal("a publish was taken with 3 dead letters held, one ready and x-max-length 3")
 	}
 	// A DeadSettled of ids not held (unknown, or a ready message's)
 	// changes nothing.
@@ -69,7 +75,7 @@ func TestFifoAtLeastOnceHoldsDeadLetters(t *testing.T) {
 		t.Fatalf("DeadSettled(99) left %d held", n)
 	}
 	f.Apply(DeadSettled(1, 3))
-	if n, b := f.Discarded(); n != 1 || b != 1 || f.Len() != 1 || f.IsDiscard(1) || !f.IsDiscard(2) {
+	if n, b := f.Discarded(); n != 1 || b != 1 || f.Len() != 2 || f.IsDiscard(1) || !f.IsDiscard(2) {
 		t.Fatalf("after settling 1 and 3: %d held (%d bytes), len %d", n, b, f.Len())
 	}
 	e = f.Apply(Enqueue(2001, msg("n")))
@@ -77,15 +83,15 @@ func TestFifoAtLeastOnceHoldsDeadLetters(t *testing.T) {
 		t.Fatal("a publish was refused with 1 dead letter held")
 	}
 	f.Apply(Checkout("b", 0))
-	if f.Unacked() != 1 || f.Ready() != 0 || f.Len() != 2 {
-		t.Fatalf("unacked %d, ready %d, len %d; want 1, 0, 2", f.Unacked(), f.Ready(), f.Len())
+	if f.Unacked() != 2 || f.Ready() != 0 || f.Len() != 3 {
+		t.Fatalf("unacked %d, ready %d, len %d; want 2, 0, 3", f.Unacked(), f.Ready(), f.Len())
 	}
 	// The purge takes the held ones too, and counts them (rabbit_fifo's
 	// purge: NumReady + NumDlx).
 	f.Apply(Cancel("b"))
 	f.Apply(Down("b", ""))
-	if e := f.Apply(Purge()); e.Purged != 2 || f.Len() != 0 || f.Bytes() != 0 {
-		t.Fatalf("purge: %d purged, len %d, bytes %d; want 2, 0, 0", e.Purged, f.Len(), f.Bytes())
+	if e := f.Apply(Purge()); e.Purged != 3 || f.Len() != 0 || f.Bytes() != 0 {
+		t.Fatalf("purge: %d purged, len %d, bytes %d; want 3, 0, 0", e.Purged, f.Len(), f.Bytes())
 	}
 	if n, b := f.Discarded(); n != 0 || b != 0 {
 		t.Fatalf("purge left %d held", n)

@@ -91,7 +91,10 @@ func (f *Fifo) releaseDelayed(now int64) {
 	if n == 0 {
 		return
 	}
-	due := append([]uint64(nil), f.delayed[:n]...)
+	due := make([]*fifoMsg, n)
+	for i, id := range f.delayed[:n] {
+		due[i] = f.msgs[id]
+	}
 	f.delayed = append(f.delayed[:0], f.delayed[n:]...)
 	f.toReturns(due)
 }

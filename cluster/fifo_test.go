@@ -132,15 +132,22 @@ func TestFifoLimitsAndTTL(t *testing.T) {
 	if !e.Accepted || !reflect.DeepEqual(reasons(e.DeadLetters), []string{"maxlen:1"}) {
 		t.Errorf("drop-head: %+v", e)
 	}
+	// reject-publish as RabbitMQ's quorum queues: the publish that takes
+	// the queue over its limit is taken, the next ones refused (3.10.8,
+	// x-max-length 2, confirms one by one: ack, ack, ack, nack;
+	// fifo_overflow.go).
 	r := NewFifo(FifoConfig{MaxLength: 2, RejectPublish: true})
 	r.Apply(Enqueue(1, msg("1")))
 	r.Apply(Enqueue(2, msg("2")))
-	if e := r.Apply(Enqueue(3, msg("3"))); e.Accepted || len(e.DeadLetters) != 0 || r.Len() != 2 {
-		t.Errorf("reject-publish accepted a third: %+v, len %d", e, r.Len())
+	if e := r.Apply(Enqueue(3, msg("3"))); !e.Accepted || len(e.DeadLetters) != 0 || r.Len() != 3 {
+		t.Errorf("reject-publish refused the third (RabbitMQ takes it): %+v, len %d", e, r.Len())
+	}
+	if e := r.Apply(Enqueue(4, msg("4"))); e.Accepted || len(e.DeadLetters) != 0 || r.Len() != 3 {
+		t.Errorf("reject-publish accepted a fourth: %+v, len %d", e, r.Len())
 	}
 	rb := NewFifo(FifoConfig{MaxLength: 2, RejectPublish: true})
-	if e := rb.Apply(EnqueueBatch(1, []Message{msg("a"), msg("b"), msg("c")})); e.Accepted || fmt.Sprint(e.Refused) != "[2]" || rb.Len() != 2 {
-		t.Errorf("a batch of 3 into 2 places: %+v, len %d; want the third refused", e, rb.Len())
+	if e := rb.Apply(EnqueueBatch(1, []Message{msg("a"), msg("b"), msg("c"), msg("d")})); e.Accepted || fmt.Sprint(e.Refused) != "[3]" || rb.Len() != 3 {
+		t.Errorf("a batch of 4 into 2 places: %+v, len %d; want the fourth refused", e, rb.Len())
 	}
 	x := NewFifo(FifoConfig{MessageTTL: 1000})
 	x.Apply(Enqueue(100, msg("a")))

@@ -70,7 +70,9 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	mine := m.creating[id]
 	delete(m.creating, id)
 	m.quorumMu.Unlock()
-	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fifoConfig(cfg.Args),
+	fc := fifoConfig(cfg.Args)
+	qq.expires = fc.Expires
+	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fc,
 		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
@@ -138,6 +140,7 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 	// the argument and drops the head (rabbit_quorum_queue:overflow).
 	fc.RejectPublish = args["x-overflow"] == "reject-publish"
 	fc.AtLeastOnce = atLeastOnce(args)
+	orderConfig(args, &fc) // quorum_order.go
 	return fc
 }
 
@@ -182,6 +185,10 @@ type quorumQueue struct {
 	memory atomic.Int64
 	lim    limits    // delivery limit and retry delays (quorum_limits.go)
 	dlx    dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
+	// expires is x-expires (ms, 0: none); expiring: the leader's
+	// deletion of the queue for it is under way (quorum_order.go).
+	expires  int64
+	expiring atomic.Bool
 }
 
 type outEntry struct {
@@ -269,7 +276,7 @@ func (qq *quorumQueue) Consume(c *queue.Consumer) error {
 	qc := &qqConsumer{local: local{c: c, held: true}, tag: qq.newTag("c")}
 	qq.byTag[qc.tag], qq.byCons[c] = qc, qc
 	qq.mu.Unlock()
-	if err := qq.checkout(qc.tag, credit(c)); err != nil {
+	if err := qq.checkout(qc.tag, credit(c), c.Priority); err != nil {
 		qq.mu.Lock()
 		delete(qq.byTag, qc.tag)
 		delete(qq.byCons, c)
@@ -291,10 +298,12 @@ const checkoutPatience = 10 * time.Second
 // is sent again, until checkoutPatience: a new queue's group, or one
 // whose leader just went, elects one within a few heartbeats, and the
 // consume goes through instead of failing.
-func (qq *quorumQueue) checkout(tag string, credit int) error {
+func (qq *quorumQueue) checkout(tag string, credit int, priority int32) error {
 	deadline := time.Now().Add(checkoutPatience)
 	for {
-		_, err := qq.wait(cluster.Checkout(tag, credit))
+		c := cluster.CheckoutPriority(tag, credit, priority)
+		c.Now = time.Now().UnixMilli() // x-expires: a consumer attaching is use
+		_, err := qq.wait(c)
 		if err == nil || errors.Is(err, cluster.ErrGroupClosed) || time.Now().After(deadline) {
 			return err
 		}
@@ -357,7 +366,9 @@ func (qq *quorumQueue) Cancel(c *queue.Consumer) {
 	for _, d := range qc.pending {
 		back = append(back, d.Seq)
 	}
-	_, _ = qq.wait(cluster.Cancel(qc.tag))
+	cc := cluster.Cancel(qc.tag)
+	cc.Now = time.Now().UnixMilli() // x-expires: unused from the last consumer's leaving
+	_, _ = qq.wait(cc)
 	if len(back) > 0 {
 		qq.g.Submit(cluster.Release(qc.tag, back...), nil)
 	}
@@ -476,7 +487,9 @@ func (qq *quorumQueue) Get(noAck bool) (queue.Delivery, bool, int, error) {
 	qq.mu.Lock()
 	tag := qq.newTag("g")
 	qq.mu.Unlock()
-	e, err := qq.wait(cluster.Dequeue(tag, noAck))
+	dq := cluster.Dequeue(tag, noAck)
+	dq.Now = time.Now().UnixMilli() // what expired at the head goes, and a get is use (x-expires)
+	e, err := qq.wait(dq)
 	if err != nil {
 		return queue.Delivery{}, false, 0, quorumError(err)
 	}
@@ -551,7 +564,7 @@ func (qq *quorumQueue) applied(c *cluster.Command, e *cluster.Effects, leader bo
 		qq.logProgress("quorum queue member taken for gone: its consumers check out again")
 		for _, qc := range qq.byTag {
 			qc.pending = nil
-			qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
+			qq.g.Submit(cluster.CheckoutPriority(qc.tag, credit(qc.c), qc.c.Priority), nil)
 		}
 		for id, e := range qq.out {
 			if strings.HasPrefix(e.tag, qq.prefix) {
@@ -709,7 +722,7 @@ func (qq *quorumQueue) restored() {
 	qq.logProgress("quorum queue member restored from a snapshot", zap.Int("consumers_again", len(again)))
 	qq.mu.Unlock()
 	for _, qc := range again {
-		qq.g.Submit(cluster.Checkout(qc.tag, credit(qc.c)), nil)
+		qq.g.Submit(cluster.CheckoutPriority(qc.tag, credit(qc.c), qc.c.Priority), nil)
 	}
 	// An entry after the snapshot: applying it near the log's end ends
 	// the deferral (reconcile sends another while none comes).
@@ -778,6 +791,9 @@ func (m *Manager) tickQuorum() {
 			qq.g.Submit(cluster.Tick(now), nil)
 		}
 		qq.limitsTick(now)
+		if qq.expireUnused(now) { // quorum_order.go
+			continue
+		}
 		for _, peer := range qq.g.Unreachable(downAfter) {
 			if qq.downed == nil {
 				qq.downed = map[string]bool{}
