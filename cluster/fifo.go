@@ -56,10 +56,13 @@ type FifoConfig struct {
 	// DeliveryLimit is x-delivery-limit: a message returned more often
 	// is dead-lettered (RabbitMQ 4's default 20; negative: none).
 	DeliveryLimit int64
-	// MaxLength and MaxLengthBytes are x-max-length(-bytes) (0: none);
-	// RejectPublish is x-overflow reject-publish (else drop-head).
-	MaxLength, MaxLengthBytes int64
-	RejectPublish             bool
+	// MaxLength and MaxLengthBytes are x-max-length(-bytes), in force
+	// when MaxLengthOn, MaxLengthBytesOn (0 is a limit; the state of a
+	// railmq before them has a limit above 0 when it has one); RejectPublish
+	// is x-overflow reject-publish (else drop-head).
+	MaxLength, MaxLengthBytes     int64
+	RejectPublish                 bool
+	MaxLengthOn, MaxLengthBytesOn bool
 	// MessageTTL is x-message-ttl in milliseconds (0: none).
 	MessageTTL int64
 	// AtLeastOnce is x-dead-letter-strategy at-least-once (with
@@ -132,12 +135,13 @@ type Command struct {
 	Consumer string
 	Prefetch int // checkout: the consumer's prefetch; dequeue: 1 when no ack is wanted
 	IDs      []uint64
-	Cmds     []Command // a batch: the commands one pipeline round gathered
-	Keep     string    // down: tags with this prefix stay
-	Failed   bool      // modify: a failed delivery (counted toward the delivery limit)
-	Due      int64     // modify: unix ms the returned messages are held until (0: not held)
-	Limit    int64     // config: the delivery limit
-	Priority int32     // checkout: the consumer's x-priority
+	Cmds     []Command   // a batch: the commands one pipeline round gathered
+	Keep     string      // down: tags with this prefix stay
+	Failed   bool        // modify: a failed delivery (counted toward the delivery limit)
+	Due      int64       // modify: unix ms the returned messages are held until (0: not held)
+	Limit    int64       // config: the delivery limit
+	Priority int32       // checkout: the consumer's x-priority
+	Conf     *FifoConfig // config: what a policy sets (fifo_limits.go)
 }
 
 // Message is an enqueued message.

@@ -36,8 +36,27 @@ func Modify(tag string, failed bool, due int64, ids ...uint64) Command {
 	return Command{Kind: cmdModify, Consumer: tag, Failed: failed, Due: due, IDs: ids}
 }
 
-// Config sets the queue's delivery limit (negative: none).
-func Config(deliveryLimit int64) Command { return Command{Kind: cmdConfig, Limit: deliveryLimit} }
+// Config sets what a policy may change on a live queue (RabbitMQ 4.3's
+// rabbit_quorum_queue:policy_changed): the delivery limit (negative:
+// none), the length limits, x-overflow reject-publish and the message
+// TTL, as cfg has them (its other fields are not taken).
+func Config(cfg FifoConfig) Command {
+	return Command{Kind: cmdConfig, Limit: cfg.DeliveryLimit, Conf: &cfg}
+}
+
+// Policied is the part of a queue's configuration that Config sets.
+func (c FifoConfig) Policied() FifoConfig {
+	ml, mlOn := c.lengthLimit()
+	mb, mbOn := c.bytesLimit()
+	if !mlOn {
+		ml = 0
+	}
+	if !mbOn {
+		mb = 0
+	}
+	return FifoConfig{DeliveryLimit: max(c.DeliveryLimit, -1), MaxLength: ml, MaxLengthOn: mlOn, MaxLengthBytes: mb, MaxLengthBytesOn: mbOn,
+		RejectPublish: c.RejectPublish, MessageTTL: c.MessageTTL}
+}
 
 // Config is the queue's configuration as its log has set it.
 func (f *Fifo) Config() FifoConfig { return f.cfg }
@@ -61,6 +80,11 @@ func (f *Fifo) applyLimits(c *Command, e *Effects) {
 		f.returnAs(c.Consumer, c.IDs, c.Failed, c.Due, e)
 	case cmdConfig:
 		f.cfg.DeliveryLimit = c.Limit
+		if p := c.Conf; p != nil {
+			f.cfg.MaxLength, f.cfg.MaxLengthOn = p.MaxLength, p.MaxLengthOn
+			f.cfg.MaxLengthBytes, f.cfg.MaxLengthBytesOn = p.MaxLengthBytes, p.MaxLengthBytesOn
+			f.cfg.RejectPublish, f.cfg.MessageTTL = p.RejectPublish, p.MessageTTL
+		}
 	}
 }
 
@@ -128,7 +152,17 @@ func encodeLimits(c *Command, e Enc) Enc {
 			e = e.U64(id)
 		}
 	case cmdConfig:
-		e = e.U64(uint64(c.Limit))
+		p := c.Conf
+		if p == nil {
+			p = &FifoConfig{}
+		}
+		var flags uint8
+		for i, b := range []bool{p.MaxLengthOn, p.MaxLengthBytesOn, p.RejectPublish} {
+			if b {
+				flags |= 1 << i
+			}
+		}
+		e = e.U64(uint64(c.Limit)).U8(flags).U64(uint64(p.MaxLength)).U64(uint64(p.MaxLengthBytes)).U64(uint64(p.MessageTTL))
 	}
 	return e
 }
@@ -155,6 +189,12 @@ func decodeLimits(c *Command, d *Dec) bool {
 		}
 	case cmdConfig:
 		c.Limit = int64(d.U64())
+		flags := d.U8()
+		if flags > 7 {
+			return false
+		}
+		c.Conf = &FifoConfig{DeliveryLimit: c.Limit, MaxLengthOn: flags&1 != 0, MaxLengthBytesOn: flags&2 != 0, RejectPublish: flags&4 != 0,
+			MaxLength: int64(d.U64()), MaxLengthBytes: int64(d.U64()), MessageTTL: int64(d.U64())}
 	default:
 		return false
 	}

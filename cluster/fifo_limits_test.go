@@ -88,16 +88,16 @@ func TestFifoConfigChangesLimitLive(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		f.Apply(Modify("a", true, 0, id))
 	}
-	applyCoded(t, f, Config(2))
+	applyCoded(t, f, Config(FifoConfig{DeliveryLimit: 2}))
 	if f.Config().DeliveryLimit != 2 {
-		t.Fatalf("limit %d after Config(2)", f.Config().DeliveryLimit)
+		t.Fatalf("limit %d after Config(FifoConfig{DeliveryLimit: 2})", f.Config().DeliveryLimit)
 	}
 	e := f.Apply(Modify("a", true, 0, id))
 	if got := reasons(e.DeadLetters); !reflect.DeepEqual(got, []string{"delivery_limit:m"}) {
 		t.Fatalf("after lowering the limit to 2, a 4th failed delivery: %v, want delivery_limit:m", got)
 	}
 	id = f.Apply(Enqueue(2, msg("n"))).Deliveries[0].ID // a has room again
-	applyCoded(t, f, Config(-1))
+	applyCoded(t, f, Config(FifoConfig{DeliveryLimit: -1}))
 	for i := 1; i <= 50; i++ {
 		if e := f.Apply(Modify("a", true, 0, id)); len(e.DeadLetters) != 0 {
 			t.Fatalf("limit off (-1): reject %d dead-lettered %v", i, reasons(e.DeadLetters))
@@ -176,7 +176,7 @@ func TestFifoDelayedOrder(t *testing.T) {
 // TestLimitsCommandCodec: Modify and Config survive the log's encoding,
 // and a malformed Modify does not decode.
 func TestLimitsCommandCodec(t *testing.T) {
-	for _, c := range []Command{Modify("tag", true, 1234, 1, 2, 3), Modify("t", false, 0), Config(-1), Config(20)} {
+	for _, c := range []Command{Modify("tag", true, 1234, 1, 2, 3), Modify("t", false, 0), Config(FifoConfig{DeliveryLimit: -1}), Config(FifoConfig{DeliveryLimit: 20}), Config(FifoConfig{DeliveryLimit: 3, MaxLength: 0, MaxLengthOn: true, MaxLengthBytes: 1 << 40, MaxLengthBytesOn: true, RejectPublish: true, MessageTTL: 1500})} {
 		got, err := DecodeCommand(c.Encode(nil))
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)
@@ -191,7 +191,7 @@ func TestLimitsCommandCodec(t *testing.T) {
 			t.Errorf("round trip %+v -> %+v", c, got)
 		}
 	}
-	mc, cc := Modify("t", true, 1, 7), Config(1)
+	mc, cc := Modify("t", true, 1, 7), Config(FifoConfig{DeliveryLimit: 1})
 	b := mc.Encode(nil)
 	b[1+8+4+1] = 2 // the failed flag: 0 or 1 only
 	if _, err := DecodeCommand(b); err == nil {

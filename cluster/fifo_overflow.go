@@ -35,15 +35,19 @@ func Touch(now int64) Command { return Command{Kind: cmdTouch, Now: now} }
 // is_over_limit at v4.3.5: messages_ready plus rabbit_fifo_dlx:stat).
 func (f *Fifo) over() bool {
 	n, b := f.limited()
-	return (f.cfg.MaxLength > 0 && n > f.cfg.MaxLength) || (f.cfg.MaxLengthBytes > 0 && b > f.cfg.MaxLengthBytes)
+	ml, mlOn := f.cfg.lengthLimit()
+	mb, mbOn := f.cfg.bytesLimit()
+	return (mlOn && n > ml) || (mbOn && b > mb)
 }
 
 // belowSoft reports whether the ready messages (and the held dead
 // letters) are back within 80% of the limits (is_below_soft_limit).
 func (f *Fifo) belowSoft() bool {
-	below := func(limit, n int64) bool { return limit <= 0 || n <= int64(float64(limit)*lowLimit) }
+	below := func(limit int64, on bool, n int64) bool { return !on || n <= int64(float64(limit)*lowLimit) }
 	n, b := f.limited()
-	return below(f.cfg.MaxLength, n) && below(f.cfg.MaxLengthBytes, b)
+	ml, mlOn := f.cfg.lengthLimit()
+	mb, mbOn := f.cfg.bytesLimit()
+	return below(ml, mlOn, n) && below(mb, mbOn, b)
 }
 
 // limited is what the length limits count: messages and bytes.
@@ -90,4 +94,14 @@ func (f *Fifo) LastActive() int64 { return f.lastActive }
 // no use for longer than it. Deleting the queue is the leader's to do.
 func (f *Fifo) Unused(now int64) bool {
 	return f.cfg.Expires > 0 && f.lastActive > 0 && len(f.cons) == 0 && now > f.lastActive+f.cfg.Expires
+}
+
+// lengthLimit is x-max-length, if in force.
+func (c *FifoConfig) lengthLimit() (int64, bool) {
+	return c.MaxLength, c.MaxLengthOn || c.MaxLength > 0
+}
+
+// bytesLimit is x-max-length-bytes, if in force.
+func (c *FifoConfig) bytesLimit() (int64, bool) {
+	return c.MaxLengthBytes, c.MaxLengthBytesOn || c.MaxLengthBytes > 0
 }

@@ -128,10 +128,10 @@ func fifoConfig(args amqp.Table) cluster.FifoConfig {
 		fc.DeliveryLimit = n
 	}
 	if n, ok := amqp.Int(args["x-max-length"]); ok {
-		fc.MaxLength = n
+		fc.MaxLength, fc.MaxLengthOn = n, true
 	}
 	if n, ok := amqp.Int(args["x-max-length-bytes"]); ok {
-		fc.MaxLengthBytes = n
+		fc.MaxLengthBytes, fc.MaxLengthBytesOn = n, true
 	}
 	if n, ok := amqp.Int(args["x-message-ttl"]); ok {
 		fc.MessageTTL = n

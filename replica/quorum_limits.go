@@ -32,10 +32,12 @@ import (
 // limits is a quorumQueue's policy-given state; its fields are read and
 // written from any goroutine.
 type limits struct {
-	retry     atomic.Pointer[queue.Retry]
-	wantLimit atomic.Int64 // the delivery limit the policy gives (-1: none)
-	known     atomic.Bool  // wantLimit was set
-	dueAt     atomic.Int64 // unix ms the due timer is armed for (0: none)
+	retry atomic.Pointer[queue.Retry]
+	// want: what the policy gives of the state machine's configuration
+	// (cluster.FifoConfig.Policied: the delivery limit, -1 for none, the
+	// length limits, overflow, message TTL); nil until a policy is set.
+	want  atomic.Pointer[cluster.FifoConfig]
+	dueAt atomic.Int64 // unix ms the due timer is armed for (0: none)
 }
 
 // setPolicyLimits takes what the queue's policy says of returns.
@@ -46,8 +48,21 @@ func (l *limits) setPolicyLimits(p *queue.Policy) {
 	if p.DeliveryLimitSet {
 		lim = p.DeliveryLimit
 	}
-	l.wantLimit.Store(max(lim, -1))
-	l.known.Store(true)
+	w := cluster.FifoConfig{DeliveryLimit: max(lim, -1), RejectPublish: p.Overflow == queue.RejectPublish}
+	if p.MaxLength >= 0 {
+		w.MaxLength, w.MaxLengthOn = p.MaxLength, true
+	}
+	if p.MaxLengthBytes >= 0 {
+		w.MaxLengthBytes, w.MaxLengthBytesOn = p.MaxLengthBytes, true
+	}
+	switch {
+	case p.MessageTTL == 0:
+		w.MessageTTL = 1 // as x-message-ttl 0 (quorum_order.go)
+	case p.MessageTTL > 0:
+		w.MessageTTL = max(p.MessageTTL.Milliseconds(), 1)
+	}
+	w = w.Policied()
+	l.want.Store(&w)
 }
 
 // SetPolicy takes a policy change (queue.PolicySetter).
@@ -56,17 +71,19 @@ func (qq *quorumQueue) SetPolicy(p queue.Policy) {
 	qq.syncLimit()
 }
 
-// syncLimit sends a Config entry when the log's delivery limit is not
-// the policy's.
+// syncLimit sends a Config entry when the log's configuration is not
+// what the policy gives (the delivery limit, the length limits,
+// overflow, message TTL: RabbitMQ 4.3 sends a live queue the machine
+// config its new policy makes).
 func (qq *quorumQueue) syncLimit() {
-	if !qq.lim.known.Load() || qq.g == nil {
+	want := qq.lim.want.Load()
+	if want == nil || qq.g == nil {
 		return
 	}
-	want := qq.lim.wantLimit.Load()
-	var cur int64
-	qq.g.View(func(f *cluster.Fifo) { cur = max(f.Config().DeliveryLimit, -1) })
-	if cur != want {
-		qq.g.Submit(cluster.Config(want), nil)
+	var cur cluster.FifoConfig
+	qq.g.View(func(f *cluster.Fifo) { cur = f.Config().Policied() })
+	if cur != *want {
+		qq.g.Submit(cluster.Config(*want), nil)
 	}
 }
 
