@@ -565,7 +565,7 @@ func (g *Group) send(items []submitItem) {
 	round := c.Encode(head)
 	data := round[len(head):]
 	if g.r.State() == raft.Leader {
-		g.flight <- flight{f: g.r.Apply(data, g.n.timeout()), items: items}
+		g.flight <- flight{f: stopAware(g.r.Apply(data, g.n.timeout()), g.stop), items: items}
 		return
 	}
 	addr, id := g.r.LeaderWithID()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -116,4 +117,22 @@ func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snap
 	}
 	n.log().Info("quorum queue of this node's standalone life adopted", zap.String("group", cfg.ID), zap.String("was", string(conf.Servers[0].ID)))
 	return nil
+}
+
+// stopAware makes f's Error return raft.ErrRaftShutdown once stop (the
+// group's) is closed. hashicorp/raft v1.8 answers no future still in its
+// apply queue when it shuts down (ApplyLog sets no ShutdownCh), so
+// waitLocal, waiting for a round applied just as its queue was deleted,
+// waited for ever and the delete with it (queue.delete never answered:
+// seen in conformance). The field is exported on raft's future; it is
+// set before anyone waits on f.
+func stopAware(f raft.ApplyFuture, stop chan struct{}) raft.ApplyFuture {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return f
+	}
+	if fv := v.Elem().FieldByName("ShutdownCh"); fv.IsValid() && fv.CanSet() && fv.Type() == reflect.TypeOf(stop) {
+		fv.Set(reflect.ValueOf(stop))
+	}
+	return f
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
-	"github.com/railmq/railmq/vhost"
 )
 
 // A quorum queue's dead letters, on the node that leads its group.
@@ -117,8 +116,10 @@ func (qq *quorumQueue) deadLetters(e *cluster.Effects, leader bool) {
 			held = true
 			continue
 		}
-		vhost.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
-			Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason)
+		if p := qq.policy(); p != nil && p.DeadLetter != nil {
+			p.DeadLetter(qq.q, queue.Delivery{Msg: &queue.Message{Exchange: dl.Msg.Exchange, RoutingKey: dl.Msg.RoutingKey,
+				Props: dl.Msg.Props, Body: dl.Msg.Body}}, dl.Reason, nil)
+		}
 	}
 	if held || qq.dlx.busy() {
 		qq.pumpDeadLetters(time.Now())
@@ -199,7 +200,7 @@ func (qq *quorumQueue) pumpDeadLetters(now time.Time) {
 // switch_from).
 func (qq *quorumQueue) dueDeadLetters(now time.Time) (pol *queue.Policy, sends []dlxSend, drop []uint64, gen uint64) {
 	w := &qq.dlx
-	pol = qq.q.Config().Policy
+	pol = qq.policy()
 	qq.g.View(func(f *cluster.Fifo) {
 		w.mu.Lock()
 		defer w.mu.Unlock()

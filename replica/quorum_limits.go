@@ -33,6 +33,9 @@ import (
 // written from any goroutine.
 type limits struct {
 	retry atomic.Pointer[queue.Retry]
+	// pol: the queue's policy now (its dead-letter exchange among the
+	// rest): what the leader dead-letters with (policy).
+	pol atomic.Pointer[queue.Policy]
 	// want: what the policy gives of the state machine's configuration
 	// (cluster.FifoConfig.Policied: the delivery limit, -1 for none, the
 	// length limits, overflow, message TTL); nil until a policy is set.
@@ -42,6 +45,8 @@ type limits struct {
 
 // setPolicyLimits takes what the queue's policy says of returns.
 func (l *limits) setPolicyLimits(p *queue.Policy) {
+	pc := *p
+	l.pol.Store(&pc)
 	r := p.Retry
 	l.retry.Store(&r)
 	lim := int64(cluster.DefaultDeliveryLimit)
@@ -159,4 +164,13 @@ func (qq *quorumQueue) limitsTick(now int64) {
 	} else if next != 0 {
 		qq.armDue()
 	}
+}
+
+// policy is the queue's policy now: the last one SetPolicy gave, else the
+// one it was made with.
+func (qq *quorumQueue) policy() *queue.Policy {
+	if p := qq.lim.pol.Load(); p != nil {
+		return p
+	}
+	return qq.q.Config().Policy
 }

@@ -233,11 +233,3 @@ func IsBindingTo(defName []byte, vh, queueName string) bool {
 	parts, err := SplitDefName(defName)
 	return err == nil && len(parts) == 6 && parts[0] == vh && parts[2] == "q" && parts[3] == queueName
 }
-
-// DeadLetter gives a quorum queue's dead message to its dead-letter
-// exchange, if it has one (the Replica calls it on the leader).
-func DeadLetter(q *queue.Queue, d queue.Delivery, reason string) {
-	if p := q.Config().Policy; p != nil && p.DeadLetter != nil {
-		p.DeadLetter(q, d, reason, nil)
-	}
-}
