@@ -6,7 +6,7 @@
 #   AGAINST=REV bash bench/compare.sh     (make bench-compare AGAINST=REV)
 #   bash bench/compare.sh --smoke         (make bench-smoke)
 #
-# Compare mode runs scenarios S1..S9 (below) with cmd/railmq-perf against a
+# Compare mode runs scenarios S1..S9 (and S10 when named, below) with cmd/railmq-perf against a
 # release build of railmq and against Debian's rabbitmq-server (installed with
 # apt-get when missing). Every run gets a freshly started broker with fresh
 # data directories, stopped by its own pid right after the run; within a round
@@ -43,7 +43,7 @@
 #
 # Settings (environment):
 #   AGAINST=          git revision to compare HEAD with instead of RabbitMQ
-#   ROUNDS=3          rounds of S1-S5, S7, S8
+#   ROUNDS=3          rounds of S1-S5, S7, S8, S10
 #   S6_ROUNDS=1       rounds of S6 (long)
 #   S9_ROUNDS=1       rounds of S9 (long)
 #   S9_DURATION=60s   publishing time of S9, the overload scenario
@@ -53,7 +53,10 @@
 #   S6_MESSAGES=1000000  backlog size of S6
 #   S7_CONNECTIONS=1000  idle connections of S7
 #   S8_QUEUES=5000    durable queues of S8
-#   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8 S9"   which scenarios to run
+#   SCENARIOS="S1 S2 S3 S4 S5 S6 S7 S8 S9"   which scenarios to run; S10
+#                     (S3 on a quorum queue) runs only when named:
+#                     SCENARIOS="S3 S10" RESULTS=bench/RESULTS-quorum.md
+#                     RAW=bench/results-raw-quorum.jsonl
 #   SETTLE=2          seconds to wait after a broker accepts connections
 #   RUN_TIMEOUT=7200  seconds one railmq-perf run may take
 #   ENGINE=amqp091    railmq-perf --engine: amqp091 (amqp091-go) or frames
@@ -355,6 +358,11 @@ TITLE[S8]="$S8_QUEUES durable queues declared (and bound to a fanout exchange), 
 TITLE[S9]="overload: 1 publisher at full speed -> fanout -> 10 transient queues, 10 consumers, $D9, 1 KiB, prefetch 300, multi-ack every 50"
 FLAGS[S9]="--size 1024 --exchange-type fanout --fanout-queues 10 --consumers 10 --prefetch 300 --multi-ack-every 50 --duration $D9 --queue-prefix overload"
 FLAGS[S8]="--exchange-type fanout --fanout-queues $S8_QUEUES --persistent --confirm 1 --pmessages 1 --producers 1 --consumers 0 --queue-prefix decl"
+# S10 is S3 on a quorum queue on one node (issue [17]): railmq's is a Raft
+# group of one member, RabbitMQ's a single-node quorum queue. The report
+# also sets railmq's S10 beside its own S3 (run SCENARIOS="S3 S10").
+TITLE[S10]="S3 on a quorum queue, one node: persistent, 1 KiB, 4 producers with confirms (window 256), 2 consumers"
+FLAGS[S10]="${FLAGS[S3]} --queue-type quorum --queue-prefix quorum"
 
 # run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC,
 # PERF_WALL (seconds) and PERF_SYS (the broker's system counters, sys_end).
@@ -543,7 +551,17 @@ def fig($k): try (
  {s:"S9", f:"broker allocations, per delivery", k:"allocs"},
  {s:"S9", f:"broker system calls, per delivery", k:"syscalls"},
  {s:"S9", f:"broker context switches, per delivery", k:"ctxsw"},
- {s:"S9", f:"railmq-perf CPU, µs/delivery", k:"perf_cpu"}
+ {s:"S9", f:"railmq-perf CPU, µs/delivery", k:"perf_cpu"},
+ {s:"S10", f:"throughput, msg/s delivered", k:"consume_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S10", f:"publish rate (confirmed), msg/s", k:"publish_rate"},
+ {s:"S10", f:"broker CPU, µs/msg", k:"cpu", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S10", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S10", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S10", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S10", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
+ {s:"S10", f:"latency p99, µs", k:"p99"},
+ {s:"S10", f:"railmq only: quorum (S10, left) vs classic durable (S3, right), msg/s delivered", k:"consume_rate", vs:"S3", goal:"≥ 0.67× (within 1.5×)", op:"ge", t:0.67},
+ {s:"S10", f:"railmq only: quorum (S10, left) vs classic durable (S3, right), latency p99, µs", k:"p99", vs:"S3"}
 ] as $rows
 | . as $runs
 | if $goals then
@@ -557,7 +575,8 @@ def fig($k): try (
    | [$runs[] | select(.scenario == $row.s)] as $rs
    | select($rs | length > 0)
    | ([$rs[] | select(.broker == "railmq") | fig($row.k)] | med) as $a
-   | ([$rs[] | select(.broker == $other) | fig($row.k)] | med) as $q
+   | (if $row.vs then [$runs[] | select(.scenario == $row.vs and .broker == "railmq") | fig($row.k)]
+      else [$rs[] | select(.broker == $other) | fig($row.k)] end | med) as $q
    | (if $a != null and $q != null and $q != 0 then $a / $q else null end) as $ratio
    | (if $row.op == "abs_lt" then (if $a == null then "n/a" elif $a < $row.t then "PASS" else "FAIL" end)
       elif $row.op == null then ""

@@ -190,20 +190,49 @@ func (s *LogStore) GetLog(index uint64, out *raft.Log) error {
 // StoreLog stores one entry.
 func (s *LogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
+// logBufs are StoreLogs' buffers: the entries' encodings, which Badger
+// has copied (into its value log, or its memtable's arena) once the
+// batch is flushed. A leader's entry is a round of commands (some 200 KiB
+// under S3's workload), each one a fresh buffer for the garbage collector
+// without them.
+var logBufs sync.Pool // *[]byte
+
+// maxPooledLogBuf: a larger buffer (a round of large messages) is left
+// to the garbage collector rather than kept.
+const maxPooledLogBuf = 4 << 20
+
 // StoreLogs stores entries and fsyncs them before it returns.
 func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
+	n := 0
+	for _, l := range logs {
+		n += logHeader + 8 + len(l.Data) + len(l.Extensions)
+	}
+	bp, _ := logBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	buf := (*bp)[:0]
+	if cap(buf) < n {
+		buf = make([]byte, 0, n)
+	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, l := range logs {
-		if err := wb.Set(s.logKey(l.Index), encodeLog(l)); err != nil {
+		at := len(buf)
+		buf = appendLog(buf, l)
+		if err := wb.Set(s.logKey(l.Index), buf[at:len(buf):len(buf)]); err != nil {
 			return err
 		}
 	}
 	if err := wb.Flush(); err != nil {
 		return err
+	}
+	if cap(buf) <= maxPooledLogBuf {
+		*bp = buf[:0]
+		logBufs.Put(bp)
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("cluster: fsync of the raft log: %w", err)
@@ -298,12 +327,19 @@ func (s *LogStore) GetUint64(key []byte) (uint64, error) {
 // extensions, each with a 4-byte length (the fixed-width fields of the
 // codec: this is the log store's format, which must not change).
 func encodeLog(l *raft.Log) []byte {
+	return appendLog(make([]byte, 0, logHeader+8+len(l.Data)+len(l.Extensions)), l)
+}
+
+// logHeader is an entry's fixed-width fields before its data.
+const logHeader = 33
+
+// appendLog appends l's encoding (encodeLog's) to b.
+func appendLog(b []byte, l *raft.Log) []byte {
 	var at int64
 	if !l.AppendedAt.IsZero() {
 		at = l.AppendedAt.UnixNano()
 	}
-	b := make(Enc, 0, 33+8+len(l.Data)+len(l.Extensions))
-	return b.U64(l.Index).U64(l.Term).U8(byte(l.Type)).U64(uint64(at)).Bytes32(l.Data).Bytes32(l.Extensions)
+	return Enc(b).U64(l.Index).U64(l.Term).U8(byte(l.Type)).U64(uint64(at)).Bytes32(l.Data).Bytes32(l.Extensions)
 }
 
 func decodeLog(v []byte, l *raft.Log) error {
