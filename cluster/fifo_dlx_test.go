@@ -209,23 +209,10 @@ func TestFifoDeadLettersDeterministic(t *testing.T) {
 			a.EachDiscard(func(dl DeadLetter) bool { held = append(held, dl.ID); return true })
 			most = max(most, len(held))
 			if i == 700 {
-				var buf bytes.Buffer
-				if err := a.Snapshot(&buf); err != nil {
-					t.Fatal(err)
-				}
-				if b, err = RestoreFifo(&buf); err != nil {
-					t.Fatal(err)
-				}
+				b = restoreCopy(t, a)
 			}
 		}
-		var sa, sb bytes.Buffer
-		if err := a.Snapshot(&sa); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Snapshot(&sb); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(sa.Bytes(), sb.Bytes()) {
+		if !sameState(t, a, b) {
 			t.Fatalf("seed %d: the states differ", seed)
 		}
 		if most < 2 {

@@ -468,19 +468,10 @@ func TestFifoDeterministicOrdering(t *testing.T) {
 					}
 				}
 				if i == len(log)/2 {
-					var buf bytes.Buffer
-					if err := a.Snapshot(&buf); err != nil {
-						t.Fatal(err)
-					}
-					if restored, err = RestoreFifo(&buf); err != nil {
-						t.Fatal(err)
-					}
+					restored = restoreCopy(t, a)
 				}
 			}
-			var sa, sr bytes.Buffer
-			_ = a.Snapshot(&sa)
-			_ = restored.Snapshot(&sr)
-			if !bytes.Equal(sa.Bytes(), sr.Bytes()) || a.ready.bytes != restored.ready.bytes {
+			if !sameState(t, a, restored) || a.ready.bytes != restored.ready.bytes {
 				t.Fatalf("seed %d %+v: the restored member's final state differs", seed, cfg)
 			}
 		}

@@ -252,19 +252,10 @@ func TestFifoDeterministic(t *testing.T) {
 				}
 			}
 			if i == len(log)/2 {
-				var buf bytes.Buffer
-				if err := a.Snapshot(&buf); err != nil {
-					t.Fatal(err)
-				}
-				if restored, err = RestoreFifo(&buf); err != nil {
-					t.Fatal(err)
-				}
+				restored = restoreCopy(t, a)
 			}
 		}
-		var sa, sr bytes.Buffer
-		_ = a.Snapshot(&sa)
-		_ = restored.Snapshot(&sr)
-		if !bytes.Equal(sa.Bytes(), sr.Bytes()) {
+		if !sameState(t, a, restored) {
 			t.Fatalf("seed %d: the restored member's final state differs", seed)
 		}
 		if a.Bytes() != restored.Bytes() || a.Len() != restored.Len() {
@@ -309,4 +300,31 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 		NewFifo(FifoConfig{DeliveryLimit: 1}).Apply(c)
 	})
+}
+
+// restoreCopy is f snapshotted and restored: another member's state.
+func restoreCopy(t *testing.T, f *Fifo) *Fifo {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := f.Snapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r, err := RestoreFifo(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// sameState reports whether a and b snapshot to the same bytes.
+func sameState(t *testing.T, a, b *Fifo) bool {
+	t.Helper()
+	var sa, sb bytes.Buffer
+	if err := a.Snapshot(&sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Snapshot(&sb); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(sa.Bytes(), sb.Bytes())
 }
