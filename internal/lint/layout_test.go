@@ -20,10 +20,11 @@ var allowed = map[string][]string{
 	"persist":  {"github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
 	"vhost":    {"amqp", "auth", "exchange", "queue", "persist", "go.uber.org/zap"},
 	"channel":  {"amqp", "auth", "exchange", "queue", "vhost", "go.uber.org/zap"},
+	"stream":   {"go.uber.org/zap"},
 	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
 	// Never broker (or channel): the node imports it.
-	"replica": {"amqp", "queue", "vhost", "cluster", "go.uber.org/zap"},
-	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "go.uber.org/zap"},
+	"replica": {"amqp", "queue", "vhost", "cluster", "stream", "go.uber.org/zap"},
+	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "go.uber.org/zap"},
 	// Above broker: the management plane and the metrics, never channel
 	// (what a channel holds comes through broker's admin API).
 	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
