@@ -92,3 +92,31 @@ func (q *Queue) CancelsOnTimeout() bool {
 	_, ok := q.cfg.Replica.(Returner)
 	return ok
 }
+
+// StreamStater is a stream's Replica (x-queue-type stream): what the
+// management API and the metrics show of it.
+type StreamStater interface {
+	StreamStats() StreamStats
+}
+
+// StreamStats describe a stream on this node.
+type StreamStats struct {
+	First, Next     uint64 // offsets: the first kept and the next to be written
+	Segments        int
+	Bytes           int64 // on disk
+	FirstTimestamp  int64 // unix ms of the first record kept, 0 if none
+	LastTimestamp   int64 // unix ms of the last record, 0 if none
+	Published       int64 // records appended since this node started the stream
+	SegmentsDeleted int64 // by retention since start
+	Consumers       []StreamConsumer
+}
+
+// StreamConsumer is one consumer of a stream on this node.
+type StreamConsumer struct {
+	Tag      string
+	Offset   uint64 // the next offset it reads
+	Lag      uint64 // Next - Offset
+	Tracking string // its server-side tracking name, or ""
+	Unacked  int
+	Prefetch int
+}
