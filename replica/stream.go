@@ -257,15 +257,14 @@ func (sq *streamQueue) Stats() (messages, consumers int, err error) {
 
 // Delete deletes the stream everywhere: its definition and bindings
 // (the host), then every node's handle (Stop). RabbitMQ ignores
-// if-unused and if-empty for streams (rabbit_stream_queue.erl v3.10.8
-// delete).
+// if-unused and if-empty for streams and answers delete-ok with
+// message_count 0 (rabbit_stream_queue.erl v3.10.8 delete; checked).
 func (sq *streamQueue) Delete(_, _ bool) (int, error) {
-	n, _, _ := sq.Stats()
 	cfg := sq.q.Config()
 	if err := sq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}
-	return n, nil
+	return 0, nil
 }
 
 // CountsDeliveries: a stream's deliveries carry no delivery count.
