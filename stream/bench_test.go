@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -300,4 +301,52 @@ func BenchmarkReplay(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "records/s")
 		})
 	}
+}
+
+// BenchmarkReaderMemory: the heap a reader holds, positioned at an offset
+// and having read a record, in a log of many segments (its file handle,
+// its 64 KiB buffer), and the log's own in-memory state per segment.
+func BenchmarkReaderMemory(b *testing.B) {
+	l, err := Open(b.TempDir(), Options{NoSync: true, MaxSegmentBytes: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	data := bytes.Repeat([]byte{'x'}, 1024)
+	recs := make([]Record, 256)
+	for i := range recs {
+		recs[i] = Record{Timestamp: 1, Data: data}
+	}
+	for i := 0; i < 400; i++ { // 100 MB: 100 segments
+		appendWait(b, l, recs)
+	}
+	_, next := l.Bounds()
+	const readers = 100
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		h0 := heap()
+		rs := make([]*Reader, readers)
+		for k := range rs {
+			r, err := l.NewReader(Spec{Kind: Offset, Offset: next * uint64(k) / readers}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, ok, err := r.Next(); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			rs[k] = r
+		}
+		h1 := heap()
+		b.ReportMetric(float64(h1-h0)/readers, "heap-B/reader")
+		for _, r := range rs {
+			r.Close()
+		}
+	}
+	b.ReportMetric(float64(l.Stats().Segments), "segments")
 }
