@@ -124,7 +124,7 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.local = local
-		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory})
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
 		s.rep.Attach(local)
 	}
 	recs, err := s.loadAccess()
@@ -152,7 +152,7 @@ func New(opts Options) (*Server, error) {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
 		cfg.OnApply = s.applyReplicated
-		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory})
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
 		cfg.OnNode = func(n *cluster.Node) { s.node = n; s.rep.Attach(n) }
 		for _, st := range s.allVHosts() {
 			st.v.SetQuorum(s.rep)

@@ -85,7 +85,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 	}
 	qc := &queue.Consumer{
 		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Timeout: timeout,
-		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch,
+		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch, Args: m.Arguments,
 	}
 	if err := c.globalQosRefused(q, name); err != nil {
 		return err

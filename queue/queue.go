@@ -54,6 +54,7 @@ type Delivery struct {
 	Count       uint32 // times returned to the queue (x-delivery-count); a quorum queue's: failed deliveries
 	Transient   bool   // a transient message paged out to the store
 	Lane        uint8  // the lane whose store id its entry is under (LaneStoreID)
+	Reader      uint16 // a stream's: which of its consumers it went to (in the padding: free)
 	Acquired    uint32 // a quorum queue's: times returned, failed or not (x-acquired-count)
 }
 
@@ -105,6 +106,10 @@ type Consumer struct {
 	Priority  int32
 	Sink      Sink
 	Out       Outlet // nil: Deliver has its bytes written itself
+
+	// Args are basic.consume's arguments (a stream reads x-stream-offset
+	// and its filters from them).
+	Args amqp.Table
 
 	// Timeout is basic.consume's x-consumer-timeout, or 0 for the
 	// queue's or the broker's; the channel reads it (fixed at consume).
@@ -236,6 +241,11 @@ type Policy struct {
 	// Dedup: x-message-deduplication (an argument or a policy's); a
 	// message whose id is in the queue is refused (dedup.go).
 	Dedup bool
+	// A stream's retention beside MaxLengthBytes: x-max-age (0: none)
+	// and its segment size (x-stream-max-segment-size-bytes; 0: the
+	// default).
+	MaxAge          time.Duration
+	MaxSegmentBytes int64
 }
 
 // NoPolicy is a queue without limits.

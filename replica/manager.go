@@ -35,6 +35,9 @@ type Options struct {
 	// whose peer falls behind raises the memory alarm rather than
 	// growing unseen (link.go).
 	Memory *atomic.Int64
+	// StreamDir holds the streams' logs, one directory each (stream.go);
+	// "": this node keeps no streams.
+	StreamDir string
 }
 
 // Manager owns this node's replicated queue kinds: its quorum queues and
@@ -59,6 +62,9 @@ type Manager struct {
 	quorumMu sync.Mutex
 	quorum   map[*quorumQueue]struct{}
 	creating map[string]bool // groups this node proposed, to bootstrap when applied
+	// Streams (stream.go): this node's, for the ticker and Close.
+	streams   map[*streamQueue]struct{}
+	streamDir string
 
 	// Classic queues homed on other nodes (proxy.go, home.go): the links
 	// to their homes, this node's handles of them, the other nodes'
@@ -83,6 +89,7 @@ func New(opts Options) *Manager {
 	return &Manager{host: opts.Host, log: log, mem: opts.Memory,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 		quorum:      map[*quorumQueue]struct{}{}, creating: map[string]bool{},
+		streams: map[*streamQueue]struct{}{}, streamDir: opts.StreamDir,
 		links: map[string]*peerLink{}, proxies: map[*classicProxy]struct{}{}, sessions: map[*linkSession]struct{}{},
 		quit: make(chan struct{})}
 }
@@ -154,6 +161,7 @@ func (m *Manager) Close() {
 		}
 	}
 	m.wg.Wait()
+	m.closeStreams()
 }
 
 // Tick runs the once-a-second work (the broker's sweeper calls it): on
@@ -162,6 +170,7 @@ func (m *Manager) Close() {
 func (m *Manager) Tick() {
 	m.tickQuorum()
 	m.tickProxies()
+	m.tickStreams()
 }
 
 // --- vhost.Quorum -----------------------------------------------------------
@@ -210,6 +219,8 @@ func (m *Manager) Stop(q *queue.Queue) {
 	case *classicProxy:
 		r.stop()
 	case *quorumQueue:
+		r.stop()
+	case *streamQueue:
 		r.stop()
 	}
 }

@@ -321,6 +321,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		p.Retry.Jitter = f
 	}
 	delayedRetry(args, &p.Retry) // RabbitMQ 4.3's x-delayed-retry-* (retry_args.go)
+	streamPolicy(args, p)        // a stream's x-max-age and segment size (stream_args.go)
 	if n, ok := ms("x-max-priority"); ok {
 		p.MaxPriority = uint8(n)
 	}

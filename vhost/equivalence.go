@@ -64,6 +64,9 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 	cur := "classic"
 	if q.Replicated() {
 		cur = "quorum"
+		if IsStream(c.Args) {
+			cur = "stream"
+		}
 	}
 	if t, ok := d.Args["x-queue-type"]; ok && str(t) != cur {
 		if _, had := c.Args["x-queue-type"]; !had && cur == "classic" {
@@ -77,6 +80,9 @@ func (v *VHost) queueEquivalent(q *queue.Queue, d QueueDecl) error {
 	}
 	if cur == "quorum" && IsQuorum(c.Args) {
 		return argsEquivalent(d.Args, c.Args, quorumEquivalenceArgs, ineq)
+	}
+	if cur == "stream" {
+		return argsEquivalent(d.Args, c.Args, streamEquivalenceArgs, ineq)
 	}
 	return argsEquivalent(d.Args, c.Args, equivalenceArgs, ineq)
 }
@@ -190,6 +196,9 @@ func (v *VHost) CheckQueue(d QueueDecl) error {
 	}
 	if IsQuorum(d.Args) {
 		return v.checkQuorumDecl(d)
+	}
+	if IsStream(d.Args) {
+		return v.checkStreamDecl(d)
 	}
 	_, err := validateQueueArgs(d.Name, v.name, d.Args)
 	return err

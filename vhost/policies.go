@@ -54,7 +54,10 @@ var policyKeys = map[string]struct {
 	"delayed-retry-min":  {"x-delayed-retry-min", "checked"},
 	"delayed-retry-max":  {"x-delayed-retry-max", "checked"},
 	"queue-mode":         {"", "mode"},
-	"alternate-exchange": {"", "string"},
+	// Streams' retention (rabbit_policies.erl validate_policy0).
+	"max-age":                       {"x-max-age", "age"},
+	"stream-max-segment-size-bytes": {"x-stream-max-segment-size-bytes", "int"},
+	"alternate-exchange":            {"", "string"},
 	// railmq's own: retry with backoff (queue/retry.go).
 	"retry-delay":     {"x-retry-delay", "int"},
 	"retry-backoff":   {"x-retry-backoff", "backoff"},
@@ -144,6 +147,10 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		case "mode":
 			s, _ := v.(string)
 			bad = s != "default" && s != "lazy"
+		case "age":
+			if s, _ := v.(string); maxAgeCheck(s, nil) != "" {
+				return nil, invalidPolicy("%s is not a valid max age", erlTerm(v))
+			}
 		case "dedup-bool":
 			if _, isBool := v.(bool); !isBool {
 				return nil, invalidPolicy("\"%s\" must be a boolean, got %s", k, erlTerm(v))
@@ -172,7 +179,7 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 }
 
 func (p *PolicyDef) appliesToQueues() bool {
-	return p.ApplyTo == "queues" || p.ApplyTo == "classic_queues" || p.ApplyTo == "quorum_queues" || p.ApplyTo == "all"
+	return p.ApplyTo == "queues" || p.ApplyTo == "classic_queues" || p.ApplyTo == "quorum_queues" || p.ApplyTo == "streams" || p.ApplyTo == "all"
 }
 
 // best is the matching policy for name of the highest priority, then the
@@ -316,8 +323,8 @@ func (v *VHost) policyFor(name string, args amqp.Table, pols, ops []*PolicyDef) 
 			}
 		}
 	}
-	if IsQuorum(args) {
-		// Its type is checked by its declare (quorum.go), not here.
+	if IsQuorum(args) || IsStream(args) {
+		// Its type is checked by its declare (quorum.go, stream.go), not here.
 		eff, args = withoutType(eff), withoutType(args)
 	}
 	qa, err := validateQueueArgs(name, v.name, eff)

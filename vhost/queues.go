@@ -41,6 +41,9 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 			// RabbitMQ 3.10.8 names the type by its module (checked).
 			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_quorum_queue")
 		}
+		if IsStream(d.Args) {
+			return nil, 0, 0, amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_stream_queue")
+		}
 		d.Name = GenerateName("amq.gen-")
 	}
 	if !d.Passive {
@@ -61,6 +64,8 @@ func (v *VHost) DeclareQueue(d QueueDecl, defaults queue.Config) (q *queue.Queue
 	}
 	if r := v.replicator(); !d.Passive && IsQuorum(d.Args) {
 		q, err = v.declareQuorum(d, r, defaults) // r nil: a standalone node's (quorumlocal.go)
+	} else if !d.Passive && IsStream(d.Args) {
+		q, err = v.declareStream(d, r, defaults) // stream.go
 	} else if r != nil && !d.Passive && v.sharedDecl(d) {
 		q, err = v.declareShared(d, r, defaults)
 	} else {

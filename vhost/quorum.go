@@ -144,9 +144,9 @@ func (v *VHost) applyQuorumLocked(name string, val []byte, del bool, defaults qu
 		v.mu.Unlock()
 		return q, v.queueEquivalent(q, d)
 	}
-	if qm == nil {
+	if _, ok := qm.(StreamStarter); qm == nil || (IsStream(args) && !ok) {
 		v.mu.Unlock()
-		return nil, fmt.Errorf("quorum queue %q: this node has no quorum queues", name)
+		return nil, fmt.Errorf("quorum queue or stream %q: this node has none", name)
 	}
 	qa, err := validateQueueArgs(name, v.name, withoutType(args))
 	if err != nil {
@@ -159,7 +159,7 @@ func (v *VHost) applyQuorumLocked(name string, val []byte, del bool, defaults qu
 	v.mu.Unlock()
 	// Started without the lock: the handle's group starts (and may
 	// apply its log at once, delivering under its own locks).
-	q, err = qm.Start(cfg, strings.Split(str(t["voters"]), ","), str(t["id"]))
+	q, err = startReplicated(qm, cfg, strings.Split(str(t["voters"]), ","), str(t["id"]))
 	if err != nil {
 		return nil, err
 	}

@@ -335,7 +335,7 @@ func (d *definitions) add(vh string, kind byte, name, val []byte) error {
 		if err != nil {
 			return fmt.Errorf("queue %q: %w", parts[1], err)
 		}
-		if IsQuorum(defArgs(t)) { // a standalone node's quorum queue (quorumlocal.go)
+		if IsQuorum(defArgs(t)) || IsStream(defArgs(t)) { // a standalone node's quorum queue or stream (quorumlocal.go)
 			d.quorum = append(d.quorum, quorumDef{name: parts[1], val: append([]byte(nil), val...)})
 			return nil
 		}

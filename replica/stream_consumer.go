@@ -1,0 +1,410 @@
+package replica
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/railmq/railmq/amqp"
+	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/stream"
+	"github.com/railmq/railmq/vhost"
+)
+
+// A stream's consumer: a reader of the log at its own offset, pushing to
+// its channel on its own goroutine (run). See stream.go for the locks.
+
+type streamConsumer struct {
+	sq    *streamQueue
+	c     *queue.Consumer
+	id    uint16 // queue.Delivery.Reader of its deliveries
+	r     *stream.Reader
+	track string // the name its offset is stored under, or ""
+
+	wake     chan struct{} // one slot: Kick
+	quit     chan struct{}
+	done     chan struct{}
+	haltOnce sync.Once
+
+	// run's own.
+	held       bool
+	pending    queue.Delivery
+	hasPending bool
+	lastEx     string // the last exchange and routing key seen: most
+	lastKey    string // records share them, and they are not allocated again
+
+	offset atomic.Uint64 // the next offset it reads
+	out    atomic.Int32  // delivered, not settled
+
+	mu     sync.Mutex
+	window []unackedOffset // a tracked consumer's deliveries not settled, ascending; from head
+	head   int
+}
+
+type unackedOffset struct {
+	off     uint64
+	settled bool
+}
+
+// Consume starts a consumer at the offset its arguments ask for, after
+// RabbitMQ's checks (rabbit_stream_queue.erl v3.10.8 consume: a prefetch
+// is required, automatic acknowledgement refused).
+func (sq *streamQueue) Consume(c *queue.Consumer) error {
+	if c.Prefetch == 0 {
+		return amqp.Errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for '%s'", sq.rs())
+	}
+	if c.NoAck {
+		return amqp.Errorf(amqp.NotImplemented, "automatic acknowledgement not supported by stream queues %s", sq.rs())
+	}
+	spec, track, err := sq.startSpec(c)
+	if err != nil {
+		return err
+	}
+	filter, err := streamFilter(c.Args)
+	if err != nil {
+		return err
+	}
+	r, err := sq.log.NewReader(spec, filter)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", sq.q.Name(), err)
+	}
+	sc := &streamConsumer{sq: sq, c: c, r: r, track: track, held: true,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	sc.offset.Store(r.Offset())
+	sq.mu.Lock()
+	if sq.gone {
+		sq.mu.Unlock()
+		_ = r.Close()
+		return queue.ErrDeleted
+	}
+	id, ok := sq.freeID()
+	if !ok {
+		sq.mu.Unlock()
+		_ = r.Close()
+		return amqp.Errorf(amqp.ResourceError, "too many consumers on %s", sq.rs())
+	}
+	sc.id = id
+	sq.readers[id], sq.byCons[c] = sc, sc
+	sq.mu.Unlock()
+	go sc.run()
+	return nil
+}
+
+// freeID picks an unused reader id, after the last one given (so that a
+// settle of a cancelled consumer's delivery rarely finds a new one).
+// sq.mu held.
+func (sq *streamQueue) freeID() (uint16, bool) {
+	if len(sq.readers) >= 1<<16 {
+		return 0, false
+	}
+	for {
+		sq.nextID++
+		if _, used := sq.readers[sq.nextID]; !used {
+			return sq.nextID, true
+		}
+	}
+}
+
+// startSpec is where a consumer starts: its tracked offset if it has one
+// stored, else x-stream-offset (default next).
+func (sq *streamQueue) startSpec(c *queue.Consumer) (stream.Spec, string, error) {
+	v, given := c.Args["x-stream-offset"]
+	track := trackingName(c)
+	if given && v == nil && track == "" {
+		// LavinMQ: x-stream-offset null tracks by consumer tag, reading
+		// from the start the first time.
+		track = c.Tag
+	}
+	if track != "" {
+		if off, ok := sq.log.TrackedOffset(track); ok {
+			return stream.Spec{Kind: stream.Offset, Offset: off}, track, nil
+		}
+	}
+	if given && v == nil {
+		return stream.Spec{Kind: stream.First}, track, nil
+	}
+	if !given {
+		return stream.Spec{Kind: stream.Next}, track, nil
+	}
+	spec, ok := offsetSpec(v, time.Now())
+	if !ok {
+		return spec, "", amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-stream-offset' for %s: {invalid_stream_offset_arg,{%s,%s}}",
+			sq.rs(), amqp.TypeName(v), erlValue(v))
+	}
+	return spec, track, nil
+}
+
+// trackingName is the name a consumer's offset is stored under: railmq's
+// x-stream-offset-tracking (a name, or true for the consumer tag), or
+// LavinMQ's x-stream-automatic-offset-tracking (true: the consumer tag).
+func trackingName(c *queue.Consumer) string {
+	switch v := c.Args["x-stream-offset-tracking"].(type) {
+	case string:
+		if v != "" {
+			return v
+		}
+	case bool:
+		if v {
+			return c.Tag
+		}
+	}
+	if v, _ := c.Args["x-stream-automatic-offset-tracking"].(bool); v {
+		return c.Tag
+	}
+	if v, _ := c.Args["x-stream-automatic-offset-tracking"].(string); v == "true" {
+		return c.Tag
+	}
+	return ""
+}
+
+// offsetSpec reads x-stream-offset as RabbitMQ does
+// (rabbit_stream_queue.erl v3.10.8 parse_offset_arg): "first", "last",
+// "next"; an AMQP timestamp (seconds); an interval back from now ("1h",
+// x-max-age's format); any integer, an absolute offset. railmq also
+// takes an RFC 3339 time with a fraction of a second ("2026-12-06T10:
+// 00:00.250Z"): a timestamp to the millisecond.
+func offsetSpec(v any, now time.Time) (stream.Spec, bool) {
+	switch x := v.(type) {
+	case string:
+		switch x {
+		case "first":
+			return stream.Spec{Kind: stream.First}, true
+		case "last":
+			return stream.Spec{Kind: stream.Last}, true
+		case "next":
+			return stream.Spec{Kind: stream.Next}, true
+		}
+		if d, ok := vhost.ParseMaxAge(x); ok {
+			return stream.Spec{Kind: stream.Timestamp, Timestamp: now.Add(-d).UnixMilli()}, true
+		}
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return stream.Spec{Kind: stream.Timestamp, Timestamp: t.UnixMilli()}, true
+		}
+		return stream.Spec{}, false
+	case time.Time:
+		return stream.Spec{Kind: stream.Timestamp, Timestamp: x.Unix() * 1000}, true
+	}
+	if n, ok := amqp.Int(v); ok {
+		return stream.Spec{Kind: stream.Offset, Offset: uint64(max(n, 0))}, true
+	}
+	return stream.Spec{}, false
+}
+
+// erlValue renders an argument as RabbitMQ's ~p does inside a tuple.
+func erlValue(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("<<%q>>", s)
+	}
+	return fmt.Sprint(v)
+}
+
+// streamFilter reads x-stream-filter (a string or an array of them) and
+// x-stream-match-unfiltered (RabbitMQ 3.13+: rabbit_stream_queue.erl
+// v4.3.5 filter_spec: other element types are skipped, and without a
+// filter x-stream-match-unfiltered means nothing).
+func streamFilter(args amqp.Table) (*stream.Filter, error) {
+	var vals []string
+	switch x := args["x-stream-filter"].(type) {
+	case string:
+		vals = []string{x}
+	case []any:
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				vals = append(vals, s)
+			}
+		}
+		if vals == nil {
+			vals = []string{}
+		}
+	default:
+		return nil, nil
+	}
+	mu, _ := args["x-stream-match-unfiltered"].(bool)
+	return &stream.Filter{Values: vals, MatchUnfiltered: mu}, nil
+}
+
+// Cancel stops the consumer; what it delivered stays with its channel
+// (acks after basic.cancel are credit to nobody).
+func (sq *streamQueue) Cancel(c *queue.Consumer) {
+	sq.mu.Lock()
+	sc := sq.byCons[c]
+	if sc != nil {
+		delete(sq.byCons, c)
+		delete(sq.readers, sc.id)
+	}
+	sq.mu.Unlock()
+	if sc != nil {
+		sc.halt()
+		sc.storeOffset()
+	}
+}
+
+func (sc *streamConsumer) kick() {
+	select {
+	case sc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// halt stops run and closes the reader.
+func (sc *streamConsumer) halt() {
+	sc.haltOnce.Do(func() {
+		close(sc.quit)
+		<-sc.done
+		_ = sc.r.Close()
+	})
+}
+
+// run delivers from the log whenever the channel has room and the log
+// has records, until halted.
+func (sc *streamConsumer) run() {
+	defer close(sc.done)
+	for {
+		changed := sc.sq.log.Changed()
+		if !sc.held && !sc.pump() {
+			return
+		}
+		select {
+		case <-sc.wake:
+			sc.held = false
+		case <-changed:
+		case <-sc.quit:
+			return
+		}
+	}
+}
+
+// pump delivers until the channel refuses or the log has no more; false
+// if the log failed (the consumer is then cancelled).
+func (sc *streamConsumer) pump() bool {
+	n := 0
+	defer func() {
+		if n > 0 && sc.c.Out != nil {
+			sc.c.Out.Wake()
+		}
+	}()
+	for {
+		if !sc.hasPending {
+			e, ok, err := sc.r.Next()
+			if err != nil {
+				sc.failed(err)
+				return false
+			}
+			if !ok {
+				sc.offset.Store(sc.r.Offset())
+				return true
+			}
+			d, err := sc.delivery(e)
+			if err != nil {
+				sc.failed(err)
+				return false
+			}
+			sc.pending, sc.hasPending = d, true
+		}
+		if sc.track != "" {
+			sc.mu.Lock()
+			sc.window = append(sc.window, unackedOffset{off: sc.pending.Seq})
+			sc.mu.Unlock()
+		}
+		sc.out.Add(1)
+		if !sc.c.Sink.Deliver(sc.c, sc.sq.q, sc.pending) {
+			sc.out.Add(-1)
+			if sc.track != "" {
+				sc.mu.Lock()
+				sc.window = sc.window[:len(sc.window)-1]
+				sc.mu.Unlock()
+			}
+			return true
+		}
+		sc.hasPending = false
+		sc.offset.Store(sc.pending.Seq + 1)
+		sc.sq.delivered.Add(1)
+		n++
+		if n%256 == 0 && sc.c.Out != nil {
+			sc.c.Out.Wake() // a long replay streams out as it is read
+		}
+	}
+}
+
+// delivery makes a record a delivery: its properties with x-stream-offset
+// added (as RabbitMQ adds it: a long), in one allocation with the body.
+func (sc *streamConsumer) delivery(e stream.Entry) (queue.Delivery, error) {
+	rec, err := decodeRecord(e.Data)
+	if err != nil {
+		return queue.Delivery{}, fmt.Errorf("offset %d: %w", e.Offset, err)
+	}
+	buf := make([]byte, 0, len(rec.props)+len(rec.body)+40)
+	buf = amqp.AppendLongHeader(buf, rec.props, "x-stream-offset", int64(e.Offset))
+	np := len(buf)
+	buf = append(buf, rec.body...)
+	if string(rec.exchange) != sc.lastEx {
+		sc.lastEx = string(rec.exchange)
+	}
+	if string(rec.key) != sc.lastKey {
+		sc.lastKey = string(rec.key)
+	}
+	m := &queue.Message{Exchange: sc.lastEx, RoutingKey: sc.lastKey, Props: buf[:np:np], Body: buf[np:],
+		Enqueued: e.Timestamp * int64(time.Millisecond)}
+	return queue.Delivery{Msg: m, Seq: e.Offset, Reader: sc.id}, nil
+}
+
+// failed cancels a consumer whose reading failed (a corrupt record).
+func (sc *streamConsumer) failed(err error) {
+	sq := sc.sq
+	sq.m.log.Error("stream consumer stopped: reading the stream failed", zap.String("queue", sq.q.Name()),
+		zap.String("consumer", sc.c.Tag), zap.Error(err))
+	sq.mu.Lock()
+	if sq.byCons[sc.c] == sc {
+		delete(sq.byCons, sc.c)
+		delete(sq.readers, sc.id)
+	}
+	sq.mu.Unlock()
+	sc.c.Sink.Cancelled(sc.c)
+}
+
+// settled takes the consumer's settled deliveries: a tracked consumer's
+// stored offset moves to its first delivery not settled.
+func (sc *streamConsumer) settled(ds []queue.Delivery) {
+	sc.out.Add(-int32(len(ds)))
+	if sc.track == "" {
+		return
+	}
+	sc.mu.Lock()
+	w := sc.window[sc.head:]
+	for _, d := range ds {
+		i := sort.Search(len(w), func(i int) bool { return w[i].off >= d.Seq })
+		if i < len(w) && w[i].off == d.Seq {
+			w[i].settled = true
+		}
+	}
+	for sc.head < len(sc.window) && sc.window[sc.head].settled {
+		sc.head++
+	}
+	if sc.head > 1024 && sc.head*2 > len(sc.window) {
+		sc.window = append(sc.window[:0], sc.window[sc.head:]...)
+		sc.head = 0
+	}
+	sc.mu.Unlock()
+	sc.storeOffset()
+}
+
+// storeOffset stores a tracked consumer's resume point: its first
+// delivery not settled, or what it reads next.
+func (sc *streamConsumer) storeOffset() {
+	if sc.track == "" {
+		return
+	}
+	sc.mu.Lock()
+	off := sc.offset.Load()
+	if sc.head < len(sc.window) {
+		off = sc.window[sc.head].off
+	}
+	sc.mu.Unlock()
+	sc.sq.log.StoreOffset(sc.track, off)
+}
+
+func (sc *streamConsumer) unackedCount() int { return int(max(sc.out.Load(), 0)) }
