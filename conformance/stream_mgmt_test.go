@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	neturl "net/url"
@@ -32,7 +33,8 @@ import (
 // rabbitmq-streams stream_status: offset 53, first_offset 0, segments
 // 5). Its consumers (GET /api/consumers and the queue's
 // consumer_details) carry "consumer_tag", "prefetch_count",
-// "ack_required": true, and their arguments. RabbitMQ 4.3.5 adds
+// "ack_required": true, and their arguments ({"x-stream-offset":
+// "first"}, {"x-stream-offset": 30}). RabbitMQ 4.3.5 adds
 // "segments" and "first_timestamp" (ms) to the queue
 // (rabbit_osiris_metrics.erl STATISTICS_KEYS), and its stream protocol's
 // consumers carry "offset" and "offset_lag" (rabbit_stream_metrics.erl).
@@ -77,6 +79,7 @@ type smConsumer struct {
 	Prefetch    int    `json:"prefetch_count"`
 	AckRequired bool   `json:"ack_required"`
 	Queue       struct{ Name, Vhost string }
+	Arguments   map[string]any
 	Offset      *uint64 `json:"offset"`
 	Lag         *uint64 `json:"offset_lag"`
 	Tracking    string  `json:"railmq_offset_tracking"`
@@ -185,9 +188,14 @@ func TestStreamManagementAPI(t *testing.T) {
 	if s.FirstTimestamp < before || s.FirstTimestamp > after || s.LastTimestamp < s.FirstTimestamp || s.LastTimestamp > after || q.FirstTimestamp != s.FirstTimestamp {
 		t.Errorf("timestamps (ms) first %d last %d (top level %d), published between %d and %d", s.FirstTimestamp, s.LastTimestamp, q.FirstTimestamp, before, after)
 	}
+	wantArgs := map[string]string{"sm-first": `{"x-stream-offset":"first"}`, "sm-30": `{"x-stream-offset":30}`,
+		"sm-tracked": `{"x-stream-offset":"first","x-stream-offset-tracking":"billing"}`}
 	for _, cd := range q.ConsumerDetails {
 		if !cd.AckRequired || cd.Queue.Name != "sm-s" || cd.Queue.Vhost != "/" {
 			t.Errorf("consumer %+v", cd)
+		}
+		if args, _ := json.Marshal(cd.Arguments); string(args) != wantArgs[cd.Tag] {
+			t.Errorf("consumer %s: arguments %s, want %s", cd.Tag, args, wantArgs[cd.Tag])
 		}
 		if (cd.Tag == "sm-tracked") != (cd.Tracking == "billing") {
 			t.Errorf("consumer %s: tracking %q; want billing for sm-tracked alone", cd.Tag, cd.Tracking)

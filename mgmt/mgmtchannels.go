@@ -75,7 +75,7 @@ func (a *API) consumersOf(r *http.Request, vh, qname string) []map[string]any {
 				continue
 			}
 			m := map[string]any{"consumer_tag": x.Tag, "ack_required": !x.NoAck, "exclusive": x.Exclusive,
-				"prefetch_count": x.Prefetch, "active": true, "activity_status": "up", "arguments": map[string]any{},
+				"prefetch_count": x.Prefetch, "active": true, "activity_status": "up", "arguments": jsonTable(x.Args),
 				"queue": map[string]any{"name": x.Queue, "vhost": ci.VHost},
 				"channel_details": map[string]any{"name": channelName(ch), "number": ch.Number, "user": ci.User, "connection_name": ci.Name,
 					"peer_host": ci.PeerHost, "peer_port": ci.PeerPort, "node": a.srv.NodeName()}}
