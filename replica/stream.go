@@ -60,7 +60,6 @@ type streamQueue struct {
 	mem       *atomic.Int64 // the node's memory figure: pending counts in it
 	delivered atomic.Int64
 	acked     atomic.Int64
-	deleted   atomic.Int64 // segments deleted by retention, as last read
 }
 
 // StartStream makes this node's handle of a stream (vhost.StreamStarter):
