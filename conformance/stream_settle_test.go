@@ -67,6 +67,7 @@ func TestStreamRecoverGivesCredit(t *testing.T) {
 	ch, ds := e.streamConsume("st-recover", 2, rmq.Table{"x-stream-offset": "first"})
 	recv(t, ds)
 	recv(t, ds)
+	//lint:ignore SA1019 basic.recover is the behaviour under test
 	must(t, ch.Recover(true))
 	for want := int64(2); want < 4; want++ {
 		d := recv(t, ds)
