@@ -25,7 +25,7 @@ import (
 func TestStreamHeadersArraysTablesKept(t *testing.T) {
 	better(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-hdrs", streamArgs())
+	e.stream("st-hdrs", stArgs())
 	headers := rmq.Table{
 		"arr":      []any{"a", int32(1), rmq.Table{"in": "array"}},
 		"tbl":      rmq.Table{"k": "v", "n": int64(2), "deep": rmq.Table{"x": []any{true}}},
@@ -73,7 +73,7 @@ func sameField(a, b any) bool {
 func TestStreamTimestampMillis(t *testing.T) {
 	better(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-ms", streamArgs())
+	e.stream("st-ms", stArgs())
 	e.publishEach("st-ms", bodiesN("a", 3)...)
 	time.Sleep(30 * time.Millisecond)
 	at := time.Now()
@@ -112,7 +112,7 @@ func trackedConsumer(t *testing.T, c *rmq.Connection, q, tag string, args rmq.Ta
 func TestStreamOffsetTracking(t *testing.T) {
 	better(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-track", streamArgs())
+	e.stream("st-track", stArgs())
 	e.publishEach("st-track", bodiesN("m", 10)...)
 	c := dial(t, e.b.URL)
 
@@ -143,7 +143,7 @@ func TestStreamOffsetTracking(t *testing.T) {
 func TestStreamOffsetTrackingExplicitOffset(t *testing.T) {
 	better(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-track-x", streamArgs())
+	e.stream("st-track-x", stArgs())
 	e.publishEach("st-track-x", bodiesN("m", 10)...)
 	c := dial(t, e.b.URL)
 	ch, ds := trackedConsumer(t, c, "st-track-x", "x1", rmq.Table{"x-stream-offset": "first", "x-stream-offset-tracking": "w"})
@@ -164,7 +164,7 @@ func TestStreamOffsetTrackingExplicitOffset(t *testing.T) {
 func TestStreamOffsetTrackingConsumerTag(t *testing.T) {
 	better(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-track-tag", streamArgs())
+	e.stream("st-track-tag", stArgs())
 	e.publishEach("st-track-tag", bodiesN("m", 10)...)
 	c := dial(t, e.b.URL)
 	ch, ds := trackedConsumer(t, c, "st-track-tag", "tagged", rmq.Table{"x-stream-offset": "first", "x-stream-offset-tracking": true})
@@ -184,7 +184,7 @@ func TestStreamOffsetTrackingConsumerTag(t *testing.T) {
 func TestStreamOffsetTrackingRestart(t *testing.T) {
 	r := newRestartable(t, broker.Options{})
 	c, ch := r.dial()
-	_, err := ch.QueueDeclare("st-track-rs", true, false, false, false, streamArgs())
+	_, err := ch.QueueDeclare("st-track-rs", true, false, false, false, stArgs())
 	must(t, err)
 	publishPersistent(t, ch, "", "st-track-rs", bodiesN("m", 20)...)
 	must(t, ch.Qos(20, 0, false))
@@ -228,7 +228,7 @@ func TestStreamOffsetTrackingRestart(t *testing.T) {
 func TestStreamRetentionBySize(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-ret", streamArgs("x-max-length-bytes", int64(20000), "x-stream-max-segment-size-bytes", int64(4000)))
+	e.stream("st-ret", stArgs("x-max-length-bytes", int64(20000), "x-stream-max-segment-size-bytes", int64(4000)))
 	body := fmt.Sprintf("%0200d", 0)
 	e.publishEach("st-ret", "m0")
 	// A consumer that reads m0 and then holds on to it.
@@ -279,7 +279,7 @@ func TestStreamRetentionBySize(t *testing.T) {
 func TestStreamRetentionByAge(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{})
-	e.stream("st-age", streamArgs("x-max-age", "2s", "x-stream-max-segment-size-bytes", int64(2000)))
+	e.stream("st-age", stArgs("x-max-age", "2s", "x-stream-max-segment-size-bytes", int64(2000)))
 	body := fmt.Sprintf("%0200d", 0)
 	for range 40 {
 		e.publishConfirmed("", "st-age", rmq.Publishing{Body: []byte(body)})

@@ -78,7 +78,7 @@ func selectFiltered(bodies []string, unfiltered bool, vals ...string) []string {
 func TestStreamFilterExact(t *testing.T) {
 	rabbit4(t, "x-stream-filter and x-stream-match-unfiltered are ignored: every message is delivered")
 	e := setup(t, broker.Options{})
-	e.stream("st-filter", streamArgs())
+	e.stream("st-filter", stArgs())
 	bodies := e.publishFiltered("st-filter", 400)
 	for _, c := range []struct {
 		args rmq.Table
@@ -119,7 +119,7 @@ func TestStreamFilterExact(t *testing.T) {
 func TestStreamFilterFromOffset(t *testing.T) {
 	rabbit4(t, "x-stream-filter is ignored")
 	e := setup(t, broker.Options{})
-	e.stream("st-filter-off", streamArgs())
+	e.stream("st-filter-off", stArgs())
 	bodies := e.publishFiltered("st-filter-off", 80)
 	ch, ds := e.streamConsume("st-filter-off", 5, rmq.Table{"x-stream-offset": int64(40), "x-stream-filter": "b"})
 	defer ch.Close()
@@ -159,7 +159,7 @@ func TestStreamFilterSizeArg(t *testing.T) {
 		{"128", `PRECONDITION_FAILED - invalid arg 'x-stream-filter-size-bytes' for queue 'st-fsize' in vhost '/': "expected integer, got longstr"`},
 	} {
 		deleteQueue(e.b.URL, "st-fsize")
-		_, err := e.fresh().QueueDeclare("st-fsize", true, false, false, false, streamArgs("x-stream-filter-size-bytes", c.val))
+		_, err := e.fresh().QueueDeclare("st-fsize", true, false, false, false, stArgs("x-stream-filter-size-bytes", c.val))
 		if c.want == "" {
 			must(t, err)
 			continue
@@ -167,7 +167,7 @@ func TestStreamFilterSizeArg(t *testing.T) {
 		expectErr(t, err, 406, c.want)
 	}
 	deleteQueue(e.b.URL, "st-fsize")
-	e.stream("st-fsize", streamArgs("x-stream-filter-size-bytes", int64(32)))
-	_, err := e.fresh().QueueDeclare("st-fsize", true, false, false, false, streamArgs("x-stream-filter-size-bytes", int64(64)))
+	e.stream("st-fsize", stArgs("x-stream-filter-size-bytes", int64(32)))
+	_, err := e.fresh().QueueDeclare("st-fsize", true, false, false, false, stArgs("x-stream-filter-size-bytes", int64(64)))
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-stream-filter-size-bytes' for queue 'st-fsize' in vhost '/': received '64' but current is '32'")
 }

@@ -40,7 +40,7 @@ func offsetRange(from, to int64) []int64 {
 // of every integer type.
 func TestStreamOffsetSpecs(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-off", streamArgs())
+	e.stream("st-off", stArgs())
 	e.publishEach("st-off", bodiesN("m", 10)...)
 	all := bodiesN("m", 10)
 	// RabbitMQ 3.10.8: first → m0@0 .. m9@9 (offsets count from 0, one
@@ -91,7 +91,7 @@ func TestStreamOffsetSpecs(t *testing.T) {
 // StartOffset, begin_stream keeping an absolute offset as asked).
 func TestStreamOffsetBeyondEnd(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-beyond", streamArgs())
+	e.stream("st-beyond", stArgs())
 	e.publishEach("st-beyond", bodiesN("m", 3)...)
 	_, ds := e.streamConsume("st-beyond", 100, rmq.Table{"x-stream-offset": int64(5)})
 	none(t, ds, 300*time.Millisecond)
@@ -110,7 +110,7 @@ func TestStreamOffsetBeyondEnd(t *testing.T) {
 // back → everything; one an hour ahead → nothing yet.
 func TestStreamOffsetTimestamp(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-ts", streamArgs())
+	e.stream("st-ts", stArgs())
 	e.publishEach("st-ts", bodiesN("a", 3)...)
 	// The next whole second, then a little more: batch a is older.
 	ts := time.Now().Truncate(time.Second).Add(time.Second)
@@ -131,7 +131,7 @@ func TestStreamOffsetTimestamp(t *testing.T) {
 // five seconds.
 func TestStreamOffsetInterval(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-ago", streamArgs())
+	e.stream("st-ago", stArgs())
 	e.publishEach("st-ago", bodiesN("old", 2)...)
 	for _, v := range []string{"1h", "30m", "7D", "1M", "1Y"} {
 		if bodies, _ := e.offsetsFrom("st-ago", v, 2); !reflect.DeepEqual(bodies, bodiesN("old", 2)) {
@@ -148,7 +148,7 @@ func TestStreamOffsetInterval(t *testing.T) {
 // TestStreamOffsetInvalid: offsets RabbitMQ refuses.
 func TestStreamOffsetInvalid(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-badoff", streamArgs())
+	e.stream("st-badoff", stArgs())
 	// RabbitMQ 3.10.8: a string starting with a digit that is no
 	// interval → channel.close 406, class 60 method 20.
 	for _, v := range []string{"0s", "3"} {
@@ -167,7 +167,7 @@ func TestStreamOffsetInvalid(t *testing.T) {
 func TestStreamOffsetInvalidNoDigits(t *testing.T) {
 	rabbit4(t, `x-stream-offset "foo" closes the connection with 541 INTERNAL_ERROR`)
 	e := setup(t, broker.Options{})
-	e.stream("st-badoff", streamArgs())
+	e.stream("st-badoff", stArgs())
 	for _, v := range []string{"foo", "FIRST", "", "-1s"} {
 		ch := e.fresh()
 		must(t, ch.Qos(10, 0, false))
@@ -179,7 +179,7 @@ func TestStreamOffsetInvalidNoDigits(t *testing.T) {
 // TestStreamDeliveryShape: what a stream delivery carries.
 func TestStreamDeliveryShape(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-shape", streamArgs())
+	e.stream("st-shape", stArgs())
 	ts := time.Unix(1700000000, 0)
 	headers := rmq.Table{"str": "s", "i8": int8(1), "i16": int16(2), "i32": int32(3), "i64": int64(4),
 		"u8": uint8(5), "u16": uint16(6), "u32": uint32(7), "f32": float32(1.5), "f64": 2.5, "bool": true,
@@ -238,7 +238,7 @@ func TestStreamDeliveryShape(t *testing.T) {
 // gets 20..39.
 func TestStreamManyConsumers(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-many", streamArgs())
+	e.stream("st-many", stArgs())
 	e.publishEach("st-many", bodiesN("a", 20)...)
 	specs := []struct {
 		spec any
@@ -284,7 +284,7 @@ func TestStreamManyConsumers(t *testing.T) {
 // order, while they are being published.
 func TestStreamNextSeesNew(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-next", streamArgs())
+	e.stream("st-next", stArgs())
 	e.publishEach("st-next", "before")
 	_, ds := e.streamConsume("st-next", 50, rmq.Table{"x-stream-offset": "next"})
 	pc := dial(t, e.b.URL)
@@ -311,7 +311,7 @@ func TestStreamNextSeesNew(t *testing.T) {
 // published → 7). Acks and consumers do not change it.
 func TestStreamMessageCount(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-count", streamArgs())
+	e.stream("st-count", stArgs())
 	e.publishEach("st-count", bodiesN("m", 7)...)
 	_, ds := e.streamConsume("st-count", 10, rmq.Table{"x-stream-offset": "first"})
 	takeAcked(t, ds, 7)

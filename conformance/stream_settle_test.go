@@ -23,7 +23,7 @@ import (
 func TestStreamNackRejectGiveCredit(t *testing.T) {
 	rabbit4(t, "basic.nack and basic.reject close the connection with 540 NOT_IMPLEMENTED")
 	e := setup(t, broker.Options{})
-	e.stream("st-nack", streamArgs())
+	e.stream("st-nack", stArgs())
 	e.publishEach("st-nack", bodiesN("m", 8)...)
 	ch, ds := e.streamConsume("st-nack", 1, rmq.Table{"x-stream-offset": "first"})
 	closed := ch.NotifyClose(make(chan *rmq.Error, 1))
@@ -62,7 +62,7 @@ func TestStreamNackRejectGiveCredit(t *testing.T) {
 func TestStreamRecoverGivesCredit(t *testing.T) {
 	rabbit4(t, "basic.recover with a stream consumer closes the connection with 541 INTERNAL_ERROR")
 	e := setup(t, broker.Options{})
-	e.stream("st-recover", streamArgs())
+	e.stream("st-recover", stArgs())
 	e.publishEach("st-recover", bodiesN("m", 6)...)
 	ch, ds := e.streamConsume("st-recover", 2, rmq.Table{"x-stream-offset": "first"})
 	recv(t, ds)
@@ -86,27 +86,27 @@ func TestStreamRecoverGivesCredit(t *testing.T) {
 // v4.3.5 delete_stream answers {ok, 0}).
 func TestStreamDeleteIgnoresIfEmptyIfUnused(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-del", streamArgs())
-	e.publishEach("st-del", bodiesN("m", 3)...)
-	n, err := e.fresh().QueueDelete("st-del", false, true, false)
+	e.stream("st-delflags", stArgs())
+	e.publishEach("st-delflags", bodiesN("m", 3)...)
+	n, err := e.fresh().QueueDelete("st-delflags", false, true, false)
 	must(t, err)
 	if n != 0 {
 		t.Fatalf("delete-ok message_count %d, want 0", n)
 	}
-	_, err = e.fresh().QueueDeclarePassive("st-del", true, false, false, false, nil)
-	expectErr(t, err, 404, "NOT_FOUND - no queue 'st-del' in vhost '/'")
+	_, err = e.fresh().QueueDeclarePassive("st-delflags", true, false, false, false, nil)
+	expectErr(t, err, 404, "NOT_FOUND - no queue 'st-delflags' in vhost '/'")
 
-	e.stream("st-del", streamArgs())
-	e.publishEach("st-del", bodiesN("m", 3)...)
-	_, ds := e.streamConsume("st-del", 10, rmq.Table{"x-stream-offset": "first"})
+	e.stream("st-delflags", stArgs())
+	e.publishEach("st-delflags", bodiesN("m", 3)...)
+	_, ds := e.streamConsume("st-delflags", 10, rmq.Table{"x-stream-offset": "first"})
 	recv(t, ds)
-	n, err = e.fresh().QueueDelete("st-del", true, false, false)
+	n, err = e.fresh().QueueDelete("st-delflags", true, false, false)
 	must(t, err)
 	if n != 0 {
 		t.Fatalf("delete-ok message_count %d, want 0", n)
 	}
-	_, err = e.fresh().QueueDeclarePassive("st-del", true, false, false, false, nil)
-	expectErr(t, err, 404, "NOT_FOUND - no queue 'st-del' in vhost '/'")
+	_, err = e.fresh().QueueDeclarePassive("st-delflags", true, false, false, false, nil)
+	expectErr(t, err, 404, "NOT_FOUND - no queue 'st-delflags' in vhost '/'")
 }
 
 // TestStreamPublish: publishing to a stream as to any queue. RabbitMQ
@@ -114,7 +114,7 @@ func TestStreamDeleteIgnoresIfEmptyIfUnused(t *testing.T) {
 // nothing; a transaction commits into it.
 func TestStreamPublish(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-pub", streamArgs())
+	e.stream("st-pub", stArgs())
 	ch := e.channel(e.conn)
 	returns := ch.NotifyReturn(make(chan rmq.Return, 2))
 	must(t, ch.Confirm(false))

@@ -22,8 +22,8 @@ import (
 // deps/rabbit/src/rabbit_stream_queue.erl and rabbit_amqqueue.erl at
 // v3.10.8.
 
-// streamArgs is x-queue-type stream with more arguments, as pairs.
-func streamArgs(kv ...any) rmq.Table {
+// stArgs is x-queue-type stream with more arguments, as pairs.
+func stArgs(kv ...any) rmq.Table {
 	t := rmq.Table{"x-queue-type": "stream"}
 	for i := 0; i+1 < len(kv); i += 2 {
 		t[kv[i].(string)] = kv[i+1]
@@ -136,7 +136,7 @@ func better(t *testing.T) {
 func TestStreamDeclare(t *testing.T) {
 	e := setup(t, broker.Options{})
 	// RabbitMQ 3.10.8: declare-ok {Name:s Messages:0 Consumers:0}.
-	e.stream("st-decl", streamArgs())
+	e.stream("st-decl", stArgs())
 	type decl struct {
 		name                   string
 		durable, autoDel, excl bool
@@ -155,7 +155,7 @@ func TestStreamDeclare(t *testing.T) {
 		{"", true, false, false, 406, "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue"},
 		{"amq.st", true, false, false, 403, "ACCESS_REFUSED - queue name 'amq.st' contains reserved prefix 'amq.*'"},
 	} {
-		_, err := e.fresh().QueueDeclare(c.name, c.durable, c.autoDel, c.excl, false, streamArgs())
+		_, err := e.fresh().QueueDeclare(c.name, c.durable, c.autoDel, c.excl, false, stArgs())
 		expectErr(t, err, c.code, c.text)
 	}
 	// RabbitMQ 3.10.8: the type's name is checked as given.
@@ -220,7 +220,7 @@ func TestStreamDeclareArgs(t *testing.T) {
 		{"x-queue-master-locator", "client-local", fmt.Sprintf(other, "x-queue-master-locator")},
 	} {
 		deleteQueue(e.b.URL, "st-args")
-		_, err := e.fresh().QueueDeclare("st-args", true, false, false, false, streamArgs(c.arg, c.val))
+		_, err := e.fresh().QueueDeclare("st-args", true, false, false, false, stArgs(c.arg, c.val))
 		if c.want == "" {
 			if err != nil {
 				t.Fatalf("%s=%v: %v, want it accepted", c.arg, c.val, err)
@@ -241,7 +241,7 @@ func TestStreamDeclareMaxAgeNoDigits(t *testing.T) {
 	rabbit4(t, `x-max-age "" closes the connection with 541 INTERNAL_ERROR`)
 	e := setup(t, broker.Options{})
 	for _, v := range []string{"", "-1s", " 1s", "D"} {
-		_, err := e.fresh().QueueDeclare("st-age", true, false, false, false, streamArgs("x-max-age", v))
+		_, err := e.fresh().QueueDeclare("st-age", true, false, false, false, stArgs("x-max-age", v))
 		expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 'st-age' in vhost '/': invalid_max_age")
 	}
 }
@@ -251,11 +251,11 @@ func TestStreamDeclareMaxAgeNoDigits(t *testing.T) {
 // stream's queue_arguments).
 func TestStreamRedeclare(t *testing.T) {
 	e := setup(t, broker.Options{})
-	base := streamArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000))
+	base := stArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000))
 	e.stream("st-re", base)
 	// RabbitMQ 3.10.8: the same arguments, also a long given as an int,
 	// are equivalent.
-	for _, a := range []rmq.Table{base, streamArgs("x-max-age", "1D", "x-max-length-bytes", int32(1000000))} {
+	for _, a := range []rmq.Table{base, stArgs("x-max-age", "1D", "x-max-length-bytes", int32(1000000))} {
 		_, err := e.fresh().QueueDeclare("st-re", true, false, false, false, a)
 		must(t, err)
 	}
@@ -264,12 +264,12 @@ func TestStreamRedeclare(t *testing.T) {
 		args rmq.Table
 		want string
 	}{
-		{streamArgs("x-max-age", "2D", "x-max-length-bytes", int64(1000000)), fmt.Sprintf(pre, "x-max-age", "received '2D' but current is '1D'")},
-		{streamArgs("x-max-age", "1D", "x-max-length-bytes", int64(5)), fmt.Sprintf(pre, "x-max-length-bytes", "received '5' but current is '1000000'")},
-		{streamArgs("x-max-length-bytes", int64(1000000)), fmt.Sprintf(pre, "x-max-age", "received none but current is the value '1D' of type 'longstr'")},
-		{streamArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000), "x-stream-max-segment-size-bytes", int64(1000)),
+		{stArgs("x-max-age", "2D", "x-max-length-bytes", int64(1000000)), fmt.Sprintf(pre, "x-max-age", "received '2D' but current is '1D'")},
+		{stArgs("x-max-age", "1D", "x-max-length-bytes", int64(5)), fmt.Sprintf(pre, "x-max-length-bytes", "received '5' but current is '1000000'")},
+		{stArgs("x-max-length-bytes", int64(1000000)), fmt.Sprintf(pre, "x-max-age", "received none but current is the value '1D' of type 'longstr'")},
+		{stArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000), "x-stream-max-segment-size-bytes", int64(1000)),
 			fmt.Sprintf(pre, "x-stream-max-segment-size-bytes", "received the value '1000' of type 'long' but current is none")},
-		{streamArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000), "x-initial-cluster-size", int64(1)),
+		{stArgs("x-max-age", "1D", "x-max-length-bytes", int64(1000000), "x-initial-cluster-size", int64(1)),
 			fmt.Sprintf(pre, "x-initial-cluster-size", "received the value '1' of type 'long' but current is none")},
 		{rmq.Table{"x-queue-type": "classic", "x-max-age": "1D", "x-max-length-bytes": int64(1000000)}, fmt.Sprintf(pre, "x-queue-type", "received 'classic' but current is 'stream'")},
 		{rmq.Table{"x-queue-type": "quorum", "x-max-age": "1D", "x-max-length-bytes": int64(1000000)}, fmt.Sprintf(pre, "x-queue-type", "received 'quorum' but current is 'stream'")},
@@ -292,7 +292,7 @@ func TestStreamRedeclare(t *testing.T) {
 // acks; consumer arguments of other queue types are refused.
 func TestStreamConsumeRules(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-cons", streamArgs())
+	e.stream("st-cons", stArgs())
 	const noPrefetch = "PRECONDITION_FAILED - consumer prefetch count is not set for 'queue 'st-cons' in vhost '/''"
 	// RabbitMQ 3.10.8, channel.close 406, class 60 method 20: no qos,
 	// qos 0, and a global qos alone (it is no consumer prefetch).
@@ -315,6 +315,15 @@ func TestStreamConsumeRules(t *testing.T) {
 	must(t, ch.Qos(10, 0, false))
 	_, err = ch.Consume("st-cons", "", true, false, false, false, nil)
 	expectErr(t, err, 540, "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue 'st-cons' in vhost '/'")
+}
+
+// TestStreamConsumeArgs: consumer arguments of other queue types are
+// refused; unknown ones are ignored.
+func TestStreamConsumeArgs(t *testing.T) {
+	e := setup(t, broker.Options{})
+	e.stream("st-cons", stArgs())
+	var ch *rmq.Channel
+	var err error
 	// RabbitMQ 3.10.8: x-priority and x-cancel-on-ha-failover are other
 	// types' consumer arguments (406, class 60 method 20); an unknown
 	// argument is ignored.
@@ -332,10 +341,17 @@ func TestStreamConsumeRules(t *testing.T) {
 	must(t, ch.Qos(10, 0, false))
 	_, err = ch.Consume("st-cons", "", false, false, false, false, rmq.Table{"x-bogus": "a"})
 	must(t, err)
+}
+
+// TestStreamConsumeGlobalQos: a consumer on a channel with a global qos
+// and a per-consumer one works, with the per-consumer prefetch.
+func TestStreamConsumeGlobalQos(t *testing.T) {
+	e := setup(t, broker.Options{})
+	e.stream("st-cons", stArgs())
 	// RabbitMQ 3.10.8: a global qos with a per-consumer one: the
 	// consumer works, with the per-consumer prefetch.
 	e.publishEach("st-cons", "m0", "m1", "m2")
-	ch = e.fresh()
+	ch := e.fresh()
 	must(t, ch.Qos(10, 0, true))
 	must(t, ch.Qos(2, 0, false))
 	ds, err := ch.Consume("st-cons", "", false, false, false, false, rmq.Table{"x-stream-offset": "first"})
@@ -343,10 +359,17 @@ func TestStreamConsumeRules(t *testing.T) {
 	recv(t, ds)
 	recv(t, ds)
 	none(t, ds, 300*time.Millisecond)
+}
+
+// TestStreamExclusiveConsume: an exclusive consumer of a stream does not
+// keep other consumers away.
+func TestStreamExclusiveConsume(t *testing.T) {
+	e := setup(t, broker.Options{})
+	e.stream("st-cons", stArgs())
 	// RabbitMQ 3.10.8: an exclusive consumer does not keep others away.
-	ch = e.fresh()
+	ch := e.fresh()
 	must(t, ch.Qos(2, 0, false))
-	_, err = ch.Consume("st-cons", "", false, true, false, false, nil)
+	_, err := ch.Consume("st-cons", "", false, true, false, false, nil)
 	must(t, err)
 	ch2 := e.fresh()
 	must(t, ch2.Qos(2, 0, false))
@@ -359,7 +382,7 @@ func TestStreamConsumeRules(t *testing.T) {
 // ids, read on a raw connection).
 func TestStreamRefusedOperations(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-ref", streamArgs())
+	e.stream("st-ref", stArgs())
 	e.publishEach("st-ref", "m")
 	for _, noAck := range []bool{false, true} {
 		_, _, err := e.fresh().Get("st-ref", noAck)
@@ -419,7 +442,7 @@ func rawCloseIDs(t *testing.T, r *testutil.Raw) (code, class, method uint16, con
 // gives credit back and deletes nothing.
 func TestStreamAcksAreCredit(t *testing.T) {
 	e := setup(t, broker.Options{})
-	e.stream("st-credit", streamArgs())
+	e.stream("st-credit", stArgs())
 	e.publishEach("st-credit", bodiesN("m", 10)...)
 	// RabbitMQ 3.10.8: prefetch 2 → m0, m1, then nothing until an ack.
 	ch, ds := e.streamConsume("st-credit", 2, rmq.Table{"x-stream-offset": "first"})
