@@ -124,8 +124,11 @@ func (sq *streamQueue) freeID() (uint16, bool) {
 	}
 }
 
-// startSpec is where a consumer starts: its tracked offset if it has one
-// stored, else x-stream-offset (default next).
+// startSpec is where a consumer starts: x-stream-offset when it gives
+// one; else, for a tracked consumer, the offset stored under its name;
+// else next (RabbitMQ's default). An explicit offset wins so that a
+// tracked consumer can still choose to replay (LavinMQ combines its
+// automatic tracking with any x-stream-offset so).
 func (sq *streamQueue) startSpec(c *queue.Consumer) (stream.Spec, string, error) {
 	v, given := c.Args["x-stream-offset"]
 	track := trackingName(c)
@@ -134,7 +137,7 @@ func (sq *streamQueue) startSpec(c *queue.Consumer) (stream.Spec, string, error)
 		// from the start the first time.
 		track = c.Tag
 	}
-	if track != "" {
+	if track != "" && (!given || v == nil) {
 		if off, ok := sq.log.TrackedOffset(track); ok {
 			return stream.Spec{Kind: stream.Offset, Offset: off}, track, nil
 		}
