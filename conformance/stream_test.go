@@ -343,8 +343,9 @@ func TestStreamConsumeArgs(t *testing.T) {
 	must(t, err)
 }
 
-// TestStreamConsumeGlobalQos: a consumer on a channel with a global qos
-// and a per-consumer one works, with the per-consumer prefetch.
+// TestStreamConsumeGlobalQos: a global qos followed by a per-consumer
+// one: the consumer works, with the per-consumer prefetch; a global qos
+// still in force is refused.
 func TestStreamConsumeGlobalQos(t *testing.T) {
 	e := setup(t, broker.Options{})
 	e.stream("st-cons", stArgs())
@@ -359,6 +360,14 @@ func TestStreamConsumeGlobalQos(t *testing.T) {
 	recv(t, ds)
 	recv(t, ds)
 	none(t, ds, 300*time.Millisecond)
+	// RabbitMQ 3.10.8: in the other order the global limit stays (a
+	// per-consumer basic.qos lifts it, rabbit_limiter:unlimit_prefetch):
+	// connection.close 540.
+	ch = e.fresh()
+	must(t, ch.Qos(2, 0, false))
+	must(t, ch.Qos(10, 0, true))
+	_, err = ch.Consume("st-cons", "", false, false, false, false, nil)
+	expectErr(t, err, 540, "NOT_IMPLEMENTED - queue 'st-cons' in vhost '/' does not support global qos")
 }
 
 // TestStreamExclusiveConsume: an exclusive consumer of a stream does not
