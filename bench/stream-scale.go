@@ -4,7 +4,7 @@
 // broker binary -bin on an empty data directory, fills one stream with
 // -gib GiB of -size-byte messages (-producers publishers with confirms),
 // then runs -readers consumers at offsets spread evenly over the stream
-// (prefetch 100, acking) for -read, sampling the broker's VmRSS every
+// (-prefetch, acking) for -read, sampling the broker's VmRSS every
 // 100 ms; then, with a publisher still appending, kills the broker with
 // SIGKILL, starts it again on the same directory and times, from the new
 // process's start, its first accepted connection and a consumer's first
@@ -40,6 +40,7 @@ var (
 	producers = flag.Int("producers", 4, "publishers")
 	readers   = flag.Int("readers", 100, "consumers at spread offsets")
 	readFor   = flag.Duration("read", 30*time.Second, "how long the readers read")
+	prefetch  = flag.Int("prefetch", 10, "each reader's prefetch (its deliveries in flight: the broker holds them until acked)")
 	port      = flag.Int("port", 25795, "AMQP port")
 )
 
@@ -58,7 +59,7 @@ func main() {
 	cmd, _ := start(data)
 	defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
 	waitDial(uri, time.Minute)
-	res := map[string]any{"gib": *gib, "size": *size, "readers": *readers}
+	res := map[string]any{"gib": *gib, "size": *size, "readers": *readers, "prefetch": *prefetch}
 
 	c, err := amqp.Dial(uri)
 	check(err)
@@ -193,7 +194,7 @@ func readSpread(uri string, total, pid int) (float64, int64) {
 			defer c.Close()
 			ch, err := c.Channel()
 			check(err)
-			check(ch.Qos(100, 0, false))
+			check(ch.Qos(*prefetch, 0, false))
 			off := int64(total) * int64(i) / int64(*readers)
 			ds, err := ch.Consume(queueName, "", false, false, false, false, amqp.Table{"x-stream-offset": off})
 			check(err)
