@@ -51,10 +51,11 @@ type GroupConfig struct {
 	// before OnApply and OnRestore run, which may use it).
 	OnCreate func(g *Group)
 	// machine, when set (StartStreamGroup), is the state machine raft
-	// applies the log to instead of the Fifo; snapEvery and trailing
-	// then replace groupSnapshotEvery.
+	// applies the log to instead of the Fifo; snapEvery, trailing
+	// and snapInterval then replace groupSnapshotEvery and its 10 s.
 	machine             raft.FSM
 	snapEvery, trailing uint64
+	snapInterval        time.Duration
 }
 
 // Group is this node's member of a quorum queue's group.
@@ -287,7 +288,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = groupSnapshotEvery, 10*time.Second, groupSnapshotEvery
 	var machine raft.FSM = g.fsm
 	if cfg.machine != nil {
-		machine, rc.SnapshotThreshold, rc.TrailingLogs = cfg.machine, cfg.snapEvery, cfg.trailing
+		machine, rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = cfg.machine, cfg.snapEvery, cfg.trailing, cfg.snapInterval
 	}
 	if cfg.OnCreate != nil {
 		cfg.OnCreate(g)

@@ -20,7 +20,7 @@ type memStream struct {
 	items  [][]byte
 	tags   []uint64
 	last   uint64
-	behind uint64
+	fills  int // Fill calls: items fetched from the leader
 }
 
 func (m *memStream) Applied() uint64 {
@@ -41,10 +41,32 @@ func (m *memStream) Apply(index uint64, items [][]byte) {
 
 func (m *memStream) Sync() error { return nil }
 
-func (m *memStream) Behind(index uint64) {
+func (m *memStream) Position() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.behind = index
+	return uint64(len(m.items))
+}
+
+func (m *memStream) Read(from uint64, max int) ([][]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out [][]byte
+	for i, size := from, 0; i < uint64(len(m.items)) && size < max; i++ {
+		out = append(out, m.items[i])
+		size += len(m.items[i])
+	}
+	return out, nil
+}
+
+func (m *memStream) Fill(items [][]byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fills++
+	for _, it := range items {
+		m.items = append(m.items, it)
+		m.tags = append(m.tags, 0)
+	}
+	return nil
 }
 
 func (m *memStream) got() ([]string, []uint64) {
@@ -104,7 +126,7 @@ func sameEverywhere(t *testing.T, ms []*memStream, want int) {
 				t.Fatalf("member %d holds %q twice", k, items[i])
 			}
 			seen[items[i]] = true
-			if i > 0 && tags[i] < tags[i-1] {
+			if i > 0 && tags[i] < tags[i-1] && tags[i] != 0 && tags[i-1] != 0 {
 				t.Fatalf("member %d: item %d from entry %d after entry %d", k, i, tags[i], tags[i-1])
 			}
 		}
@@ -180,16 +202,74 @@ func TestStreamGroupReplicates(t *testing.T) {
 	appendAll(t, gs[fi], "back", 50)
 	sameEverywhere(t, ms, 850)
 	for _, m := range ms {
-		if m.behind != 0 {
-			t.Fatalf("a member was told it is behind a snapshot at %d", m.behind)
+		if m.fills != 0 {
+			t.Fatal("a member within the trailing log fetched items from the leader")
 		}
+	}
+}
+
+// TestStreamGroupCatchesUpPastSnapshot: with snapshots every few
+// entries and few kept behind them, a member stopped while the others
+// went on is given a snapshot when it comes back, and fetches the items
+// it misses from the leader before applying later entries: its storage
+// ends the same as the others', each item once, in order.
+func TestStreamGroupCatchesUpPastSnapshot(t *testing.T) {
+	every, trailing, interval := streamSnapshotEvery, streamTrailing, streamSnapshotInterval
+	streamSnapshotEvery, streamTrailing, streamSnapshotInterval = 16, 4, 100*time.Millisecond
+	defer func() { streamSnapshotEvery, streamTrailing, streamSnapshotInterval = every, trailing, interval }()
+	nodes, cfgs := startNodes(t, 3)
+	nodeLeader(t, nodes)
+	ms := []*memStream{{}, {}, {}}
+	gs := make([]*StreamGroup, 3)
+	voters := []string{"rabbit0", "rabbit1", "rabbit2"}
+	start := func(i int) {
+		g, err := nodes[i].StartStreamGroup(StreamConfig{ID: "s2", Voters: voters, Bootstrap: i == 0, Machine: ms[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = g
+	}
+	for i := range nodes {
+		start(i)
+	}
+	poll.Eventually(t, 10*time.Second, func() bool { return gs[0].Group().Leader() != "" }, "no stream leader")
+	appendAll(t, gs[0], "early", 20)
+	sameEverywhere(t, ms, 20)
+	li := -1
+	for i := range gs {
+		if gs[i].Group().IsLeader() {
+			li = i
+		}
+	}
+	away := (li + 1) % 3
+	if err := nodes[away].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[away] = nil
+	// One entry per item (each waited for), far past the trailing log.
+	for i := range 200 {
+		appendAll(t, gs[li], fmt.Sprintf("late%d", i), 1)
+	}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		first, err := gs[li].g.logs.FirstIndex()
+		return err == nil && first > 100
+	}, "the leader's raft log is not compacted")
+	nd, err := StartNode(cfgs[away])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[away] = nd
+	start(away)
+	appendAll(t, gs[li], "after", 10)
+	sameEverywhere(t, ms, 230)
+	if ms[away].fills == 0 {
+		t.Fatal("the member back fetched nothing: it did not catch up past a snapshot")
 	}
 }
 
 // TestStreamFSMSnapshot: a snapshot is taken once the storage holds
 // every applied item durably and records how far it holds them; a
-// member restoring one from further along is told it is behind, one
-// holding as much is not.
+// member restoring one that it holds as far fetches nothing.
 func TestStreamFSMSnapshot(t *testing.T) {
 	synced := 0
 	m := &syncCounting{memStream: &memStream{}, synced: &synced}
@@ -207,21 +287,14 @@ func TestStreamFSMSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := &sink.Buffer
-	if got := binary.BigEndian.Uint64(buf.Bytes()); got != 7 {
-		t.Fatalf("snapshot at %d, want 7", got)
+	if at, pos := binary.BigEndian.Uint64(buf.Bytes()), binary.BigEndian.Uint64(buf.Bytes()[8:]); at != 7 || pos != 1 {
+		t.Fatalf("snapshot at index %d position %d, want 7 and 1", at, pos)
 	}
 	if err := f.Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if m.behind != 0 {
-		t.Fatal("a member holding the snapshot's items told it is behind")
-	}
-	other := &memStream{}
-	if err := (&streamFSM{m: other}).Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
-	if other.behind != 7 {
-		t.Fatalf("an empty member behind %d, want 7", other.behind)
+	if m.fills != 0 || f.owed != nil {
+		t.Fatal("a member holding the snapshot's items fetches")
 	}
 }
 

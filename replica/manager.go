@@ -237,6 +237,10 @@ func Describe(q *queue.Queue, m map[string]any) {
 		r.describe(m)
 	case *classicProxy:
 		m["node"] = r.home // its messages are there; this node forwards
+	case *streamQueue:
+		if rs := streamRepl(r); rs != nil {
+			rs.describe(m)
+		}
 	}
 }
 
