@@ -16,11 +16,11 @@ import (
 // each with its entry's index. It outlives its node (a restart keeps
 // what it holds, as the stream's files do).
 type memStream struct {
-	mu     sync.Mutex
-	items  [][]byte
-	tags   []uint64
-	last   uint64
-	fills  int // Fill calls: items fetched from the leader
+	mu    sync.Mutex
+	items [][]byte
+	tags  []uint64
+	last  uint64
+	fills int // Fill calls: items fetched from the leader
 }
 
 func (m *memStream) Applied() uint64 {
