@@ -87,7 +87,7 @@ func (c *Channel) consume(m *amqp.BasicConsume) error {
 		Tag: tag, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: prio, Timeout: timeout,
 		Sink: c, Out: c.cfg.Sink, Prefetch: c.prefetch, Args: m.Arguments,
 	}
-	if err := c.globalQosRefused(q, name); err != nil {
+	if err := c.globalQosRefused(q, qc, name); err != nil {
 		return err
 	}
 	qc.Hold() // consume-ok must reach the client before any delivery

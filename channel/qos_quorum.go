@@ -13,8 +13,17 @@ import (
 // - queue 'probe-qq' in vhost '/' does not support global qos" after
 // basic.qos(10, global) and not after basic.qos(0, global), nor after a
 // basic.qos without global following the global one (see unlimitGlobal).
-func (c *Channel) globalQosRefused(q *queue.Queue, name string) error {
-	if !vhost.IsQuorum(q.Config().Args) {
+//
+// A stream refuses it too, after its own refusals of a consumer with no
+// prefetch or no acks (rabbit_stream_queue.erl v3.10.8 consume: the
+// limiter clause comes third; rabbit_channel words the error as for a
+// quorum queue).
+func (c *Channel) globalQosRefused(q *queue.Queue, qc *queue.Consumer, name string) error {
+	args := q.Config().Args
+	if vhost.IsStream(args) && (qc.Prefetch == 0 || qc.NoAck) {
+		return nil
+	}
+	if !vhost.IsQuorum(args) && !vhost.IsStream(args) {
 		return nil
 	}
 	c.mu.Lock()

@@ -67,7 +67,7 @@ func amqpType(t *testing.T, amqpURL, vh, q string, args map[string]any) string {
 	c := dial(t, amqpURL+url.PathEscape(vh))
 	defer c.Close()
 	var types []string
-	for _, typ := range []string{"classic", "quorum"} {
+	for _, typ := range []string{"classic", "quorum", "stream"} {
 		tbl := rmq.Table{"x-queue-type": typ}
 		for k, v := range args {
 			if f, ok := v.(float64); ok && f == float64(int64(f)) {
@@ -293,28 +293,28 @@ func TestImportRabbitMQ43Export(t *testing.T) {
 	takes(t, addr, "events", "s3cret", "events", "events", "user.signup", "events.email")
 }
 
-// A file with a stream is refused whole, naming the queue: railmq has no
-// streams, and RabbitMQ refuses a queue type it does not have
-// (rabbit_amqqueue.erl check_queue_type; an import stops at the first
-// error, rabbit_definitions.erl). Making the stream a classic queue
-// would hand its clients a queue without offsets or retention.
-func TestImportRabbitMQStreamRefused(t *testing.T) {
+// A file with a stream imports it as a stream, with its retention (as
+// RabbitMQ 4.2 exported it); a plugin's parameter is refused whole.
+func TestImportRabbitMQStream(t *testing.T) {
 	testutil.InProcess(t)
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
-	code, reason := a.postDefinitions(defsFile(t, "rabbitmq-4.2-stream.json"))
-	want := `queue "telemetry.raw" in "telemetry": invalid arg 'x-queue-type' for queue 'telemetry.raw' in vhost 'telemetry': "unsupported queue type 'stream'"`
-	if code != 400 || reason != want {
-		t.Fatalf("%d %q, want 400 %q", code, reason, want)
+	if code, reason := a.postDefinitions(defsFile(t, "rabbitmq-4.2-stream.json")); code >= 300 {
+		t.Fatalf("import: %d %q", code, reason)
 	}
-	if code := a.call("GET", "/api/vhosts/telemetry", "guest", "guest", nil, nil); code != 404 {
-		t.Fatalf("the refused file made its vhost: %d", code)
+	a.admin("PUT", "/api/permissions/telemetry/guest", map[string]any{"configure": ".*", "write": ".*", "read": ".*"}, 201)
+	raw := map[string]any{"x-max-length-bytes": float64(20000000000), "x-stream-max-segment-size-bytes": float64(100000000)}
+	if got := amqpType(t, b.URL, "telemetry", "telemetry.raw", raw); got != "stream" {
+		t.Errorf("telemetry.raw is %s, want stream", got)
 	}
-	// So is a plugin's parameter (RabbitMQ's federation fixture): railmq
+	if got := amqpType(t, b.URL, "telemetry", "telemetry.alerts", nil); got != "quorum" {
+		t.Errorf("telemetry.alerts is %s, want quorum", got)
+	}
+	// A plugin's parameter (RabbitMQ's federation fixture): railmq
 	// has no federation, and RabbitMQ without the plugin refuses it too
 	// ("component ~ts not found", rabbit_runtime_parameters.erl).
-	code, reason = a.postDefinitions(defsFile(t, "rabbitmq-federation-case1.json"))
-	want = `parameter "location-1" of component "federation-upstream-set" in "/": only vhost-limits and operator_policy parameters are supported`
+	code, reason := a.postDefinitions(defsFile(t, "rabbitmq-federation-case1.json"))
+	want := `parameter "location-1" of component "federation-upstream-set" in "/": only vhost-limits and operator_policy parameters are supported`
 	if code != 400 || reason != want {
 		t.Fatalf("%d %q, want 400 %q", code, reason, want)
 	}

@@ -69,7 +69,6 @@ func TestVHostDefaultQueueTypeAPI(t *testing.T) {
 	}{
 		{"bogus", "bogus is not a valid queue type"},
 		{"", "default_queue_type must not be an empty string"},
-		{"stream", "queue type stream is not enabled"},
 		{5, "5 is not a valid default_queue_type value"},
 	} {
 		code, _, e := a.callWithHeaders("PUT", "/api/vhosts/dq", map[string]any{"default_queue_type": tc.val})
@@ -84,6 +83,9 @@ func TestVHostDefaultQueueTypeAPI(t *testing.T) {
 		t.Fatalf("a refused PUT made its vhost: %d", code)
 	}
 	want("after the refusals", "quorum")
+	a.admin("PUT", "/api/vhosts/dq", map[string]any{"default_queue_type": "rabbit_stream_queue"}, 204)
+	want("streams (RabbitMQ 3.13+)", "stream")
+	a.admin("PUT", "/api/vhosts/dq", map[string]any{"default_queue_type": "quorum"}, 204)
 
 	var defs struct {
 		VHosts []map[string]any `json:"vhosts"`

@@ -56,6 +56,8 @@ type streamQueue struct {
 	gone    bool
 
 	published atomic.Int64
+	pending   atomic.Int64  // bytes appended, not yet written (Behind)
+	mem       *atomic.Int64 // the node's memory figure: pending counts in it
 	delivered atomic.Int64
 	acked     atomic.Int64
 	deleted   atomic.Int64 // segments deleted by retention, as last read
@@ -84,6 +86,7 @@ func (m *Manager) StartStream(cfg queue.Config, voters []string, id string) (*qu
 	cfg.Replica = sq
 	cfg.Store = nil
 	sq.q = queue.New(cfg)
+	sq.mem = sq.q.Config().Memory
 	if m.node != nil && !m.node.Local() { // in a cluster: through its Raft group (stream_repl.go)
 		if err := m.replicate(sq, voters, id, mine); err != nil {
 			return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), lg.Close())
@@ -169,15 +172,33 @@ func (sq *streamQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	}
 	rec := stream.Record{Timestamp: time.Now().UnixMilli(), Filter: filterValue(m.Props), Data: encodeRecord(m)}
 	sq.published.Add(1)
-	var done func(uint64, error)
-	if conf != nil {
-		done = func(_ uint64, err error) { conf.Done(err) }
-	} else {
-		done = func(uint64, error) {}
-	}
-	sq.app.Append([]stream.Record{rec}, done)
+	n := int64(len(rec.Data))
+	sq.pending.Add(n)
+	mem := sq.mem
+	mem.Add(n)
+	sq.app.Append([]stream.Record{rec}, func(_ uint64, err error) {
+		sq.pending.Add(-n)
+		mem.Add(-n)
+		if conf != nil {
+			conf.Done(err)
+		}
+	})
 	return true
 }
+
+// A stream's intake waits for its disk: publishers into it are held (the
+// connection's flow control) while more than streamBehind bytes wait to
+// be written, until streamCaughtUp (queue.Throttled).
+const (
+	streamBehind   = 64 << 20
+	streamCaughtUp = 16 << 20
+)
+
+// Behind reports whether the stream's writer is behind its publishers.
+func (sq *streamQueue) Behind() bool { return sq.pending.Load() > streamBehind }
+
+// CaughtUp reports whether it caught up.
+func (sq *streamQueue) CaughtUp() bool { return sq.pending.Load() < streamCaughtUp }
 
 // filterValue is a message's x-stream-filter-value header (a string), or
 // "" (RabbitMQ 3.13+: rabbit_stream_queue.erl v4.3.5 deliver reads it
@@ -265,15 +286,14 @@ func (sq *streamQueue) Stats() (messages, consumers int, err error) {
 
 // Delete deletes the stream everywhere: its definition and bindings
 // (the host), then every node's handle (Stop). RabbitMQ ignores
-// if-unused and if-empty for streams (rabbit_stream_queue.erl v3.10.8
-// delete).
+// if-unused and if-empty for streams and answers delete-ok with
+// message_count 0 (rabbit_stream_queue.erl v3.10.8 delete; checked).
 func (sq *streamQueue) Delete(_, _ bool) (int, error) {
-	n, _, _ := sq.Stats()
 	cfg := sq.q.Config()
 	if err := sq.m.host.DropQueue(cfg.VHost, cfg.Name); err != nil {
 		return 0, quorumError(err)
 	}
-	return n, nil
+	return 0, nil
 }
 
 // CountsDeliveries: a stream's deliveries carry no delivery count.

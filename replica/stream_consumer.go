@@ -32,6 +32,7 @@ type streamConsumer struct {
 
 	// run's own.
 	held       bool
+	from       uint64 // records below this offset are skipped
 	pending    queue.Delivery
 	hasPending bool
 	lastEx     string // the last exchange and routing key seen: most
@@ -54,15 +55,23 @@ type unackedOffset struct {
 // RabbitMQ's checks (rabbit_stream_queue.erl v3.10.8 consume: a prefetch
 // is required, automatic acknowledgement refused).
 func (sq *streamQueue) Consume(c *queue.Consumer) error {
+	// The channel's checks of the consumer's arguments come first
+	// (rabbit_amqqueue:check_consume_arguments): those of other queue
+	// types are refused, x-stream-offset is checked.
+	for _, k := range []string{"x-priority", "x-cancel-on-ha-failover"} {
+		if _, ok := c.Args[k]; ok {
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type rabbit_stream_queue", k, sq.rs())
+		}
+	}
+	spec, track, err := sq.startSpec(c)
+	if err != nil {
+		return err
+	}
 	if c.Prefetch == 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for '%s'", sq.rs())
 	}
 	if c.NoAck {
 		return amqp.Errorf(amqp.NotImplemented, "automatic acknowledgement not supported by stream queues %s", sq.rs())
-	}
-	spec, track, err := sq.startSpec(c)
-	if err != nil {
-		return err
 	}
 	filter, err := streamFilter(c.Args)
 	if err != nil {
@@ -74,6 +83,12 @@ func (sq *streamQueue) Consume(c *queue.Consumer) error {
 	}
 	sc := &streamConsumer{sq: sq, c: c, r: r, track: track, held: true,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	if spec.Kind == stream.Offset {
+		// An offset not written yet: the reader waits at the end, and
+		// what comes before the offset is skipped (as RabbitMQ 3.10.8
+		// skips it).
+		sc.from = spec.Offset
+	}
 	sc.offset.Store(r.Offset())
 	sq.mu.Lock()
 	if sq.gone {
@@ -109,8 +124,11 @@ func (sq *streamQueue) freeID() (uint16, bool) {
 	}
 }
 
-// startSpec is where a consumer starts: its tracked offset if it has one
-// stored, else x-stream-offset (default next).
+// startSpec is where a consumer starts: x-stream-offset when it gives
+// one; else, for a tracked consumer, the offset stored under its name;
+// else next (RabbitMQ's default). An explicit offset wins so that a
+// tracked consumer can still choose to replay (LavinMQ combines its
+// automatic tracking with any x-stream-offset so).
 func (sq *streamQueue) startSpec(c *queue.Consumer) (stream.Spec, string, error) {
 	v, given := c.Args["x-stream-offset"]
 	track := trackingName(c)
@@ -119,7 +137,7 @@ func (sq *streamQueue) startSpec(c *queue.Consumer) (stream.Spec, string, error)
 		// from the start the first time.
 		track = c.Tag
 	}
-	if track != "" {
+	if track != "" && (!given || v == nil) {
 		if off, ok := sq.log.TrackedOffset(track); ok {
 			return stream.Spec{Kind: stream.Offset, Offset: off}, track, nil
 		}
@@ -295,8 +313,11 @@ func (sc *streamConsumer) pump() bool {
 				return false
 			}
 			if !ok {
-				sc.offset.Store(sc.r.Offset())
+				sc.offset.Store(max(sc.r.Offset(), sc.from))
 				return true
+			}
+			if e.Offset < sc.from {
+				continue
 			}
 			d, err := sc.delivery(e)
 			if err != nil {

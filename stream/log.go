@@ -165,12 +165,13 @@ func (l *Log) kick() {
 	}
 }
 
-// Append queues records to be written as one chunk, in order after every
-// earlier Append; done runs once they are fsynced (or failed), with the
-// first one's offset, on the log's writer goroutine (it must not block).
+// Append queues records to be written, in order after every earlier
+// Append; done runs once they are fsynced (or failed), with the first
+// one's offset, on the log's writer goroutine (it must not block).
 // Appends that arrive while the writer writes and syncs go out together
-// in the next chunk(s): batching comes from load, never from a timer.
-// After Close, done runs at once with ErrClosed.
+// in the next chunk (cut into several past 4 MiB): batching comes from
+// load, never from a timer. After Close, done runs at once with
+// ErrClosed.
 func (l *Log) Append(recs []Record, done func(first uint64, err error)) {
 	l.AppendTagged(recs, 0, done)
 }

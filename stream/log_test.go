@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"testing"
 )
 
@@ -52,5 +53,31 @@ func TestRoundTrip(t *testing.T) {
 	checkData(t, es, 7)
 	if len(es) != 8 {
 		t.Fatalf("read %d", len(es))
+	}
+}
+
+// TestLargeRecords: records larger than a reader's buffer and than a
+// chunk's usual cut read back whole, between small ones.
+func TestLargeRecords(t *testing.T) {
+	l := openT(t, t.TempDir(), Options{})
+	defer l.Close()
+	big := make([]byte, 5<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	mid := big[:100<<10]
+	appendWait(t, l, []Record{{Data: []byte("a")}, {Data: mid}, {Data: big}, {Data: []byte("b")}, {Data: big}})
+	r, err := l.NewReader(Spec{Kind: First}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	es := readAll(t, r)
+	if len(es) != 5 || string(es[0].Data) != "a" || !bytes.Equal(es[1].Data, mid) || !bytes.Equal(es[2].Data, big) ||
+		string(es[3].Data) != "b" || !bytes.Equal(es[4].Data, big) {
+		t.Fatalf("read %d records back wrong", len(es))
+	}
+	if st := l.Stats(); st.Chunks < 2 {
+		t.Fatalf("%d chunks: a batch over %d bytes is cut", st.Chunks, maxChunkData)
 	}
 }

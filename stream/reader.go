@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"sort"
 )
@@ -30,7 +29,6 @@ type Reader struct {
 	off    uint64 // offset of the next record in the file
 	left   uint32 // records left in the current chunk
 	target uint64 // records before it are skipped (a seek into a chunk)
-	minTs  int64  // records older are skipped until one is not (Timestamp)
 	filter *Filter
 	keys   []string // filter values as stored
 	closed bool
@@ -63,7 +61,7 @@ func (s *segSrc) Read(p []byte) (int, error) {
 
 // NewReader starts a reader at s, reading the records f selects.
 func (l *Log) NewReader(s Spec, f *Filter) (*Reader, error) {
-	r := &Reader{l: l, filter: f, minTs: math.MinInt64}
+	r := &Reader{l: l, filter: f}
 	if f != nil {
 		for _, v := range f.Values {
 			r.keys = append(r.keys, filterKey(v))
@@ -163,8 +161,33 @@ func (r *Reader) seekTime(v *view, ts int64) error {
 	if err := r.open(si, e.pos, e.first, e.first); err != nil {
 		return err
 	}
-	r.minTs = ts
-	return nil
+	// The first record of the chunk at or after ts: read the records'
+	// headers, then start again at the chunk with that target.
+	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+		return r.corrupt(err)
+	}
+	h, err := parseHeader(r.hdr[:])
+	if err != nil {
+		return r.corrupt(err)
+	}
+	if _, err := r.br.Discard(int(h.filterSize)); err != nil {
+		return r.corrupt(err)
+	}
+	target := h.next()
+	for k := uint32(0); k < h.count; k++ {
+		if _, err := io.ReadFull(r.br, r.rh[:]); err != nil {
+			return r.corrupt(err)
+		}
+		if int64(binary.BigEndian.Uint64(r.rh[4:])) >= ts {
+			target = h.first + uint64(k)
+			break
+		}
+		n := int(binary.BigEndian.Uint32(r.rh[:])) + int(binary.BigEndian.Uint16(r.rh[12:]))
+		if _, err := r.br.Discard(n); err != nil {
+			return r.corrupt(err)
+		}
+	}
+	return r.open(si, e.pos, e.first, target)
 }
 
 // open points the reader at position pos of segment si, where the chunk
@@ -217,7 +240,7 @@ func (r *Reader) Next() (Entry, bool, error) {
 		if v.closed {
 			return Entry{}, false, ErrClosed
 		}
-		if r.left == 0 {
+		if r.left == 0 || r.off < v.first {
 			ok, err := r.nextChunk(v)
 			if err != nil || !ok {
 				return Entry{}, false, err
@@ -314,13 +337,12 @@ func (r *Reader) record() (Entry, bool, error) {
 	if err != nil {
 		return Entry{}, false, r.corrupt(err)
 	}
-	if off < r.target || ts < r.minTs || !r.match(fb) {
+	if off < r.target || !r.match(fb) {
 		if _, err := r.br.Discard(fl + dl); err != nil {
 			return Entry{}, false, r.corrupt(err)
 		}
 		return Entry{}, false, nil
 	}
-	r.minTs = math.MinInt64
 	e := Entry{Offset: off, Timestamp: ts}
 	if fl > 0 {
 		e.Filter = string(fb)

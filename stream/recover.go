@@ -226,7 +226,11 @@ func (l *Log) repair(first uint64, seg, idx *os.File) (segState, error) {
 		if err != nil {
 			return st, err
 		}
-		if e.pos >= fileHeaderSize && e.size >= chunkHeaderSize && e.pos+int64(e.size) <= segSize {
+		ok, err := x.follows(n-1, e, first)
+		if err != nil {
+			return st, err
+		}
+		if ok && e.size >= chunkHeaderSize && e.pos+int64(e.size) <= segSize {
 			b, err := readChunk(e.pos, int64(e.size))
 			if err != nil {
 				return st, err
@@ -321,4 +325,17 @@ func fileSize(f *os.File) (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+// follows reports whether entry i (e) comes right after entry i-1 (or
+// starts segment first, for i == 0): same file position and offset.
+func (x *idxFile) follows(i int, e idxEntry, first uint64) (bool, error) {
+	if i == 0 {
+		return e.pos == fileHeaderSize && e.first == first, nil
+	}
+	p, err := x.entry(i - 1)
+	if err != nil {
+		return false, err
+	}
+	return p.pos+int64(p.size) == e.pos && p.next() == e.first, nil
 }

@@ -66,6 +66,19 @@ func (l *Log) commit(batch []appendReq) {
 // from the segment).
 func (l *Log) writeBatch(batch []appendReq, next uint64) ([]chunkInfo, error) {
 	buf, ibuf := l.buf[:0], l.ibuf[:0]
+	// Sized once for the whole batch: grown record by record, a batch of
+	// large records was copied over and over (growslice was half the
+	// writer's time at 1 MiB records).
+	need := 0
+	for _, r := range batch {
+		for i := range r.recs {
+			need += len(r.recs[i].Data) + recordHeaderSize + len(r.recs[i].Filter)
+		}
+	}
+	need += (need/maxChunkData + len(batch) + 1) * (chunkHeaderSize + 255)
+	if cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
 	var infos []chunkInfo
 	recs := l.recs[:0]
 	var size int

@@ -43,6 +43,7 @@ import (
 const (
 	TypeClassic = "classic"
 	TypeQuorum  = "quorum"
+	TypeStream  = "stream"
 )
 
 // ParseDefaultQueueType reads a default_queue_type as RabbitMQ 4.3.5
@@ -63,10 +64,8 @@ func ParseDefaultQueueType(v any) (string, error) {
 			return TypeClassic, nil
 		case TypeQuorum, "rabbit_quorum_queue":
 			return TypeQuorum, nil
-		case "stream", "rabbit_stream_queue":
-			// RabbitMQ's words for a type it knows but cannot make on
-			// this node (a feature flag off): railmq has no streams.
-			return "", fmt.Errorf("queue type stream is not enabled")
+		case TypeStream, "rabbit_stream_queue":
+			return TypeStream, nil
 		}
 		return "", fmt.Errorf("%s is not a valid queue type", t)
 	}
@@ -101,7 +100,7 @@ func WithDefaultType(d QueueDecl, t string) QueueDecl {
 	if _, named := d.Args["x-queue-type"]; named {
 		return d
 	}
-	if t == TypeQuorum && (!d.Durable || d.Exclusive || d.AutoDelete) {
+	if (t == TypeQuorum || t == TypeStream) && (!d.Durable || d.Exclusive || d.AutoDelete) {
 		return d
 	}
 	args := make(amqp.Table, len(d.Args)+1)

@@ -20,7 +20,8 @@ func TestParseDefaultQueueType(t *testing.T) {
 		{"rabbit_classic_queue", "classic", ""},
 		{"", "", "default_queue_type must not be an empty string"},
 		{"bogus", "", "bogus is not a valid queue type"},
-		{"stream", "", "queue type stream is not enabled"},
+		{"stream", "stream", ""},
+		{"rabbit_stream_queue", "stream", ""},
 		{float64(5), "", "5 is not a valid default_queue_type value"},
 	} {
 		got, err := ParseDefaultQueueType(tc.in)

@@ -30,6 +30,9 @@ var streamArgChecks = []queueArgCheck{
 	{name: "x-stream-max-segment-size-bytes", typ: wantInt, rng: ints(nonNegative)},
 	{name: "x-initial-cluster-size", typ: wantInt, rng: ints(groupSize)},
 	{name: "x-queue-leader-locator", typ: wantString, rng: leaderLocator},
+	// RabbitMQ 4.3.1+ (declare_args: check_non_neg_int_arg); its range
+	// after the properties, in checkStreamDecl.
+	{name: "x-stream-filter-size-bytes", typ: wantInt, rng: ints(nonNegative)},
 }
 
 // streamArgs are the arguments a stream takes (its queue_arguments).
@@ -83,14 +86,9 @@ func (v *VHost) checkStreamDecl(d QueueDecl) error {
 	if n, ok := amqp.Int(d.Args["x-stream-max-segment-size-bytes"]); ok && n > maxSegmentBytes {
 		return amqp.Errorf(amqp.PreconditionFailed, "Exceeded max value for x-stream-max-segment-size-bytes")
 	}
-	if a, ok := d.Args["x-stream-filter-size-bytes"]; ok {
-		n, isInt := amqp.Int(a)
-		if !isInt {
-			return amqp.Errorf(amqp.PreconditionFailed, "Invalid type for x-stream-filter-size-bytes")
-		}
-		if n < 16 || n > 255 {
-			return amqp.Errorf(amqp.PreconditionFailed, "Invalid value for x-stream-filter-size-bytes")
-		}
+	if n, ok := amqp.Int(d.Args["x-stream-filter-size-bytes"]); ok && (n < 16 || n > 255) {
+		// rabbit_stream_queue.erl v4.3.5 check_filter_size
+		return amqp.Errorf(amqp.PreconditionFailed, "Invalid value for x-stream-filter-size-bytes")
 	}
 	return nil
 }

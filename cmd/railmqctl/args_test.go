@@ -339,10 +339,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"add_user", "ann"}, "Error: accepts 2 arg(s), received 1\n"},
 		{[]string{"set_user_tags"}, "Error: requires at least 1 arg(s), only received 0\n"},
 		{[]string{"set_permissions", "ann", ".*", ".*"}, "Error: accepts 4 arg(s), received 3\n"},
-		// rabbitmqctl's texts (rabbitmq_cli core/virtual_hosts.ex, v4.3.5),
-		// without stream, which railmq does not have.
+		// rabbitmqctl's texts (rabbitmq_cli core/virtual_hosts.ex, v4.3.5).
 		{[]string{"add_vhost", "v", "--default-queue-type", ""}, "Error: Default queue type must not be an empty string\n"},
-		{[]string{"add_vhost", "v", "--default-queue-type", "stream"}, "Error: Default queue type must be one of: quorum, classic. Provided: stream\n"},
+		{[]string{"add_vhost", "v", "--default-queue-type", "lazy"}, "Error: Default queue type must be one of: quorum, stream, classic. Provided: lazy\n"},
 		{[]string{"add_vhost"}, "Error: accepts 1 arg(s), received 0\n"},
 		{[]string{"set_policy", "p", "^q", "{"}, "Error: definition: unexpected end of JSON input\n"},
 		{[]string{"set_policy", "p", "^q", "{}", "--priority", "high"}, "Error: invalid argument \"high\" for \"--priority\" flag: strconv.ParseInt: parsing \"high\": invalid syntax\n"},

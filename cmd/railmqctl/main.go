@@ -348,7 +348,7 @@ func newAccessCmds(c *client) []*cobra.Command {
 
 // newAddVHostCmd is add_vhost, rabbitmqctl's: --description, --tags and
 // --default-queue-type, checked as RabbitMQ's CLI checks it
-// (rabbitmq_cli's core/virtual_hosts.ex, v4.3.5; railmq has no streams).
+// (rabbitmq_cli's core/virtual_hosts.ex, v4.3.5).
 // Only the flags given are sent: a vhost that exists keeps the rest.
 func newAddVHostCmd(c *client) *cobra.Command {
 	var desc, tags, dqt string
@@ -366,10 +366,10 @@ func newAddVHostCmd(c *client) *cobra.Command {
 				case "":
 					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
 					return fmt.Errorf("Default queue type must not be an empty string")
-				case "quorum", "classic":
+				case "quorum", "stream", "classic":
 				default:
 					//lint:ignore ST1005 rabbitmqctl's text, printed after "Error: "
-					return fmt.Errorf("Default queue type must be one of: quorum, classic. Provided: %s", dqt)
+					return fmt.Errorf("Default queue type must be one of: quorum, stream, classic. Provided: %s", dqt)
 				}
 				body["default_queue_type"] = dqt
 			}
@@ -378,7 +378,7 @@ func newAddVHostCmd(c *client) *cobra.Command {
 		}}
 	cmd.Flags().StringVar(&desc, "description", "", "description")
 	cmd.Flags().StringVar(&tags, "tags", "", "comma-separated tags")
-	cmd.Flags().StringVar(&dqt, "default-queue-type", "", "the type of the queues declared naming none: quorum or classic")
+	cmd.Flags().StringVar(&dqt, "default-queue-type", "", "the type of the queues declared naming none: quorum, stream or classic")
 	return cmd
 }
 

@@ -1247,6 +1247,23 @@ check("queue_type_quorum") do |_c, ch|
   eq([di.redelivered?, (p.headers || {})["x-delivery-count"]], [true, 1], "quorum redelivery")
 end
 
+check("queue_type_stream") do |_c, ch|
+  # A stream (RabbitMQ 3.9+): a prefetch is required, acks are credit,
+  # each consumer reads from its own x-stream-offset, and every delivery
+  # carries its offset in the x-stream-offset header.
+  st = declare_queue(ch, "q.stream", durable: true, arguments: { "x-queue-type" => "stream" })
+  ch.confirm_select
+  publish(ch, st, "s0", "s1", "s2")
+  ch.wait_for_confirms
+  ch.prefetch(10)
+  got = Queue.new
+  st.subscribe(manual_ack: true, arguments: { "x-stream-offset" => "first" }) do |di, p, b|
+    got << [b, (p.headers || {})["x-stream-offset"]]
+    ch.ack(di.delivery_tag)
+  end
+  eq(take(got, 3, 5), [["s0", 0], ["s1", 1], ["s2", 2]], "stream from first")
+end
+
 check("ttl_zero_delivers_to_waiting_consumer") do |_c, ch|
   q = temp_queue(ch, { "x-message-ttl" => 0 })
   publish(ch, q, "gone")
@@ -1376,7 +1393,7 @@ end
 run_checks
 begin
   c = connect
-  %w[q.durable q.confirm q.purge q.ineq q.del q.cancel q.cancel2 q.expires q.requeue q.quorum q.classic].each do |n|
+  %w[q.durable q.confirm q.purge q.ineq q.del q.cancel q.cancel2 q.expires q.requeue q.quorum q.stream q.classic].each do |n|
     c.create_channel.queue_delete(name(n))
   end
   c.close

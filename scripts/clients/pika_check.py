@@ -1529,6 +1529,31 @@ def _():
            "quorum redelivery carries x-delivery-count")
 
 
+@check("queue_type_stream")
+def _():
+    # A stream (RabbitMQ 3.9+): a prefetch is required, acks are credit,
+    # each consumer reads from its own x-stream-offset, and every delivery
+    # carries its offset in the x-stream-offset header (a long).
+    with session() as (c, ch):
+        st = declare_queue(ch, "q.stream", durable=True, arguments={"x-queue-type": "stream"})
+        ch.confirm_delivery()
+        publish(ch, st, b"s0", b"s1", b"s2")
+        ch.basic_qos(prefetch_count=10)
+        got = []
+
+        def on(_ch, m, p, b):
+            got.append((b, (p.headers or {}).get("x-stream-offset")))
+            ch.basic_ack(m.delivery_tag)
+        ch.basic_consume(st, on, arguments={"x-stream-offset": "first"})
+        wait_for(c, lambda: len(got) >= 3, timeout=5)
+        eq(got, [(b"s0", 0), (b"s1", 1), (b"s2", 2)], "stream from first")
+        got2 = []
+        ch.basic_consume(st, lambda _c, m, p, b: (got2.append(b), ch.basic_ack(m.delivery_tag)),
+                         arguments={"x-stream-offset": 2})
+        wait_for(c, lambda: len(got2) >= 1, timeout=5)
+        eq(got2, [b"s2"], "stream from offset 2")
+
+
 @check("queue_declare_nowait")
 def _():
     with session() as (c, ch):
@@ -1878,7 +1903,7 @@ def main():
     try:
         c = connect()
         for n in ("q.durable", "q.confirm", "q.purge", "q.ineq", "q.del", "q.cancel", "q.cancel2",
-                  "q.expires", "q.requeue", "q.quorum", "q.classic"):
+                  "q.expires", "q.requeue", "q.quorum", "q.stream", "q.classic"):
             ch = c.channel()
             ch.queue_delete(name(n))
         c.close()
