@@ -1,8 +1,10 @@
 package replica
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -82,25 +84,27 @@ func (r *replStream) Append(recs []stream.Record, done func(first uint64, err er
 }
 
 // An item is a record: its timestamp (8 bytes), its filter value's
-// length (1 byte: a short string, as a header's), the value, the data.
+// length (2 bytes), the value, the data.
 func encodeItem(rec *stream.Record) []byte {
-	b := make([]byte, 0, 9+len(rec.Filter)+len(rec.Data))
-	b = cluster.Enc(b).U64(uint64(rec.Timestamp)).U8(byte(len(rec.Filter)))
-	b = append(b, rec.Filter[:min(len(rec.Filter), 255)]...)
+	f := rec.Filter[:min(len(rec.Filter), math.MaxUint16)] // as the log keeps it
+	b := make([]byte, 0, 10+len(f)+len(rec.Data))
+	b = binary.BigEndian.AppendUint64(b, uint64(rec.Timestamp))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(f)))
+	b = append(b, f...)
 	return append(b, rec.Data...)
 }
 
 var errCorruptItem = errors.New("replicated stream: corrupt item")
 
 func decodeItem(p []byte) (stream.Record, error) {
-	d := cluster.NewDec(p)
-	ts := int64(d.U64())
-	n := d.U8()
-	f := d.Take(uint64(n))
-	if d.Err() != nil {
+	if len(p) < 10 {
 		return stream.Record{}, errCorruptItem
 	}
-	return stream.Record{Timestamp: ts, Filter: string(f), Data: d.Rest()}, nil
+	ts, n := int64(binary.BigEndian.Uint64(p)), int(binary.BigEndian.Uint16(p[8:]))
+	if len(p) < 10+n {
+		return stream.Record{}, errCorruptItem
+	}
+	return stream.Record{Timestamp: ts, Filter: string(p[10 : 10+n]), Data: p[10+n:]}, nil
 }
 
 // Applied: cluster.StreamMachine.
