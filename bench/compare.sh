@@ -6,7 +6,7 @@
 #   AGAINST=REV bash bench/compare.sh     (make bench-compare AGAINST=REV)
 #   bash bench/compare.sh --smoke         (make bench-smoke)
 #
-# Compare mode runs scenarios S1..S9 (and S10 when named, below) with cmd/railmq-perf against a
+# Compare mode runs scenarios S1..S9 (and S10-S14 when named, below) with cmd/railmq-perf against a
 # release build of railmq and against Debian's rabbitmq-server (installed with
 # apt-get when missing). Every run gets a freshly started broker with fresh
 # data directories, stopped by its own pid right after the run; within a round
@@ -43,7 +43,7 @@
 #
 # Settings (environment):
 #   AGAINST=          git revision to compare HEAD with instead of RabbitMQ
-#   ROUNDS=3          rounds of S1-S5, S7, S8, S10
+#   ROUNDS=3          rounds of S1-S5, S7, S8, S10-S14
 #   S6_ROUNDS=1       rounds of S6 (long)
 #   S9_ROUNDS=1       rounds of S9 (long)
 #   S9_DURATION=60s   publishing time of S9, the overload scenario
@@ -57,6 +57,13 @@
 #                     (S3 on a quorum queue) runs only when named:
 #                     SCENARIOS="S3 S10" RESULTS=bench/RESULTS-quorum.md
 #                     RAW=bench/results-raw-quorum.jsonl
+#                     S11-S14 (streams) run only when named, too:
+#                     SCENARIOS="S11 S12 S13 S14"
+#                     RESULTS=bench/RESULTS-streams-compare.md
+#                     RAW=bench/results-raw-streams.jsonl
+#   S12_MESSAGES=1000000  16 B messages S12 writes into the stream, then
+#                     replays with three consumers (frame engine)
+#   S14_MESSAGES=300000   1 KiB messages S14 writes, then replays
 #   SETTLE=2          seconds to wait after a broker accepts connections
 #   RUN_TIMEOUT=7200  seconds one railmq-perf run may take
 #   ENGINE=amqp091    railmq-perf --engine: amqp091 (amqp091-go) or frames
@@ -268,6 +275,8 @@ D7=${S7_DURATION:-${DURATION:-10s}}
 S6_MESSAGES=${S6_MESSAGES:-1000000}
 S7_CONNECTIONS=${S7_CONNECTIONS:-1000}
 S8_QUEUES=${S8_QUEUES:-5000}
+S12_MESSAGES=${S12_MESSAGES:-1000000}
+S14_MESSAGES=${S14_MESSAGES:-300000}
 SCENARIOS=${SCENARIOS:-S1 S2 S3 S4 S5 S6 S7 S8 S9}
 SETTLE=${SETTLE:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-7200}
@@ -363,6 +372,23 @@ FLAGS[S8]="--exchange-type fanout --fanout-queues $S8_QUEUES --persistent --conf
 # also sets railmq's S10 beside its own S3 (run SCENARIOS="S3 S10").
 TITLE[S10]="S3 on a quorum queue, one node: persistent, 1 KiB, 4 producers with confirms (window 256), 2 consumers"
 FLAGS[S10]="${FLAGS[S3]} --queue-type quorum --queue-prefix quorum"
+# S11-S14 are streams (issue [18], x-queue-type stream, one node): every
+# consumer reads the whole stream, acks are credit; railmq-perf checks each
+# consumer for every message once and in order. S11 publishes and replays at
+# once, S12 and S14 write the stream first (--replay) and then time three
+# consumers reading it from first; S13 is a consumer on next at 5,000 msg/s.
+TITLE[S11]="stream: 1 KiB persistent with confirms (window 256) into one stream, 3 consumers from first at the same time, prefetch 1000, multi-ack every 100"
+FLAGS[S11]="--queue-type stream --queue-prefix stream --size 1024 --persistent --confirm 256 --consumers 3 --stream-offset first --prefetch 1000 --multi-ack-every 100 --duration $D"
+TITLE[S12]="stream replay, frame engine: $S12_MESSAGES x 16 B written with confirms (window 1024), then 3 consumers from first, prefetch 2000, multi-ack every 200"
+FLAGS[S12]="--engine frames --queue-type stream --queue-prefix replay16 --size 16 --persistent --confirm 1024 --pmessages $S12_MESSAGES --replay --consumers 3 --stream-offset first --prefetch 2000 --multi-ack-every 200"
+# S13 acks every 50 (S5 acks each message): RabbitMQ 3.10.8's stream
+# consumer turns every single ack into credit and a read, which took its p99
+# at 5,000 msg/s from about 25 ms to about 0.7 s in a trial here; the
+# comparison gives RabbitMQ its better setting.
+TITLE[S13]="stream latency: 1 KiB at 5,000 msg/s, one consumer on next, prefetch 300, multi-ack every 50"
+FLAGS[S13]="--queue-type stream --queue-prefix streamlat --size 1024 --persistent --rate 5000 --stream-offset next --prefetch 300 --multi-ack-every 50 --duration $D5"
+TITLE[S14]="stream replay: $S14_MESSAGES x 1 KiB written with confirms (window 256), then 3 consumers from first, prefetch 1000, multi-ack every 100"
+FLAGS[S14]="--queue-type stream --queue-prefix replay1k --size 1024 --persistent --confirm 256 --pmessages $S14_MESSAGES --replay --consumers 3 --stream-offset first --prefetch 1000 --multi-ack-every 100"
 
 # run_perf URI PID FLAGS...: sets PERF_JSON (the JSON line, or null), PERF_RC,
 # PERF_WALL (seconds) and PERF_SYS (the broker's system counters, sys_end).
@@ -493,6 +519,14 @@ def fig($k): try (
 	elif $k == "per_conn" then (.perf.broker.rss_end_kib - .rss_before_kib) / .perf.config.idle_connections
 	elif $k == "declare_rate" then .perf.config.fanout_queues / (.wall_s - .perf.duration_s)
 	elif $k == "per_queue" then (.perf.broker.rss_end_kib - .rss_before_kib) / .perf.config.fanout_queues
+	elif $k == "p999" then .perf.latency_us.p999
+	elif $k == "replay_rate" then .perf.stream.replay_rate
+	elif $k == "consumer_min" then .perf.stream.consumer_rate_min
+	elif $k == "replay_s" then .perf.stream.replay_s
+	elif $k == "cpu_pub" then .perf.broker.cpu_us_per_published
+	elif $k == "cpu_publish_phase" then .perf.stream.broker_cpu_publish_us_per_msg
+	elif $k == "cpu_replay_phase" then .perf.stream.broker_cpu_replay_us_per_msg
+	elif $k == "write_amp" then .perf.broker.write_bytes_per_body_byte
 	else null end) catch null;
 [
  {s:"S1", f:"throughput, msg/s delivered", k:"consume_rate", goal:"≥ 1.8×", op:"ge", t:1.8},
@@ -561,7 +595,44 @@ def fig($k): try (
  {s:"S10", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
  {s:"S10", f:"latency p99, µs", k:"p99"},
  {s:"S10", f:"railmq only: quorum (S10, left) vs classic durable (S3, right), msg/s delivered", k:"consume_rate", vs:"S3", goal:"≥ 0.67× (within 1.5×)", op:"ge", t:0.67},
- {s:"S10", f:"railmq only: quorum (S10, left) vs classic durable (S3, right), latency p99, µs", k:"p99", vs:"S3"}
+ {s:"S10", f:"railmq only: quorum (S10, left) vs classic durable (S3, right), latency p99, µs", k:"p99", vs:"S3"},
+ {s:"S11", f:"publish rate (confirmed), msg/s", k:"publish_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S11", f:"replay rate, 3 consumers together, msg/s delivered", k:"consume_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S11", f:"slowest consumer, msg/s", k:"consumer_min"},
+ {s:"S11", f:"broker CPU, µs/msg delivered", k:"cpu", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S11", f:"broker CPU, µs/msg published", k:"cpu_pub", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S11", f:"broker disk writes per body byte published", k:"write_amp", goal:"railmq ≤ 1.5", op:"abs_le", t:1.5},
+ {s:"S11", f:"peak RSS, MiB", k:"rss_peak"},
+ {s:"S11", f:"broker allocations, per msg", k:"allocs"},
+ {s:"S11", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S11", f:"broker context switches, per msg", k:"ctxsw"},
+ {s:"S11", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
+ {s:"S11", f:"latency p99 (consumers on first, at the tail), µs", k:"p99"},
+ {s:"S12", f:"replay rate, 3 consumers together, msg/s delivered", k:"replay_rate", goal:"railmq ≥ 500,000", op:"abs_ge", t:500000},
+ {s:"S12", f:"replay rate, ratio", k:"replay_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S12", f:"slowest consumer, msg/s", k:"consumer_min"},
+ {s:"S12", f:"replay time, s", k:"replay_s"},
+ {s:"S12", f:"broker CPU while replaying, µs/msg delivered", k:"cpu_replay_phase", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S12", f:"publish rate (confirmed), msg/s", k:"publish_rate"},
+ {s:"S12", f:"broker CPU while publishing, µs/msg", k:"cpu_publish_phase"},
+ {s:"S12", f:"broker disk writes per body byte published", k:"write_amp"},
+ {s:"S12", f:"peak RSS, MiB", k:"rss_peak"},
+ {s:"S12", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"},
+ {s:"S13", f:"latency p99 at 5,000 msg/s, consumer on next, µs", k:"p99", goal:"< 1× (railmq's below RabbitMQ's)", op:"lt", t:1},
+ {s:"S13", f:"latency p50, µs", k:"p50"},
+ {s:"S13", f:"latency p99.9, µs", k:"p999"},
+ {s:"S13", f:"achieved rate, msg/s delivered", k:"consume_rate"},
+ {s:"S13", f:"broker CPU, µs/msg", k:"cpu"},
+ {s:"S13", f:"broker system calls, per msg", k:"syscalls"},
+ {s:"S13", f:"broker disk writes per body byte published", k:"write_amp"},
+ {s:"S14", f:"publish rate (confirmed), msg/s", k:"publish_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S14", f:"replay rate, 3 consumers together, msg/s delivered", k:"replay_rate", goal:"≥ 3×", op:"ge", t:3},
+ {s:"S14", f:"slowest consumer, msg/s", k:"consumer_min"},
+ {s:"S14", f:"broker CPU while publishing, µs/msg", k:"cpu_publish_phase", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S14", f:"broker CPU while replaying, µs/msg delivered", k:"cpu_replay_phase", goal:"≤ 0.3×", op:"le", t:0.3},
+ {s:"S14", f:"broker disk writes per body byte published", k:"write_amp", goal:"railmq ≤ 1.5", op:"abs_le", t:1.5},
+ {s:"S14", f:"peak RSS, MiB", k:"rss_peak"},
+ {s:"S14", f:"railmq-perf CPU, µs/msg", k:"perf_cpu"}
 ] as $rows
 | . as $runs
 | if $goals then
@@ -579,9 +650,12 @@ def fig($k): try (
       else [$rs[] | select(.broker == $other) | fig($row.k)] end | med) as $q
    | (if $a != null and $q != null and $q != 0 then $a / $q else null end) as $ratio
    | (if $row.op == "abs_lt" then (if $a == null then "n/a" elif $a < $row.t then "PASS" else "FAIL" end)
+      elif $row.op == "abs_le" then (if $a == null then "n/a" elif $a <= $row.t then "PASS" else "FAIL" end)
+      elif $row.op == "abs_ge" then (if $a == null then "n/a" elif $a >= $row.t then "PASS" else "FAIL" end)
       elif $row.op == null then ""
       elif $ratio == null then "n/a"
       elif $row.op == "ge" then (if $ratio >= $row.t then "PASS" else "FAIL" end)
+      elif $row.op == "lt" then (if $ratio < $row.t then "PASS" else "FAIL" end)
       else (if $ratio <= $row.t then "PASS" else "FAIL" end) end) as $res
    | "| \($row.s) | \($row.f) | \($a | num) | \($q | num) | \(if $ratio == null then "–" else ($ratio * 100 | round / 100 | tostring) + "×" end) |"
      + (if $goals then " \($row.goal // "") | \($res) |" else "" end))
@@ -618,7 +692,7 @@ GEN=$TMP/generated.md
 		echo "- RabbitMQ: $RABBIT_VERSION (Debian), Erlang $ERLANG_VERSION, default configuration, no plugins, \`rabbitmq-server -detached\` as user rabbitmq"
 		echo "- $NOFILE_NOTE"
 	fi
-	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS, S9_ROUNDS=$S9_ROUNDS), DURATION=$D, S9_DURATION=$D9, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, SCENARIOS=\"$SCENARIOS\""
+	echo "- ROUNDS=$ROUNDS (S6_ROUNDS=$S6_ROUNDS, S9_ROUNDS=$S9_ROUNDS), DURATION=$D, S9_DURATION=$D9, S5_DURATION=$D5, S7_DURATION=$D7, S6_MESSAGES=$S6_MESSAGES, S7_CONNECTIONS=$S7_CONNECTIONS, S8_QUEUES=$S8_QUEUES, S12_MESSAGES=$S12_MESSAGES, S14_MESSAGES=$S14_MESSAGES, SCENARIOS=\"$SCENARIOS\""
 	echo "- railmq-perf engine: \`--engine $ENGINE\`"
 	echo "- Raw railmq-perf JSON, one line per run: \`$RAW\`"
 	echo
@@ -650,6 +724,9 @@ GEN=$TMP/generated.md
 	echo "- Verification: in S6, \"lost\" also counts confirmed messages the drain did not receive (after railmq's restart, too)."
 	echo "- S7: (\`broker.rss_end_kib\` with the connections open − VmRSS read by the script just before railmq-perf started) / connections. railmq-perf's own \`rss_start_kib\` is sampled after its connections are open, so it is not used."
 	echo "- S8: declare rate = queues / (wall time of the railmq-perf run − its \`duration_s\`), i.e. connecting plus one queue.declare and one queue.bind per queue; memory per queue = (\`broker.rss_end_kib\` − VmRSS before the run) / queues. The one message goes through the fanout exchange, so each queue holds one."
+	if [[ " $SCENARIOS " == *" S1"[1-4]" "* ]]; then
+		echo "- S11-S14 (streams): every consumer reads the whole stream, so deliveries = consumers × published and railmq-perf checks lost, duplicated and out-of-order messages per consumer. Replay rate: all consumers' deliveries over the time from their start (S11: the run's start; S12, S14: the first basic.consume, after every publish was confirmed) to the last delivery (\`stream.replay_rate\`; S11's \`consume_rate\` is the same figure); slowest consumer: the lowest of the consumers' own rates. Broker CPU per message delivered and per message published: the run's utime+stime over deliveries or publishes; S12 and S14 split it into the publishing phase (per message published) and the replay phase (per delivery). Disk writes per body byte: \`write_bytes\` of the broker's /proc/PID/io during the run (bytes it caused to be written to storage: data, indexes, logs, metadata) over published × body size. S13's latency is a consumer on \`next\`, send to receipt, with p99.9 beside p50 and p99."
+	fi
 } >"$GEN"
 
 # RESULTS: what was before BEGIN, the generated part, what was after END; a

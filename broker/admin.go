@@ -296,6 +296,7 @@ type Consumer struct {
 	NoAck      bool
 	Exclusive  bool
 	Prefetch   int
+	Args       amqp.Table // basic.consume's arguments
 }
 
 // Channels lists the open channels, by connection id then number.
@@ -310,7 +311,7 @@ func (s *Server) Channels() []Channel {
 			x := Channel{Conn: cn, Number: n, Unacked: in.Unacked, Unconfirmed: in.Unconfirmed, Prefetch: in.Prefetch,
 				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm}
 			for _, k := range in.Consumers {
-				x.Consumers = append(x.Consumers, Consumer{Tag: k.Tag, Queue: k.Queue, NoAck: k.NoAck, Exclusive: k.Exclusive, Prefetch: k.Prefetch})
+				x.Consumers = append(x.Consumers, Consumer{Tag: k.Tag, Queue: k.Queue, NoAck: k.NoAck, Exclusive: k.Exclusive, Prefetch: k.Prefetch, Args: k.Args})
 			}
 			out = append(out, x)
 		}

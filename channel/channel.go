@@ -516,6 +516,7 @@ type ConsumerInfo struct {
 	NoAck     bool
 	Exclusive bool
 	Prefetch  int
+	Args      amqp.Table // basic.consume's arguments
 }
 
 // ChannelInfo is what the management API shows of a channel.
@@ -534,7 +535,7 @@ func (c *Channel) Info() ChannelInfo {
 	in := ChannelInfo{Unacked: c.outstanding, GlobalPrefetch: c.globalPrefetch,
 		Prefetch: int(c.prefetchA.Load()), Confirm: c.confirmA.Load()}
 	for _, x := range c.consumers {
-		in.Consumers = append(in.Consumers, ConsumerInfo{Tag: x.Tag, Queue: x.q.Name(), NoAck: x.NoAck, Exclusive: x.Exclusive, Prefetch: x.Prefetch})
+		in.Consumers = append(in.Consumers, ConsumerInfo{Tag: x.Tag, Queue: x.q.Name(), NoAck: x.NoAck, Exclusive: x.Exclusive, Prefetch: x.Prefetch, Args: x.Args})
 	}
 	c.mu.Unlock()
 	c.cmu.Lock()

@@ -12,7 +12,8 @@
 // /metrics aggregates, as RabbitMQ's default endpoint does: queue figures
 // are sums over every queue. /metrics/per-object has the same families,
 // with the queue ones per queue (labels vhost, queue), plus per exchange
-// (vhost, exchange).
+// (vhost, exchange) and per stream consumer (vhost, queue, consumer_tag:
+// stream.go).
 //
 // It imports broker, queue and the Prometheus client; never channel (the
 // broker's admin API says what a channel holds) nor mgmt (the consumer

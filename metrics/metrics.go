@@ -201,6 +201,7 @@ func collectQueueChurn(e emitter, t *queue.Totals) {
 // and the channels' sums; it returns the consumers on every queue.
 func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers int64) {
 	var all queueFigures
+	var streams streamFigures
 	nq, oldest := 0, 0.0
 	now := queue.Now()
 	for _, v := range m.s.VHosts() {
@@ -218,6 +219,9 @@ func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers in
 			oldest = max(oldest, age)
 			if !m.perObject {
 				all.add(q)
+				if st, ok := streamStats(q); ok {
+					streams.add(&st)
+				}
 				continue
 			}
 			all.consumers += m.collectQueue(e, vh, q, rep, age)
@@ -228,6 +232,7 @@ func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers in
 	}
 	if !m.perObject {
 		all.emit(e)
+		streams.emit(e)
 		e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message of any queue (0 when none has one)", oldest)
 	}
 	e.gauge("rabbitmq_queues", "Queues available", float64(nq))
@@ -251,6 +256,9 @@ func (m *collector) collectQueue(e emitter, vh string, q *queue.Queue, rep broke
 	}
 	e.gauge("railmq_queue_oldest_message_age_seconds", "Age of the oldest ready message in the queue (0 when it has none)", age, lv...)
 	e.gauge("railmq_queue_messages_held", "Messages held back for a retry delay (x-retry-delay): neither ready nor unacknowledged", float64(q.Held()), lv...)
+	if st, ok := streamStats(q); ok {
+		collectStream(e, &st, lv)
+	}
 	if rep.Kind == "quorum" {
 		e.counter("rabbitmq_raft_term_total", "Current Raft term number", int64(rep.Term), lv...)
 		e.gauge("rabbitmq_raft_log_commit_index", "Raft log commit index", float64(rep.Commit), lv...)

@@ -5,7 +5,8 @@
 // It owns the HTTP router and the access rules (mgmtauth.go: who may log
 // in and use what, RabbitMQ's tags), the JSON views of connections,
 // channels, vhosts, users, permissions, policies, limits, queues,
-// exchanges and bindings (the AMQP table ↔ JSON conversion included),
+// exchanges and bindings (the AMQP table ↔ JSON conversion included;
+// streams and their consumers' offsets: stream.go),
 // RabbitMQ's list parameters (mgmtlist.go), publish, get, peek and DLQ
 // redrive (redrive.go), definitions import and export (definitions.go,
 // also --load-definitions), the health checks, the cluster routes, the

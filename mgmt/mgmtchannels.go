@@ -54,7 +54,15 @@ func (a *API) apiConsumers(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
+	writeList(w, r, a.consumersOf(r, vh, ""))
+}
+
+// consumersOf lists the consumers u sees (channelsOf) in vhost vh ("":
+// every vhost) on queue qname ("": every queue); a stream's consumers
+// with their offsets (stream.go).
+func (a *API) consumersOf(r *http.Request, vh, qname string) []map[string]any {
 	out := []map[string]any{}
+	ix := newStreamIndex(a)
 	for _, ch := range a.channelsOf(r) {
 		ci := ch.Conn
 		if vh != "" && ci.VHost != vh {
@@ -63,12 +71,19 @@ func (a *API) apiConsumers(w http.ResponseWriter, r *http.Request) {
 		cons := ch.Consumers
 		sort.Slice(cons, func(i, j int) bool { return cons[i].Tag < cons[j].Tag })
 		for _, x := range cons {
-			out = append(out, map[string]any{"consumer_tag": x.Tag, "ack_required": !x.NoAck, "exclusive": x.Exclusive,
-				"prefetch_count": x.Prefetch, "active": true, "activity_status": "up", "arguments": map[string]any{},
+			if qname != "" && x.Queue != qname {
+				continue
+			}
+			m := map[string]any{"consumer_tag": x.Tag, "ack_required": !x.NoAck, "exclusive": x.Exclusive,
+				"prefetch_count": x.Prefetch, "active": true, "activity_status": "up", "arguments": jsonTable(x.Args),
 				"queue": map[string]any{"name": x.Queue, "vhost": ci.VHost},
 				"channel_details": map[string]any{"name": channelName(ch), "number": ch.Number, "user": ci.User, "connection_name": ci.Name,
-					"peer_host": ci.PeerHost, "peer_port": ci.PeerPort, "node": a.srv.NodeName()}})
+					"peer_host": ci.PeerHost, "peer_port": ci.PeerPort, "node": a.srv.NodeName()}}
+			if sc, ok := ix.consumer(ci.VHost, x.Queue, x.Tag); ok {
+				describeStreamConsumer(m, sc)
+			}
+			out = append(out, m)
 		}
 	}
-	writeList(w, r, out)
+	return out
 }

@@ -320,6 +320,7 @@ func (a *API) queueJSON(vh string, q *queue.Queue, members bool) map[string]any 
 		m["head_message_timestamp_age_seconds"] = queue.Since(at).Seconds()
 	}
 	a.srv.DescribeQueue(q, m, members)
+	describeStream(m, q, a.srv.NodeName())
 	return m
 }
 
@@ -381,6 +382,7 @@ func (a *API) apiQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := a.queueJSON(st.Name(), q, true /* members */)
+	m["consumer_details"] = a.consumersOf(r, st.Name(), q.Name())
 	if age, incr, ok := historyParams(r); ok {
 		addSamples(m, a.queueHistory(q, age, incr))
 	}

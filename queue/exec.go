@@ -292,8 +292,13 @@ apply:
 // DeliveredAt is the time to record a delivery being made with (a
 // consumer timeout counts from it): the time the poster read what led to
 // it (Flushes.At), else the clock's, read once a drain. Only from a
-// Sink's Deliver, which runs in a drain (exec held).
+// Sink's Deliver, which runs in a drain (exec held). A Replica's
+// deliveries come from its own goroutines, with no drain (a stream's
+// consumers each deliver from their own): the clock's, read each time.
 func (q *Queue) DeliveredAt() int64 {
+	if q.cfg.Replica != nil {
+		return Now()
+	}
 	if q.drainAt == 0 {
 		q.drainAt = Now()
 	}

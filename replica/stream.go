@@ -60,7 +60,6 @@ type streamQueue struct {
 	mem       *atomic.Int64 // the node's memory figure: pending counts in it
 	delivered atomic.Int64
 	acked     atomic.Int64
-	deleted   atomic.Int64 // segments deleted by retention, as last read
 }
 
 // StartStream makes this node's handle of a stream (vhost.StreamStarter):
@@ -363,22 +362,21 @@ func (sq *streamQueue) StreamStats() queue.StreamStats {
 }
 
 // publishCounts publishes the stream's counts for the queue's metrics:
-// every record kept counts as ready (RabbitMQ shows a stream's length as
-// its messages).
+// every record kept counts as ready, none as unacknowledged (RabbitMQ
+// shows a stream's length as its messages and messages_ready, and
+// messages_unacknowledged 0 however many deliveries are unacked:
+// rabbit_osiris_metrics.erl; conformance/stream_mgmt_test.go). The
+// consumers' unacked deliveries are their channels'.
 func (sq *streamQueue) publishCounts() {
 	st := sq.log.Stats()
 	sq.mu.Lock()
 	n := len(sq.readers)
-	unacked := 0
-	for _, sc := range sq.readers {
-		unacked += sc.unackedCount()
-	}
 	sq.mu.Unlock()
 	var head int64
 	if st.FirstTimestamp > 0 {
 		head = st.FirstTimestamp * int64(time.Millisecond)
 	}
-	sq.q.SetCounts(queue.ReplicaCounts{Ready: int64(st.Next - st.First), Unacked: int64(unacked), ReadyBytes: st.Bytes,
+	sq.q.SetCounts(queue.ReplicaCounts{Ready: int64(st.Next - st.First), ReadyBytes: st.Bytes,
 		Consumers: int32(n), Head: head, Published: sq.published.Load(), Delivered: sq.delivered.Load(), Acked: sq.acked.Load()})
 }
 

@@ -35,8 +35,10 @@ type streamConsumer struct {
 	from       uint64 // records below this offset are skipped
 	pending    queue.Delivery
 	hasPending bool
-	lastEx     string // the last exchange and routing key seen: most
-	lastKey    string // records share them, and they are not allocated again
+	lastEx     string        // the last exchange and routing key seen: most
+	lastKey    string        // records share them, and they are not allocated again
+	buf        []byte        // the delivery being made (delivery)
+	msg        queue.Message // its Message
 
 	offset atomic.Uint64 // the next offset it reads
 	out    atomic.Int32  // delivered, not settled
@@ -45,6 +47,10 @@ type streamConsumer struct {
 	window []unackedOffset // a tracked consumer's deliveries not settled, ascending; from head
 	head   int
 }
+
+// streamBufKeep is the largest delivery buffer a consumer keeps between
+// deliveries.
+const streamBufKeep = 1 << 20
 
 type unackedOffset struct {
 	off     uint64
@@ -352,14 +358,19 @@ func (sc *streamConsumer) pump() bool {
 }
 
 // delivery makes a record a delivery: its properties with x-stream-offset
-// added (as RabbitMQ adds it: a long), in one allocation with the body.
+// added (as RabbitMQ adds it: a long), then the body, in the consumer's
+// own buffer and Message, reused for every delivery: the channel copies
+// a delivery's bytes into its connection's outbound buffer as it takes
+// it (Channel.Deliver, conn.AppendContent), and a stream's settles read
+// only a delivery's Seq and Reader, so nothing reads the Message after
+// the next one is made. A reader's memory is then its buffer, whatever
+// its prefetch and the stream's size, and a delivery allocates nothing.
 func (sc *streamConsumer) delivery(e stream.Entry) (queue.Delivery, error) {
 	rec, err := decodeRecord(e.Data)
 	if err != nil {
 		return queue.Delivery{}, fmt.Errorf("offset %d: %w", e.Offset, err)
 	}
-	buf := make([]byte, 0, len(rec.props)+len(rec.body)+40)
-	buf = amqp.AppendLongHeader(buf, rec.props, "x-stream-offset", int64(e.Offset))
+	buf := amqp.AppendLongHeader(sc.buf[:0], rec.props, "x-stream-offset", int64(e.Offset))
 	np := len(buf)
 	buf = append(buf, rec.body...)
 	if string(rec.exchange) != sc.lastEx {
@@ -368,9 +379,14 @@ func (sc *streamConsumer) delivery(e stream.Entry) (queue.Delivery, error) {
 	if string(rec.key) != sc.lastKey {
 		sc.lastKey = string(rec.key)
 	}
-	m := &queue.Message{Exchange: sc.lastEx, RoutingKey: sc.lastKey, Props: buf[:np:np], Body: buf[np:],
+	if cap(buf) > streamBufKeep {
+		sc.buf = nil // not kept after a large message
+	} else {
+		sc.buf = buf
+	}
+	sc.msg = queue.Message{Exchange: sc.lastEx, RoutingKey: sc.lastKey, Props: buf[:np:np], Body: buf[np:],
 		Enqueued: e.Timestamp * int64(time.Millisecond)}
-	return queue.Delivery{Msg: m, Seq: e.Offset, Reader: sc.id}, nil
+	return queue.Delivery{Msg: &sc.msg, Seq: e.Offset, Reader: sc.id}, nil
 }
 
 // failed cancels a consumer whose reading failed (a corrupt record).

@@ -1,7 +1,6 @@
 package vhost
 
 import (
-	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -34,11 +33,6 @@ var streamArgChecks = []queueArgCheck{
 	// after the properties, in checkStreamDecl.
 	{name: "x-stream-filter-size-bytes", typ: wantInt, rng: ints(nonNegative)},
 }
-
-// streamArgs are the arguments a stream takes (its queue_arguments).
-var streamArgs = map[string]bool{"x-queue-type": true, "x-max-length-bytes": true, "x-max-age": true,
-	"x-stream-max-segment-size-bytes": true, "x-initial-cluster-size": true, "x-queue-leader-locator": true,
-	"x-stream-filter-size-bytes": true}
 
 // otherTypeArgs are the arguments classic and quorum queues take that a
 // stream does not (rabbit_queue_type:arguments(queue_arguments) minus
@@ -153,9 +147,4 @@ func streamPolicy(args amqp.Table, p *queue.Policy) {
 	if n, ok := amqp.Int(args["x-stream-max-segment-size-bytes"]); ok && n > 0 {
 		p.MaxSegmentBytes = n
 	}
-}
-
-// streamConfigDetail renders a stream's retention for logs.
-func streamConfigDetail(p queue.Policy) string {
-	return fmt.Sprintf("max_bytes=%d max_age=%s segment=%d", p.MaxLengthBytes, p.MaxAge, p.MaxSegmentBytes)
 }

@@ -18,6 +18,12 @@ type consumer struct {
 	deliveries <-chan amqp.Delivery
 	ackEvery   int // 0 with --autoack
 	done       chan struct{}
+	// track records what this consumer received: nil for q's shared
+	// state, or on a stream the consumer's own (stream.go).
+	track *queueState
+	// noLatency is set for --replay, where a message's age says how long
+	// it sat in the stream, not how long delivery took.
+	noLatency bool
 
 	consumed atomic.Uint64
 	lastNano atomic.Int64 // arrival of the latest delivery, Unix nanoseconds
@@ -52,12 +58,28 @@ func (r *runner) openConsumer(id int, q *queueState, ackEvery int) (*consumer, e
 			return nil, fmt.Errorf("basic.qos: %w", err)
 		}
 	}
-	c.deliveries, err = c.ch.Consume(q.name, "", r.cfg.AutoAck, false /* exclusive */, false /* noLocal */, false /* noWait */, nil)
-	if err != nil {
+	if r.cfg.Replay {
+		return c, nil // basic.consume once the stream is written
+	}
+	if err := c.consume(); err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("basic.consume %s: %w", q.name, err)
+		return nil, err
 	}
 	return c, nil
+}
+
+// consume sends basic.consume for c's queue, with x-stream-offset on a
+// stream.
+func (c *consumer) consume() error {
+	if c.fr != nil {
+		return c.consumeFrames()
+	}
+	d, err := c.ch.Consume(c.q.name, "", c.r.cfg.AutoAck, false /* exclusive */, false /* noLocal */, false /* noWait */, c.r.cfg.consumeArgs())
+	if err != nil {
+		return fmt.Errorf("basic.consume %s: %w", c.q.name, err)
+	}
+	c.deliveries = d
+	return nil
 }
 
 // run handles deliveries until stop is closed or the channel closes.
@@ -102,11 +124,11 @@ func (c *consumer) handleDelivery(now int64, tag uint64, redelivered bool, body 
 	if h, err := parseHeader(body); err != nil {
 		c.r.fail("consumer %d: delivery %d on %s: %v", c.id, tag, c.q.name, err)
 	} else {
-		if !redelivered { // a redelivery's age says nothing about latency
+		if !redelivered && !c.noLatency { // a redelivery's age says nothing about latency
 			c.hist.record(now - h.sentNano)
 		}
 		switch {
-		case c.q.observe(h.producer, h.seq):
+		case c.tracker().observe(h.producer, h.seq):
 			if !c.order.inOrder(h.producer, h.seq) {
 				c.outOfOrder++
 			}

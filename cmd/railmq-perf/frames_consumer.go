@@ -49,19 +49,30 @@ func (r *runner) openFrameConsumer(id int, q *queueState, ackEvery int) (*consum
 			return fail("basic.qos", err)
 		}
 	}
+	if r.cfg.Replay {
+		return c, nil // basic.consume once the stream is written
+	}
+	if err := c.consumeFrames(); err != nil {
+		return fail("start", err)
+	}
+	return c, nil
+}
+
+// consumeFrames is consume for --engine frames.
+func (c *consumer) consumeFrames() error {
 	a := []byte{0, 0} // reserved-1
-	a = appendShortStr(a, q.name)
+	a = appendShortStr(a, c.q.name)
 	a = appendShortStr(a, "") // server-generated consumer tag
 	var bits byte
-	if r.cfg.AutoAck {
+	if c.r.cfg.AutoAck {
 		bits |= 2 // no-ack
 	}
 	a = append(a, bits)
-	a = append(a, 0, 0, 0, 0) // arguments: empty table
-	if _, err := fc.rpc(classBasic, mBasicConsume, a, mBasicConsumeOk); err != nil {
-		return fail("basic.consume "+q.name, err)
+	a = c.r.cfg.appendConsumeArgs(a)
+	if _, err := c.fr.fc.rpc(classBasic, mBasicConsume, a, mBasicConsumeOk); err != nil {
+		return fmt.Errorf("basic.consume %s: %w", c.q.name, err)
 	}
-	return c, nil
+	return nil
 }
 
 // errConsumerEnd stops the consumer's loop; the cause was already reported.

@@ -25,6 +25,10 @@ type config struct {
 	Engine          string        `json:"engine"`
 	URI             string        `json:"uri"`
 	QueueType       string        `json:"queue_type,omitempty"`
+	QueueArgs       string        `json:"queue_args,omitempty"`
+	StreamOffset    string        `json:"stream_offset,omitempty"`
+	Replay          bool          `json:"replay,omitempty"`
+	ReplayTimeout   time.Duration `json:"-"`
 	Producers       int           `json:"producers"`
 	Consumers       int           `json:"consumers"`
 	Size            int           `json:"size"`
@@ -54,6 +58,8 @@ type config struct {
 	// timed is set when the run has a time limit: --duration given, or no
 	// --pmessages.
 	timed bool
+	// queueArgs is --queue-args parsed.
+	queueArgs amqp.Table
 }
 
 func main() {
@@ -79,7 +85,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Engine, "engine", engineAMQP091, "client engine: amqp091 (amqp091-go, what applications use) or frames (raw sockets, pre-encoded frames, batched writes, no allocation per message; needs amqp:// URIs, no TLS)")
 	fs.StringVar(&c.URI, "uri", "amqp://guest:guest@127.0.0.1:5672/", "AMQP URI of the broker; several, comma-separated (a cluster's nodes): connections go to them in turn")
-	fs.StringVar(&c.QueueType, "queue-type", "", "declare the queues with this x-queue-type (quorum; empty: none)")
+	fs.StringVar(&c.QueueType, "queue-type", "", "declare the queues with this x-queue-type (quorum or stream; empty: none); stream queues are durable, need a prefetch (default 500 then) and no --autoack, and every consumer of a stream receives every message")
+	fs.StringVar(&c.QueueArgs, "queue-args", "", "more queue.declare arguments, comma-separated key=value (integers are sent as long, e.g. x-max-length-bytes=1000000000,x-stream-max-segment-size-bytes=50000000)")
+	fs.StringVar(&c.StreamOffset, "stream-offset", "", "x-stream-offset of every consumer of a stream: first, last, next or an absolute offset (empty: none, the broker's default, next)")
+	fs.BoolVar(&c.Replay, "replay", false, "streams: publish --pmessages per producer with confirms first, then start the consumers (from --stream-offset, default first) and time until each has every message")
+	fs.DurationVar(&c.ReplayTimeout, "replay-timeout", 10*time.Minute, "with --replay: how long the consumers may take to read the stream")
 	fs.IntVar(&c.Producers, "producers", 1, "number of producers, one connection each")
 	fs.IntVar(&c.Consumers, "consumers", 1, "number of consumers, one connection each (0: publish only)")
 	fs.IntVar(&c.Size, "size", 16, fmt.Sprintf("message body size in bytes (at least the %d-byte header)", headerSize))
@@ -171,6 +181,9 @@ func (c *config) validate() error {
 		return errors.New("nothing to do: no producers, consumers or idle connections")
 	case c.QueuePrefix == "":
 		return errors.New("--queue-prefix must not be empty")
+	}
+	if err := c.validateStream(); err != nil {
+		return err
 	}
 	if c.ExchangeType == "fanout" && c.FanoutQueues == 0 {
 		c.FanoutQueues = c.Queues

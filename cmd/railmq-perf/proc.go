@@ -21,6 +21,12 @@ type procSample struct {
 	cpuTicks uint64 // utime + stime
 	rssKiB   uint64 // VmRSS
 	hwmKiB   uint64 // VmHWM, the lifetime peak of VmRSS
+	// From /proc/PID/io (ioOK false when it could not be read: another
+	// user's process without the privilege): write_bytes, the bytes the
+	// process caused to be sent to storage, and cancelled_write_bytes,
+	// those of them dropped again (truncated or deleted before writeback).
+	writeBytes, cancelledWriteBytes uint64
+	ioOK                            bool
 }
 
 // readProc samples /proc/PID/stat and /proc/PID/status.
@@ -40,7 +46,33 @@ func readProc(pid int) (procSample, error) {
 	if s.rssKiB, s.hwmKiB, err = parseStatusMem(status); err != nil {
 		return procSample{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
 	}
+	if io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+		s.writeBytes, s.cancelledWriteBytes, s.ioOK = parseIO(io)
+	}
 	return s, nil
+}
+
+// parseIO returns write_bytes and cancelled_write_bytes of /proc/PID/io
+// ("write_bytes: 4096"), and whether both were there.
+func parseIO(io []byte) (write, cancelled uint64, ok bool) {
+	var haveW, haveC bool
+	for line := range bytes.SplitSeq(io, []byte{'\n'}) {
+		key, val, found := bytes.Cut(line, []byte{':'})
+		if !found {
+			continue
+		}
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(val)), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch string(key) {
+		case "write_bytes":
+			write, haveW = n, true
+		case "cancelled_write_bytes":
+			cancelled, haveC = n, true
+		}
+	}
+	return write, cancelled, haveW && haveC
 }
 
 // parseStatCPU returns utime+stime (fields 14 and 15, proc(5)). The command

@@ -42,13 +42,15 @@ type result struct {
 	LatencyUS       latencyReport `json:"latency_us"`
 	Broker          *brokerReport `json:"broker,omitempty"`
 	IdleConnections idleReport    `json:"idle_connections"`
+	Stream          *streamReport `json:"stream,omitempty"` // --queue-type stream
 }
 
 type latencyReport struct {
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
 }
 
 type brokerReport struct {
@@ -59,6 +61,14 @@ type brokerReport struct {
 	RSSPeakKiB  uint64  `json:"rss_peak_kib"` // highest VmRSS sampled (start, every second, end)
 	RSSEndKiB   uint64  `json:"rss_end_kib"`
 	HWMKiB      uint64  `json:"vm_hwm_kib"` // VmHWM at the end: the process's lifetime peak
+	// CPUUSPerPublished is the broker's CPU per message published.
+	CPUUSPerPublished float64 `json:"cpu_us_per_published"`
+	// From /proc/PID/io during the run (nil where it cannot be read):
+	// bytes the broker caused to be written to storage, and those per byte
+	// of message bodies published (published × --size).
+	WriteBytes            *uint64  `json:"write_bytes,omitempty"`
+	CancelledWriteBytes   *uint64  `json:"cancelled_write_bytes,omitempty"`
+	WriteBytesPerBodyByte *float64 `json:"write_bytes_per_body_byte,omitempty"`
 }
 
 type idleReport struct {
@@ -88,17 +98,22 @@ func (r *runner) collect(start, publishEnd, end time.Time) *result {
 	if d := publishEnd.Sub(start).Seconds(); d > 0 {
 		res.PublishRate = round(float64(res.Published)/d, 1)
 	}
-	if d := r.lastDelivery(start).Sub(start).Seconds(); d > 0 {
+	consumeStart := start
+	if !r.consumeStart.IsZero() {
+		consumeStart = r.consumeStart
+	}
+	if d := r.lastDelivery(start).Sub(consumeStart).Seconds(); d > 0 {
 		res.ConsumeRate = round(float64(res.Consumed)/d, 1)
 	}
 	if cfg.Drain {
 		res.DrainRate = res.ConsumeRate
 	}
 	res.LatencyUS = latencyReport{
-		P50: micros(hist.quantile(0.50)),
-		P95: micros(hist.quantile(0.95)),
-		P99: micros(hist.quantile(0.99)),
-		Max: micros(hist.max),
+		P50:  micros(hist.quantile(0.50)),
+		P95:  micros(hist.quantile(0.95)),
+		P99:  micros(hist.quantile(0.99)),
+		P999: micros(hist.quantile(0.999)),
+		Max:  micros(hist.max),
 	}
 
 	res.PerfCPUS = round((r.selfEnd - r.selfStart).Seconds(), 3)
@@ -110,7 +125,9 @@ func (r *runner) collect(start, publishEnd, end time.Time) *result {
 	}
 
 	res.LossChecked = !cfg.Drain && len(r.consumers) > 0 && len(r.producers) > 0
-	if res.LossChecked {
+	if cfg.stream() {
+		r.collectStream(res, start, publishEnd, consumeStart)
+	} else if res.LossChecked {
 		fanout := cfg.ExchangeType == "fanout"
 		for _, p := range r.producers {
 			skip := p.skipped()
@@ -143,6 +160,10 @@ func (r *runner) collect(start, publishEnd, end time.Time) *result {
 		if msgs > 0 {
 			b.CPUUSPerMsg = round(b.CPUS*1e6/float64(msgs), 3)
 		}
+		if res.Published > 0 {
+			b.CPUUSPerPublished = round(b.CPUS*1e6/float64(res.Published), 3)
+		}
+		r.writeFigures(b, res.Published)
 		res.Broker = b
 	}
 
@@ -175,6 +196,12 @@ func (res *result) write(w io.Writer, human bool) error {
 		if _, err := fmt.Fprintf(w, "railmq-perf itself: cpu %.2fs (%.2f us/msg)\n", res.PerfCPUS, res.PerfCPUUSPerMsg); err != nil {
 			return err
 		}
+		if s := res.Stream; s != nil {
+			if _, err := fmt.Fprintf(w, "stream (offset %q, replay %t): replay %.0f msg/s over %.2fs, consumers %.0f..%.0f msg/s, latency p99.9 %.0f us\n",
+				s.Offset, s.Replay, s.ReplayRate, s.ReplayS, s.ConsumerRateMin, s.ConsumerRateMax, l.P999); err != nil {
+				return err
+			}
+		}
 		if b := res.Broker; b != nil {
 			if _, err := fmt.Fprintf(w, "broker pid %d: cpu %.2fs (%.1f us/msg), rss peak %d KiB, end %d KiB\n",
 				b.PID, b.CPUS, b.CPUUSPerMsg, b.RSSPeakKiB, b.RSSEndKiB); err != nil {
@@ -188,6 +215,20 @@ func (res *result) write(w io.Writer, human bool) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", line)
 	return err
+}
+
+// writeFigures fills in the broker's disk writes during the run.
+func (r *runner) writeFigures(b *brokerReport, published uint64) {
+	s, e := r.procStart, r.procEnd
+	if !s.ioOK || !e.ioOK || e.writeBytes < s.writeBytes {
+		return
+	}
+	w, c := e.writeBytes-s.writeBytes, e.cancelledWriteBytes-min(s.cancelledWriteBytes, e.cancelledWriteBytes)
+	b.WriteBytes, b.CancelledWriteBytes = &w, &c
+	if body := published * uint64(r.cfg.Size); body > 0 {
+		v := round(float64(w)/float64(body), 3)
+		b.WriteBytesPerBodyByte = &v
+	}
 }
 
 func micros(nanos int64) float64 { return round(float64(nanos)/1e3, 1) }

@@ -61,8 +61,11 @@ type runner struct {
 	ctrl      *amqp.Connection // declares, passive declares, deletes
 	ctrlCh    *amqp.Channel
 
-	// Broker sampling.
-	procStart, procEnd procSample
+	// Broker sampling; procMid at the end of --replay's publishing.
+	procStart, procMid, procEnd procSample
+	// consumeStart is when the consumers started, if not at the start of
+	// the run (--replay).
+	consumeStart time.Time
 	// The tool's own CPU time at the start and end of the measurement.
 	selfStart, selfEnd time.Duration
 	rssPeak            uint64
@@ -148,7 +151,11 @@ func (r *runner) run() int {
 		r.closeAll()
 		return exitError
 	}
-	res := r.measure(sig)
+	measure := r.measure
+	if cfg.Replay {
+		measure = r.measureReplay
+	}
+	res := measure(sig)
 	r.teardown()
 	res.Errors = r.errors.Load()
 	code := exitOK
@@ -197,6 +204,10 @@ func (r *runner) setup() error {
 			return fmt.Errorf("%w: consumer %d: %w", errSetup, i, err)
 		}
 		q.consumers++
+		if cfg.stream() {
+			c.track = newQueueState(q.name)
+			c.noLatency = cfg.Replay
+		}
 		r.consumers = append(r.consumers, c)
 	}
 	for i := range cfg.Producers {
@@ -248,14 +259,11 @@ func (r *runner) declare() error {
 	if err := r.ctrlCh.ExchangeDeclare(ex, cfg.ExchangeType, true /* durable */, false /* autoDelete */, false /* internal */, false /* noWait */, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", ex, err)
 	}
+	durable := cfg.Persistent || cfg.stream() // streams must be durable
 	for _, q := range r.queues {
-		var args amqp.Table
-		if cfg.QueueType != "" {
-			args = amqp.Table{"x-queue-type": cfg.QueueType}
-		}
-		dq, err := r.ctrlCh.QueueDeclare(q.name, cfg.Persistent /* durable */, false /* autoDelete */, false /* exclusive */, false /* noWait */, args)
+		dq, err := r.ctrlCh.QueueDeclare(q.name, durable, false /* autoDelete */, false /* exclusive */, false /* noWait */, cfg.declareArgs())
 		if err != nil {
-			return fmt.Errorf("declare queue %s (durable=%t): %w", q.name, cfg.Persistent, err)
+			return fmt.Errorf("declare queue %s (durable=%t): %w", q.name, durable, err)
 		}
 		if dq.Messages > 0 && cfg.Consumers > 0 && !cfg.Drain {
 			r.note("queue %s already holds %d messages; they may count as duplicates or out of order", q.name, dq.Messages)
@@ -443,6 +451,9 @@ loop:
 // complete reports whether every queue with a consumer has received every
 // message published to it (less those nacked or returned).
 func (r *runner) complete() bool {
+	if r.cfg.stream() {
+		return r.streamComplete()
+	}
 	fanout := r.cfg.ExchangeType == "fanout"
 	for qi, q := range r.queues {
 		if q.consumers == 0 {

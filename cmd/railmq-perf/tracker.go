@@ -65,19 +65,31 @@ func (s *seqSet) count() uint64 { return s.n }
 // the ones below the highest arrival, which a FIFO queue should not leave
 // behind; tail the ones above it, which may still be in the queue.
 func (s *seqSet) missing(published uint64, skip map[uint64]struct{}) (gaps, tail uint64) {
-	var next uint64 // first sequence number not yet accounted for
+	return s.missingFrom(0, published, skip)
+}
+
+// missingFrom is missing for the sequence numbers in [from, published): a
+// stream consumer at an absolute offset expects nothing below the first
+// one it received.
+func (s *seqSet) missingFrom(from, published uint64, skip map[uint64]struct{}) (gaps, tail uint64) {
+	next := from // first sequence number not yet accounted for
 	for _, sp := range s.spans {
 		if sp.lo >= published {
 			break
 		}
-		gaps += sp.lo - next
+		if sp.hi <= next {
+			continue
+		}
+		if sp.lo > next {
+			gaps += sp.lo - next
+		}
 		next = sp.hi
 	}
 	if next < published {
 		tail = published - next
 	}
 	for seq := range skip {
-		if seq >= published || s.has(seq) {
+		if seq < from || seq >= published || s.has(seq) {
 			continue
 		}
 		if seq < next {
@@ -140,6 +152,17 @@ func (q *queueState) observe(producer uint32, seq uint64) bool {
 		q.unique.Add(1)
 	}
 	return first
+}
+
+// low returns the lowest sequence number received from producer, and
+// whether any was.
+func (q *queueState) low(producer uint32) (uint64, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if s := q.seqs[producer]; s != nil && len(s.spans) > 0 {
+		return s.spans[0].lo, true
+	}
+	return 0, false
 }
 
 // set returns the producer's seqSet, or an empty one. Call it only once the

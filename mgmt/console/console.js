@@ -431,6 +431,7 @@ function pageQueues() {
     wrap.replaceChildren(sortable('queues', [
       { key: 'vhost', label: 'Vhost', hideSm: true },
       { key: 'name', label: 'Name', cell: r => h('a', { href: '#/queues/' + enc(r.vhost) + '/' + enc(r.name) }, r.name) },
+      { key: 'type', label: 'Type', hideSm: true, get: r => r.type || 'classic' },
       { key: 'features', label: 'Features', hideSm: true, get: r => [r.durable && 'D', r.auto_delete && 'AD', r.exclusive && 'Excl', r.arguments && r.arguments['x-dead-letter-exchange'] !== undefined && 'DLX', r.arguments && r.arguments['x-max-priority'] && 'Pri'].filter(Boolean).join(' ') },
       { key: 'policy', label: 'Policy', hideSm: true, get: r => r.policy || r.operator_policy || '' },
       { key: 'messages_ready', label: 'Ready', num: true, cell: r => fmtNum(r.messages_ready) },
@@ -508,11 +509,11 @@ function pageQueue(vhost, name) {
     const m = q.message_stats || {};
     const args = q.arguments || {};
     info.replaceChildren(h('h2', {}, 'Details'), h('table', { class: 'kv' }, h('tbody', {},
-      [['State', q.state], ['Ready', fmtNum(q.messages_ready)], ['Unacked', fmtNum(q.messages_unacknowledged)], ['Total', fmtNum(q.messages)],
+      [['Type', q.type || 'classic'], ['State', q.state], ['Ready', fmtNum(q.messages_ready)], ['Unacked', fmtNum(q.messages_unacknowledged)], ['Total', fmtNum(q.messages)],
         ['Bytes', fmtBytes(q.message_bytes)], ['Consumers', fmtNum(q.consumers)], ['Consumer utilisation', Math.round(100 * (q.consumer_utilisation || 0)) + '%'],
         ['Oldest message', fmtAge(q.head_message_timestamp_age_seconds) || '—'], ['Publish', fmtRate(m.publish_details)], ['Deliver / get', fmtRate(m.deliver_get_details)],
         ['Policy', q.policy || '—'], ['Features', [q.durable && 'durable', q.auto_delete && 'auto-delete', q.exclusive && 'exclusive'].filter(Boolean).join(', ') || '—'],
-        ['Arguments', Object.keys(args).length ? JSON.stringify(args) : '—']].map(([k, v]) => h('tr', {}, h('td', {}, k), h('td', { id: 'q-' + k.toLowerCase().replace(/[^a-z]+/g, '-') }, v))))));
+        ['Arguments', Object.keys(args).length ? JSON.stringify(args) : '—'], ...(isStream(q) ? streamDetails(q) : [])].map(([k, v]) => h('tr', {}, h('td', {}, k), h('td', { id: 'q-' + k.toLowerCase().replace(/[^a-z]+/g, '-') }, v))))));
     drawPlot(depth, [{ name: 'ready', points: valueSeries(q.messages_ready_details.samples) }, { name: 'unacked', points: valueSeries(q.messages_unacknowledged_details.samples) }]);
     drawPlot(rates, [{ name: 'publish', points: rateSeries(m.publish_details.samples) }, { name: 'deliver', points: rateSeries(m.deliver_get_details.samples) },
       { name: 'ack', points: rateSeries(m.ack_details.samples) }, { name: 'redeliver', points: rateSeries(m.redeliver_details.samples) }], { unit: '/s' });
@@ -524,7 +525,9 @@ function pageQueue(vhost, name) {
       { key: 'channel', label: 'Channel', get: c => c.channel_details.name },
       { key: 'ack_required', label: 'Ack', get: c => (c.ack_required ? 'manual' : 'auto') },
       { key: 'prefetch_count', label: 'Prefetch', num: true },
+      ...(isStream(q) ? streamConsumerColumns() : []),
     ], mine, { redraw() {} }));
+    redrive.hidden = isStream(q); // nothing leaves a stream but by retention: there is nothing to move back
     bindings.replaceChildren(h('h2', {}, 'Bindings'), sortable('bindings', [
       { key: 'source', label: 'From', cell: b => h('a', { href: '#/exchanges/' + enc(vhost) + '/' + enc(b.source) }, b.source || '(AMQP default)') },
       { key: 'routing_key', label: 'Routing key' },
