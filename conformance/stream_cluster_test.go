@@ -256,3 +256,38 @@ func sameCopies(t *testing.T, copies [][]streamMsg) {
 		}
 	}
 }
+
+// TestStreamClusterSize: on four nodes, a stream declared without
+// x-initial-cluster-size has every node as a member, RabbitMQ's default
+// (rabbit_stream_queue.erl v4.0.0: initial_cluster_size(undefined) ->
+// length(rabbit_nodes:list_members())); one declared with 2 has two
+// members, and the other nodes, which follow its log without voting,
+// serve its consumers too: published on one node, read on every node.
+func TestStreamClusterSize(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 4)
+	members := func(n *clusterNode, q string) []string {
+		var v struct{ Members []string }
+		(&api{t: t, url: n.api}).call("GET", "/api/queues/%2F/"+q, "guest", "guest", nil, &v)
+		return v.Members
+	}
+	declareQuorum(t, nodes[0].b.URL, "all", rmq.Table{"x-queue-type": "stream"})
+	testutil.Eventually(t, 15*time.Second, func() bool { return len(members(nodes[0], "all")) == 4 },
+		"a stream declared without x-initial-cluster-size has members %v, want all 4 nodes", members(nodes[0], "all"))
+	declareStreamOn(t, nodes[0].b.URL, "two", 2)
+	testutil.Eventually(t, 15*time.Second, func() bool { return len(members(nodes[0], "two")) == 2 },
+		"a stream declared with x-initial-cluster-size 2 has members %v", members(nodes[0], "two"))
+	acked, _ := publishStreamConfirmed(t, nodes[3].b.URL, "two", "m", 50)
+	if len(acked) == 0 {
+		t.Fatal("nothing confirmed")
+	}
+	for _, n := range nodes {
+		var got []streamMsg
+		testutil.Eventually(t, 15*time.Second, func() bool {
+			var err error
+			got, err = readStream(n.b.URL, "two", 50, 2*time.Second)
+			return err == nil && len(got) >= len(acked)
+		}, "%s serves %d of %d confirmed records", n.name, len(got), len(acked))
+		checkStream(t, n.name, got, acked)
+	}
+}
