@@ -49,6 +49,11 @@ type Fifo struct {
 	active     string
 	blocked    bool
 	lastActive int64
+	// topPrio is the highest consumer priority (when topValid), which
+	// nextConsumer stops at: derived, not in snapshots, reset wherever
+	// consumers come, go or change priority.
+	topPrio  int32
+	topValid bool
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -305,6 +310,7 @@ func (f *Fifo) Apply(c Command) Effects {
 		}
 		e.Accepted = len(e.Refused) == 0
 	case cmdCheckout:
+		f.topValid = false
 		if k := f.cons[c.Consumer]; k != nil {
 			k.Prefetch, k.Priority = c.Prefetch, c.Priority
 		} else {
@@ -412,6 +418,7 @@ func (f *Fifo) removeConsumer(tag string) {
 		return
 	}
 	delete(f.cons, tag)
+	f.topValid = false
 	for i, t := range f.order {
 		if t == tag {
 			f.order = append(f.order[:i], f.order[i+1:]...)

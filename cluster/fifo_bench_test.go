@@ -63,3 +63,24 @@ func BenchmarkFifoApply(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFifoManyConsumers: an enqueue delivered to one of 200
+// consumers of equal priority with room (round robin), then settled:
+// the consumer choice is what it measures.
+func BenchmarkFifoManyConsumers(b *testing.B) {
+	f := NewFifo(FifoConfig{DeliveryLimit: DefaultDeliveryLimit})
+	for i := range 200 {
+		f.Apply(Checkout(fmt.Sprint("c", i), 1000))
+	}
+	body := make([]byte, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e := f.Apply(Enqueue(int64(i), Message{RoutingKey: "q", Body: body}))
+		if len(e.Deliveries) != 1 {
+			b.Fatal("no delivery")
+		}
+		d := e.Deliveries[0]
+		f.Apply(Settle(d.Consumer, d.ID))
+	}
+}

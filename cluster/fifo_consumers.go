@@ -40,17 +40,36 @@ func (f *Fifo) nextConsumer() *fifoCons {
 	}
 	var best *fifoCons
 	at := 0
+	top := f.topPriority()
 	for n := 0; n < len(f.order); n++ {
 		i := (f.next + n) % len(f.order)
 		c := f.cons[f.order[i]]
 		if c.hasRoom() && (best == nil || c.Priority > best.Priority) {
 			best, at = c, i
+			if c.Priority == top {
+				break // none ranks higher: the first at the top, as a full scan picks
+			}
 		}
 	}
 	if best != nil {
 		f.next = (at + 1) % len(f.order)
 	}
 	return best
+}
+
+// topPriority is the highest priority of any consumer (cached: a scan
+// per message was the cost of consumer priorities with many consumers).
+func (f *Fifo) topPriority() int32 {
+	if !f.topValid {
+		f.topPrio, f.topValid = 0, true
+		first := true
+		for _, c := range f.cons {
+			if first || c.Priority > f.topPrio {
+				f.topPrio, first = c.Priority, false
+			}
+		}
+	}
+	return f.topPrio
 }
 
 // waiting is the single active consumer's successor: the consumer of the

@@ -246,8 +246,24 @@ func (qq *quorumQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	}
 	now := time.Now()
 	cm := cluster.Message{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body}
+	ts := now.UnixMilli()
+	zero := false // a TTL of 0: the queue's, or the message's
 	if m.Expires > 0 {
-		cm.TTL = max((m.Expires-queue.Now())/int64(time.Millisecond), 1)
+		left := m.Expires - queue.Now()
+		cm.TTL = max(left/int64(time.Millisecond), 1)
+		zero = left < int64(time.Millisecond)
+	}
+	if p := qq.lim.pol.Load(); p != nil && p.MessageTTL == 0 {
+		zero = true
+	}
+	if zero {
+		// Its TTL is 1 ms from its enqueue time (rabbit_fifo.erl v4.3.5
+		// update_expiry_header: RaCmdTs + 1), stamped 1 ms early: a
+		// consumer with room when it is applied still takes it, but a
+		// basic.get or a checkout applied later in the same millisecond
+		// finds it expired, as a TTL of 0 means (RabbitMQ's classic
+		// queues; rabbit_fifo would hand it out within that millisecond).
+		ts--
 	}
 	qq.published.Add(1)
 	var done func(cluster.Effects, error)
@@ -263,7 +279,7 @@ func (qq *quorumQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
 			}
 		}
 	}
-	qq.g.Submit(cluster.Enqueue(now.UnixMilli(), cm), done)
+	qq.g.Submit(cluster.Enqueue(ts, cm), done)
 	return true
 }
 

@@ -302,16 +302,20 @@ func (sq *streamQueue) CountsDeliveries() bool { return false }
 // channel counts it) and, for a tracked consumer, its stored offset
 // moves (RabbitMQ 4.x: "all settle reasons will give credit to the
 // stream queue", rabbit_stream_queue.erl v4.3.5 settle).
+//
+// A requeue (a nack or reject asking for one, a channel closed with the
+// delivery unacked) is credit too, but a tracked consumer's stored offset
+// does not pass it: the consumer did not process it, and resumes there.
 func (sq *streamQueue) Ack(ds []queue.Delivery) {
 	sq.acked.Add(int64(len(ds)))
-	sq.settle(ds)
+	sq.settle(ds, false)
 }
 
-func (sq *streamQueue) Requeue(ds []queue.Delivery, _ bool) { sq.settle(ds) }
+func (sq *streamQueue) Requeue(ds []queue.Delivery, _ bool) { sq.settle(ds, true) }
 
-func (sq *streamQueue) Discard(ds []queue.Delivery) { sq.settle(ds) }
+func (sq *streamQueue) Discard(ds []queue.Delivery) { sq.settle(ds, false) }
 
-func (sq *streamQueue) settle(ds []queue.Delivery) {
+func (sq *streamQueue) settle(ds []queue.Delivery, requeued bool) {
 	for i := 0; i < len(ds); {
 		j := i + 1
 		for j < len(ds) && ds[j].Reader == ds[i].Reader {
@@ -321,7 +325,7 @@ func (sq *streamQueue) settle(ds []queue.Delivery) {
 		sc := sq.readers[ds[i].Reader]
 		sq.mu.Unlock()
 		if sc != nil {
-			sc.settled(ds[i:j])
+			sc.settled(ds[i:j], requeued)
 		}
 		i = j
 	}

@@ -46,6 +46,10 @@ type streamConsumer struct {
 	mu     sync.Mutex
 	window []unackedOffset // a tracked consumer's deliveries not settled, ascending; from head
 	head   int
+	// barrier: the lowest offset it requeued (hasBarrier), which its
+	// stored offset does not pass.
+	barrier    uint64
+	hasBarrier bool
 }
 
 // streamBufKeep is the largest delivery buffer a consumer keeps between
@@ -405,7 +409,7 @@ func (sc *streamConsumer) failed(err error) {
 
 // settled takes the consumer's settled deliveries: a tracked consumer's
 // stored offset moves to its first delivery not settled.
-func (sc *streamConsumer) settled(ds []queue.Delivery) {
+func (sc *streamConsumer) settled(ds []queue.Delivery, requeued bool) {
 	sc.out.Add(-int32(len(ds)))
 	if sc.track == "" {
 		return
@@ -413,6 +417,9 @@ func (sc *streamConsumer) settled(ds []queue.Delivery) {
 	sc.mu.Lock()
 	w := sc.window[sc.head:]
 	for _, d := range ds {
+		if requeued && (!sc.hasBarrier || d.Seq < sc.barrier) {
+			sc.barrier, sc.hasBarrier = d.Seq, true
+		}
 		i := sort.Search(len(w), func(i int) bool { return w[i].off >= d.Seq })
 		if i < len(w) && w[i].off == d.Seq {
 			w[i].settled = true
@@ -430,7 +437,8 @@ func (sc *streamConsumer) settled(ds []queue.Delivery) {
 }
 
 // storeOffset stores a tracked consumer's resume point: its first
-// delivery not settled, or what it reads next.
+// delivery not settled, or what it reads next, and never past a delivery
+// it requeued.
 func (sc *streamConsumer) storeOffset() {
 	if sc.track == "" {
 		return
@@ -439,6 +447,9 @@ func (sc *streamConsumer) storeOffset() {
 	off := sc.offset.Load()
 	if sc.head < len(sc.window) {
 		off = sc.window[sc.head].off
+	}
+	if sc.hasBarrier && sc.barrier < off {
+		off = sc.barrier
 	}
 	sc.mu.Unlock()
 	sc.sq.log.StoreOffset(sc.track, off)
