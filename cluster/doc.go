@@ -13,6 +13,11 @@
 //     hashicorp/raft (QueueFSM), the rounds a node forwards to a group's
 //     leader (grouprpc.go), and the Badger log store they share
 //     (logstore.go);
+//   - replicated streams' Raft groups (stream.go): a Group whose state
+//     machine is the caller's storage (StreamMachine), which appends
+//     each committed entry's opaque items tagged with the entry's index;
+//     a member behind its leader's snapshot fetches the items it misses
+//     from the leader's storage (kindStreamRead, grouprpc.go);
 //   - the one inter-node request/answer link (Conn, link.go): framing,
 //     request ids, pipelining, one-way frames both ways, fail-all on
 //     close, an outbound buffer drained by a writer goroutine so that no

@@ -50,6 +50,12 @@ type GroupConfig struct {
 	// OnCreate, when set, gets the group before its raft starts (and so
 	// before OnApply and OnRestore run, which may use it).
 	OnCreate func(g *Group)
+	// machine, when set (StartStreamGroup), is the state machine raft
+	// applies the log to instead of the Fifo; snapEvery, trailing
+	// and snapInterval then replace groupSnapshotEvery and its 10 s.
+	machine             raft.FSM
+	snapEvery, trailing uint64
+	snapInterval        time.Duration
 }
 
 // Group is this node's member of a quorum queue's group.
@@ -280,6 +286,10 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	// entries to replay, busy applying them too long to answer its
 	// leader's appends within the transport's 10 s.
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = groupSnapshotEvery, 10*time.Second, groupSnapshotEvery
+	var machine raft.FSM = g.fsm
+	if cfg.machine != nil {
+		machine, rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = cfg.machine, cfg.snapEvery, cfg.trailing, cfg.snapInterval
+	}
 	if cfg.OnCreate != nil {
 		cfg.OnCreate(g)
 	}
@@ -287,7 +297,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if existing {
+	if existing && cfg.machine == nil {
 		if err := n.adoptLocal(cfg, rc, g.logs, snaps); err != nil {
 			return fail(err)
 		}
@@ -297,7 +307,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 			return fail(err)
 		}
 	}
-	if g.r, err = raft.NewRaft(rc, g.fsm, g.logs, g.logs, snaps, g.trans); err != nil {
+	if g.r, err = raft.NewRaft(rc, machine, g.logs, g.logs, snaps, g.trans); err != nil {
 		return fail(err)
 	}
 	g.live.Store(g.r)

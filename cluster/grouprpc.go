@@ -24,6 +24,7 @@ import (
 const (
 	kindRound byte = iota + 1
 	kindIndex
+	kindStreamRead // a stream group's items, for a member catching up (stream.go)
 )
 
 const (
@@ -200,6 +201,13 @@ func (s *roundSession) handle(c *Conn, f Frame) error {
 			a.status = statusUnknownGroup
 		} else {
 			a.extra = Enc(nil).Uvarint(r.AppliedIndex()).Uvarint(r.CommitIndex())
+		}
+	case kindStreamRead:
+		if r == nil {
+			a.status = statusUnknownGroup
+		} else {
+			a = g.readStream(&d)
+			a.id = f.ID
 		}
 	case kindRound:
 		switch {

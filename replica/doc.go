@@ -4,7 +4,10 @@
 // classic queues homed on another node (proxy.go: this node's handle
 // forwards every operation over the cluster link to the home; home.go:
 // the home's side, serving the other nodes' consumers and requests).
-// Both deliver to their consumers here the same way (local.go).
+// Both deliver to their consumers here the same way (local.go). Streams
+// (stream.go) append to a log of this node's; in a cluster, through the
+// stream's Raft group (stream_repl.go), every node applying the
+// committed records to its own log.
 //
 // One Manager owns them: this node's quorum queues and the groups it is
 // creating, its handles of classic queues homed elsewhere, the links to

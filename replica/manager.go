@@ -186,8 +186,11 @@ func (m *Manager) NewGroup(size int) (string, []string) {
 }
 
 func (m *Manager) voters(size int) []string {
-	if size <= 0 {
+	switch {
+	case size == 0:
 		size = defaultGroupSize
+	case size < 0: // every node
+		size = len(m.node.Addrs())
 	}
 	self := m.node.Name()
 	var others []string
@@ -237,6 +240,10 @@ func Describe(q *queue.Queue, m map[string]any) {
 		r.describe(m)
 	case *classicProxy:
 		m["node"] = r.home // its messages are there; this node forwards
+	case *streamQueue:
+		if rs := streamRepl(r); rs != nil {
+			rs.describe(m)
+		}
 	}
 }
 

@@ -66,7 +66,8 @@ type streamQueue struct {
 // its log opened (recovered) in StreamDir/id.
 func (m *Manager) StartStream(cfg queue.Config, voters []string, id string) (*queue.Queue, error) {
 	m.quorumMu.Lock()
-	delete(m.creating, id) // NewGroup's mark, for quorum queues' bootstraps
+	mine := m.creating[id] // NewGroup's mark: this node bootstraps the group
+	delete(m.creating, id)
 	m.quorumMu.Unlock()
 	if m.streamDir == "" {
 		return nil, errors.New("this node keeps no streams (no stream directory)")
@@ -85,6 +86,11 @@ func (m *Manager) StartStream(cfg queue.Config, voters []string, id string) (*qu
 	cfg.Store = nil
 	sq.q = queue.New(cfg)
 	sq.mem = sq.q.Config().Memory
+	if m.node != nil && !m.node.Local() { // in a cluster: through its Raft group (stream_repl.go)
+		if err := m.replicate(sq, voters, id, mine); err != nil {
+			return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), lg.Close())
+		}
+	}
 	m.quorumMu.Lock()
 	m.streams[sq] = struct{}{}
 	m.quorumMu.Unlock()
@@ -125,6 +131,7 @@ func (sq *streamQueue) stop() {
 		sc.halt()
 		sc.c.Sink.Cancelled(sc.c)
 	}
+	closeRepl(sq, true /* remove */)
 	if err := sq.log.Delete(); err != nil {
 		m.log.Warn("stream files not removed", zap.String("queue", sq.q.Name()), zap.Error(err))
 	}
@@ -136,6 +143,7 @@ func (sq *streamQueue) close() {
 	for _, sc := range sq.takeAll() {
 		sc.halt()
 	}
+	closeRepl(sq, false /* remove */)
 	if err := sq.log.Close(); err != nil {
 		sq.m.log.Warn("stream not closed", zap.String("queue", sq.q.Name()), zap.Error(err))
 	}
@@ -386,6 +394,9 @@ func (m *Manager) tickStreams() {
 	m.quorumMu.Unlock()
 	for _, sq := range ss {
 		sq.publishCounts()
+		if r := streamRepl(sq); r != nil {
+			r.tick()
+		}
 	}
 }
 

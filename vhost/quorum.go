@@ -24,8 +24,8 @@ import (
 // Quorum is the broker's cluster, as the registry needs it.
 type Quorum interface {
 	// NewGroup picks a new queue's group: an id and its members, size
-	// of them (0: the default), this node first (it makes the group, and
-	// leads it first).
+	// of them (0: the default; -1: every node), this node first (it
+	// makes the group, and leads it first).
 	NewGroup(size int) (id string, voters []string)
 	// Start makes this node's handle of a quorum queue, from cfg.
 	Start(cfg queue.Config, voters []string, id string) (*queue.Queue, error)

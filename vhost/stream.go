@@ -37,7 +37,7 @@ func (v *VHost) declareStream(d QueueDecl, r Replicator, defaults queue.Config) 
 	if err := v.checkStreamDecl(d); err != nil {
 		return nil, err
 	}
-	size := 0
+	size := -1 // every node, RabbitMQ's default (rabbit_stream_queue.erl v4.0.0 initial_cluster_size)
 	if n, ok := amqp.Int(d.Args["x-initial-cluster-size"]); ok {
 		size = int(n) // checked: at least 1
 	}
