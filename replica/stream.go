@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -53,7 +52,7 @@ type streamQueue struct {
 	readers map[uint16]*streamConsumer
 	byCons  map[*queue.Consumer]*streamConsumer
 	nextID  uint16
-	gone    bool
+	gone    atomic.Bool // stopped: set under mu, read without it (Publish)
 
 	published atomic.Int64
 	pending   atomic.Int64  // bytes appended, not yet written (Behind)
@@ -152,7 +151,7 @@ func (sq *streamQueue) close() {
 func (sq *streamQueue) takeAll() []*streamConsumer {
 	sq.mu.Lock()
 	defer sq.mu.Unlock()
-	sq.gone = true
+	sq.gone.Store(true)
 	out := make([]*streamConsumer, 0, len(sq.readers))
 	for _, sc := range sq.readers {
 		out = append(out, sc)
@@ -163,10 +162,7 @@ func (sq *streamQueue) takeAll() []*streamConsumer {
 
 // Publish appends the message to the log: confirmed once fsynced.
 func (sq *streamQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
-	sq.mu.Lock()
-	gone := sq.gone
-	sq.mu.Unlock()
-	if gone {
+	if sq.gone.Load() {
 		return false
 	}
 	rec := stream.Record{Timestamp: time.Now().UnixMilli(), Filter: filterValue(m.Props), Data: encodeRecord(m)}
@@ -384,15 +380,23 @@ func (sq *streamQueue) publishCounts() {
 		Consumers: int32(n), Head: head, Published: sq.published.Load(), Delivered: sq.delivered.Load(), Acked: sq.acked.Load()})
 }
 
-// tickStreams refreshes every stream's counts (Manager.Tick).
-func (m *Manager) tickStreams() {
+// streamList is this node's streams; drop forgets them too.
+func (m *Manager) streamList(drop bool) []*streamQueue {
 	m.quorumMu.Lock()
+	defer m.quorumMu.Unlock()
 	ss := make([]*streamQueue, 0, len(m.streams))
 	for sq := range m.streams {
 		ss = append(ss, sq)
 	}
-	m.quorumMu.Unlock()
-	for _, sq := range ss {
+	if drop {
+		m.streams = map[*streamQueue]struct{}{}
+	}
+	return ss
+}
+
+// tickStreams refreshes every stream's counts (Manager.Tick).
+func (m *Manager) tickStreams() {
+	for _, sq := range m.streamList(false) {
 		sq.publishCounts()
 		if r := streamRepl(sq); r != nil {
 			r.tick()
@@ -402,24 +406,7 @@ func (m *Manager) tickStreams() {
 
 // closeStreams closes every stream's log (Manager.Close).
 func (m *Manager) closeStreams() {
-	m.quorumMu.Lock()
-	ss := make([]*streamQueue, 0, len(m.streams))
-	for sq := range m.streams {
-		ss = append(ss, sq)
-	}
-	m.streams = map[*streamQueue]struct{}{}
-	m.quorumMu.Unlock()
-	for _, sq := range ss {
+	for _, sq := range m.streamList(true) {
 		sq.close()
 	}
-}
-
-// RemoveStreamFiles removes the files of a stream this node no longer
-// has a definition of (found at start-up in StreamDir): id is its
-// directory's name.
-func (m *Manager) RemoveStreamFiles(id string) error {
-	if m.streamDir == "" || id == "" {
-		return nil
-	}
-	return os.RemoveAll(filepath.Join(m.streamDir, id))
 }

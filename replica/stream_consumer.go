@@ -83,11 +83,7 @@ func (sq *streamQueue) Consume(c *queue.Consumer) error {
 	if c.NoAck {
 		return amqp.Errorf(amqp.NotImplemented, "automatic acknowledgement not supported by stream queues %s", sq.rs())
 	}
-	filter, err := streamFilter(c.Args)
-	if err != nil {
-		return err
-	}
-	r, err := sq.log.NewReader(spec, filter)
+	r, err := sq.log.NewReader(spec, streamFilter(c.Args))
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", sq.q.Name(), err)
 	}
@@ -101,7 +97,7 @@ func (sq *streamQueue) Consume(c *queue.Consumer) error {
 	}
 	sc.offset.Store(r.Offset())
 	sq.mu.Lock()
-	if sq.gone {
+	if sq.gone.Load() {
 		sq.mu.Unlock()
 		_ = r.Close()
 		return queue.ErrDeleted
@@ -234,7 +230,7 @@ func erlValue(v any) string {
 // x-stream-match-unfiltered (RabbitMQ 3.13+: rabbit_stream_queue.erl
 // v4.3.5 filter_spec: other element types are skipped, and without a
 // filter x-stream-match-unfiltered means nothing).
-func streamFilter(args amqp.Table) (*stream.Filter, error) {
+func streamFilter(args amqp.Table) *stream.Filter {
 	var vals []string
 	switch x := args["x-stream-filter"].(type) {
 	case string:
@@ -249,10 +245,10 @@ func streamFilter(args amqp.Table) (*stream.Filter, error) {
 			vals = []string{}
 		}
 	default:
-		return nil, nil
+		return nil
 	}
 	mu, _ := args["x-stream-match-unfiltered"].(bool)
-	return &stream.Filter{Values: vals, MatchUnfiltered: mu}, nil
+	return &stream.Filter{Values: vals, MatchUnfiltered: mu}
 }
 
 // Cancel stops the consumer; what it delivered stays with its channel

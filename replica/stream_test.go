@@ -81,14 +81,14 @@ func TestOffsetSpec(t *testing.T) {
 }
 
 func TestStreamFilterArgs(t *testing.T) {
-	if f, _ := streamFilter(amqp.Table{}); f != nil {
+	if f := streamFilter(amqp.Table{}); f != nil {
 		t.Fatalf("no x-stream-filter: %+v", f)
 	}
-	f, _ := streamFilter(amqp.Table{"x-stream-filter": []any{"a", int32(3), "b"}, "x-stream-match-unfiltered": true})
+	f := streamFilter(amqp.Table{"x-stream-filter": []any{"a", int32(3), "b"}, "x-stream-match-unfiltered": true})
 	if f == nil || len(f.Values) != 2 || f.Values[0] != "a" || f.Values[1] != "b" || !f.MatchUnfiltered {
 		t.Fatalf("array filter: %+v", f)
 	}
-	f, _ = streamFilter(amqp.Table{"x-stream-filter": "eu"})
+	f = streamFilter(amqp.Table{"x-stream-filter": "eu"})
 	if f == nil || len(f.Values) != 1 || f.MatchUnfiltered {
 		t.Fatalf("string filter: %+v", f)
 	}
