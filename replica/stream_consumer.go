@@ -43,9 +43,13 @@ type streamConsumer struct {
 	offset atomic.Uint64 // the next offset it reads
 	out    atomic.Int32  // delivered, not settled
 
+	mem int64 // counted in the node's memory figure: its reader and its buffer
+
 	mu     sync.Mutex
 	window []unackedOffset // a tracked consumer's deliveries not settled, ascending; from head
 	head   int
+	nDone  int  // entries of window[head:] settled
+	orphan bool // failed: taken out of the maps, so its run closes the reader
 	// barrier: the lowest offset it requeued (hasBarrier), which its
 	// stored offset does not pass.
 	barrier    uint64
@@ -111,6 +115,7 @@ func (sq *streamQueue) Consume(c *queue.Consumer) error {
 	sc.id = id
 	sq.readers[id], sq.byCons[c] = sc, sc
 	sq.mu.Unlock()
+	sc.account(stream.ReaderMemory)
 	go sc.run()
 	return nil
 }
@@ -267,6 +272,14 @@ func (sq *streamQueue) Cancel(c *queue.Consumer) {
 	}
 }
 
+// account adds n bytes to what the consumer holds and to the node's
+// memory figure (a client's consumers are a client's memory: the alarm
+// sees them).
+func (sc *streamConsumer) account(n int64) {
+	sc.mem += n
+	sc.sq.mem.Add(n)
+}
+
 func (sc *streamConsumer) kick() {
 	select {
 	case sc.wake <- struct{}{}:
@@ -279,8 +292,16 @@ func (sc *streamConsumer) halt() {
 	sc.haltOnce.Do(func() {
 		close(sc.quit)
 		<-sc.done
-		_ = sc.r.Close()
+		sc.release()
 	})
+}
+
+// release closes the reader and uncounts what the consumer held (run
+// has returned).
+func (sc *streamConsumer) release() {
+	_ = sc.r.Close()
+	sc.account(-sc.mem)
+	sc.buf = nil
 }
 
 // run delivers from the log whenever the channel has room and the log
@@ -290,6 +311,12 @@ func (sc *streamConsumer) run() {
 	for {
 		changed := sc.sq.log.Changed()
 		if !sc.held && !sc.pump() {
+			sc.mu.Lock()
+			orphan := sc.orphan
+			sc.mu.Unlock()
+			if orphan { // nobody else can reach it to halt it
+				sc.release()
+			}
 			return
 		}
 		select {
@@ -380,10 +407,10 @@ func (sc *streamConsumer) delivery(e stream.Entry) (queue.Delivery, error) {
 		sc.lastKey = string(rec.key)
 	}
 	if cap(buf) > streamBufKeep {
-		sc.buf = nil // not kept after a large message
-	} else {
-		sc.buf = buf
+		buf = buf[:0:0] // not kept after a large message
 	}
+	sc.account(int64(cap(buf) - cap(sc.buf)))
+	sc.buf = buf
 	sc.msg = queue.Message{Exchange: sc.lastEx, RoutingKey: sc.lastKey, Props: buf[:np:np], Body: buf[np:],
 		Enqueued: e.Timestamp * int64(time.Millisecond)}
 	return queue.Delivery{Msg: &sc.msg, Seq: e.Offset, Reader: sc.id}, nil
@@ -395,11 +422,15 @@ func (sc *streamConsumer) failed(err error) {
 	sq.m.log.Error("stream consumer stopped: reading the stream failed", zap.String("queue", sq.q.Name()),
 		zap.String("consumer", sc.c.Tag), zap.Error(err))
 	sq.mu.Lock()
-	if sq.byCons[sc.c] == sc {
+	mine := sq.byCons[sc.c] == sc
+	if mine {
 		delete(sq.byCons, sc.c)
 		delete(sq.readers, sc.id)
 	}
 	sq.mu.Unlock()
+	sc.mu.Lock()
+	sc.orphan = mine
+	sc.mu.Unlock()
 	sc.c.Sink.Cancelled(sc.c)
 }
 
@@ -417,19 +448,40 @@ func (sc *streamConsumer) settled(ds []queue.Delivery, requeued bool) {
 			sc.barrier, sc.hasBarrier = d.Seq, true
 		}
 		i := sort.Search(len(w), func(i int) bool { return w[i].off >= d.Seq })
-		if i < len(w) && w[i].off == d.Seq {
+		if i < len(w) && w[i].off == d.Seq && !w[i].settled {
 			w[i].settled = true
+			sc.nDone++
 		}
 	}
 	for sc.head < len(sc.window) && sc.window[sc.head].settled {
 		sc.head++
+		sc.nDone--
 	}
-	if sc.head > 1024 && sc.head*2 > len(sc.window) {
+	sc.compact()
+	sc.mu.Unlock()
+	sc.storeOffset()
+}
+
+// compact keeps the window about the size of what is not settled (at
+// most the channel's prefetch): the settled entries before the head go,
+// and so do those after it once they are most of the window, as when
+// one early delivery stays unacked while the rest are acked. sc.mu held.
+func (sc *streamConsumer) compact() {
+	live := len(sc.window) - sc.head
+	switch {
+	case sc.nDone > 1024 && sc.nDone*2 > live:
+		w := sc.window[:0]
+		for _, u := range sc.window[sc.head:] {
+			if !u.settled {
+				w = append(w, u)
+			}
+		}
+		clear(sc.window[len(w):])
+		sc.window, sc.head, sc.nDone = w, 0, 0
+	case sc.head > 1024 && sc.head*2 > len(sc.window):
 		sc.window = append(sc.window[:0], sc.window[sc.head:]...)
 		sc.head = 0
 	}
-	sc.mu.Unlock()
-	sc.storeOffset()
 }
 
 // storeOffset stores a tracked consumer's resume point: its first

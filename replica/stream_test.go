@@ -93,3 +93,34 @@ func TestStreamFilterArgs(t *testing.T) {
 		t.Fatalf("string filter: %+v", f)
 	}
 }
+
+// TestTrackedWindowBounded: a tracked consumer that leaves its first
+// delivery unacked and acks every later one keeps a window about the size
+// of what it has not settled, not one entry per delivery ever made, and
+// its stored offset stays at the unacked one.
+func TestTrackedWindowBounded(t *testing.T) {
+	lg, err := stream.Open(t.TempDir(), stream.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lg.Close() }()
+	sc := &streamConsumer{sq: &streamQueue{log: lg}, track: "t"}
+	const n = 100_000
+	sc.window = append(sc.window, unackedOffset{off: 0})
+	for off := uint64(1); off < n; off++ {
+		sc.window = append(sc.window, unackedOffset{off: off})
+		sc.offset.Store(off + 1) // as pump records what it delivered
+		sc.out.Add(1)
+		sc.settled([]queue.Delivery{{Seq: off}}, false)
+	}
+	if live := len(sc.window) - sc.head; live > 2100 {
+		t.Fatalf("window holds %d entries for 1 unsettled delivery", live)
+	}
+	if off, ok := lg.TrackedOffset("t"); !ok || off != 0 {
+		t.Fatalf("stored offset %d (%v), want 0", off, ok)
+	}
+	sc.settled([]queue.Delivery{{Seq: 0}}, false)
+	if off, _ := lg.TrackedOffset("t"); off != n {
+		t.Fatalf("stored offset %d once everything was acked, want %d", off, n)
+	}
+}

@@ -11,7 +11,11 @@ import (
 )
 
 // readBuffer is a reader's buffer: its memory, whatever the log's size.
-const readBuffer = 64 << 10
+const readBuffer = ReaderMemory
+
+// ReaderMemory is what a Reader holds: its read buffer (its owner may
+// count it in a memory figure).
+const ReaderMemory = 64 << 10
 
 // Reader reads the log from an offset onwards, sequentially, with its
 // own file handle and a small buffer: its memory does not grow with the
