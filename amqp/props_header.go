@@ -3,9 +3,10 @@ package amqp
 import "encoding/binary"
 
 // AppendLongHeader appends to dst the encoded properties p (flags first)
-// with the header key set to the long-long v: an entry added at the end
-// of the headers table (a table is read in order, so it wins over an
-// entry of the same key already there), the table made when p has none.
+// with the header key set to the long-long v: an entry of that key
+// already there is dropped and the new one added at the end of the
+// headers table (as RabbitMQ's rabbit_basic:add_header replaces it), the
+// table made when p has none.
 // It copies p once and decodes nothing but the lengths before the
 // table: what a stream adds to every delivery (x-stream-offset), as
 // RabbitMQ's rabbit_basic:add_header does. p that does not parse comes
@@ -20,9 +21,11 @@ func AppendLongHeader(dst, p []byte, key string, v int64) []byte {
 		end := cap(p) - cap(t) + len(t) // the table body's end in p
 		lenAt := cap(p) - cap(t) - 4
 		dst = append(dst, p[:lenAt]...)
-		dst = binary.BigEndian.AppendUint32(dst, uint32(len(t)+entry))
-		dst = append(dst, t...)
+		at := len(dst)
+		dst = binary.BigEndian.AppendUint32(dst, 0)
+		dst = appendOtherEntries(dst, t, key)
 		dst = appendLongEntry(dst, key, v)
+		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
 		return append(dst, p[end:]...)
 	}
 	// No headers: the table goes after content-type and content-encoding
@@ -49,4 +52,26 @@ func appendLongEntry(dst []byte, key string, v int64) []byte {
 	dst = append(dst, key...)
 	dst = append(dst, 'l')
 	return binary.BigEndian.AppendUint64(dst, uint64(v))
+}
+
+// appendOtherEntries appends the entries of table body t but those named
+// key; a body that does not parse is appended whole.
+func appendOtherEntries(dst, t []byte, key string) []byte {
+	start := len(dst)
+	for off := 0; off < len(t); {
+		n := int(t[off])
+		if off+1+n >= len(t) {
+			return append(dst[:start], t...)
+		}
+		rest, err := skipFieldValue(t[off+1+n:], 0)
+		if err != nil {
+			return append(dst[:start], t...)
+		}
+		end := len(t) - len(rest)
+		if string(t[off+1:off+1+n]) != key {
+			dst = append(dst, t[off:end]...)
+		}
+		off = end
+	}
+	return dst
 }

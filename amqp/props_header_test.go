@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"testing"
 	"time"
 )
@@ -33,6 +34,11 @@ func TestAppendLongHeader(t *testing.T) {
 			}
 			if got.Headers["x-stream-offset"] != int64(1<<40+7) {
 				t.Fatalf("x-stream-offset = %#v", got.Headers["x-stream-offset"])
+			}
+			// One entry of the key on the wire: a publisher's own is
+			// replaced, not shadowed.
+			if h, _ := PropertyField(out[6:], FlagHeaders); bytes.Count(h, []byte("x-stream-offset")) != 1 {
+				t.Fatalf("x-stream-offset appears %d times in the table", bytes.Count(h, []byte("x-stream-offset")))
 			}
 			want := tc.p
 			delete(got.Headers, "x-stream-offset")

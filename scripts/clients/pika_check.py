@@ -1552,6 +1552,13 @@ def _():
                          arguments={"x-stream-offset": 2})
         wait_for(c, lambda: len(got2) >= 1, timeout=5)
         eq(got2, [b"s2"], "stream from offset 2")
+        # A publisher's own x-stream-offset is replaced by the offset.
+        publish(ch, st, b"s3", props=pika.BasicProperties(headers={"x-stream-offset": "mine"}))
+        got3 = []
+        ch.basic_consume(st, lambda _c, m, p, b: (got3.append((b, p.headers)), ch.basic_ack(m.delivery_tag)),
+                         arguments={"x-stream-offset": 3})
+        wait_for(c, lambda: len(got3) >= 1, timeout=5)
+        eq(got3, [(b"s3", {"x-stream-offset": 3})], "a publisher's x-stream-offset replaced")
 
 
 @check("queue_declare_nowait")
