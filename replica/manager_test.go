@@ -413,8 +413,11 @@ func TestManagerProxies(t *testing.T) {
 	p.Ack(ds, nil)
 	poll.Eventually(t, 5*time.Second, func() bool { return s.count() == 2 }, "after the acks, %d more delivered, want 2", s.count())
 	ds = s.take()
-	p.Requeue(ds, nil)
+	// Cancel before the requeue: the other way round the home may hand
+	// the requeued messages straight back to the still-live consumer (its
+	// credit came back with them), as RabbitMQ may.
 	p.Cancel(c)
+	p.Requeue(ds, nil)
 	poll.Eventually(t, 5*time.Second, func() bool { return hq.Ready() == 2 && hq.Consumers() == 0 }, "the requeue and cancel did not reach the home")
 
 	d, ok, remaining, err := p.Get(false)
