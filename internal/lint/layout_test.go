@@ -29,6 +29,9 @@ var allowed = map[string][]string{
 	// (what a channel holds comes through broker's admin API).
 	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
 	"metrics": {"broker", "vhost", "queue", "replica", "github.com/prometheus/client_golang", "go.uber.org/zap"},
+	// The shovel engine: an AMQP client, knowing nothing of the broker
+	// (the broker gives it a Dialer for local URIs).
+	"shovel": {"amqp", "github.com/rabbitmq/amqp091-go", "go.uber.org/zap"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},
