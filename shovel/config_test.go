@@ -34,12 +34,12 @@ func TestParse(t *testing.T) {
 	t.Run("everything", func(t *testing.T) {
 		c, err := Parse(map[string]any{
 			"src-protocol": "amqp091", "dest-protocol": "amqp091",
-			"src-uri": []any{"amqp://u:p@a:5672/v", "amqps://b?cacertfile=/x&verify=verify_peer&server_name_indication=b"},
+			"src-uri":      []any{"amqp://u:p@a:5672/v", "amqps://b?cacertfile=/x&verify=verify_peer&server_name_indication=b"},
 			"src-exchange": "x", "src-exchange-key": "k", "src-prefetch-count": float64(50),
 			"src-delete-after": float64(10), "dest-uri": "amqp:///v2", "dest-exchange": "y",
 			"dest-exchange-key": "", "dest-add-forward-headers": true, "dest-add-timestamp-header": true,
 			"dest-publish-properties": map[string]any{"delivery_mode": float64(2), "app_id": "a"},
-			"ack-mode": "on-publish", "reconnect-delay": 0.5, "dest-queue-args": map[string]any{"x-message-ttl": float64(1000)},
+			"ack-mode":                "on-publish", "reconnect-delay": 0.5, "dest-queue-args": map[string]any{"x-message-ttl": float64(1000)},
 		})
 		if err != nil {
 			t.Fatal(err)
