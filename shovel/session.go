@@ -233,6 +233,18 @@ func closeErr(side, uri, what string, e *rmq.Error) error {
 
 func (l *loop) deliveryOrClosed(d rmq.Delivery, ok bool) error {
 	if !ok {
+		// The consumer's channel closes with its connection: report the
+		// connection's or the channel's error if it comes, a
+		// basic.cancel (the queue was deleted) otherwise.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case e := <-l.src.closed:
+			return closeErr("source", l.src.uri, "connection", e)
+		case e := <-l.src.chDown:
+			return closeErr("source", l.src.uri, "channel", e)
+		case <-t.C:
+		}
 		return fmt.Errorf("source %s: consumer cancelled", Redact(l.src.uri))
 	}
 	return l.deliver(d)
