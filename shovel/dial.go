@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"time"
@@ -138,7 +139,14 @@ func (d AMQPDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
 	}
 	props := rmq.NewConnectionProperties()
 	props.SetClientConnectionName(name)
-	cfg := rmq.Config{Properties: props, Heartbeat: 10 * time.Second, Dial: rmq.DefaultDial(timeout)}
+	dial := rmq.DefaultDial(timeout)
+	cfg := rmq.Config{Properties: props, Heartbeat: 10 * time.Second, Dial: func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return cork(c), nil
+	}}
 	if pu.Scheme == "amqps" {
 		if cfg.TLSClientConfig, err = tlsConfig(uri, pu); err != nil {
 			return nil, err

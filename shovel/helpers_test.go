@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // node is an in-process broker on a fixed address, so that it can stop
 // and start again where a shovel's URI points.
 type node struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 	dir  string
 	srv  *broker.Server
@@ -38,7 +38,7 @@ type node struct {
 
 // startNode starts a broker on addr ("127.0.0.1:0" for any port) with
 // its store in dir.
-func startNode(t *testing.T, addr, dir string) *node {
+func startNode(t testing.TB, addr, dir string) *node {
 	t.Helper()
 	srv, err := broker.New(broker.Options{DataDir: dir})
 	if err != nil {
@@ -89,7 +89,7 @@ func (n *node) addVhost(name string) {
 	}
 }
 
-func dial(t *testing.T, url string) (*rmq.Connection, *rmq.Channel) {
+func dial(t testing.TB, url string) (*rmq.Connection, *rmq.Channel) {
 	t.Helper()
 	c, err := rmq.Dial(url)
 	if err != nil {
@@ -105,7 +105,7 @@ func dial(t *testing.T, url string) (*rmq.Connection, *rmq.Channel) {
 
 // fill declares a durable queue and publishes n persistent messages
 // numbered from 0, confirmed, with bodies of size bytes.
-func fill(t *testing.T, url, q string, n, size int) {
+func fill(t testing.TB, url, q string, n, size int) {
 	t.Helper()
 	c, ch := dial(t, url)
 	defer c.Close()
@@ -137,7 +137,7 @@ func fill(t *testing.T, url, q string, n, size int) {
 	}
 }
 
-func declare(t *testing.T, url, q string) {
+func declare(t testing.TB, url, q string) {
 	t.Helper()
 	c, ch := dial(t, url)
 	defer c.Close()
@@ -146,7 +146,7 @@ func declare(t *testing.T, url, q string) {
 	}
 }
 
-func queueLen(t *testing.T, url, q string) int {
+func queueLen(t testing.TB, url, q string) int {
 	t.Helper()
 	c, ch := dial(t, url)
 	defer c.Close()
@@ -159,7 +159,7 @@ func queueLen(t *testing.T, url, q string) int {
 
 // collect consumes q until it has seen want distinct messages, and
 // returns how many times it saw each and the last delivery of each.
-func collect(t *testing.T, url, q string, want int, within time.Duration) (map[int]int, map[int]rmq.Delivery) {
+func collect(t testing.TB, url, q string, want int, within time.Duration) (map[int]int, map[int]rmq.Delivery) {
 	t.Helper()
 	// The shovel declares the destination queue when it starts.
 	poll.Eventually(t, within, func() bool {
@@ -208,7 +208,7 @@ func collect(t *testing.T, url, q string, want int, within time.Duration) (map[i
 
 // checkAll fails unless ids 0..n-1 were all seen, and returns how many
 // were seen more than once.
-func checkAll(t *testing.T, seen map[int]int, n int) (dups int) {
+func checkAll(t testing.TB, seen map[int]int, n int) (dups int) {
 	t.Helper()
 	for i := range n {
 		switch seen[i] {
@@ -223,7 +223,7 @@ func checkAll(t *testing.T, seen map[int]int, n int) (dups int) {
 }
 
 // start parses def and starts a shovel, stopped when the test ends.
-func start(t *testing.T, def map[string]any, opts shovel.Options) *shovel.Shovel {
+func start(t testing.TB, def map[string]any, opts shovel.Options) *shovel.Shovel {
 	t.Helper()
 	cfg, err := shovel.Parse(def)
 	if err != nil {
@@ -241,7 +241,7 @@ func start(t *testing.T, def map[string]any, opts shovel.Options) *shovel.Shovel
 	return s
 }
 
-func waitState(t *testing.T, s *shovel.Shovel, state shovel.State, within time.Duration) shovel.Status {
+func waitState(t testing.TB, s *shovel.Shovel, state shovel.State, within time.Duration) shovel.Status {
 	t.Helper()
 	var st shovel.Status
 	poll.Eventually(t, within, func() bool { st = s.Status(); return st.State == state }, "shovel %s (now %+v)", state, st)
