@@ -235,3 +235,46 @@ func shovelKill9(t *testing.T, kill string) {
 		t.Errorf("after the restart: %+v", st)
 	}
 }
+
+// TestShovelEngineTLS: an amqps:// destination with RabbitMQ's URI query
+// options (https://www.rabbitmq.com/docs/uri-query-parameters):
+// cacertfile verifies the broker, verify=verify_none skips it,
+// server_name_indication names the host to verify, certfile and keyfile
+// present a client certificate. A destination that fails verification
+// shows the TLS error as the shovel's reason.
+func TestShovelEngineTLS(t *testing.T) {
+	p := newPKI(t)
+	certFile, keyFile := p.ca.Client(t, "shovel").Write(t, p.dir, "client")
+	b, addr := startTLS(t, p.opts("verify_peer", true))
+	base := "amqps://guest:guest@" + addr + "/?"
+	for i, tc := range []struct {
+		query string
+		fails string // "" when the move succeeds
+	}{
+		{"cacertfile=" + p.caFile + "&certfile=" + certFile + "&keyfile=" + keyFile, ""},
+		{"cacertfile=" + p.caFile + "&certfile=" + certFile + "&keyfile=" + keyFile + "&server_name_indication=localhost", ""},
+		{"verify=verify_none&certfile=" + certFile + "&keyfile=" + keyFile, ""},
+		{"certfile=" + certFile + "&keyfile=" + keyFile, "certificate"},
+		{"cacertfile=" + p.caFile + "&certfile=" + certFile + "&keyfile=" + keyFile + "&server_name_indication=other.example", "certificate"},
+		{"cacertfile=" + p.caFile, "certificate required"}, // the broker wants a client certificate
+	} {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			q := "tls-" + strconv.Itoa(i)
+			shovelFill(t, b.URL, q, 10, 10)
+			s := startShovel(t, map[string]any{"src-uri": b.URL, "src-queue": q, "dest-uri": base + tc.query, "dest-queue": q + "-dst", "reconnect-delay": 0.2})
+			if tc.fails == "" {
+				shovelCollect(t, b.URL, q+"-dst", 10, 30*time.Second)
+				return
+			}
+			var st shovel.Status
+			poll.Eventually(t, 30*time.Second, func() bool {
+				st = s.Status()
+				return st.State == shovel.Terminated && strings.Contains(st.Reason, tc.fails)
+			}, "terminated with %q (now %+v)", tc.fails, st)
+			t.Logf("reason: %s", st.Reason)
+			if n := shovelQueueLen(t, b.URL, q); n != 10 {
+				t.Errorf("source holds %d, want 10", n)
+			}
+		})
+	}
+}
