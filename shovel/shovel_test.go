@@ -322,3 +322,24 @@ func TestSrcURIList(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// TestRestart: Restart ends the session and starts another at once; the
+// counts go on and every message still arrives once.
+func TestRestart(t *testing.T) {
+	a := startNode(t, "127.0.0.1:0", t.TempDir())
+	fill(t, a.url("/"), "src", 100, 10)
+	s := start(t, map[string]any{"src-uri": a.url("/"), "src-queue": "src", "dest-uri": a.url("/"), "dest-queue": "dst"}, shovel.Options{})
+	seen, _ := collect(t, a.url("/"), "dst", 100, 30*time.Second)
+	checkAll(t, seen, 100)
+	s.Restart()
+	waitState(t, s, shovel.Running, 30*time.Second)
+	fill(t, a.url("/"), "src", 100, 10)
+	seen, _ = collect(t, a.url("/"), "dst", 100, 30*time.Second)
+	if dups := checkAll(t, seen, 100); dups != 0 {
+		t.Errorf("%d duplicates", dups)
+	}
+	poll.Eventually(t, 30*time.Second, func() bool { return s.Status().Moved == 200 }, "moved 200 (now %+v)", s.Status())
+	if st := s.Status(); st.Sessions != 2 {
+		t.Errorf("status %+v", st)
+	}
+}
