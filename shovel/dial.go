@@ -114,6 +114,27 @@ func Redact(uri string) string {
 	return u.String()
 }
 
+// SplitDialer sends host-less URIs to Local (the broker's own path) and
+// the others to Remote.
+type SplitDialer struct {
+	Local, Remote Dialer
+}
+
+// Dial picks Local or Remote by the URI; a nil one is ErrLocalURI or
+// AMQPDialer.
+func (d SplitDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
+	if IsLocal(uri) {
+		if d.Local == nil {
+			return nil, ErrLocalURI
+		}
+		return d.Local.Dial(ctx, uri, name)
+	}
+	if d.Remote == nil {
+		return AMQPDialer{}.Dial(ctx, uri, name)
+	}
+	return d.Remote.Dial(ctx, uri, name)
+}
+
 // AMQPDialer dials remote brokers with amqp091-go over TCP (amqp://) or
 // TLS (amqps://).
 type AMQPDialer struct {

@@ -181,9 +181,18 @@ const consumerTag = "shovel"
 // run moves messages. It takes what has arrived without waiting and,
 // when nothing more is there, acks the source up to the highest tag
 // confirmed (multiple): batches grow with the load, never on a timer.
-func (l *loop) run(ctx context.Context, deliveries <-chan rmq.Delivery, confirms chan rmq.Confirmation) error {
+//
+// On-confirm, at most cap(confirms)-1 publishes are in flight: with
+// src-prefetch-count 0 (no limit) the source would not bound them, and a
+// full confirms channel would stall amqp091-go's reader while this
+// goroutine waits to publish.
+func (l *loop) run(ctx context.Context, src <-chan rmq.Delivery, confirms chan rmq.Confirmation) error {
 	for {
 		var err error
+		deliveries := src
+		if confirms != nil && len(l.inflight) >= cap(confirms)-1 {
+			deliveries = nil // wait for confirms first
+		}
 		select {
 		case d, ok := <-deliveries:
 			err = l.deliveryOrClosed(d, ok)
@@ -216,7 +225,7 @@ func (l *loop) run(ctx context.Context, deliveries <-chan rmq.Delivery, confirms
 					return ferr
 				}
 				if l.s.cfg.AckMode == NoAck {
-					return l.drainNoAck(deliveries)
+					return l.drainNoAck(src)
 				}
 			}
 			return err

@@ -1,7 +1,9 @@
 package shovel_test
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -342,4 +344,40 @@ func TestRestart(t *testing.T) {
 	if st := s.Status(); st.Sessions != 2 {
 		t.Errorf("status %+v", st)
 	}
+}
+
+// localDialer stands in for the broker's local path: it dials the given
+// broker for a host-less URI, and counts.
+type localDialer struct {
+	addr  string
+	dials atomic.Int32
+}
+
+func (d *localDialer) Dial(ctx context.Context, uri, name string) (shovel.Conn, error) {
+	d.dials.Add(1)
+	return shovel.AMQPDialer{}.Dial(ctx, "amqp://guest:guest@"+d.addr+"/"+url.PathEscape(shovel.Vhost(uri)), name)
+}
+
+// TestLocalURI: a host-less URI ("amqp://", RabbitMQ's this-node) goes to
+// the Dialer's local path; the TCP dialer alone refuses it with the
+// reason in the status. With src-prefetch-count 0 (no limit) the in-flight
+// publishes stay bounded and everything moves.
+func TestLocalURI(t *testing.T) {
+	a := startNode(t, "127.0.0.1:0", t.TempDir())
+	fill(t, a.url("/"), "src", 3000, 10)
+	s := start(t, map[string]any{"src-uri": "amqp://", "src-queue": "src", "dest-uri": a.url("/"), "dest-queue": "dst",
+		"reconnect-delay": float64(0)}, shovel.Options{})
+	poll.Eventually(t, 30*time.Second, func() bool { return s.Status().Done }, "done")
+	if st := s.Status(); !strings.Contains(st.Reason, shovel.ErrLocalURI.Error()) {
+		t.Fatalf("status %+v", st)
+	}
+	local := &localDialer{addr: a.addr}
+	s = start(t, map[string]any{"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp:///", "dest-queue": "dst",
+		"src-prefetch-count": float64(0)}, shovel.Options{Dialer: shovel.SplitDialer{Local: local}})
+	seen, _ := collect(t, a.url("/"), "dst", 3000, 60*time.Second)
+	checkAll(t, seen, 3000)
+	if local.dials.Load() != 2 {
+		t.Errorf("local dials: %d", local.dials.Load())
+	}
+	_ = s
 }
