@@ -342,23 +342,25 @@ func TestFederationLinkErrorsAndAccess(t *testing.T) {
 	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fapi-er/badpw", `{"value":{"uri":"amqp://guest:nope@`+b.Addr+`/fapi-er","reconnect-delay":5}}`, 201)
 	sapiWantStatus(t, a, "PUT", "/api/policies/fapi-er/g", `{"pattern":"^g","apply-to":"exchanges","definition":{"federation-upstream":"dead"}}`, 201)
 	sapiWantStatus(t, a, "PUT", "/api/policies/fapi-er/h", `{"pattern":"^h","apply-to":"exchanges","definition":{"federation-upstream":"badpw"}}`, 201)
-	errored := func(name string) func() bool {
-		return func() bool {
-			l := fapiLink(t, a, "fapi-er", "exchange", name)
+	// A link in error retries (starting, then error again): the error
+	// status seen is the one checked.
+	errored := func(name string) map[string]any {
+		var l map[string]any
+		poll.Eventually(t, 30*time.Second, func() bool {
+			l = fapiLink(t, a, "fapi-er", "exchange", name)
 			return l != nil && l["status"] == "error"
-		}
+		}, "%s link in error", name)
+		return l
 	}
-	poll.Eventually(t, 30*time.Second, errored("gx"), "gx link in error")
-	poll.Eventually(t, 30*time.Second, errored("hx"), "hx link in error")
 	// RabbitMQ: {"node":"rabbit@vm","exchange":"gx","upstream_exchange":"gx","type":"exchange","vhost":"sr-down","upstream":"dead","id":"322cd5e1","status":"error","error":"econnrefused","uri":"amqp://localhost:5999/sr-up","timestamp":"2026-12-06 18:11:12"}
-	gx := fapiLink(t, a, "fapi-er", "exchange", "gx")
+	gx := errored("gx")
 	if _, ok := gx["local_channel"]; ok {
 		t.Fatalf("an errored link has local_channel: %v", gx)
 	}
 	sapiEqualJSON(t, "gx", fapiStable(t, gx),
 		`{"node":"`+node+`","exchange":"gx","upstream_exchange":"gx","type":"exchange","vhost":"fapi-er","upstream":"dead","status":"error","error":"econnrefused","uri":"amqp://`+closed+`/fapi-er"}`)
 	// RabbitMQ: "error":"{auth_failure,\"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile.\"}"
-	sapiEqualJSON(t, "hx", fapiStable(t, fapiLink(t, a, "fapi-er", "exchange", "hx")),
+	sapiEqualJSON(t, "hx", fapiStable(t, errored("hx")),
 		`{"node":"`+node+`","exchange":"hx","upstream_exchange":"hx","type":"exchange","vhost":"fapi-er","upstream":"badpw","status":"error","error":"{auth_failure,\"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile.\"}","uri":"amqp://`+b.Addr+`/fapi-er"}`)
 	// /federation-links/:vhost/state/down and /federation-links/state/down/ list links not running.
 	for _, path := range []string{"/api/federation-links/fapi-er/state/down", "/api/federation-links/state/down/"} {
@@ -396,4 +398,97 @@ func TestFederationLinkErrorsAndAccess(t *testing.T) {
 		t.Fatalf("PUT upstream as policymaker: %d %s", got, out)
 	}
 	sapiWantErr(t, a, "fapi-mon", "pw", "PUT", "/api/parameters/federation-upstream/fapi-er/u-mon", `{"value":{"uri":"amqp:///fapi-er"}}`, 401, "not_authorised", "User not authorised to access object")
+}
+
+// Upstream sets: a policy's federation-upstream-set names a set, or "all"
+// for every upstream of the vhost; an upstream's "exchange" federates from
+// another upstream exchange (upstream_exchange in the link). Two vhosts
+// federating each other's exchange with max-hops 1 do not loop: a message
+// crosses once and does not come back.
+func TestFederationUpstreamSetAndLoop(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	sapiVhosts(t, a, "fapi-a", "fapi-b")
+	for _, v := range []string{"fapi-a", "fapi-b"} {
+		sapiWantStatus(t, a, "PUT", "/api/exchanges/"+v+"/fx", `{"type":"fanout","durable":true}`, 201)
+		sapiWantStatus(t, a, "PUT", "/api/queues/"+v+"/sink", `{"durable":true}`, 201)
+		sapiWantStatus(t, a, "POST", "/api/bindings/"+v+"/e/fx/q/sink", `{"routing_key":""}`, 201)
+	}
+	sapiWantStatus(t, a, "PUT", "/api/exchanges/fapi-a/other", `{"type":"fanout","durable":true}`, 201)
+	up := func(v string) string { return "amqp://guest:guest@" + b.Addr + "/" + v }
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fapi-b/ua", `{"value":{"uri":"`+up("fapi-a")+`","max-hops":1}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fapi-b/ua2", `{"value":{"uri":"`+up("fapi-a")+`","exchange":"other"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream-set/fapi-b/s", `{"value":[{"upstream":"ua"},{"upstream":"ua2"}]}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/policies/fapi-b/f", `{"pattern":"^fx$","apply-to":"exchanges","definition":{"federation-upstream-set":"s"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fapi-a/ub", `{"value":{"uri":"`+up("fapi-b")+`","max-hops":1}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/policies/fapi-a/f", `{"pattern":"^fx$","apply-to":"exchanges","definition":{"federation-upstream-set":"all"}}`, 201)
+	// RabbitMQ: {"exchange":"fx","upstream_exchange":"fx","type":"exchange","vhost":"pr-a","upstream":"ub",...,"status":"running","uri":"amqp://localhost:5672/pr-b"}
+	// {"exchange":"fx","upstream_exchange":"fx",...,"vhost":"pr-b","upstream":"ua",...} {"exchange":"fx","upstream_exchange":"other",...,"vhost":"pr-b","upstream":"ua2",...}
+	want := map[string]string{"fapi-a/ub": "fx", "fapi-b/ua": "fx", "fapi-b/ua2": "other"}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		got := map[string]string{}
+		for _, v := range []string{"fapi-a", "fapi-b"} {
+			for _, l := range fapiLinks(t, a, "/api/federation-links/"+v) {
+				if l["status"] != "running" || l["exchange"] != "fx" {
+					return false
+				}
+				got[v+"/"+l["upstream"].(string)], _ = l["upstream_exchange"].(string)
+			}
+		}
+		return len(got) == len(want) && got["fapi-a/ub"] == want["fapi-a/ub"] && got["fapi-b/ua"] == want["fapi-b/ua"] && got["fapi-b/ua2"] == want["fapi-b/ua2"]
+	}, "three links running: %v", want)
+	ac := dial(t, "amqp://guest:guest@"+b.Addr+"/fapi-a")
+	ach := openChannel(t, ac)
+	if err := ach.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range [][2]string{{"fx", "A1"}, {"other", "O1"}} {
+		dc, err := ach.PublishWithDeferredConfirm(p[0], "", false, false, rmq.Publishing{Body: []byte(p[1])})
+		if err != nil || !dc.Wait() {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	bc := dial(t, "amqp://guest:guest@"+b.Addr+"/fapi-b")
+	bch := openChannel(t, bc)
+	// RabbitMQ: pr-b's sink got A1 and O1, each with x-received-from [{"cluster-name":"rabbit@vm","exchange":"fx","redelivered":false,"uri":"amqp://localhost:5672/pr-a","vhost":"pr-a"}]
+	// (exchange "fx" for O1 too); pr-a's sink got A1 once, without headers.
+	var got []string
+	poll.Eventually(t, 30*time.Second, func() bool {
+		m, ok, err := bch.Get("sink", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got = append(got, string(m.Body))
+			sapiEqualJSON(t, "x-received-from of "+string(m.Body), m.Headers["x-received-from"],
+				`[{"cluster-name":"`+sapiClusterName(t, a)+`","exchange":"fx","redelivered":false,"uri":"amqp://`+b.Addr+`/fapi-a","vhost":"fapi-a"}]`)
+		}
+		return len(got) == 2
+	}, "A1 and O1 at fapi-b")
+	if !(got[0] == "A1" && got[1] == "O1") && !(got[0] == "O1" && got[1] == "A1") {
+		t.Fatalf("fapi-b got %v", got)
+	}
+	// A1 must not come back to fapi-a over ub: after O1 and a marker
+	// published in fapi-b reach fapi-a (the path back is running), fapi-a
+	// holds A1 once and the marker.
+	if err := bch.Publish("fx", "", false, false, rmq.Publishing{Body: []byte("B1")}); err != nil {
+		t.Fatal(err)
+	}
+	var back []string
+	poll.Eventually(t, 30*time.Second, func() bool {
+		m, ok, err := ach.Get("sink", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			back = append(back, string(m.Body))
+		}
+		return len(back) > 0 && back[len(back)-1] == "B1"
+	}, "the marker B1 at fapi-a")
+	if len(back) != 2 || back[0] != "A1" {
+		t.Fatalf("fapi-a sink: %v, want [A1 B1]", back)
+	}
+	if m, ok, _ := ach.Get("sink", true); ok {
+		t.Fatalf("fapi-a sink has more: %q", m.Body)
+	}
 }
