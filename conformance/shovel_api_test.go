@@ -485,8 +485,8 @@ func TestShovelRestartAndDelete(t *testing.T) {
 	sapiWantErr(t, a, "guest", "guest", "DELETE", "/api/shovels/vhost/sapi-rd-up/s1", "", 404, "Object Not Found", "Not Found")
 }
 
-// What failing shovels show. A source that cannot be reached (refused
-// connection) keeps the shovel "starting" with no other key: the worker
+// What failing shovels show. A source or destination that cannot be
+// reached (refused connection) keeps the shovel "starting" with no other key: the worker
 // stops before it reports (rabbit_shovel_worker.erl handle_cast(init)
 // {stop, shutdown, State}). A topology error at start (a reserved queue
 // name: 403) shows "terminated" with the reason "\"needed a restart\""
@@ -498,6 +498,7 @@ func TestShovelFailureStates(t *testing.T) {
 	node := sapiClusterName(t, a)
 	closed := testutil.FreePort(t)
 	sapiWantStatus(t, a, "PUT", "/api/parameters/shovel/sapi-fs-up/down-src", `{"value":{"src-uri":"amqp://guest:guest@`+closed+`/sapi-fs-up","src-queue":"q","dest-uri":"amqp:///sapi-fs-down","reconnect-delay":1}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/shovel/sapi-fs-up/down-dst", `{"value":{"src-uri":"amqp:///sapi-fs-up","src-queue":"q2","dest-uri":"amqp://guest:guest@`+closed+`/","reconnect-delay":1}}`, 201)
 	sapiWantStatus(t, a, "PUT", "/api/parameters/shovel/sapi-fs-up/noq", `{"value":{"src-uri":"amqp:///sapi-fs-up","src-queue":"amq.nope","dest-uri":"amqp:///sapi-fs-down","reconnect-delay":5}}`, 201)
 	// RabbitMQ: {"node":"rabbit@vm","timestamp":"2026-12-06 18:07:45","name":"noq","vhost":"sr-up","type":"dynamic","state":"terminated","reason":"\"needed a restart\""}
 	// It alternates between starting and terminated as it retries: the
@@ -514,10 +515,12 @@ func TestShovelFailureStates(t *testing.T) {
 	// shows another state.
 	deadline := time.Now().Add(3 * time.Second)
 	poll.Eventually(t, 30*time.Second, func() bool {
-		sapiEqualJSON(t, "down-src", sapiWithoutTimestamp(t, sapiStatus(t, a, "sapi-fs-up", "down-src")),
-			`{"node":"`+node+`","name":"down-src","vhost":"sapi-fs-up","type":"dynamic","state":"starting"}`)
+		for _, n := range []string{"down-src", "down-dst"} {
+			sapiEqualJSON(t, n, sapiWithoutTimestamp(t, sapiStatus(t, a, "sapi-fs-up", n)),
+				`{"node":"`+node+`","name":"`+n+`","vhost":"sapi-fs-up","type":"dynamic","state":"starting"}`)
+		}
 		return time.Now().After(deadline)
-	}, "down-src starting through its retries")
+	}, "down-src and down-dst starting through their retries")
 }
 
 // Who may do what, 3.10.8: the parameter is policymaker's (and
@@ -694,4 +697,33 @@ func TestShovelRabbitmqadmin(t *testing.T) {
 	if out, err := run("delete", "parameter", "component=shovel", "name=adm1"); err == nil || !strings.Contains(out, "*** Not found: /api/parameters/shovel/sapi-adm-up/adm1") {
 		t.Fatalf("second delete: %v %q", err, out)
 	}
+}
+
+// Definitions import: a shovel parameter in POST /api/definitions starts
+// the shovel; an invalid one fails the import with the validation text
+// followed by " (vhost/component/name)" (the per-vhost import wraps the
+// same text as an Erlang binary, printed with ~p).
+func TestShovelDefinitionsImport(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	sapiVhosts(t, a, "sapi-di")
+	// RabbitMQ: 204, then GET /api/shovels/di-a [{"node":"rabbit@vm",...,"name":"imp","vhost":"di-a","type":"dynamic","state":"running","src_uri":"amqp:///di-a","src_protocol":"amqp091","dest_protocol":"amqp091","dest_uri":"amqp:///di-a","src_queue":"q","dest_queue":"d"}]
+	sapiWantStatus(t, a, "POST", "/api/definitions", `{"parameters":[{"value":{"src-uri":"amqp:///sapi-di","src-queue":"q","dest-uri":"amqp:///sapi-di","dest-queue":"d"},"vhost":"sapi-di","component":"shovel","name":"imp"}]}`, 204)
+	var imp map[string]any
+	poll.Eventually(t, 30*time.Second, func() bool {
+		imp = sapiStatus(t, a, "sapi-di", "imp")
+		return imp != nil && imp["state"] == "running"
+	}, "imported shovel running")
+	sapiEqualJSON(t, "imported", sapiWithoutTimestamp(t, imp),
+		`{"node":"`+sapiClusterName(t, a)+`","name":"imp","vhost":"sapi-di","type":"dynamic","state":"running","src_uri":"amqp:///sapi-di","src_protocol":"amqp091","dest_protocol":"amqp091","dest_uri":"amqp:///sapi-di","src_queue":"q","dest_queue":"d"}`)
+	// RabbitMQ: 400 {"error":"bad_request","reason":"Validation failed\n\nMust specify 'src-exchange' or 'src-queue'\nKey \"dest-uri\" not found in bad\n (di-a/shovel/bad)"}
+	sapiWantErr(t, a, "guest", "guest", "POST", "/api/definitions", `{"parameters":[{"value":{"src-uri":"amqp:///sapi-di"},"vhost":"sapi-di","component":"shovel","name":"bad"}]}`,
+		400, "bad_request", sapiValidation+"Must specify 'src-exchange' or 'src-queue'\nKey \"dest-uri\" not found in bad\n (sapi-di/shovel/bad)")
+	// RabbitMQ: 400 {"error":"bad_request","reason":"<<\"Validation failed\\n\\nMust specify 'src-exchange' or 'src-queue'\\nKey \\\"dest-uri\\\" not found in bad\\n (di-a/shovel/bad)\">>"}
+	sapiWantErr(t, a, "guest", "guest", "POST", "/api/definitions/sapi-di", `{"parameters":[{"value":{"src-uri":"amqp:///sapi-di"},"component":"shovel","name":"bad"}]}`,
+		400, "bad_request", `<<"Validation failed\n\nMust specify 'src-exchange' or 'src-queue'\nKey \"dest-uri\" not found in bad\n (sapi-di/shovel/bad)">>`)
+	// RabbitMQ: 400 "Validation failed\n\nuri should be list, actually was 5\n (di-a/federation-upstream/bad)"
+	sapiWantErr(t, a, "guest", "guest", "POST", "/api/definitions", `{"parameters":[{"value":{"uri":5},"vhost":"sapi-di","component":"federation-upstream","name":"bad"}]}`,
+		400, "bad_request", sapiValidation+"uri should be list, actually was 5\n (sapi-di/federation-upstream/bad)")
+	sapiWantErr(t, a, "guest", "guest", "GET", "/api/parameters/shovel/sapi-di/bad", "", 404, "Object Not Found", "Not Found")
 }
