@@ -82,6 +82,7 @@ type pair struct{ seq, tag uint64 }
 // session connects both sides, sets them up and moves messages until an
 // error, Stop (ctx) or completion (errComplete).
 func (s *Shovel) session(ctx context.Context) error {
+	s.connected = false
 	src, err := s.connect(ctx, "source", s.cfg.SrcURIs)
 	if err != nil {
 		return err
@@ -92,6 +93,7 @@ func (s *Shovel) session(ctx context.Context) error {
 		return err
 	}
 	defer dst.conn.Close()
+	s.connected = true
 	// Stop interrupts a publish blocked on a full socket.
 	stop := context.AfterFunc(ctx, func() { _ = src.conn.Close(); _ = dst.conn.Close() })
 	defer stop()
@@ -237,8 +239,17 @@ func closeErr(side, uri, what string, e *rmq.Error) error {
 	if e == nil {
 		return fmt.Errorf("%s %s: %s closed", side, Redact(uri), what)
 	}
-	return fmt.Errorf("%s %s: %s closed: %d %s", side, Redact(uri), what, e.Code, e.Reason)
+	return closedError{fmt.Sprintf("%s %s: %s closed: %d %s", side, Redact(uri), what, e.Code, e.Reason), e}
 }
+
+// closedError is a close with the broker's exception, kept for errors.As.
+type closedError struct {
+	msg string
+	e   *rmq.Error
+}
+
+func (c closedError) Error() string { return c.msg }
+func (c closedError) Unwrap() error { return c.e }
 
 func (l *loop) deliveryOrClosed(d rmq.Delivery, ok bool) error {
 	if !ok {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rmq "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 )
 
@@ -46,6 +47,13 @@ type Status struct {
 	// Done is true when the shovel will not start again (stopped,
 	// completed, or failed with reconnect-delay 0).
 	Done bool
+	// Connecting is true when the last session failed before both sides
+	// were connected (RabbitMQ's worker then stays "starting").
+	Connecting bool
+	// ClosedByServer is true when the last session ended with a
+	// connection or channel closed by a broker's exception (RabbitMQ's
+	// "needed a restart").
+	ClosedByServer bool
 }
 
 // Options are what a shovel needs besides its Config.
@@ -76,6 +84,8 @@ type Shovel struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	counted bool // remaining was read (queue-length) or set
+
+	connected bool // the running session has both connections; the shovel's goroutine's own
 }
 
 // New makes a shovel; it does nothing until Start.
@@ -168,6 +178,15 @@ func (s *Shovel) setState(state State, reason string, final bool) {
 	}
 }
 
+// setFailed is setState(Terminated, reason, final) for a failed session,
+// with how it failed.
+func (s *Shovel) setFailed(reason string, final, connecting, byServer bool) {
+	s.setState(Terminated, reason, final)
+	s.mu.Lock()
+	s.st.Connecting, s.st.ClosedByServer = connecting, byServer
+	s.mu.Unlock()
+}
+
 func (s *Shovel) setRunning(src, dest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +220,8 @@ func (s *Shovel) run(ctx context.Context, done chan struct{}) {
 		}
 		reason := err.Error()
 		final := s.cfg.ReconnectDelay <= 0
-		s.setState(Terminated, reason, final)
+		var ae *rmq.Error
+		s.setFailed(reason, final, !s.connected, errors.As(err, &ae) && ae.Server)
 		s.log.Warn("shovel failed", zap.String("reason", reason), zap.Duration("reconnect_delay", s.cfg.ReconnectDelay))
 		if final {
 			return
