@@ -85,7 +85,7 @@ func (a *API) apiParameters(w http.ResponseWriter, r *http.Request) {
 			out = append(out, parameterJSON(p))
 		}
 	}
-	writeList(w, r, out)
+	writeBareList(w, r, out)
 }
 
 func (a *API) apiParameter(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +291,7 @@ func (a *API) apiShovels(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	writeList(w, r, out)
+	writeBareList(w, r, out)
 }
 
 func (a *API) shovelVisible(u *auth.User, vh, name string) bool {
@@ -334,4 +334,21 @@ func (a *API) apiRestartShovel(w http.ResponseWriter, r *http.Request) {
 // definitions import's reason): <<"...">> with \n, \" and \\ escaped.
 func erlangBinary(s string) string {
 	return "<<\"" + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + "\">>"
+}
+
+// writeBareList answers a list as RabbitMQ's shovel and parameter lists
+// do: the JSON array alone, no newline after it ("[]" when empty); with
+// list query parameters (sort, page, name), as every other list.
+func writeBareList(w http.ResponseWriter, r *http.Request, out []map[string]any) {
+	if r.URL.RawQuery != "" {
+		writeList(w, r, out)
+		return
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		internalError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
