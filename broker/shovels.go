@@ -481,3 +481,13 @@ var directAddr = &net.UnixAddr{Name: "direct", Net: "unix"}
 
 func (directConn) LocalAddr() net.Addr  { return directAddr }
 func (directConn) RemoteAddr() net.Addr { return directAddr }
+
+// LocalURIVhost says whether a shovel URI has no host (this broker,
+// RabbitMQ's direct connection) and, if so, the vhost it opens ("/" when
+// it names none).
+func LocalURIVhost(uri string) (vh string, local bool) {
+	if !shovel.IsLocal(uri) {
+		return "", false
+	}
+	return shovel.Vhost(uri), true
+}

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/railmq/railmq/auth"
-	"github.com/railmq/railmq/shovel"
+	"github.com/railmq/railmq/broker"
 )
 
 // Runtime parameter validation as RabbitMQ 3.10.8 answers it:
@@ -284,8 +284,7 @@ func (a *API) vURI(u *auth.User) check {
 		if e := uriError(s); e != "" {
 			return []string{e}
 		}
-		if shovel.IsLocal(s) && u != nil {
-			vh := shovel.Vhost(s)
+		if vh, local := broker.LocalURIVhost(s); local && u != nil {
 			if a.srv.LookupVHost(vh) == nil || a.srv.Access().Grant(vh, u.Name).Permission() == nil {
 				return fail("user %s may not connect to vhost %s", estr(u.Name), estr(vh))
 			}
