@@ -75,6 +75,9 @@ func (a *API) apiParameters(w http.ResponseWriter, r *http.Request) {
 		notAuthorised(w, reasonObject)
 		return
 	}
+	if vh != "" && !a.parameterAccess(w, u, vh) {
+		return
+	}
 	if vh != "" && a.srv.LookupVHost(vh) == nil {
 		notFound(w)
 		return
@@ -281,7 +284,7 @@ func (a *API) apiShovels(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	found := name == ""
 	for _, s := range a.srv.Shovels(vh) {
-		if !a.vhostAccess(u, s.VHost) {
+		if !a.shovelAccess(u, s.VHost) {
 			continue
 		}
 		found = found || s.Name == name
@@ -294,8 +297,16 @@ func (a *API) apiShovels(w http.ResponseWriter, r *http.Request) {
 	writeBareList(w, r, out)
 }
 
+// shovelAccess says whether u sees vh's shovels: with permissions in it,
+// administrators too (RabbitMQ 3.10.8 filters the shovels by the vhosts
+// the user may open: an administrator without permissions in the vhost
+// is answered 404 for its shovels).
+func (a *API) shovelAccess(u *auth.User, vh string) bool {
+	return a.srv.Access().Grant(vh, u.Name).Permission() != nil
+}
+
 func (a *API) shovelVisible(u *auth.User, vh, name string) bool {
-	if a.srv.LookupVHost(vh) == nil || !a.vhostAccess(u, vh) {
+	if a.srv.LookupVHost(vh) == nil || !a.shovelAccess(u, vh) {
 		return false
 	}
 	_, ok := a.srv.LookupParameter(broker.ShovelComponent, vh, name)
