@@ -119,3 +119,70 @@ func TestShovelLocalConnectionsAreDirect(t *testing.T) {
 		t.Fatalf("%d shovel connections, want 2 (source and destination): %v", n, conns)
 	}
 }
+
+// In a cluster a dynamic shovel runs on one node, the metadata store's
+// leader; when that node goes, the new leader runs it (RabbitMQ's dynamic
+// shovels run on one node and move to another when it goes,
+// rabbit_shovel_dyn_worker_sup_sup under mirrored_supervisor). Its
+// parameter is on every node.
+func TestShovelClusterRunsOnOneNode(t *testing.T) {
+	testutil.InProcess(t)
+	nodes := startCluster(t, 3)
+	first := &api{t: t, url: nodes[0].api}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		got, _ := sapiGuest(t, first, "PUT", "/api/vhosts/sw-cl", "")
+		return got == 201 || got == 204
+	}, "vhost made")
+	if got, _ := sapiGuest(t, first, "PUT", "/api/permissions/sw-cl/guest", `{"configure":".*","write":".*","read":".*"}`); got != 201 && got != 204 {
+		t.Fatalf("permissions: %d", got)
+	}
+	sapiWantStatus(t, first, "PUT", "/api/parameters/shovel/sw-cl/s1",
+		`{"value":{"src-uri":"amqp:///sw-cl","src-queue":"src","dest-uri":"amqp:///sw-cl","dest-queue":"dst","src-queue-args":{"x-queue-type":"quorum"},"dest-queue-args":{"x-queue-type":"quorum"}}}`, 201)
+	// Quorum queues, so that both outlive the node that declared them.
+	// runner is the one node that runs it, once every live node agrees.
+	runner := func(live []*clusterNode) *clusterNode {
+		var r *clusterNode
+		poll.Eventually(t, 30*time.Second, func() bool {
+			r = nil
+			n := 0
+			for _, nd := range live {
+				a := &api{t: t, url: nd.api}
+				if got, _ := sapiGuest(t, a, "GET", "/api/parameters/shovel/sw-cl/s1", ""); got != 200 {
+					return false
+				}
+				if s := sapiStatus(t, a, "sw-cl", "s1"); s != nil {
+					n++
+					if s["state"] == "running" {
+						r = nd
+					}
+				}
+			}
+			return n == 1 && r != nil
+		}, "the shovel running on exactly one node")
+		return r
+	}
+	r1 := runner(nodes)
+	if st := r1.b.Server.Cluster().Status(); st.State != "Leader" {
+		t.Fatalf("the shovel runs on %s, a %s", r1.name, st.State)
+	}
+	var live []*clusterNode
+	for _, n := range nodes {
+		if n != r1 {
+			live = append(live, n)
+		}
+	}
+	r1.stop()
+	r2 := runner(live)
+	c := dial(t, r2.b.URL+"sw-cl")
+	ch := openChannel(t, c)
+	if err := ch.Publish("", "src", false, false, rmq.Publishing{Body: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		m, ok, err := ch.Get("dst", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok && string(m.Body) == "after"
+	}, "moved by the shovel on %s", r2.name)
+}
