@@ -376,7 +376,7 @@ func (s *Server) deleteVHost(name string) (bool, error) {
 		}
 		// Its permissions and policies go with it, from the store too.
 		ops := []cluster.Op{{Key: metaKey(defVHost, vhost.DefName(name)), Delete: true}}
-		for _, kind := range []byte{defPerm, defTopicPerm, defPolicy, defOpPolicy, persist.DefExchange, persist.DefQueue, persist.DefBinding} {
+		for _, kind := range []byte{defPerm, defTopicPerm, defPolicy, defOpPolicy, defParam, persist.DefExchange, persist.DefQueue, persist.DefBinding} {
 			for _, o := range s.node.Keys(metaKey(kind, vhost.DefName(name))) {
 				ops = append(ops, cluster.Op{Key: o.Key, Delete: true})
 			}
@@ -422,6 +422,7 @@ func (s *Server) deleteVHostLocal(name string) (bool, error) {
 	for _, p := range ops {
 		b.DeleteDef(defOpPolicy, vhost.DefName(name, p.Name))
 	}
+	s.dropVHostParameters(name, b)
 	s.reg.DeleteVHost(name)
 	if err := s.store.CommitSync(b); err != nil {
 		return true, err

@@ -95,6 +95,7 @@ type conn struct {
 	vh        *vhost.VHost
 	authUser  *auth.User   // set by the handshake
 	grant     *auth.Grant  // the user's rights in vh
+	direct    bool         // a shovel's local connection (shovels.go): no password, every permission
 	nchan     atomic.Int32 // channels open (user max-channels)
 	fullReads int          // reads that filled the read buffer (for its size)
 	push      pushState    // push-mode reading (push.go)

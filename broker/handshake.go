@@ -54,7 +54,11 @@ func (c *conn) handshake() error {
 	}
 	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
 	var u *auth.User
-	if so.Mechanism == "EXTERNAL" {
+	if c.direct {
+		// This broker's own shovel (shovels.go): RabbitMQ's direct
+		// connection of user "none".
+		user, u, ok = "none", &auth.User{Name: "none"}, true
+	} else if so.Mechanism == "EXTERNAL" {
 		user, u, ok = c.externalLogin() // tls.go: the client certificate's CN
 	} else if ok {
 		u, ok = c.srv.login(user, pass, c.nc.RemoteAddr())
@@ -120,7 +124,7 @@ func (c *conn) handshake() error {
 		refuse = amqp.Errorf(amqp.NotAllowed, "vhost %s not found", op.VirtualHost)
 	default:
 		refuse = c.srv.openLimits(st, u)
-		if refuse == nil && c.srv.reg.Grant(op.VirtualHost, u.Name).Permission() == nil {
+		if refuse == nil && !c.direct && c.srv.reg.Grant(op.VirtualHost, u.Name).Permission() == nil {
 			refuse = amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", op.VirtualHost, u.Name)
 		}
 	}
@@ -131,12 +135,17 @@ func (c *conn) handshake() error {
 	}
 	c.authUser = u
 	c.grant = c.srv.reg.Grant(op.VirtualHost, u.Name)
+	protocol, typ := "AMQP 0-9-1", "network"
+	if c.direct {
+		c.grant = auth.DirectGrant(op.VirtualHost, u.Name)
+		protocol, typ = "Direct 0-9-1", "direct"
+	}
 	c.vhost = op.VirtualHost
 	c.vh = st.v
 	host, port := peer(c.nc)
 	c.info.Store(&connInfo{Name: connectionName(c.nc), User: c.user, VHost: c.vhost, PeerHost: host, PeerPort: port,
 		ConnectedAt: time.Now().UnixMilli(), ClientProperties: so.ClientProperties,
-		Node: c.srv.nodeName(), Protocol: "AMQP 0-9-1", Type: "network"})
+		Node: c.srv.nodeName(), Protocol: protocol, Type: typ})
 	c.srv.connOpened.Add(1)
 	c.reply(0, &amqp.ConnectionOpenOk{})
 	c.closeDeadline.Store(0)

@@ -24,7 +24,7 @@ import (
 // own.
 
 func replicatedKind(kind byte) bool {
-	return kind == defUser || kind == defPerm || kind == defTopicPerm || kind == defVHost || kind == defPolicy || kind == defOpPolicy
+	return kind == defUser || kind == defPerm || kind == defTopicPerm || kind == defVHost || kind == defPolicy || kind == defOpPolicy || kind == defParam
 }
 
 // metaKey is a definition's key in the metadata store.
@@ -190,6 +190,8 @@ func (s *Server) applyDef(kind byte, name, val []byte, del bool) error {
 		}
 		_, err := s.putPolicyLocal(st, kind == defOpPolicy, parts[1], p)
 		return err
+	case kind == defParam:
+		s.applyParameterDef(parts, val, del)
 	case kind == defUser && len(parts) == 1:
 		if del {
 			s.reg.DeleteUser(parts[0])

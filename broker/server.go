@@ -72,6 +72,8 @@ type Server struct {
 	// nodes (replica.go); nil: not clustered.
 	rep *replica.Manager
 
+	shv shovelSet // runtime parameters and the shovels they run (shovels.go)
+
 	// Counted for the metrics (admin.go: Totals, Churn).
 	totals                 queue.Totals
 	connOpened, connClosed atomic.Int64
@@ -135,6 +137,9 @@ func New(opts Options) (*Server, error) {
 	if err == nil {
 		err = s.recoverVHosts(recs, pols)
 	}
+	if err == nil {
+		err = s.loadParameters()
+	}
 	if err != nil {
 		s.closeLocal()
 		spill.Close()
@@ -183,6 +188,7 @@ func New(opts Options) (*Server, error) {
 	s.startAlarms()
 	go s.sweep()
 	go s.monitor()
+	s.startShovels()
 	return s, nil
 }
 
@@ -276,6 +282,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.stopShovels() // before the connections close: their unacked messages go back to their queues
 	s.delayed.closeAll()
 	s.log.Info("shutting down", zap.Int("connections", len(conns)))
 	forced := &amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}

@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -310,13 +312,31 @@ func TestImportRabbitMQStream(t *testing.T) {
 	if got := amqpType(t, b.URL, "telemetry", "telemetry.alerts", nil); got != "quorum" {
 		t.Errorf("telemetry.alerts is %s, want quorum", got)
 	}
-	// A plugin's parameter (RabbitMQ's federation fixture): railmq
-	// has no federation, and RabbitMQ without the plugin refuses it too
-	// ("component ~ts not found", rabbit_runtime_parameters.erl).
-	code, reason := a.postDefinitions(defsFile(t, "rabbitmq-federation-case1.json"))
-	want := `parameter "location-1" of component "federation-upstream-set" in "/": only vhost-limits and operator_policy parameters are supported`
-	if code != 400 || reason != want {
-		t.Fatalf("%d %q, want 400 %q", code, reason, want)
+	// A federation plugin's parameter (RabbitMQ's federation fixture):
+	// imported, exported as given, and the export imports again, as
+	// RabbitMQ's own suite asserts with the plugin enabled
+	// (deps/rabbitmq_exchange_federation/test/definition_import_SUITE.erl
+	// export_import_round_trip, v4.3.5).
+	if code, reason := a.postDefinitions(defsFile(t, "rabbitmq-federation-case1.json")); code != 204 {
+		t.Fatalf("federation fixture: %d %q, want 204", code, reason)
+	}
+	var exported map[string]any
+	if got := a.call("GET", "/api/definitions", "guest", "guest", nil, &exported); got != 200 {
+		t.Fatalf("export: %d", got)
+	}
+	found := false
+	for _, p := range exported["parameters"].([]any) {
+		m := p.(map[string]any)
+		if m["component"] == "federation-upstream-set" && m["name"] == "location-1" && m["vhost"] == "/" {
+			found = reflect.DeepEqual(m["value"], []any{map[string]any{"upstream": "up-1"}, map[string]any{"upstream": "up-2"}})
+		}
+	}
+	if !found {
+		t.Fatalf("export: no federation-upstream-set location-1 as imported in %v", exported["parameters"])
+	}
+	b2, _ := json.Marshal(exported)
+	if code, reason := a.postDefinitions(string(b2)); code != 204 {
+		t.Fatalf("re-import of the export: %d %q", code, reason)
 	}
 }
 

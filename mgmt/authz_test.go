@@ -76,6 +76,9 @@ var (
 	policyBody  = map[string]any{"pattern": "^authz-no-match$", "definition": map[string]any{"max-length": 100}}
 	publishBody = map[string]any{"routing_key": "k", "properties": map[string]any{}, "payload": "authz", "payload_encoding": "string"}
 	getBody     = map[string]any{"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+	// A shovel between unreachable brokers (network URIs: no vhost access
+	// check, nothing moves).
+	shovelBody = map[string]any{"value": map[string]any{"src-uri": "amqp://127.0.0.1:1/authz-v", "src-queue": "q", "dest-uri": "amqp://127.0.0.1:1/authz-v"}}
 )
 
 // authzCases: every route, once. {node} is the broker's node name.
@@ -170,6 +173,17 @@ var authzCases = []authzCase{
 	{"GET /api/user-limits/{user}", "/api/user-limits/authz-target", nil},
 	{"PUT /api/user-limits/{user}/{name}", "/api/user-limits/authz-target/max-channels", map[string]any{"value": 100}},
 	{"DELETE /api/user-limits/{user}/{name}", "/api/user-limits/authz-target/max-connections", nil},
+	{"GET /api/parameters", "/api/parameters", nil},
+	{"GET /api/parameters/{component}", "/api/parameters/shovel", nil},
+	{"GET /api/parameters/{component}/{vhost}", "/api/parameters/shovel/authz-v", nil},
+	{"GET /api/parameters/{component}/{vhost}/{name}", "/api/parameters/shovel/authz-v/sh", nil},
+	{"PUT /api/parameters/{component}/{vhost}/{name}", "/api/parameters/shovel/authz-v/sh2", shovelBody},
+	{"DELETE /api/parameters/{component}/{vhost}/{name}", "/api/parameters/shovel/authz-v/sh", nil},
+	{"GET /api/shovels", "/api/shovels", nil},
+	{"GET /api/shovels/{vhost}", "/api/shovels/authz-v", nil},
+	{"GET /api/shovels/vhost/{vhost}/{name}", "/api/shovels/vhost/authz-v/sh", nil},
+	{"DELETE /api/shovels/vhost/{vhost}/{name}", "/api/shovels/vhost/authz-v/sh", nil},
+	{"DELETE /api/shovels/vhost/{vhost}/{name}/restart", "/api/shovels/vhost/authz-v/sh/restart", nil},
 }
 
 // authzBroker is a broker's management API as the table asks it.
@@ -290,6 +304,7 @@ func (x *authzBroker) restore() {
 	x.admin("POST", "/api/bindings/"+authzVHost+"/e/x/q/q", map[string]any{"routing_key": "k"})
 	x.admin("PUT", "/api/policies/"+authzVHost+"/p", policyBody)
 	x.admin("PUT", "/api/operator-policies/"+authzVHost+"/op", policyBody)
+	x.admin("PUT", "/api/parameters/shovel/"+authzVHost+"/sh", shovelBody)
 	x.admin("DELETE", "/api/vhosts/authz-new", nil, 204, 404)
 	x.admin("DELETE", "/api/users/authz-new", nil, 204, 404)
 	x.admin("DELETE", "/api/queues/"+authzVHost+"/qnew", nil, 204, 404)
@@ -297,6 +312,7 @@ func (x *authzBroker) restore() {
 	x.admin("DELETE", "/api/bindings/"+authzVHost+"/e/x/q/q/k2", nil, 204, 404)
 	x.admin("DELETE", "/api/policies/"+authzVHost+"/p2", nil, 204, 404)
 	x.admin("DELETE", "/api/operator-policies/"+authzVHost+"/op2", nil, 204, 404)
+	x.admin("DELETE", "/api/parameters/shovel/"+authzVHost+"/sh2", nil, 204, 404)
 	x.admin("DELETE", "/api/vhost-limits/"+authzVHost+"/max-connections", nil, 204, 404)
 	x.admin("DELETE", "/api/user-limits/"+authzTargetUser+"/max-channels", nil, 204, 404)
 }

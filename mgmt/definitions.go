@@ -189,6 +189,9 @@ func exportDefinitions(srv *broker.Server, only string) defsFile {
 		for _, p := range ops {
 			d.Parameters = append(d.Parameters, operatorPolicyParam(vh, p))
 		}
+		for _, p := range srv.Parameters("", vh) {
+			d.Parameters = append(d.Parameters, defsParameter{VHost: vh, Component: p.Component, Name: p.Name, Value: decodeValue(p.Value)})
+		}
 		xs := st.Exchanges()
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Name < xs[j].Name })
 		for _, x := range xs {
@@ -250,6 +253,12 @@ func (a *API) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
 		d.retarget(vh)
 	}
 	if err := importDefinitions(a.srv, &d); err != nil {
+		var pe *parameterError
+		if errors.As(err, &pe) && r.PathValue("vhost") != "" {
+			// The per-vhost import prints RabbitMQ's reason as a binary.
+			badRequest(w, erlangBinary(pe.reason))
+			return
+		}
 		badRequest(w, err.Error())
 		return
 	}
@@ -324,6 +333,7 @@ type importer struct {
 	topics   []*auth.TopicPermission
 	limits   map[string]map[string]int64 // by vhost
 	opPols   []opPolicy                  // the operator_policy parameters
+	params   []broker.Parameter          // the runtime parameters of other components (shovel, federation)
 	dqt      map[string]string           // the file's vhosts' default queue types, by vhost
 	policies []*vhost.PolicyDef
 	inFile   map[string]bool // vhost \x00 kind \x00 name of the file's exchanges (x) and queues (q)
@@ -692,6 +702,11 @@ func (im *importer) applyPolicies() error {
 	}
 	for _, p := range im.opPols {
 		if _, err := im.srv.PutPolicy(p.vhost, true, p.def.Name, p.def); err != nil {
+			return err
+		}
+	}
+	for _, p := range im.params {
+		if _, err := im.srv.PutParameter(p); err != nil {
 			return err
 		}
 	}

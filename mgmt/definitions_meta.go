@@ -1,6 +1,7 @@
 package mgmt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -96,7 +97,16 @@ func (im *importer) checkParameters() error {
 			}
 			im.opPols = append(im.opPols, opPolicy{p.VHost, pd})
 		default:
-			return fmt.Errorf("parameter %q of component %q in %q: only vhost-limits and operator_policy parameters are supported", p.Name, p.Component, p.VHost)
+			if !paramComponents[p.Component] {
+				return fmt.Errorf("parameter %q of component %q in %q: only vhost-limits, operator_policy, shovel and federation parameters are supported", p.Name, p.Component, p.VHost)
+			}
+			raw, _ := json.Marshal(p.Value)
+			val, err := (&API{srv: im.srv}).validateParameter(p.Component, p.Name, raw, nil) // only its srv is used
+			if err != nil {
+				// RabbitMQ: the validation text, then " (vhost/component/name)".
+				return &parameterError{fmt.Sprintf("%s (%s/%s/%s)", err.Error(), p.VHost, p.Component, p.Name)}
+			}
+			im.params = append(im.params, broker.Parameter{VHost: p.VHost, Component: p.Component, Name: p.Name, Value: val})
 		}
 	}
 	return nil

@@ -249,6 +249,7 @@ func (a *API) routes() []route {
 	add("GET", "/api/user-limits/{user}", a.apiUserLimits)
 	add("PUT", "/api/user-limits/{user}/{name}", admin(a.apiPutUserLimit))
 	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
+	a.parameterRoutes(add)
 	return routes
 }
 

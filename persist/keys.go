@@ -63,6 +63,7 @@ const (
 	DefTopic    = 't' // vhost, user, exchange         → topic permissions (broker)
 	DefPolicy   = 'l' // vhost, policy                 → policy (broker)
 	DefOpPolicy = 'o' // vhost, policy                 → operator policy (broker)
+	DefParam    = 'r' // vhost, component, name        → runtime parameter's value, JSON (broker)
 )
 
 // Deduplication cache owners (the byte after prefixDedup).

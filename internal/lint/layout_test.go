@@ -24,11 +24,14 @@ var allowed = map[string][]string{
 	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
 	// Never broker (or channel): the node imports it.
 	"replica": {"amqp", "queue", "vhost", "cluster", "stream", "go.uber.org/zap"},
-	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "go.uber.org/zap"},
+	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "shovel", "go.uber.org/zap"},
 	// Above broker: the management plane and the metrics, never channel
 	// (what a channel holds comes through broker's admin API).
 	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
 	"metrics": {"broker", "vhost", "queue", "replica", "github.com/prometheus/client_golang", "go.uber.org/zap"},
+	// The shovel engine: an AMQP client, knowing nothing of the broker
+	// (the broker gives it a Dialer for local URIs).
+	"shovel": {"amqp", "github.com/rabbitmq/amqp091-go", "go.uber.org/zap"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},
