@@ -46,21 +46,19 @@ type ExchangeSpec struct {
 	Name string
 	// Type is the exchange's type, used to declare the upstream exchange
 	// when it is missing.
-	Type    string
-	Durable bool
+	Type                          string
+	Durable, AutoDelete, Internal bool
+	Args                          rmq.Table
 }
 
 // UpstreamExchangeType is RabbitMQ's internal exchange type of the
 // federation plugin; AltUpstreamExchangeType stands in for it where the
-// upstream does not know it (a 503 COMMAND_INVALID "unknown exchange
-// type"): the hop and loop checks are then made downstream only.
+// upstream does not know it (503 COMMAND_INVALID), as RabbitMQ's link
+// does.
 const (
 	UpstreamExchangeType    = "x-federation-upstream"
 	AltUpstreamExchangeType = "fanout"
 )
-
-// errRetry asks the session to reconnect at once.
-var errRetry = errors.New("reconnect")
 
 // ExchangeLink federates a downstream exchange from one upstream:
 // RabbitMQ's rabbit_federation_exchange_link.
@@ -70,9 +68,6 @@ type ExchangeLink struct {
 	pub      Publisher
 	binds    Bindings
 	suffix   string // the internal exchange's last suffix, A or B
-	// alt: the upstream refused x-federation-upstream; use
-	// AltUpstreamExchangeType from then on.
-	alt      bool
 	fwd, drp atomic.Uint64
 }
 
@@ -140,20 +135,7 @@ func (l *ExchangeLink) session(ctx context.Context) error {
 	st := l.link.Status()
 	upVhost := upstreamVhost(uri)
 	qname := QueueName(st.UpstreamName, upVhost, l.opts.ClusterName, l.opts.Vhost, l.x.Name)
-	ch, intX, err := l.declare(conn, st.UpstreamName, qname)
-	if errors.Is(err, errRetry) {
-		l.log.Info("federation link: the upstream lacks x-federation-upstream, using fanout", zap.Error(err))
-		stopWatch()
-		_ = conn.Close()
-		if conn, uri, err = l.dial(ctx, "Federation link (upstream: "+l.up.Name+", exchange: "+l.x.Name+")"); err != nil {
-			return err
-		}
-		stopWatch = watchClose(ctx, conn)
-		defer conn.Close()
-		upVhost = upstreamVhost(uri)
-		qname = QueueName(st.UpstreamName, upVhost, l.opts.ClusterName, l.opts.Vhost, l.x.Name)
-		ch, intX, err = l.declare(conn, st.UpstreamName, qname)
-	}
+	ch, intX, err := l.declare(ctx, conn, uri, st.UpstreamName, qname)
 	if err != nil {
 		return err
 	}
@@ -164,14 +146,14 @@ func (l *ExchangeLink) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", qname, err)
 	}
-	bound := map[string]Binding{}
-	if err := l.sync(ch, st.UpstreamName, intX, bound); err != nil {
+	upCluster := conn.ClusterName()
+	bound := map[string]rmq.Table{}
+	if err := l.sync(ch, st.UpstreamName, intX, upCluster, upVhost, bound); err != nil {
 		return err
 	}
 	l.setState(Running, "")
 	l.log.Info("federation link running", zap.String("upstream_queue", qname))
 	closed := conn.NotifyClose(make(chan *rmq.Error, 1))
-	upCluster := conn.ClusterName()
 	for {
 		select {
 		case <-ctx.Done():
@@ -182,7 +164,7 @@ func (l *ExchangeLink) session(ctx context.Context) error {
 			}
 			return e
 		case <-l.binds.Changed():
-			if err := l.sync(ch, st.UpstreamName, intX, bound); err != nil {
+			if err := l.sync(ch, st.UpstreamName, intX, upCluster, upVhost, bound); err != nil {
 				return err
 			}
 		case d, ok := <-dels:
@@ -200,19 +182,19 @@ func (l *ExchangeLink) session(ctx context.Context) error {
 // exchange with the other suffix, the queue, and binds them; then
 // deletes the internal exchange of the previous session (and with it its
 // bindings).
-func (l *ExchangeLink) declare(conn Conn, upX, qname string) (Channel, string, error) {
+func (l *ExchangeLink) declare(ctx context.Context, conn Conn, uri, upX, qname string) (Channel, string, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, "", err
 	}
-	if err := ch.ExchangeDeclarePassive(upX, l.x.Type, true, false, false, false, nil); err != nil {
+	if err := ch.ExchangeDeclarePassive(upX, l.x.Type, l.x.Durable, l.x.AutoDelete, l.x.Internal, false, l.x.Args); err != nil {
 		if !isCode(err, rmq.NotFound) {
 			return nil, "", fmt.Errorf("exchange %s upstream: %w", upX, err)
 		}
 		if ch, err = conn.Channel(); err != nil {
 			return nil, "", err
 		}
-		if err := ch.ExchangeDeclare(upX, l.x.Type, l.x.Durable, false, false, false, nil); err != nil {
+		if err := ch.ExchangeDeclare(upX, l.x.Type, l.x.Durable, l.x.AutoDelete, l.x.Internal, false, l.x.Args); err != nil {
 			return nil, "", fmt.Errorf("declare exchange %s upstream: %w", upX, err)
 		}
 	}
@@ -236,22 +218,7 @@ func (l *ExchangeLink) declare(conn Conn, upX, qname string) (Channel, string, e
 		l.suffix = "A"
 	}
 	intX := qname + " " + l.suffix
-	xargs := rmq.Table{"x-downstream-name": l.opts.ClusterName, "x-downstream-vhost": l.opts.Vhost,
-		"x-internal-purpose": "federation", "x-max-hops": int64(l.up.MaxHops)}
-	kind := UpstreamExchangeType
-	if l.alt {
-		kind = AltUpstreamExchangeType
-	}
-	err = ch.ExchangeDeclare(intX, kind, true, true, true, false, xargs)
-	if !l.alt && (isCode(err, rmq.CommandInvalid) || isCode(err, rmq.NotImplemented)) {
-		// An unknown exchange type closes the connection (503 is a
-		// connection exception): the session starts again with the
-		// stand-in type.
-		l.alt = true
-		l.suffix = old[len(old)-1:]
-		return nil, "", fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err != nil {
+	if err := l.declareInternal(ctx, conn, ch, uri, intX); err != nil {
 		return nil, "", fmt.Errorf("declare exchange %s upstream: %w", intX, err)
 	}
 	if err := ch.QueueBind(qname, "", intX, false, nil); err != nil {
@@ -267,10 +234,40 @@ func (l *ExchangeLink) declare(conn Conn, upX, qname string) (Channel, string, e
 	return ch, intX, nil
 }
 
+// declareInternal is ensure_internal_exchange/2 (v3.10.8): delete the
+// exchange, then declare it as x-federation-upstream on a disposable
+// connection (an unknown type is a connection exception, 503), and if
+// the upstream does not know the type, as a fanout on ch with
+// x-internal-purpose only; the hop and loop checks are then made
+// downstream only (ShouldForward), as RabbitMQ's link does too.
+func (l *ExchangeLink) declareInternal(ctx context.Context, conn Conn, ch Channel, uri, intX string) error {
+	if dch, err := conn.Channel(); err == nil {
+		_ = dch.ExchangeDelete(intX, false, false)
+		_ = dch.Close()
+	}
+	purpose := rmq.Table{"x-internal-purpose": "federation"}
+	xargs := rmq.Table{"x-downstream-name": l.opts.ClusterName, "x-downstream-vhost": l.opts.Vhost,
+		"x-internal-purpose": "federation", "x-max-hops": int64(l.up.MaxHops)}
+	dconn, err := l.opts.Dialer.Dial(ctx, uri, "Federation link (upstream: "+l.up.Name+", disposable)")
+	if err != nil {
+		return err
+	}
+	defer dconn.Close()
+	dch, err := dconn.Channel()
+	if err != nil {
+		return err
+	}
+	err = dch.ExchangeDeclare(intX, UpstreamExchangeType, true, true, true, false, xargs)
+	if isCode(err, rmq.CommandInvalid) {
+		return ch.ExchangeDeclare(intX, AltUpstreamExchangeType, true, true, true, false, purpose)
+	}
+	return err
+}
+
 // sync makes the upstream bindings (upstream exchange to the internal
 // one) match the downstream exchange's: one per distinct key and
 // arguments, with x-bound-from.
-func (l *ExchangeLink) sync(ch Channel, upX, intX string, bound map[string]Binding) error {
+func (l *ExchangeLink) sync(ch Channel, upX, intX, upCluster, upVhost string, bound map[string]rmq.Table) error {
 	want := map[string]Binding{}
 	for _, b := range l.binds.Bindings() {
 		want[bindingKey(b)] = b
@@ -279,16 +276,21 @@ func (l *ExchangeLink) sync(ch Channel, upX, intX string, bound map[string]Bindi
 		if _, ok := bound[k]; ok {
 			continue
 		}
-		if err := ch.ExchangeBind(intX, b.Key, upX, false, l.bindArgs(b, intX)); err != nil {
+		args, ok := l.bindArgs(b, intX, upCluster, upVhost)
+		if !ok {
+			continue
+		}
+		if err := ch.ExchangeBind(intX, b.Key, upX, false, args); err != nil {
 			return fmt.Errorf("bind %s upstream: %w", upX, err)
 		}
-		bound[k] = b
+		bound[k] = args
 	}
-	for k, b := range bound {
+	for k, args := range bound {
 		if _, ok := want[k]; ok {
 			continue
 		}
-		if err := ch.ExchangeUnbind(intX, b.Key, upX, false, l.bindArgs(b, intX)); err != nil {
+		key, _, _ := strings.Cut(k, "\x00")
+		if err := ch.ExchangeUnbind(intX, key, upX, false, args); err != nil {
 			return fmt.Errorf("unbind %s upstream: %w", upX, err)
 		}
 		delete(bound, k)
@@ -296,14 +298,38 @@ func (l *ExchangeLink) sync(ch Channel, upX, intX string, bound map[string]Bindi
 	return nil
 }
 
-// bindArgs is a binding's arguments plus x-bound-from as RabbitMQ writes
-// it: [{cluster-name, exchange "VHOST:X SUFFIX", hops, vhost}].
-func (l *ExchangeLink) bindArgs(b Binding, intX string) rmq.Table {
+// bindArgs is a binding's arguments with x-bound-from prepended as
+// update_binding/2 (v3.10.8) writes it: {cluster-name, vhost, exchange
+// "VHOST:X SUFFIX", hops (short)}; hops is max-hops, or for a binding
+// that itself came from a federation link one less than its own (capped
+// by max-hops). ok is false when the binding must not go upstream (hops
+// 0, or it came from the upstream's own cluster and vhost).
+func (l *ExchangeLink) bindArgs(b Binding, intX, upCluster, upVhost string) (rmq.Table, bool) {
+	hops := l.up.MaxHops
+	if all, ok := b.Args["x-bound-from"].([]any); ok && len(all) > 0 {
+		prev, _ := all[0].(rmq.Table)
+		hops = min(int(visitCount(prev["hops"]))-1, l.up.MaxHops)
+		if seen(all, upCluster, upVhost) {
+			hops = 0
+		}
+	}
+	if hops <= 0 {
+		return nil, false
+	}
 	args := copyHeaders(b.Args)
 	suffix := intX[len(intX)-1:]
-	args["x-bound-from"] = []any{rmq.Table{"cluster-name": l.opts.ClusterName,
-		"exchange": l.opts.Vhost + ":" + l.x.Name + " " + suffix, "hops": int64(l.up.MaxHops), "vhost": l.opts.Vhost}}
-	return args
+	return prependTable(args, "x-bound-from", rmq.Table{"cluster-name": l.opts.ClusterName, "vhost": l.opts.Vhost,
+		"exchange": l.opts.Vhost + ":" + l.x.Name + " " + suffix, "hops": int16(hops)}), true
+}
+
+// seen is already_seen/3: an entry of arr names cluster and vhost.
+func seen(arr []any, cluster, vhost string) bool {
+	for _, e := range arr {
+		if t, ok := e.(rmq.Table); ok && t["cluster-name"] == cluster && t["vhost"] == vhost {
+			return true
+		}
+	}
+	return false
 }
 
 // ShouldForward is rabbit_federation_util:should_forward/4: a message is
@@ -314,15 +340,7 @@ func ShouldForward(h rmq.Table, maxHops int, cluster, vhost string) bool {
 	if !ok {
 		return true
 	}
-	if len(arr) >= maxHops {
-		return false
-	}
-	for _, e := range arr {
-		if t, ok := e.(rmq.Table); ok && t["cluster-name"] == cluster && t["vhost"] == vhost {
-			return false
-		}
-	}
-	return true
+	return len(arr) < maxHops && !seen(arr, cluster, vhost)
 }
 
 // forward republishes one upstream delivery into the downstream exchange
@@ -333,8 +351,13 @@ func (l *ExchangeLink) forward(ctx context.Context, ch Channel, d rmq.Delivery, 
 		l.drp.Add(1)
 		return settle(ch, l.up.AckMode, d.DeliveryTag, nil)
 	}
-	h := prependTable(copyHeaders(d.Headers), "x-received-from", rmq.Table{"uri": uri, "exchange": upX,
-		"redelivered": d.Redelivered, "cluster-name": upCluster, "vhost": upVhost})
+	// update_routing_headers/5: cluster-name only when the upstream says
+	// its name.
+	entry := rmq.Table{"uri": uri, "exchange": upX, "redelivered": d.Redelivered, "vhost": upVhost}
+	if upCluster != "" {
+		entry["cluster-name"] = upCluster
+	}
+	h := prependTable(copyHeaders(d.Headers), "x-received-from", entry)
 	if l.up.AckMode == OnPublish {
 		if err := ch.Ack(d.DeliveryTag, false); err != nil {
 			return err
