@@ -167,3 +167,28 @@ func TestQueueName(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusJSON: the keys of a link in GET /api/federation-links as
+// RabbitMQ 3.10.8 serves them (notes/shovel-rabbit.md), less the
+// broker's own (node, local_connection, local_channel).
+func TestStatusJSON(t *testing.T) {
+	ts := time.Date(2026, 12, 6, 18, 10, 43, 0, time.Local)
+	x := federation.Status{Type: "exchange", Vhost: "sr-down", Name: "fx", UpstreamName: "fx", Upstream: "up1", ID: "9db92177",
+		State: federation.Running, URI: "amqp://localhost:5672/sr-up", Timestamp: ts}.JSON()
+	want := map[string]any{"exchange": "fx", "upstream_exchange": "fx", "type": "exchange", "vhost": "sr-down", "upstream": "up1",
+		"id": "9db92177", "status": "running", "uri": "amqp://localhost:5672/sr-up", "timestamp": "2026-12-06 18:10:43"}
+	if !reflect.DeepEqual(x, want) {
+		t.Errorf("exchange link\ngot  %v\nwant %v", x, want)
+	}
+	q := federation.Status{Type: "queue", Vhost: "sr-down", Name: "fq", UpstreamName: "fq", Upstream: "up1", ConsumerTag: "federation-link-up1",
+		ID: "a349d7dd", State: federation.Error, Error: "econnrefused", URI: "amqp://localhost:5999/sr-up", Timestamp: ts}.JSON()
+	want = map[string]any{"queue": "fq", "upstream_queue": "fq", "consumer_tag": "federation-link-up1", "type": "queue", "vhost": "sr-down",
+		"upstream": "up1", "id": "a349d7dd", "status": "error", "error": "econnrefused", "uri": "amqp://localhost:5999/sr-up",
+		"timestamp": "2026-12-06 18:10:43"}
+	if !reflect.DeepEqual(q, want) {
+		t.Errorf("queue link\ngot  %v\nwant %v", q, want)
+	}
+	if got := federation.Timestamp(time.Date(2026, 1, 2, 9, 5, 3, 0, time.Local)); got != "2026-01-02 9:05:03" {
+		t.Errorf("timestamp %q", got)
+	}
+}

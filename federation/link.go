@@ -61,7 +61,7 @@ type Status struct {
 // the node's local time, RabbitMQ's "YYYY-MM-DD H:MM:SS".
 func (s Status) JSON() map[string]any {
 	m := map[string]any{"type": s.Type, "vhost": s.Vhost, "upstream": s.Upstream, "id": s.ID,
-		"status": string(s.State), "uri": s.URI, "timestamp": s.Timestamp.Format("2006-01-02 15:04:05")}
+		"status": string(s.State), "uri": s.URI, "timestamp": Timestamp(s.Timestamp)}
 	if s.Type == "queue" {
 		m["queue"], m["upstream_queue"], m["consumer_tag"] = s.Name, s.UpstreamName, s.ConsumerTag
 	} else {
@@ -71,6 +71,13 @@ func (s Status) JSON() map[string]any {
 		m["error"] = s.Error
 	}
 	return m
+}
+
+// Timestamp is t in the local time as rabbit_federation_mgmt.erl prints
+// it (v3.10.8): "~w-~2.2.0w-~2.2.0w ~w:~2.2.0w:~2.2.0w", the hour not
+// zero-padded.
+func Timestamp(t time.Time) string {
+	return fmt.Sprintf("%s %d:%s", t.Format("2006-01-02"), t.Hour(), t.Format("04:05"))
 }
 
 // linkID is the link's id: 8 hex digits of a hash of what names it.

@@ -1,6 +1,7 @@
 package federation_test
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +236,40 @@ func TestQueueLink(t *testing.T) {
 		must(t, err)
 		return q.Messages == 0
 	}, "upstream queue not drained")
+}
+
+// TestLinkErrors: a link whose upstream refuses the connection, or the
+// login, shows status error with RabbitMQ 3.10.8's reasons
+// ("error":"econnrefused"; "{auth_failure,\"ACCESS_REFUSED - Login was
+// refused using authentication mechanism PLAIN. For details see the
+// broker logfile.\"}", notes/shovel-rabbit.md) and the URI without
+// credentials; stopped, it is shutdown.
+func TestLinkErrors(t *testing.T) {
+	n := startNode(t)
+	n.addVhost("v")
+	// A port that was just free: nothing listens there.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	dead := ln.Addr().String()
+	must(t, ln.Close())
+	for _, tc := range []struct{ uri, reason, shown string }{
+		{"amqp://guest:guest@" + dead + "/v", "econnrefused", "amqp://" + dead + "/v"},
+		{"amqp://guest:wrong@" + n.b.Addr + "/v",
+			`{auth_failure,"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile."}`,
+			"amqp://" + n.b.Addr + "/v"},
+	} {
+		u := upstream(t, "dead", map[string]any{"uri": tc.uri, "reconnect-delay": float64(1)})
+		l := federation.NewExchangeLink(u, federation.ExchangeSpec{Name: "gx", Type: "fanout"},
+			newPublisher(t, n.url("v")), newBindings(""), federation.Options{ClusterName: "c", Vhost: "v"})
+		l.Start()
+		poll.Eventually(t, 30*time.Second, func() bool { return l.Status().LastError != "" }, "no error: %+v", l.Status())
+		st := l.Status()
+		if st.LastError != tc.reason || st.URI != tc.shown {
+			t.Errorf("%s: error %q uri %q, want %q %q", tc.uri, st.LastError, st.URI, tc.reason, tc.shown)
+		}
+		l.Stop()
+		if st := l.Status(); st.State != federation.Shutdown {
+			t.Errorf("stopped link is %s", st.State)
+		}
+	}
 }
