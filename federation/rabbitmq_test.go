@@ -167,3 +167,73 @@ func TestRabbitMQUpstream(t *testing.T) {
 	}
 	must(t, d.Ack(false))
 }
+
+// TestRabbitMQDownstream: railmq as the upstream of RabbitMQ 3.10.8's
+// own federation plugin (the other direction of the issue): RabbitMQ
+// declares its x-federation-upstream exchange, which railmq refuses with
+// 503 (an unknown type), falls back to a fanout (ensure_internal_exchange
+// in rabbit_federation_exchange_link.erl v3.10.8), binds with
+// x-bound-from and consumes; its queue link needs railmq's
+// consumer_priorities capability. Messages published to railmq reach
+// RabbitMQ's binding and RabbitMQ's consumer.
+func TestRabbitMQDownstream(t *testing.T) {
+	downURL := rabbitVhost(t, "fed-rmq-down")
+	up := startNode(t)
+	up.addVhost("fed-up")
+	// RabbitMQ's links go before railmq stops (cleanups run last first).
+	t.Cleanup(func() { rabbitAPI(t, http.MethodDelete, "vhosts/fed-rmq-down", "", nil) })
+	uch := dial(t, up.url("fed-up"))
+	dch := dial(t, downURL)
+	must(t, dch.ExchangeDeclare("fx", "topic", true, false, false, false, nil))
+	_, err := dch.QueueDeclare("sink", true, false, false, false, nil)
+	must(t, err)
+	must(t, dch.QueueBind("sink", "a.#", "fx", false, nil))
+	_, err = dch.QueueDeclare("fq", true, false, false, false, nil)
+	must(t, err)
+	body, _ := json.Marshal(map[string]any{"value": map[string]any{"uri": up.url("fed-up"), "reconnect-delay": 1}})
+	if c := rabbitAPI(t, http.MethodPut, "parameters/federation-upstream/fed-rmq-down/up1", string(body), nil); c >= 300 {
+		t.Fatalf("PUT upstream: %d", c)
+	}
+	if c := rabbitAPI(t, http.MethodPut, "policies/fed-rmq-down/fed",
+		`{"pattern":"^f","apply-to":"all","definition":{"federation-upstream":"up1"},"priority":1}`, nil); c >= 300 {
+		t.Fatalf("PUT policy: %d", c)
+	}
+	var links []map[string]any
+	poll.Eventually(t, 60*time.Second, func() bool {
+		links = nil
+		if rabbitAPI(t, http.MethodGet, "federation-links/fed-rmq-down", "", &links) != 200 || len(links) != 2 {
+			return false
+		}
+		for _, l := range links {
+			if l["status"] != "running" {
+				return false
+			}
+		}
+		return true
+	}, "RabbitMQ's links: %v", links)
+
+	// RabbitMQ's binding reached railmq: publish until one arrives.
+	poll.Eventually(t, 30*time.Second, func() bool {
+		must(t, uch.Publish("fx", "a.b", false, false, rmq.Publishing{Body: []byte("m1")}))
+		_, ok, err := dch.Get("sink", true)
+		must(t, err)
+		return ok
+	}, "nothing published to railmq's fx reached RabbitMQ's sink")
+
+	_, err = uch.QueueDeclare("fq", true, false, false, false, nil)
+	must(t, err)
+	must(t, uch.Publish("", "fq", false, false, rmq.Publishing{Body: []byte("q1")}))
+	dels, err := dch.Consume("fq", "", false, false, false, false, nil)
+	must(t, err)
+	select {
+	case d := <-dels:
+		rf, _ := d.Headers["x-received-from"].([]any)
+		if string(d.Body) != "q1" || len(rf) != 1 {
+			t.Fatalf("got %q %v", d.Body, d.Headers)
+		}
+		must(t, d.Ack(false))
+	case <-time.After(30 * time.Second):
+		t.Fatal("RabbitMQ's fq pulled nothing from railmq's fq")
+	}
+	rabbitAPI(t, http.MethodDelete, "policies/fed-rmq-down/fed", "", nil)
+}
