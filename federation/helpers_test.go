@@ -26,11 +26,11 @@ func TestMain(m *testing.M) {
 
 // node is a real railmq broker, in-process on a loopback port.
 type node struct {
-	t *testing.T
+	t testing.TB
 	b *testutil.Broker
 }
 
-func startNode(t *testing.T) *node {
+func startNode(t testing.TB) *node {
 	t.Helper()
 	b, _ := testutil.StartStoppable(t, broker.Options{DataDir: t.TempDir()})
 	return &node{t: t, b: b}
@@ -55,7 +55,7 @@ func (n *node) url(vhost string) string {
 	return "amqp://guest:guest@" + n.b.Addr + "/" + url.PathEscape(vhost)
 }
 
-func dial(t *testing.T, u string) *rmq.Channel {
+func dial(t testing.TB, u string) *rmq.Channel {
 	t.Helper()
 	c, err := rmq.Dial(u)
 	if err != nil {
@@ -69,7 +69,7 @@ func dial(t *testing.T, u string) *rmq.Channel {
 	return ch
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ type amqpPublisher struct {
 	ch *rmq.Channel
 }
 
-func newPublisher(t *testing.T, u string) *amqpPublisher {
+func newPublisher(t testing.TB, u string) *amqpPublisher {
 	ch := dial(t, u)
 	must(t, ch.Confirm(false))
 	return &amqpPublisher{ch: ch}
@@ -150,7 +150,7 @@ type queueDemand struct {
 	seen  bool // Wanted has answered true
 }
 
-func newDemand(t *testing.T, u, queue string) *queueDemand {
+func newDemand(t testing.TB, u, queue string) *queueDemand {
 	d := &queueDemand{ch: dial(t, u), queue: queue, c: make(chan struct{}, 1)}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -193,13 +193,13 @@ func (d *queueDemand) stats() (asked int, seen bool) {
 
 type statuser interface{ Status() federation.Status }
 
-func waitRunning(t *testing.T, l statuser) {
+func waitRunning(t testing.TB, l statuser) {
 	t.Helper()
 	poll.Eventually(t, 30*time.Second, func() bool { return l.Status().State == federation.Running },
 		"link not running: %+v", l.Status())
 }
 
-func get(t *testing.T, ch *rmq.Channel, q string) rmq.Delivery {
+func get(t testing.TB, ch *rmq.Channel, q string) rmq.Delivery {
 	t.Helper()
 	var d rmq.Delivery
 	poll.Eventually(t, 30*time.Second, func() bool {
