@@ -16,12 +16,16 @@ import (
 // downstream broker; the broker implements it.
 type Publisher interface {
 	// Publish routes msg through the downstream exchange (key is the
-	// routing key; exchange "" with the queue's name for a queue link)
-	// and returns when the downstream accepted it: with confirm
-	// (ack-mode on-confirm), once it is as safe as a publisher confirm
-	// says; an error if it was refused or could not be stored. The link
-	// acks upstream only after it returns nil.
-	Publish(ctx context.Context, exchange, key string, msg rmq.Publishing, confirm bool) error
+	// routing key; exchange "" with the queue's name for a queue link).
+	// It must not block for the store: done runs exactly once (on any
+	// goroutine, possibly before Publish returns) when the downstream
+	// accepted the message, with nil once it is as safe as a publisher
+	// confirm says (ack-mode on-confirm, confirm true; without confirm,
+	// once routed), or with why it was refused or not stored. The link
+	// acks upstream in done (on-confirm), so as many messages as
+	// prefetch-count are in flight. An error returned by Publish itself
+	// (done not called) ends the link's session.
+	Publish(ctx context.Context, exchange, key string, msg rmq.Publishing, confirm bool, done func(error)) error
 }
 
 // Binding is one binding of the downstream exchange, as its link repeats
@@ -358,22 +362,7 @@ func (l *ExchangeLink) forward(ctx context.Context, ch Channel, d rmq.Delivery, 
 		entry["cluster-name"] = upCluster
 	}
 	h := prependTable(copyHeaders(d.Headers), "x-received-from", entry)
-	if l.up.AckMode == OnPublish {
-		if err := ch.Ack(d.DeliveryTag, false); err != nil {
-			return err
-		}
-	}
-	err := l.pub.Publish(ctx, l.x.Name, d.RoutingKey, publishing(d, h, l.up.TrustUserID), l.up.AckMode == OnConfirm)
-	if err == nil {
-		l.fwd.Add(1)
-	}
-	if l.up.AckMode != OnConfirm {
-		return err
-	}
-	if err != nil {
-		l.log.Warn("federation link: downstream refused a message", zap.Error(err))
-	}
-	return settle(ch, l.up.AckMode, d.DeliveryTag, err)
+	return republish(ctx, l.pub, ch, l.up, l.x.Name, d.RoutingKey, d.DeliveryTag, publishing(d, h, l.up.TrustUserID), &l.fwd, l.log)
 }
 
 // Cleanup removes what the link made upstream (the queue and both

@@ -2,6 +2,7 @@ package federation_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"sync"
 	"testing"
@@ -77,30 +78,51 @@ func must(t testing.TB, err error) {
 }
 
 // amqpPublisher is the test's stand-in for the broker's Publisher: it
-// publishes to the downstream broker over AMQP, waiting for the
-// publisher confirm when asked (as the broker's will wait for its store).
+// publishes to the downstream broker over AMQP in confirm mode and calls
+// done from one goroutine reading the confirms (as the broker's will
+// from its store's committer).
 type amqpPublisher struct {
-	mu sync.Mutex
-	ch *rmq.Channel
+	mu      sync.Mutex
+	ch      *rmq.Channel
+	pending map[uint64]func(error)
 }
 
 func newPublisher(t testing.TB, u string) *amqpPublisher {
 	ch := dial(t, u)
 	must(t, ch.Confirm(false))
-	return &amqpPublisher{ch: ch}
+	p := &amqpPublisher{ch: ch, pending: map[uint64]func(error){}}
+	confirms := ch.NotifyPublish(make(chan rmq.Confirmation, 1024))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range confirms {
+			p.mu.Lock()
+			f := p.pending[c.DeliveryTag]
+			delete(p.pending, c.DeliveryTag)
+			p.mu.Unlock()
+			if f == nil {
+				continue
+			}
+			if c.Ack {
+				f(nil)
+			} else {
+				f(errors.New("nacked by the downstream"))
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = ch.Close(); <-done })
+	return p
 }
 
-func (p *amqpPublisher) Publish(ctx context.Context, exchange, key string, msg rmq.Publishing, confirm bool) error {
+func (p *amqpPublisher) Publish(ctx context.Context, exchange, key string, msg rmq.Publishing, confirm bool, done func(error)) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg)
-	if err != nil || !confirm {
-		return err
+	seq := p.ch.GetNextPublishSeqNo()
+	p.pending[seq] = done
+	err := p.ch.PublishWithContext(ctx, exchange, key, false, false, msg)
+	if err != nil {
+		delete(p.pending, seq)
 	}
-	ok, err := dc.WaitContext(ctx)
-	if err == nil && !ok {
-		err = context.Canceled
-	}
+	p.mu.Unlock()
 	return err
 }
 

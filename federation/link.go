@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
@@ -286,6 +287,35 @@ func publishing(d rmq.Delivery, headers rmq.Table, trustUserID bool) rmq.Publish
 		p.UserId = ""
 	}
 	return p
+}
+
+// republish hands a message to the downstream and settles its upstream
+// delivery per ack-mode: on-publish acks before, no-ack never, on-confirm
+// acks in the Publisher's done (or requeues what the downstream
+// refused). An ack that fails because the upstream channel closed is
+// left to the redelivery the close brings.
+func republish(ctx context.Context, pub Publisher, ch Channel, up Upstream, exchange, key string, tag uint64,
+	msg rmq.Publishing, fwd *atomic.Uint64, log *zap.Logger) error {
+	if up.AckMode == OnPublish {
+		if err := ch.Ack(tag, false); err != nil {
+			return err
+		}
+	}
+	return pub.Publish(ctx, exchange, key, msg, up.AckMode == OnConfirm, func(err error) {
+		if err == nil {
+			fwd.Add(1)
+		} else {
+			log.Warn("federation link: downstream refused a message", zap.Error(err))
+		}
+		if up.AckMode != OnConfirm {
+			return
+		}
+		if err != nil {
+			_ = ch.Nack(tag, false, true)
+			return
+		}
+		_ = ch.Ack(tag, false)
+	})
 }
 
 // settle acks (or, failed, requeues) an upstream delivery per ack-mode.

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	rmq "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/zap"
 )
 
 // Demand says whether a downstream queue wants messages from its
@@ -200,20 +199,5 @@ func visitCount(v any) int64 {
 // (the default exchange, the queue's name) and acks it per ack-mode.
 func (l *QueueLink) forward(ctx context.Context, ch Channel, d rmq.Delivery, table rmq.Table) error {
 	h := QueueHeaders(d.Headers, table, d.Redelivered, d.Exchange, d.RoutingKey)
-	if l.up.AckMode == OnPublish {
-		if err := ch.Ack(d.DeliveryTag, false); err != nil {
-			return err
-		}
-	}
-	err := l.pub.Publish(ctx, "", l.q.Name, publishing(d, h, l.up.TrustUserID), l.up.AckMode == OnConfirm)
-	if err == nil {
-		l.fwd.Add(1)
-	}
-	if l.up.AckMode != OnConfirm {
-		return err
-	}
-	if err != nil {
-		l.log.Warn("federation link: downstream refused a message", zap.Error(err))
-	}
-	return settle(ch, l.up.AckMode, d.DeliveryTag, err)
+	return republish(ctx, l.pub, ch, l.up, "", l.q.Name, d.DeliveryTag, publishing(d, h, l.up.TrustUserID), &l.fwd, l.log)
 }
