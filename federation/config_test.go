@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	rmq "github.com/rabbitmq/amqp091-go"
+
 	"github.com/railmq/railmq/federation"
 )
 
@@ -190,5 +192,49 @@ func TestStatusJSON(t *testing.T) {
 	}
 	if got := federation.Timestamp(time.Date(2026, 1, 2, 9, 5, 3, 0, time.Local)); got != "2026-01-02 9:05:03" {
 		t.Errorf("timestamp %q", got)
+	}
+}
+
+// TestQueueHeaders: update_headers/5 of rabbit_federation_queue_link.erl
+// (v3.10.8): first hop records the original exchange and key; a message
+// coming back through the same upstream (same uri and queue) has that
+// entry moved to the front with visit-count + 1, others kept; CC becomes
+// x-original-cc.
+func TestQueueHeaders(t *testing.T) {
+	tbl := rmq.Table{"uri": "amqp://a/v", "queue": "q"}
+	h := federation.QueueHeaders(rmq.Table{"CC": []any{"k2"}}, tbl, false, "ex", "k")
+	want := rmq.Table{"x-original-cc": []any{"k2"}, "x-original-exchange": "ex", "x-original-routing-key": "k",
+		"x-received-from": []any{rmq.Table{"uri": "amqp://a/v", "queue": "q", "redelivered": false, "visit-count": int64(1)}}}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("first hop\ngot  %v\nwant %v", h, want)
+	}
+	other := rmq.Table{"uri": "amqp://b/v", "queue": "q", "redelivered": false, "visit-count": int64(1)}
+	h["x-received-from"] = append(h["x-received-from"].([]any), other)
+	h = federation.QueueHeaders(h, tbl, true, "", "q")
+	rf := h["x-received-from"].([]any)
+	if len(rf) != 2 || rf[0].(rmq.Table)["visit-count"] != int64(2) || rf[0].(rmq.Table)["redelivered"] != true ||
+		!reflect.DeepEqual(rf[1], other) || h["x-original-exchange"] != "ex" {
+		t.Fatalf("second visit %v", h)
+	}
+}
+
+// TestShouldForward: should_forward/4 (rabbit_federation_util.erl v3.10.8).
+func TestShouldForward(t *testing.T) {
+	one := rmq.Table{"x-received-from": []any{rmq.Table{"cluster-name": "a", "vhost": "v"}}}
+	for _, tc := range []struct {
+		h       rmq.Table
+		hops    int
+		cluster string
+		want    bool
+	}{
+		{nil, 1, "b", true},
+		{rmq.Table{"x-received-from": "junk"}, 1, "b", true},
+		{one, 1, "b", false},
+		{one, 2, "b", true},
+		{one, 2, "a", false},
+	} {
+		if got := federation.ShouldForward(tc.h, tc.hops, tc.cluster, "v"); got != tc.want {
+			t.Errorf("%v hops %d cluster %s: %v", tc.h, tc.hops, tc.cluster, got)
+		}
 	}
 }
