@@ -90,6 +90,13 @@ func NewExchangeLink(up Upstream, x ExchangeSpec, pub Publisher, binds Bindings,
 // Start runs the link on a goroutine of its own; a no-op if it runs.
 func (l *ExchangeLink) Start() { l.start(l.session) }
 
+// Restart stops the link and starts it again at once (RabbitMQ's
+// DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart).
+func (l *ExchangeLink) Restart() {
+	l.Stop()
+	l.Start()
+}
+
 // Status is a snapshot of the link.
 func (l *ExchangeLink) Status() Status {
 	st := l.link.Status()

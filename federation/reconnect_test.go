@@ -77,6 +77,10 @@ func TestExchangeLinkReconnects(t *testing.T) {
 	if err := dial(t, upURL).ExchangeDeclarePassive("federation: fx -> down B", "fanout", true, true, true, false, nil); !errors.As(err, &ae) || ae.Code != rmq.NotFound {
 		t.Fatalf("the first session's exchange: %v", err)
 	}
+	// Restart: a new session, on the next suffix again.
+	l.Restart()
+	waitRunning(t, l)
+	must(t, uch.ExchangeDeclarePassive("federation: fx -> down B", "fanout", true, true, true, false, nil))
 	poll.Eventually(t, 30*time.Second, func() bool {
 		must(t, uch.Publish("fx", "", false, false, rmq.Publishing{Body: []byte("after")}))
 		_, ok, err := dch.Get("sink", true)
