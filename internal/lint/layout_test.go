@@ -32,6 +32,9 @@ var allowed = map[string][]string{
 	// The shovel engine: an AMQP client, knowing nothing of the broker
 	// (the broker gives it a Dialer for local URIs).
 	"shovel": {"amqp", "github.com/rabbitmq/amqp091-go", "go.uber.org/zap"},
+	// The federation engine: an AMQP client too (shovel's URI parsing);
+	// the broker implements its Publisher, Bindings and Demand.
+	"federation": {"shovel", "github.com/rabbitmq/amqp091-go", "go.uber.org/zap"},
 	// Test helper for the package tests of broker/, channel/, vhost/:
 	// standard library only, or it would make a cycle.
 	"internal/poll": {},
