@@ -113,3 +113,41 @@ func pcreError(pattern string, err error) string {
 	}
 	return fmt.Sprintf("{%q,%d}", text, at)
 }
+
+// HasFederationPolicy reports whether any of the vhost's policies sets a
+// federation key (so that nothing else need be looked at when none does).
+func (v *VHost) HasFederationPolicy() bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, p := range v.policies {
+		for k := range p.Definition {
+			if federationPolicyKeys[k] != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FederationPolicy is the federation key and value the policy applying
+// to exchange name (args nil) or queue name (its arguments) sets: key ""
+// when it sets none.
+func (v *VHost) FederationPolicy(name string, forQueue bool, args amqp.Table) (key, val string) {
+	v.mu.RLock()
+	pols := v.policies
+	v.mu.RUnlock()
+	if forQueue {
+		pols = ofQueueType(pols, args)
+	}
+	p := best(pols, name, forQueue)
+	if p == nil {
+		return "", ""
+	}
+	for k, x := range p.Definition {
+		if federationPolicyKeys[k] != "" {
+			s, _ := x.(string)
+			return k, s
+		}
+	}
+	return "", ""
+}
