@@ -50,24 +50,31 @@ func fedGet(t *testing.T, ch *rmq.Channel, q string) rmq.Delivery {
 	return d
 }
 
+// fedSetUp makes vhost upVh on up and downVh on down, exchange fx of
+// kind and queue fq in both, downstream a queue sink bound to fx with
+// key, and downstream the upstream "up" (upURI) and a policy federating
+// what starts with f from it.
+func fedSetUp(t *testing.T, up *api, upVh string, down *api, downVh, kind, key, upURI string) {
+	t.Helper()
+	sapiVhosts(t, up, upVh)
+	sapiVhosts(t, down, downVh)
+	for x, vh := range map[*api]string{up: upVh, down: downVh} {
+		sapiWantStatus(t, x, "PUT", "/api/exchanges/"+vh+"/fx", `{"type":"`+kind+`","durable":true}`, 201)
+		sapiWantStatus(t, x, "PUT", "/api/queues/"+vh+"/fq", `{"durable":true}`, 201)
+	}
+	sapiWantStatus(t, down, "PUT", "/api/queues/"+downVh+"/sink", `{"durable":true}`, 201)
+	sapiWantStatus(t, down, "POST", "/api/bindings/"+downVh+"/e/fx/q/sink", `{"routing_key":"`+key+`"}`, 201)
+	sapiWantStatus(t, down, "PUT", "/api/parameters/federation-upstream/"+downVh+"/up", `{"value":{"uri":"`+upURI+`","reconnect-delay":1}}`, 201)
+	sapiWantStatus(t, down, "PUT", "/api/policies/"+downVh+"/fed", `{"pattern":"^f","apply-to":"all","definition":{"federation-upstream":"up"}}`, 201)
+}
+
 // railmq's links consume from RabbitMQ: an exchange and a queue federated
 // by a policy on railmq from a RabbitMQ upstream.
 func TestFederationFromRabbitMQ(t *testing.T) {
 	r := rabbitOf(t)
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
-	sapiVhosts(t, r, "fedi-up")
-	sapiVhosts(t, a, "fedi-down")
-	for _, x := range []*api{r, a} {
-		vh := map[*api]string{r: "fedi-up", a: "fedi-down"}[x]
-		sapiWantStatus(t, x, "PUT", "/api/exchanges/"+vh+"/fx", `{"type":"topic","durable":true}`, 201)
-		sapiWantStatus(t, x, "PUT", "/api/queues/"+vh+"/fq", `{"durable":true}`, 201)
-	}
-	sapiWantStatus(t, a, "PUT", "/api/queues/fedi-down/sink", `{"durable":true}`, 201)
-	sapiWantStatus(t, a, "POST", "/api/bindings/fedi-down/e/fx/q/sink", `{"routing_key":"a.#"}`, 201)
-	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fedi-down/rabbit",
-		`{"value":{"uri":"amqp://guest:guest@localhost:5672/fedi-up","reconnect-delay":1}}`, 201)
-	sapiWantStatus(t, a, "PUT", "/api/policies/fedi-down/fed", `{"pattern":"^f","apply-to":"all","definition":{"federation-upstream":"rabbit"}}`, 201)
+	fedSetUp(t, r, "fedi-up", a, "fedi-down", "topic", "a.#", "amqp://guest:guest@localhost:5672/fedi-up")
 	poll.Eventually(t, 30*time.Second, func() bool {
 		ls := fapiLinks(t, a, "/api/federation-links/fedi-down")
 		return len(ls) == 2 && ls[0]["status"] == "running" && ls[1]["status"] == "running"
@@ -77,17 +84,19 @@ func TestFederationFromRabbitMQ(t *testing.T) {
 	dch := openChannel(t, dial(t, "amqp://guest:guest@"+b.Addr+"/fedi-down"))
 	// The binding reaches RabbitMQ's fx asynchronously: publish until one
 	// arrives.
+	var m rmq.Delivery
 	poll.Eventually(t, 30*time.Second, func() bool {
 		if err := uch.Publish("fx", "a.b", false, false, rmq.Publishing{Body: []byte("x1")}); err != nil {
 			t.Fatal(err)
 		}
-		_, ok, err := dch.Get("sink", true)
+		var ok bool
+		var err error
+		m, ok, err = dch.Get("sink", true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	}, "a message published to RabbitMQ's fx at railmq's sink")
-	m := fedGet(t, dch, "sink") // a later one, whole
 	rf, _ := m.Headers["x-received-from"].([]any)
 	if len(rf) != 1 || rf[0].(rmq.Table)["cluster-name"] != sapiClusterName(t, r) || rf[0].(rmq.Table)["exchange"] != "fx" {
 		t.Fatalf("x-received-from %v", m.Headers["x-received-from"])
@@ -122,18 +131,7 @@ func TestFederationToRabbitMQ(t *testing.T) {
 	r := rabbitOf(t)
 	b := testutil.Start(t, broker.Options{})
 	a := newAPI(t, b)
-	sapiVhosts(t, a, "fedo-up")
-	sapiVhosts(t, r, "fedo-down")
-	for _, x := range []*api{r, a} {
-		vh := map[*api]string{r: "fedo-down", a: "fedo-up"}[x]
-		sapiWantStatus(t, x, "PUT", "/api/exchanges/"+vh+"/fx", `{"type":"fanout","durable":true}`, 201)
-		sapiWantStatus(t, x, "PUT", "/api/queues/"+vh+"/fq", `{"durable":true}`, 201)
-	}
-	sapiWantStatus(t, r, "PUT", "/api/queues/fedo-down/sink", `{"durable":true}`, 201)
-	sapiWantStatus(t, r, "POST", "/api/bindings/fedo-down/e/fx/q/sink", `{"routing_key":""}`, 201)
-	sapiWantStatus(t, r, "PUT", "/api/parameters/federation-upstream/fedo-down/railmq",
-		`{"value":{"uri":"amqp://guest:guest@`+b.Addr+`/fedo-up","reconnect-delay":1}}`, 201)
-	sapiWantStatus(t, r, "PUT", "/api/policies/fedo-down/fed", `{"pattern":"^f","apply-to":"all","definition":{"federation-upstream":"railmq"}}`, 201)
+	fedSetUp(t, a, "fedo-up", r, "fedo-down", "fanout", "", "amqp://guest:guest@"+b.Addr+"/fedo-up")
 	poll.Eventually(t, 30*time.Second, func() bool {
 		n := 0
 		for _, l := range fapiLinks(t, r, "/api/federation-links/fedo-down") {
