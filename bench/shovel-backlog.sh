@@ -15,6 +15,7 @@
 #   bash bench/shovel-backlog.sh                  # 10,000,000 x 1 KiB
 #   N=1000000 SIZE=1024 bash bench/shovel-backlog.sh
 #   BIN=/path/to/railmq KEEP=1 OUT=/tmp/sb bash bench/shovel-backlog.sh
+#   MODE=drain N=3000000 bash bench/shovel-backlog.sh   # the control: no shovel
 #
 # Disk: each side holds N*SIZE bytes of bodies plus the store's overhead
 # (about 11 GiB each for 10 M x 1 KiB); the data dirs are deleted at the
@@ -28,6 +29,7 @@ SIZE=${SIZE:-1024}
 PRODUCERS=${PRODUCERS:-2}
 PREFETCH=${PREFETCH:-1000}
 INTERVAL=${INTERVAL:-5}
+MODE=${MODE:-shovel} # drain: the control, a railmq-perf consumer drains A instead of the shovel
 PORT=${PORT:-25810} # A: PORT (AMQP), PORT+1 (management), PORT+2 (pprof); B: PORT+10...
 OUT=${OUT:-$(mktemp -d /tmp/railmq-shovel-backlog.XXXXXX)}
 mkdir -p "$OUT"
@@ -93,7 +95,16 @@ shovel='{"value":{"src-protocol":"amqp091","src-uri":"amqp://","src-queue":"back
 shovel+='"src-prefetch-count":'$PREFETCH',"dest-protocol":"amqp091",'
 shovel+='"dest-uri":"amqp://guest:guest@127.0.0.1:'$B'/","dest-queue":"backlog-1","ack-mode":"on-confirm"}}'
 t2=$(date +%s.%N)
-api PUT $A /parameters/shovel/%2F/backlog "$shovel" >/dev/null
+if [ "$MODE" = drain ]; then
+	# The control: no shovel, a railmq-perf consumer drains A (the same
+	# prefetch, acks each message), so that A's figures show what the
+	# source's store costs without the shovel.
+	"$OUT/perf" --engine frames --uri "amqp://guest:guest@127.0.0.1:$A/" --producers 0 --consumers 1 --predeclared --drain \
+		--prefetch "$PREFETCH" --queue-prefix backlog --json >"$OUT/drain.json" 2>"$OUT/drain.err" &
+	pids+=($!)
+else
+	api PUT $A /parameters/shovel/%2F/backlog "$shovel" >/dev/null
+fi
 echo "t_s a_rss_mib b_rss_mib a_msgs b_msgs" >"$OUT/samples.txt"
 profiled=0
 while :; do
@@ -108,12 +119,12 @@ while :; do
 		curl -fsS "http://127.0.0.1:$((B + 2))/debug/pprof/heap" >"$OUT/b.heap"
 		profiled=1
 	fi
-	[ "$qa" -eq 0 ] && [ "$qb" -ge "$N" ] && break
+	[ "$qa" -eq 0 ] && { [ "$MODE" = drain ] || [ "$qb" -ge "$N" ]; } && break
 	kill -0 "$apid" && kill -0 "$bpid" || { echo "a broker exited"; exit 1; }
 done
 t3=$(date +%s.%N)
 status=$(api GET $A /shovels/%2F | jq -c '[.[] | {name, state}]')
-api DELETE $A /parameters/shovel/%2F/backlog >/dev/null
+[ "$MODE" = drain ] || api DELETE $A /parameters/shovel/%2F/backlog >/dev/null
 qa=$(qlen $A) qb=$(qlen $B)
 secs=$(echo "$t3 - $t2" | bc)
 rate=$(echo "$N / $secs" | bc)
@@ -127,4 +138,5 @@ jq -nc --argjson n "$N" --argjson size "$SIZE" --argjson secs "$secs" --argjson 
 	--argjson qa "$qa" --argjson qb "$qb" --slurpfile pub "$OUT/publish.json" \
 	'{messages:$n, size:$size, publish_rate:$pub[0].publish_rate, move_s:$secs, move_rate:$rate,
 	  a:{vmhwm_mib:$ahwm, rss_peak_mib:$apeak, queue:$qa}, b:{vmhwm_mib:$bhwm, rss_peak_mib:$bpeak, queue:$qb}}' | tee "$OUT/result.json"
+[ "$MODE" = drain ] && qb=$N
 [ "$qa" -eq 0 ] && [ "$qb" -eq "$N" ] || { echo "FAIL: A holds $qa, B holds $qb (want 0 and $N)"; exit 1; }
