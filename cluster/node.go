@@ -84,6 +84,7 @@ type Node struct {
 	qdb     *badger.DB  // every group's log, opened with the first
 	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
+	queries queryHandler // answers other nodes' questions (query.go)
 	local   bool // standalone: no listener, no metadata group (local.go)
 }
 

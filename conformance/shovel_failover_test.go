@@ -42,28 +42,33 @@ const (
 	foBound = 60 * time.Second
 )
 
-// foRunner is the one live node that reports the shovel running, once
-// every live node agrees that exactly one runs it.
+// foRunner is the one live node that runs the shovel, once every live
+// node lists it running there (any node's API lists the cluster's
+// shovels, with the node that runs each).
 func foRunner(t *testing.T, live []*foNode, within time.Duration) *foNode {
 	t.Helper()
 	var r *foNode
 	poll.Eventually(t, within, func() bool {
 		r = nil
-		n := 0
+		on := map[any]bool{}
 		for _, nd := range live {
 			got, _ := sapiGuest(t, nd.api, "GET", "/api/parameters/shovel/"+foVhost+"/fo", "")
 			if got != http.StatusOK {
 				return false
 			}
-			if s := sapiStatus(t, nd.api, foVhost, "fo"); s != nil {
-				n++
-				if s["state"] == "running" {
-					r = nd
-				}
+			l := sapiShovels(t, nd.api, "/api/shovels/"+foVhost)
+			if len(l) != 1 || l[0]["state"] != "running" {
+				return false
+			}
+			on[l[0]["node"]] = true
+		}
+		for _, nd := range live {
+			if on[nd.name] {
+				r = nd
 			}
 		}
-		return n == 1 && r != nil
-	}, "the shovel running on exactly one node")
+		return len(on) == 1 && r != nil
+	}, "the shovel running on exactly one node, listed so by every node")
 	return r
 }
 
