@@ -85,7 +85,7 @@ type Node struct {
 	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
 	queries queryHandler // answers other nodes' questions (query.go)
-	local   bool // standalone: no listener, no metadata group (local.go)
+	local   bool         // standalone: no listener, no metadata group (local.go)
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked
