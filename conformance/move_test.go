@@ -125,6 +125,23 @@ func TestConsoleMoveMessages(t *testing.T) {
 	if got := shovelQueueLen(t, b.URL, "move-probe-dst"); got != n {
 		t.Errorf("move-probe-dst holds %d after the refused move, want %d", got, n)
 	}
+
+	// To another broker: the destination URI.
+	b2 := testutil.Start(t, broker.Options{})
+	br.run("move to another broker", chromedp.Navigate(url+"#/queues/%2F/move-probe-src"), chromedp.Navigate(url+"#/queues/%2F/move-probe-dst"),
+		chromedp.WaitVisible(chromedp.CSS(`#move input[name=dest-uri]`)), js(`__sent = []; true`),
+		chromedp.SendKeys(chromedp.CSS(`#move input[name=dest-queue]`), "remote-q"), chromedp.SendKeys(chromedp.CSS(`#move input[name=dest-uri]`), b2.URL),
+		chromedp.Click(chromedp.CSS(`#move-button`)))
+	br.waitText("#move-result", 60*time.Second, func(s string) bool {
+		return strings.HasPrefix(s, "Moved 5,000 message(s) to remote-q in ") && strings.HasSuffix(s, "; 0 remain in this queue.")
+	}, "the move to another broker")
+	var put struct{ Value map[string]any }
+	if sent := eval[[]map[string]string](br, `__sent`); len(sent) != 1 || json.Unmarshal([]byte(sent[0]["body"]), &put) != nil || put.Value["dest-uri"] != b2.URL {
+		t.Errorf("the console sent %q, want dest-uri %s", sent, b2.URL)
+	}
+	if got := shovelQueueLen(t, b2.URL, "remote-q"); got != n {
+		t.Errorf("the other broker's remote-q holds %d, want %d", got, n)
+	}
 	br.noErrors()
 
 	// A management user (no policymaker tag) has no form, and the API
@@ -317,5 +334,16 @@ func TestRailmqctlMoveMessages(t *testing.T) {
 	}
 	if got := shovelQueueLen(t, b.URL, "ctl-move-back"); got != 0 {
 		t.Errorf("ctl-move-back holds %d more than the 10,000 moved", got)
+	}
+
+	// To another broker: --dest-uri.
+	b2 := testutil.Start(t, broker.Options{})
+	shovelFill(t, b.URL, "ctl-remote", 500, 1024)
+	_, wait = moveCtl(t, hs.URL, "move_messages", "ctl-remote", "ctl-remote", "--dest-uri", b2.URL, "--interval", "100ms")
+	if code, out, errOut := wait(); code != 0 || out[len(out)-2] != "done: moved 500 of 500, remaining 0" {
+		t.Errorf("move to another broker: exit %d\n%s\n%s", code, strings.Join(out, "\n"), errOut)
+	}
+	if got := shovelQueueLen(t, b2.URL, "ctl-remote"); got != 500 {
+		t.Errorf("the other broker's ctl-remote holds %d, want 500", got)
 	}
 }

@@ -111,7 +111,7 @@ function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
   const parts = [];
   if (moved !== null) parts.push(fmtNum(moved) + ' of ' + fmtNum(total) + ' moved');
   parts.push(fmtNum(remaining) + ' remaining');
-  if (rate !== null) parts.push(fmtNum(Math.max(0, rate)) + '/s');
+  if (rate !== null) parts.push(fmtNum(Math.max(0, Math.round(rate))) + '/s');
   if (state) parts.push('shovel ' + state);
   const kids = [h('div', { class: 'bar' + (state === 'terminated' ? ' bad' : '') }, h('span', { style: 'width:' + pct + '%' })),
     h('div', { id: 'move-status' }, 'Moving' + (m.dest ? ' to ' + m.dest : '') + ': ' + parts.join(' · '))];
@@ -127,7 +127,7 @@ function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
 // moveDone says how the move ended once the shovel is gone.
 function moveDone(out, m, moved, remaining, now) {
   const secs = (now - m.t0) / 1000;
-  let text = moved === null ? 'The move is done' : 'Moved ' + fmtNum(moved) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') + ' in ' + secs.toFixed(1) + ' s' + (secs > 0 ? ' (' + fmtNum(moved / secs) + '/s)' : '');
+  let text = moved === null ? 'The move is done' : 'Moved ' + fmtNum(moved) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') + ' in ' + secs.toFixed(1) + ' s' + (secs > 0 ? ' (' + fmtNum(Math.round(moved / secs)) + '/s)' : '');
   text += '; ' + fmtNum(remaining) + ' remain in this queue.';
   out.replaceChildren(h('div', { class: 'bar' }, h('span', { style: 'width:100%' })), h('div', { class: 'msg ok', id: 'move-result' }, text));
 }
