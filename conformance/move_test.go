@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	rmq "github.com/rabbitmq/amqp091-go"
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/poll"
@@ -59,6 +60,39 @@ func moveCap(t *testing.T, a *api, dest string, limit int) (release func()) {
 			t.Fatalf("DELETE policy: %d", c)
 		}
 	}
+}
+
+// moveStream declares stream q holding n messages.
+func moveStream(t *testing.T, url, q string, n int) {
+	t.Helper()
+	c := dial(t, url)
+	defer c.Close()
+	ch, err := c.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare(q, true, false, false, false, rmq.Table{"x-queue-type": "stream"})
+	must(t, err)
+	must(t, ch.Confirm(false))
+	var last *rmq.DeferredConfirmation
+	for i := range n {
+		if last, err = ch.PublishWithDeferredConfirm("", q, false, false, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := last.WaitContext(t.Context()); !ok || err != nil {
+		t.Fatalf("confirm: %v %v", ok, err)
+	}
+}
+
+// moveDepth is a queue's messages as the management API counts them
+// (a stream's too).
+func moveDepth(t *testing.T, a *api, q string) float64 {
+	t.Helper()
+	var info map[string]any
+	if c := a.call("GET", "/api/queues/%2F/"+q, "guest", "guest", nil, &info); c != 200 {
+		t.Fatalf("GET queue %s: %d", q, c)
+	}
+	n, _ := info["messages"].(float64)
+	return n
 }
 
 // TestConsoleMoveMessages moves a queue's messages from its page in a
@@ -142,6 +176,22 @@ func TestConsoleMoveMessages(t *testing.T) {
 	if got := shovelQueueLen(t, b2.URL, "remote-q"); got != n {
 		t.Errorf("the other broker's remote-q holds %d, want %d", got, n)
 	}
+
+	// From a stream (RabbitMQ's form adds x-stream-offset "first"): a
+	// copy, the stream keeps its messages.
+	moveStream(t, b.URL, "move-stream", 200)
+	poll.Eventually(t, 30*time.Second, func() bool { return moveDepth(t, a, "move-stream") == 200 }, "the API counts move-stream's 200 messages")
+	br.run("move from a stream", chromedp.Navigate(url+"#/queues/%2F/move-stream"), chromedp.WaitVisible(chromedp.CSS(`#move input[name=dest-queue]`)),
+		js(`__sent = []; true`), chromedp.SendKeys(chromedp.CSS(`#move input[name=dest-queue]`), "from-stream"), chromedp.Click(chromedp.CSS(`#move-button`)))
+	br.waitText("#move-result", 60*time.Second, func(s string) bool {
+		return strings.HasPrefix(s, "Copied 200 message(s) to from-stream in ") && strings.HasSuffix(s, " s; the stream keeps them.")
+	}, "the copy from a stream")
+	if sent := eval[[]map[string]string](br, `__sent`); len(sent) != 1 || !strings.HasSuffix(sent[0]["body"], `"dest-queue":"from-stream","src-consumer-args":{"x-stream-offset":"first"}}}`) {
+		t.Errorf("the console sent %q, want src-consumer-args x-stream-offset first", sent)
+	}
+	if got, kept := moveDepth(t, a, "from-stream"), moveDepth(t, a, "move-stream"); got != 200 || kept != 200 {
+		t.Errorf("from-stream holds %v and move-stream %v, want 200 and 200", got, kept)
+	}
 	br.noErrors()
 
 	// A management user (no policymaker tag) has no form, and the API
@@ -213,7 +263,7 @@ func moveCtl(t *testing.T, api string, args ...string) (lines <-chan string, wai
 	}
 }
 
-var moveProgress = regexp.MustCompile(`^(starting|running|terminated): moved (\d+) of (\d+), remaining (\d+), -?\d+ msg/s$`)
+var moveProgress = regexp.MustCompile(`^(starting|running|terminated|completed): moved (\d+) of (\d+), remaining (\d+), -?\d+ msg/s$`)
 
 // TestRailmqctlMoveMessages moves 10,000 persistent messages with
 // railmqctl move_messages (the built binary, against the broker's API):
@@ -345,5 +395,26 @@ func TestRailmqctlMoveMessages(t *testing.T) {
 	}
 	if got := shovelQueueLen(t, b2.URL, "ctl-remote"); got != 500 {
 		t.Errorf("the other broker's ctl-remote holds %d, want 500", got)
+	}
+
+	// From a stream: a copy from its first offset; the stream keeps its
+	// messages, so its depth is no progress: the lines say what is copied.
+	moveStream(t, b.URL, "ctl-stream", 300)
+	// (The API counts a stream's messages a moment after they are
+	// confirmed; what move_messages reads is that count.)
+	poll.Eventually(t, 30*time.Second, func() bool { return moveDepth(t, a, "ctl-stream") == 300 }, "the API counts ctl-stream's 300 messages")
+	_, wait = moveCtl(t, hs.URL, "move_messages", "ctl-stream", "ctl-from-stream", "--interval", "100ms")
+	code, out, errOut = wait()
+	if code != 0 || out[0] != "copying 300 messages from 'ctl-stream' to 'ctl-from-stream' in vhost '/' (shovel 'Move from ctl-stream')" ||
+		!regexp.MustCompile(`^copied 300 messages from stream 'ctl-stream' to 'ctl-from-stream' in \d+\.\ds \(\d+ msg/s\); the stream keeps them$`).MatchString(out[len(out)-1]) {
+		t.Errorf("move from a stream: exit %d\n%s\n%s", code, strings.Join(out, "\n"), errOut)
+	}
+	for _, l := range out[1 : len(out)-1] {
+		if !regexp.MustCompile(`^(starting|running|completed): copying 300 messages$`).MatchString(l) {
+			t.Errorf("not a progress line: %q", l)
+		}
+	}
+	if got, kept := moveDepth(t, a, "ctl-from-stream"), moveDepth(t, a, "ctl-stream"); got != 300 || kept != 300 {
+		t.Errorf("ctl-from-stream holds %v and ctl-stream %v, want 300 and 300", got, kept)
 	}
 }

@@ -27,6 +27,7 @@ import (
 type moveOpts struct {
 	src, dst, destURI, name string
 	noWait                  bool
+	stream                  bool // the source is a stream, which keeps what is read from it
 	interval, timeout       time.Duration
 }
 
@@ -128,11 +129,16 @@ func (c *client) moveMessages(o moveOpts) error {
 	}
 	body := map[string]any{"component": "shovel", "vhost": c.vhost, "name": o.name,
 		"value": moveValue(c.vhost, o.src, o.dst, o.destURI, typ == "stream")}
+	o.stream = typ == "stream"
 	if _, err := c.do("PUT", param, body); err != nil {
 		return c.denied(err)
 	}
 	start := time.Now()
-	fmt.Fprintf(c.out, "moving %d messages from '%s' to '%s' in vhost '%s' (shovel '%s')\n", total, o.src, o.dst, c.vhost, o.name)
+	verb := "moving"
+	if o.stream {
+		verb = "copying" // from the first offset; a stream keeps its messages
+	}
+	fmt.Fprintf(c.out, "%s %d messages from '%s' to '%s' in vhost '%s' (shovel '%s')\n", verb, total, o.src, o.dst, c.vhost, o.name)
 	if o.noWait {
 		return nil
 	}
@@ -189,30 +195,27 @@ func (c *client) followMove(o moveOpts, param string, total int64, start time.Ti
 			return fmt.Errorf("following shovel '%s': %w", o.name, err)
 		}
 		now := time.Now()
-		moved := max(total-st.remaining, 0)
-		rate := 0.0
-		if dt := now.Sub(lastAt).Seconds(); dt > 0 {
-			rate = float64(moved-last) / dt
-		}
-		last, lastAt = moved, now
 		if st.gone {
-			took := now.Sub(start)
-			if st.remaining > 0 {
-				if n, ok := c.settledDepth(o.src, now); ok {
-					st.remaining, moved = n, max(total-n, 0)
-				}
-			}
-			fmt.Fprintf(c.out, "done: moved %d of %d, remaining %d\n", moved, total, st.remaining)
-			fmt.Fprintf(c.out, "moved %d messages from '%s' to '%s' in %.1fs (%.0f msg/s)\n", moved, o.src, o.dst, took.Seconds(), float64(moved)/took.Seconds())
-			if st.remaining > 0 {
-				fmt.Fprintf(c.out, "%d messages are left in '%s' (published after the move began, or the shovel was deleted)\n", st.remaining, o.src)
-			}
+			c.moveDone(o, total, st.remaining, now, now.Sub(start))
 			return nil
 		}
-		fmt.Fprintf(c.out, "%s: moved %d of %d, remaining %d, %.0f msg/s\n", st.state, moved, total, st.remaining, rate)
+		if st.state == "terminated" && strings.Contains(st.reason, "completed") {
+			st.state = "completed" // railmq's shovel, until its parameter is deleted
+		}
+		moved := max(total-st.remaining, 0)
+		if o.stream {
+			// What is read from a stream stays in it: its depth says
+			// nothing of the progress.
+			moved, st.remaining = 0, total
+			fmt.Fprintf(c.out, "%s: copying %d messages\n", st.state, total)
+		} else {
+			rate := float64(moved-last) / max(now.Sub(lastAt).Seconds(), 1e-3)
+			last, lastAt = moved, now
+			fmt.Fprintf(c.out, "%s: moved %d of %d, remaining %d, %.0f msg/s\n", st.state, moved, total, st.remaining, rate)
+		}
 		fail := ""
 		switch {
-		case st.state == "terminated" && !strings.Contains(st.reason, "completed"):
+		case st.state == "terminated":
 			fail = "the shovel terminated: " + strings.Trim(st.reason, `"`)
 			if strings.Contains(st.reason, "needed a restart") {
 				fail += " (a broker closed its channel or connection with an error; the broker's log says which)"
@@ -233,6 +236,28 @@ func (c *client) followMove(o moveOpts, param string, total int64, start time.Ti
 			return fmt.Errorf("move from '%s' to '%s' failed: %s (moved %d of %d; the shovel is deleted, %d messages remain in '%s')", o.src, o.dst, fail, moved, total, st.remaining, o.src)
 		}
 		time.Sleep(o.interval)
+	}
+}
+
+// moveDone prints how the move ended, its shovel gone at time at, took
+// after it began.
+func (c *client) moveDone(o moveOpts, total, remaining int64, at time.Time, took time.Duration) {
+	if o.stream {
+		// The shovel has copied the stream's length as it read it at
+		// its start.
+		fmt.Fprintf(c.out, "copied %d messages from stream '%s' to '%s' in %.1fs (%.0f msg/s); the stream keeps them\n", total, o.src, o.dst, took.Seconds(), float64(total)/took.Seconds())
+		return
+	}
+	if remaining > 0 {
+		if n, ok := c.settledDepth(o.src, at); ok {
+			remaining = n
+		}
+	}
+	moved := max(total-remaining, 0)
+	fmt.Fprintf(c.out, "done: moved %d of %d, remaining %d\n", moved, total, remaining)
+	fmt.Fprintf(c.out, "moved %d messages from '%s' to '%s' in %.1fs (%.0f msg/s)\n", moved, o.src, o.dst, took.Seconds(), float64(moved)/took.Seconds())
+	if remaining > 0 {
+		fmt.Fprintf(c.out, "%d messages are left in '%s' (published after the move began, or the shovel was deleted)\n", remaining, o.src)
 	}
 }
 

@@ -65,10 +65,12 @@ function moveSection(vhost, queue) {
         let gone = false;
         try { await api(param); } catch (e) { if (e.status !== 404) throw e; gone = true; }
         let state = null, reason = '';
+        // A completed railmq shovel shows terminated "completed" until its parameter is deleted.
         // /api/shovels is for monitoring users and administrators.
         if (!gone && hasTag('administrator', 'monitoring')) {
           const sh = (await api('shovels/' + enc(vhost))).find(s => s.name === name);
           state = sh ? sh.state : 'starting'; reason = (sh && sh.reason) || '';
+          if (state === 'terminated' && reason.includes('completed')) state = 'completed';
         }
         const remaining = (await depth()).n;
         const moved = m.total === null ? null : Math.max(0, m.total - remaining);
@@ -92,8 +94,9 @@ function moveSection(vhost, queue) {
       // A shovel of that name is a move under way: PUT would restart it.
       try { await api(param); note(out, false, 'A move from this queue is under way already.'); watch(); return; } catch (e) { if (e.status !== 404) throw e; }
       const q = await depth();
-      sessionStorage.setItem(key, JSON.stringify({ total: q.n, t0: Date.now(), dest: destQ.value }));
-      moveShow(out, { total: q.n, dest: destQ.value }, 0, q.n, null, 'starting', '');
+      const m = { total: q.n, t0: Date.now(), dest: destQ.value, stream: q.stream };
+      sessionStorage.setItem(key, JSON.stringify(m));
+      moveShow(out, m, 0, q.n, null, 'starting', '');
       await api(param, { method: 'PUT', body: moveBody(vhost, queue, destQ.value, destURI.value, q.stream) });
       watch();
     } catch (e) { sessionStorage.removeItem(key); note(out, false, 'Move messages: ' + e.message); }
@@ -107,26 +110,45 @@ function moveSection(vhost, queue) {
 // started it), what remains in the queue, the rate, the shovel's state.
 function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
   const total = m.total;
+  if (m.stream) {
+    // What is read from a stream stays in it: its depth says nothing of
+    // the progress.
+    out.replaceChildren(h('div', { id: 'move-status' }, 'Copying ' + fmtNum(total) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') +
+      ' from this stream (a stream keeps its messages)' + (state ? ' · shovel ' + state : '')), ...moveTrouble(state, reason, stop));
+    return;
+  }
   const pct = total ? Math.min(100, Math.round(100 * moved / total)) : 0;
   const parts = [];
   if (moved !== null) parts.push(fmtNum(moved) + ' of ' + fmtNum(total) + ' moved');
   parts.push(fmtNum(remaining) + ' remaining');
   if (rate !== null) parts.push(fmtNum(Math.max(0, Math.round(rate))) + '/s');
   if (state) parts.push('shovel ' + state);
-  const kids = [h('div', { class: 'bar' + (state === 'terminated' ? ' bad' : '') }, h('span', { style: 'width:' + pct + '%' })),
-    h('div', { id: 'move-status' }, 'Moving' + (m.dest ? ' to ' + m.dest : '') + ': ' + parts.join(' · '))];
+  out.replaceChildren(h('div', { class: 'bar' + (state === 'terminated' ? ' bad' : '') }, h('span', { style: 'width:' + pct + '%' })),
+    h('div', { id: 'move-status' }, 'Moving' + (m.dest ? ' to ' + m.dest : '') + ': ' + parts.join(' · ')), ...moveTrouble(state, reason, stop));
+}
+
+// moveTrouble is a terminated shovel's reason, and the button that stops
+// the move.
+function moveTrouble(state, reason, stop) {
+  const kids = [];
   if (state === 'terminated') {
     kids.push(h('div', { class: 'msg err', id: 'move-error' }, 'The shovel terminated: ' + String(reason).replace(/^"|"$/g, '') +
       (String(reason).includes('needed a restart') ? ' (a broker closed its channel or connection with an error; the broker\'s log says which)' : '') +
       '. It starts again after its reconnect delay.'));
   }
   if (stop) kids.push(h('div', { class: 'toolbar' }, armed('Stop the move', stop)));
-  out.replaceChildren(...kids);
+  return kids;
 }
 
 // moveDone says how the move ended once the shovel is gone.
 function moveDone(out, m, moved, remaining, now) {
   const secs = (now - m.t0) / 1000;
+  if (m.stream) {
+    // The shovel has copied the stream's length as it read it at its start.
+    out.replaceChildren(h('div', { class: 'msg ok', id: 'move-result' }, 'Copied ' + fmtNum(m.total) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') +
+      ' in ' + secs.toFixed(1) + ' s; the stream keeps them.'));
+    return;
+  }
   let text = moved === null ? 'The move is done' : 'Moved ' + fmtNum(moved) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') + ' in ' + secs.toFixed(1) + ' s' + (secs > 0 ? ' (' + fmtNum(Math.round(moved / secs)) + '/s)' : '');
   text += '; ' + fmtNum(remaining) + ' remain in this queue.';
   out.replaceChildren(h('div', { class: 'bar' }, h('span', { style: 'width:100%' })), h('div', { class: 'msg ok', id: 'move-result' }, text));
