@@ -1,10 +1,11 @@
 // Command railmqctl manages a railmq (or RabbitMQ) broker through its
 // management HTTP API: list, declare and delete objects, purge, get,
-// publish, peek and redrive, move messages (a shovel), users, permissions
-// and policies, export and import definitions, close connections, status. It is also installed as
-// rabbitmqctl: called by that name it takes RabbitMQ's commands for what
-// client test suites and health checks call (list_queues, list_connections,
-// close_connection, set_vm_memory_high_watermark, status, ping).
+// publish, peek and redrive, move messages (a shovel), users,
+// permissions and policies, export and import definitions, close
+// connections, status. It is also installed as rabbitmqctl: called by
+// that name it takes RabbitMQ's commands for what client test suites and
+// health checks call (list_queues, list_connections, close_connection,
+// set_vm_memory_high_watermark, status, ping).
 package main
 
 import (
