@@ -1,0 +1,100 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/poll"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// In a cluster a federated exchange's link runs on one node (the one that
+// runs the shovels), every node's /api/federation-links lists it with
+// that node (RabbitMQ's rabbit_federation_mgmt.erl asks every node), a
+// restart through another node restarts it where it runs, and when that
+// node stops the link runs on another and messages published upstream
+// reach the downstream's bindings again.
+func TestFederationClusterLinkMoves(t *testing.T) {
+	testutil.InProcess(t)
+	up := testutil.Start(t, broker.Options{})
+	ua := newAPI(t, up)
+	sapiVhosts(t, ua, "fcl-up")
+	sapiWantStatus(t, ua, "PUT", "/api/exchanges/fcl-up/fx", `{"type":"fanout","durable":true}`, 201)
+
+	nodes := startCluster(t, 3)
+	first := &api{t: t, url: nodes[0].api}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		got, _ := sapiGuest(t, first, "PUT", "/api/vhosts/fcl-down", "")
+		return got == 201 || got == 204
+	}, "vhost made")
+	if got, _ := sapiGuest(t, first, "PUT", "/api/permissions/fcl-down/guest", `{"configure":".*","write":".*","read":".*"}`); got != 201 && got != 204 {
+		t.Fatalf("permissions: %d", got)
+	}
+	sapiWantStatus(t, first, "PUT", "/api/exchanges/fcl-down/fx", `{"type":"fanout","durable":true}`, 201)
+	sapiWantStatus(t, first, "PUT", "/api/queues/fcl-down/sink", `{"durable":true,"arguments":{"x-queue-type":"quorum"}}`, 201)
+	sapiWantStatus(t, first, "POST", "/api/bindings/fcl-down/e/fx/q/sink", `{"routing_key":""}`, 201)
+	sapiWantStatus(t, first, "PUT", "/api/parameters/federation-upstream/fcl-down/up",
+		`{"value":{"uri":"amqp://guest:guest@`+up.Addr+`/fcl-up","reconnect-delay":1}}`, 201)
+	sapiWantStatus(t, first, "PUT", "/api/policies/fcl-down/fed", `{"pattern":"^fx$","apply-to":"exchanges","definition":{"federation-upstream":"up"}}`, 201)
+
+	// runner is the node every live node lists the running link on.
+	runner := func(live []*clusterNode) (*clusterNode, string) {
+		var r *clusterNode
+		var id string
+		poll.Eventually(t, 60*time.Second, func() bool {
+			r = nil
+			on := map[any]bool{}
+			for _, nd := range live {
+				l := fapiLinks(t, &api{t: t, url: nd.api}, "/api/federation-links/fcl-down")
+				if len(l) != 1 || l[0]["status"] != "running" {
+					return false
+				}
+				on[l[0]["node"]] = true
+				id, _ = l[0]["id"].(string)
+			}
+			for _, nd := range live {
+				if on[nd.name] {
+					r = nd
+				}
+			}
+			return len(on) == 1 && r != nil
+		}, "the link running on one node, listed so by every node")
+		return r, id
+	}
+	r1, id := runner(nodes)
+	var live []*clusterNode
+	for _, n := range nodes {
+		if n != r1 {
+			live = append(live, n)
+		}
+	}
+	other := &api{t: t, url: live[0].api}
+	sapiWantStatus(t, other, "DELETE", "/api/federation-links/vhost/fcl-down/"+id+"/"+r1.name+"/restart", "", 204)
+
+	uch := openChannel(t, dial(t, up.URL+"fcl-up"))
+	dch := openChannel(t, dial(t, live[0].b.URL+"fcl-down"))
+	// Published upstream until one arrives (the binding upstream is made
+	// as the link starts).
+	arrives := func(body string) {
+		t.Helper()
+		poll.Eventually(t, 60*time.Second, func() bool {
+			if err := uch.Publish("fx", "", false, false, rmq.Publishing{Body: []byte(body)}); err != nil {
+				t.Fatal(err)
+			}
+			m, ok, err := dch.Get("sink", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok && string(m.Body) == body
+		}, "%s at the downstream sink", body)
+	}
+	arrives("before")
+	r1.stop()
+	if r2, _ := runner(live); r2 == r1 {
+		t.Fatal("the link still on the stopped node")
+	}
+	arrives("after")
+}
