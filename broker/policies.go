@@ -135,5 +135,6 @@ func (s *Server) putPolicyLocal(st *vhostState, operator bool, name string, p *v
 	} else {
 		st.v.SetPolicies(next, ops)
 	}
+	s.kickFederation()
 	return had, nil
 }

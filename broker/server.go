@@ -73,6 +73,7 @@ type Server struct {
 	rep *replica.Manager
 
 	shv shovelSet // runtime parameters and the shovels they run (shovels.go)
+	fed fedSet    // the federation links this node runs (federation.go)
 
 	// Counted for the metrics (admin.go: Totals, Churn).
 	totals                 queue.Totals
@@ -188,6 +189,7 @@ func New(opts Options) (*Server, error) {
 	s.startAlarms()
 	go s.sweep()
 	go s.monitor()
+	s.startFederation()
 	s.startShovels()
 	return s, nil
 }
@@ -283,6 +285,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.stopShovels() // before the connections close: their unacked messages go back to their queues
+	s.waitFederation()
 	s.delayed.closeAll()
 	s.log.Info("shutting down", zap.Int("connections", len(conns)))
 	forced := &amqp.Error{Code: amqp.ConnectionForced, Text: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}
@@ -432,7 +435,7 @@ func (s *Server) serverProperties() amqp.Table {
 		"product":      "railmq",
 		"version":      s.opts.Version,
 		"platform":     platform(),
-		"cluster_name": "railmq@" + hostname,
+		"cluster_name": s.clusterName(),
 		"copyright":    "Copyright (c) the railmq authors",
 		"information":  "Licensed under the Apache License 2.0",
 		"capabilities": amqp.Table{

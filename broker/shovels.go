@@ -138,6 +138,7 @@ func (s *Server) setShovelsActive(on bool) {
 		}
 	}
 	s.shv.mu.Unlock()
+	s.kickFederation()
 	stopRuns(stop)
 	for _, k := range start {
 		s.reconcileShovel(k)
@@ -312,8 +313,11 @@ func (s *Server) applyParameter(k paramKey, val json.RawMessage) {
 		s.shv.params[k] = append(json.RawMessage(nil), val...)
 	}
 	s.shv.mu.Unlock()
-	if k.component == ShovelComponent {
+	switch k.component {
+	case ShovelComponent:
 		s.reconcileShovel(k)
+	case FederationUpstreamComponent, FederationUpstreamSetComponent:
+		s.kickFederation()
 	}
 }
 
@@ -437,10 +441,17 @@ func (s *Server) RestartShovel(vh, name string) bool {
 
 // dialLocal is a shovel's connection to this broker: one end of a Unix
 // socket pair, the other served here as a direct connection.
-func (s *Server) dialLocal(context.Context) (net.Conn, error) {
+func (s *Server) dialLocal(ctx context.Context) (net.Conn, error) {
+	nc, _, err := s.dialLocalID(ctx)
+	return nc, err
+}
+
+// dialLocalID is dialLocal, with the id of the connection this server
+// serves at the other end.
+func (s *Server) dialLocalID(context.Context) (net.Conn, uint64, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
+		return nil, 0, fmt.Errorf("socketpair: %w", err)
 	}
 	ends := [2]net.Conn{}
 	for i, fd := range fds {
@@ -453,7 +464,7 @@ func (s *Server) dialLocal(context.Context) (net.Conn, error) {
 			} else {
 				syscall.Close(fds[1])
 			}
-			return nil, fmt.Errorf("socketpair: %w", err)
+			return nil, 0, fmt.Errorf("socketpair: %w", err)
 		}
 		ends[i] = directConn{c}
 	}
@@ -464,13 +475,13 @@ func (s *Server) dialLocal(context.Context) (net.Conn, error) {
 		s.mu.Unlock()
 		ends[0].Close()
 		ends[1].Close()
-		return nil, ErrServerClosed
+		return nil, 0, ErrServerClosed
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go c.serve()
-	return ends[0], nil
+	return ends[0], c.id, nil
 }
 
 // directConn is one end of a direct connection's socket pair, with an

@@ -89,7 +89,7 @@ type snapshot struct {
 // New returns an exchange without bindings. kind must be valid (see
 // ParseKind): anything else is a caller bug.
 func New(name string, kind Kind, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
-	if kind < Direct || kind > ConsistentHash {
+	if kind < Direct || kind > FederationUpstream {
 		panic("exchange.New: invalid kind")
 	}
 	e := &Exchange{
@@ -171,7 +171,7 @@ func (e *Exchange) Route(key string, headers amqp.Table, out []Dest) []Dest {
 	switch s.kind {
 	case Direct:
 		out = append(out, s.direct.get(key)...)
-	case Fanout, Dedup:
+	case Fanout, Dedup, FederationUpstream:
 		out = append(out, s.fanout...)
 	case Topic:
 		if s.topic != nil {
@@ -266,7 +266,7 @@ func (e *Exchange) Bind(b Binding) (added bool) {
 		if e.byDestKey[dk] == 1 {
 			e.addKey(&s, b.Dest, b.Key)
 		}
-	case Fanout, Dedup:
+	case Fanout, Dedup, FederationUpstream:
 		if len(ids) == 1 {
 			s.fanout = append(slices.Clip(s.fanout), b.Dest)
 		}
@@ -291,7 +291,7 @@ func (e *Exchange) Unbind(b Binding) (removed bool) {
 	s := *e.snap.Load()
 	e.forget(&s, id, b)
 	switch s.kind {
-	case Fanout, Dedup:
+	case Fanout, Dedup, FederationUpstream:
 		if len(e.byDest[b.Dest]) == 0 {
 			s.fanout = deleteDest(s.fanout, b.Dest)
 		}
@@ -325,7 +325,7 @@ func (e *Exchange) RemoveDest(d Dest) int {
 	}
 	delete(e.byDest, d)
 	switch s.kind {
-	case Fanout, Dedup:
+	case Fanout, Dedup, FederationUpstream:
 		s.fanout = deleteDest(s.fanout, d)
 	case Headers:
 		s.headers = slices.DeleteFunc(slices.Clone(s.headers), func(h hbinding) bool { return h.dest == d })

@@ -14,7 +14,15 @@ const (
 	// it routes as fanout, after dropping duplicates (see Dedup).
 	Dedup
 	ConsistentHash // x-consistent-hash, rabbitmq_consistent_hash_exchange's type
+	// FederationUpstream is the federation plugin's helper exchange
+	// (x-federation-upstream) that a downstream's link declares upstream:
+	// it routes as fanout what its x-max-hops and x-received-from allow
+	// (rabbit_federation_upstream_exchange.erl, v3.10.8; vhost checks).
+	FederationUpstream
 )
+
+// FederationUpstreamType is FederationUpstream's type name.
+const FederationUpstreamType = "x-federation-upstream"
 
 // ParseKind maps an exchange.declare type field to a Kind. The names are
 // case-sensitive, as in RabbitMQ ("Direct" is an unknown type there too).
@@ -32,6 +40,8 @@ func ParseKind(s string) (Kind, bool) {
 		return Dedup, true
 	case "x-consistent-hash":
 		return ConsistentHash, true
+	case FederationUpstreamType:
+		return FederationUpstream, true
 	}
 	return 0, false
 }
@@ -51,6 +61,8 @@ func (k Kind) String() string {
 		return "x-message-deduplication"
 	case ConsistentHash:
 		return "x-consistent-hash"
+	case FederationUpstream:
+		return FederationUpstreamType
 	}
 	return "invalid"
 }

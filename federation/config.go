@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -237,28 +236,6 @@ func ValidateSet(name string, def []any) error {
 	}
 	if len(lines) > 0 {
 		return ErrorLines(lines)
-	}
-	return nil
-}
-
-// ValidatePolicy checks a policy's federation keys (validate_policy/1):
-// def holds the federation-upstream, federation-upstream-set and
-// federation-upstream-pattern keys present in the definition.
-func ValidatePolicy(def map[string]any) error {
-	if len(def) >= 2 {
-		return ErrorLines{"cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together"}
-	}
-	for k, v := range def {
-		s, ok := v.(string)
-		what := map[string]string{"federation-upstream": "upstream", "federation-upstream-set": "upstream set", "federation-upstream-pattern": "upstream pattern"}[k]
-		if !ok {
-			return ErrorLines{fmt.Sprintf("%s is not a valid federation %s name", Erl(v), what)}
-		}
-		if k == "federation-upstream-pattern" {
-			if _, err := regexp.Compile(s); err != nil {
-				return ErrorLines{fmt.Sprintf("could not compile pattern %s to a regular expression. Error: %s", s, err)}
-			}
-		}
 	}
 	return nil
 }

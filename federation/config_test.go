@@ -97,26 +97,6 @@ func TestValidateSet(t *testing.T) {
 	}
 }
 
-// TestValidatePolicy: the policy keys' texts of RabbitMQ 3.10.8.
-func TestValidatePolicy(t *testing.T) {
-	for _, tc := range []struct {
-		def  map[string]any
-		want string
-	}{
-		{map[string]any{"federation-upstream": float64(5)}, "5 is not a valid federation upstream name"},
-		{map[string]any{"federation-upstream-set": float64(5)}, "5 is not a valid federation upstream set name"},
-		{map[string]any{"federation-upstream": "a", "federation-upstream-set": "b"},
-			"cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together"},
-		{map[string]any{"federation-upstream": "nosuch"}, ""},
-		{map[string]any{"federation-upstream-set": "all"}, ""},
-	} {
-		err := federation.ValidatePolicy(tc.def)
-		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != "Validation failed\n\n"+tc.want+"\n") {
-			t.Errorf("%v: got %v, want %q", tc.def, err, tc.want)
-		}
-	}
-}
-
 // TestParseAndResolve: defaults (rabbit_federation_upstream.erl v3.10.8:
 // prefetch-count 1000, reconnect-delay 5 s, max-hops 1, ack-mode
 // on-confirm, consumer tag federation-link-NAME), a set entry's keys over

@@ -126,3 +126,45 @@ func reason(err error) string {
 	}
 	return err.Error()
 }
+
+// LocalDialer reaches the broker itself (a host-less URI): Open gives a
+// connection the broker serves as a direct one (user "none").
+type LocalDialer struct {
+	Open func(ctx context.Context) (net.Conn, error)
+}
+
+// Dial opens a connection to uri's vhost of this broker through Open.
+func (d LocalDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
+	nc, err := d.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	props := rmq.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	cfg := rmq.Config{Vhost: shovel.Vhost(uri), Properties: props, Heartbeat: 10 * time.Second,
+		SASL: []rmq.Authentication{&rmq.PlainAuth{Username: "none"}}}
+	c, err := rmq.Open(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return amqpConn{c}, nil
+}
+
+// SplitDialer sends host-less URIs to Local and the others to Remote
+// (AMQPDialer{} when nil).
+type SplitDialer struct {
+	Local  Dialer
+	Remote Dialer
+}
+
+// Dial connects to uri through the dialer for its kind.
+func (d SplitDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
+	if shovel.IsLocal(uri) {
+		return d.Local.Dial(ctx, uri, name)
+	}
+	if d.Remote == nil {
+		return AMQPDialer{}.Dial(ctx, uri, name)
+	}
+	return d.Remote.Dial(ctx, uri, name)
+}

@@ -363,8 +363,10 @@ func (l *ExchangeLink) forward(ctx context.Context, ch Channel, d rmq.Delivery, 
 		return settle(ch, l.up.AckMode, d.DeliveryTag, nil)
 	}
 	// update_routing_headers/5: cluster-name only when the upstream says
-	// its name.
-	entry := rmq.Table{"uri": uri, "exchange": upX, "redelivered": d.Redelivered, "vhost": upVhost}
+	// its name; "exchange" is the downstream exchange's name
+	// (rabbit_federation_upstream.erl params_table/2 is given the
+	// downstream's record, v3.10.8).
+	entry := rmq.Table{"uri": uri, "exchange": l.x.Name, "redelivered": d.Redelivered, "vhost": upVhost}
 	if upCluster != "" {
 		entry["cluster-name"] = upCluster
 	}

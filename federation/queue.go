@@ -110,7 +110,8 @@ func (l *QueueLink) session(ctx context.Context) error {
 	l.setState(Running, "")
 	l.log.Info("federation link running")
 	closed := conn.NotifyClose(make(chan *rmq.Error, 1))
-	table := rmq.Table{"uri": st.URI, "queue": st.UpstreamName}
+	// The downstream queue's name (params_table/2, as exchange links).
+	table := rmq.Table{"uri": st.URI, "queue": l.q.Name}
 	var dels <-chan rmq.Delivery
 	for {
 		want := l.demand.Wanted()

@@ -250,6 +250,7 @@ func (a *API) routes() []route {
 	add("PUT", "/api/user-limits/{user}/{name}", admin(a.apiPutUserLimit))
 	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
 	a.parameterRoutes(add)
+	a.federationRoutes(add)
 	return routes
 }
 

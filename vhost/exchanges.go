@@ -205,6 +205,11 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 		}
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "%s", err.Error())
 	}
+	if kind == exchange.FederationUpstream {
+		if err := federationExchangeArgs(d.Args); err != nil {
+			return 0, err
+		}
+	}
 	if kind == exchange.Dedup {
 		// The plugin's validate/1.
 		if _, _, _, err := dedupArgs(d.Args); err != nil {

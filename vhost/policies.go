@@ -114,8 +114,16 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 	if len(def) == 0 {
 		return nil, invalidPolicy("no policy settings given")
 	}
+	if !operator {
+		if err := checkFederationPolicy(def); err != nil {
+			return nil, err
+		}
+	}
 	var unknown []string
 	for k, v := range def {
+		if federationPolicyKeys[k] != "" && !operator {
+			continue // checkFederationPolicy
+		}
 		pk, ok := policyKeys[k]
 		if !ok || (operator && !operatorKeys[k]) {
 			unknown = append(unknown, fmt.Sprintf("{<<%q>>,%s}", k, erlTerm(v)))

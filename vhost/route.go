@@ -126,9 +126,16 @@ func (v *VHost) routeFrom(ex *exchange.Exchange, key string, s *Scratch) {
 			if !v.duplicate(ex, s) {
 				s.dests = ex.Route(key, nil, s.dests)
 			}
+		case exchange.FederationUpstream:
+			// As fanout, unless the message has made its hops or has been
+			// to the link's downstream already.
+			s.dests = s.dests[:0]
+			if federationForward(ex.Args, s.headerTable()) {
+				s.dests = ex.Route(key, nil, s.dests)
+			}
 		default:
 			s.dests = ex.Route(key, nil, s.dests[:0])
-			if ex.Kind != exchange.Fanout {
+			if ex.Kind != exchange.Fanout && ex.Kind != exchange.FederationUpstream {
 				for _, k := range s.Extra {
 					s.dests = ex.Route(k, nil, s.dests)
 				}

@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
 	// Never broker (or channel): the node imports it.
 	"replica": {"amqp", "queue", "vhost", "cluster", "stream", "go.uber.org/zap"},
-	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "shovel", "go.uber.org/zap"},
+	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "shovel", "federation", "go.uber.org/zap"},
 	// Above broker: the management plane and the metrics, never channel
 	// (what a channel holds comes through broker's admin API).
 	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
