@@ -79,14 +79,14 @@ func TestMigrationLongestIdle(t *testing.T) {
 	l := newMigLoad([2]string{})
 	c := newMigClient("c")
 	c.times = []time.Time{at(1), at(2), at(9), at(10)}
-	if gap, from := l.longestIdle(c, at(12)); gap != 7*time.Second || !from.Equal(at(2)) {
+	if gap, from := l.longestIdle(c, at(12), true); gap != 7*time.Second || !from.Equal(at(2)) {
 		t.Errorf("no outage: %v from %v, want 7s from 2s", gap, from.Sub(t0))
 	}
 	l.outage = []outage{{broker: onRabbit, from: at(3), back: at(8)}}
-	if gap, from := l.longestIdle(c, at(12)); gap != 2*time.Second || !from.Equal(at(2)) && !from.Equal(at(10)) {
+	if gap, from := l.longestIdle(c, at(12), true); gap != 2*time.Second || !from.Equal(at(2)) && !from.Equal(at(10)) {
 		t.Errorf("5 s down within the gap: %v from %v, want 2s", gap, from.Sub(t0))
 	}
-	if gap, from := l.longestIdle(c, at(20)); gap != 10*time.Second || !from.Equal(at(10)) {
+	if gap, from := l.longestIdle(c, at(20), true); gap != 10*time.Second || !from.Equal(at(10)) {
 		t.Errorf("until 20 s: %v from %v, want 10s from 10s", gap, from.Sub(t0))
 	}
 }

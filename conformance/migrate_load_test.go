@@ -27,7 +27,7 @@ const (
 	// migRate is each producer's publishes per second; one in ten goes
 	// to migAudit. migConsumerRate is each work consumer's most messages
 	// per second: three consumers cannot keep up with the work queue's
-	// 180/s and four can (3×55 < 180 < 4×55), so that while a consumer
+	// 180/s and four can (3×52 < 180 < 4×52), so that while a consumer
 	// is moved the three left on RabbitMQ are busy (their prefetch full)
 	// and RabbitMQ hands the rest to the federation link, whose upstream
 	// consumer has priority -1 (rabbit_federation_queue_link.erl, v3.10.8):
@@ -35,7 +35,7 @@ const (
 	// while the others on RabbitMQ kept up.
 	migRate         = 100
 	migProducers    = 2
-	migConsumerRate = 55
+	migConsumerRate = 52
 	migPrefetch     = 10
 )
 
@@ -275,11 +275,8 @@ func (l *migLoad) consumer(q string, rate int) func(c *migClient, b int32) {
 				if !ok {
 					return
 				}
-				if rate > 0 { // the consumer's work
-					next = next.Add(time.Second / time.Duration(rate))
-					if time.Since(next) > time.Second {
-						next = time.Now().Add(-time.Second)
-					}
+				if rate > 0 { // the consumer's work: 1/rate s a message, no catching up after a pause
+					next = maxTime(next, time.Now()).Add(time.Second / time.Duration(rate))
 					time.Sleep(time.Until(next))
 				}
 				if !l.deliver(c, b, d) {
@@ -351,17 +348,20 @@ func (l *migLoad) down(b int32, from, back time.Time) {
 }
 
 // longestIdle is the longest time a consumer went without a delivery
-// between its first delivery and until, less the time either broker was
-// down within it (when a broker is down nothing can reach a consumer:
-// before producers move, every message passes through RabbitMQ), and
-// when it began.
-func (l *migLoad) longestIdle(c *migClient, until time.Time) (time.Duration, time.Time) {
+// between its first delivery and until, less (if downLeftOut) the time
+// either broker was down within it (when a broker is down nothing can
+// reach a consumer: before producers move, every message passes through
+// RabbitMQ), and when it began.
+func (l *migLoad) longestIdle(c *migClient, until time.Time, downLeftOut bool) (time.Duration, time.Time) {
 	c.mu.Lock()
 	times := append([]time.Time(nil), c.times...)
 	c.mu.Unlock()
-	l.mu.Lock()
-	outs := append([]outage(nil), l.outage...)
-	l.mu.Unlock()
+	var outs []outage
+	if downLeftOut {
+		l.mu.Lock()
+		outs = append(outs, l.outage...)
+		l.mu.Unlock()
+	}
 	var worst time.Duration
 	var at time.Time
 	for i := 1; i <= len(times); i++ {

@@ -112,6 +112,7 @@ type migration struct {
 	consumers  []*migClient
 	exported   []byte
 	loadStoped bool
+	shovelled  int // messages left on RabbitMQ for the shovels
 }
 
 func (m *migration) progress(format string, args ...any) {
@@ -368,7 +369,12 @@ func (m *migration) drainRabbit() {
 			best, since = d, time.Now()
 		}
 	}
-	m.progress("federation drained RabbitMQ's %s to %d; %s has %d", migWork, best, migAudit, m.rabbitDepth(migAudit))
+	audit := m.rabbitDepth(migAudit)
+	if best < 0 || audit < 0 {
+		t.Fatalf("RabbitMQ's queues: %s has %d messages, %s %d", migWork, best, migAudit, audit)
+	}
+	m.shovelled = best + audit
+	m.progress("federation drained RabbitMQ's %s to %d; %s has %d", migWork, best, migAudit, audit)
 	for _, q := range []string{migWork, migAudit} {
 		name := "drain-" + q
 		m.onRailmq("PUT", "/api/parameters/shovel/"+migVhost+"/"+name, map[string]any{"value": map[string]any{
@@ -466,7 +472,7 @@ func (m *migration) verdict(loadEnd time.Time) {
 	var worst time.Duration
 	var idle []string
 	for _, c := range m.consumers {
-		gap, at := l.longestIdle(c, loadEnd)
+		gap, at := l.longestIdle(c, loadEnd, true)
 		idle = append(idle, fmt.Sprintf("%s %v (from %s; %d on rabbitmq, %d on railmq)", c.name, gap.Round(time.Millisecond),
 			l.since(at), c.got[onRabbit].Load(), c.got[onRailmq].Load()))
 		worst = max(worst, gap)
@@ -488,16 +494,35 @@ func (m *migration) verdict(loadEnd time.Time) {
 			}
 		}
 	}
+	hops := map[string]int{}
+	for _, ds := range l.dels {
+		for _, d := range ds {
+			hops[d.hop]++
+		}
+	}
+	var raw time.Duration
+	for _, c := range m.consumers {
+		gap, _ := l.longestIdle(c, loadEnd, false)
+		raw = max(raw, gap)
+	}
 	deliveries := l.deliveredOn[onRabbit].Load() + l.deliveredOn[onRailmq].Load()
 	t.Logf("migrate: longest consumer idle gap (broker down time left out): %s", strings.Join(idle, "; "))
 	t.Logf("migrate: the events: %s", strings.Join(l.h.events, "; "))
 	t.Logf("migrate: %.1fs; %d published (%d confirmed by rabbitmq, %d by railmq; %d refused, %d returned), "+
 		"%d ids delivered in %d deliveries (%d on rabbitmq, %d on railmq), %d ids more than once; "+
 		"%d deliveries flagged redelivered, %d repeats flagged upstream (%d of them after a kill), %d repeats explained by RabbitMQ's kill; "+
-		"longest consumer idle %v",
+		"%d deliveries came through the federation link, %d through the shovels (%d messages left on RabbitMQ for them); "+
+		"kill -9: railmq %d, RabbitMQ %d; longest consumer idle %v (%v counting the time a broker was down)",
 		time.Since(m.began).Seconds(), len(l.h.published), l.confirmedOn[onRabbit].Load(), l.confirmedOn[onRailmq].Load(),
 		len(l.h.refused), len(l.h.returned), len(l.h.delivered), deliveries, l.deliveredOn[onRabbit].Load(), l.deliveredOn[onRailmq].Load(),
-		v.duplicated, redelivered, v.hopFlag, v.byLinkKill, v.byRabbitKill, worst.Round(time.Millisecond))
+		v.duplicated, redelivered, v.hopFlag, v.byLinkKill, v.byRabbitKill, hops["federation"], hops["shovel"], m.shovelled,
+		m.rail.killed9, m.rabbit.killed9, worst.Round(time.Millisecond), raw.Round(time.Millisecond))
+	if hops["federation"] == 0 {
+		t.Errorf("no delivery came through the federation link")
+	}
+	if hops["shovel"] < m.shovelled {
+		t.Errorf("%d deliveries came through the shovels (x-shovelled), want at least the %d messages left on RabbitMQ", hops["shovel"], m.shovelled)
+	}
 	if len(v.lost) > 0 {
 		t.Errorf("%d confirmed messages never delivered, ids %v", len(v.lost), someIDs(v.lost))
 	}
