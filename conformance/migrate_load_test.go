@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -406,7 +407,7 @@ func minTime(a, b time.Time) time.Time {
 type migVerdict struct {
 	lost, unexplained            []uint64
 	duplicated, flagged, hopFlag int // ids delivered more than once; repeat deliveries flagged redelivered, or flagged upstream (x-received-from)
-	byRabbitKill, byLinkKill     int // unflagged repeats explained by a kill -9 (see check)
+	byRabbitKill, byLinkKill     int // repeats explained by a kill -9 of RabbitMQ, of railmq (see check)
 	why                          []string
 }
 
@@ -428,7 +429,15 @@ type migVerdict struct {
 //   - come after a kill -9 of RabbitMQ, the id published before it:
 //     RabbitMQ 3.10.8's classic queue does not promise to keep an ack
 //     (a consumer's or the link's) across a crash, and may hand the
-//     message out again, to a consumer or the link, unflagged.
+//     message out again, to a consumer or the link, unflagged;
+//   - come through the federation link, unflagged, after a kill -9 of
+//     railmq (the id published before it), while another delivery of the
+//     id is flagged (by RabbitMQ, or at the upstream): the copy the link
+//     had forwarded before the kill, which railmq kept, while RabbitMQ,
+//     the link's ack gone with railmq, handed the message out again. On
+//     railmq that copy was never delivered before, so unflagged is
+//     right; it may come after RabbitMQ's flagged redelivery, as a
+//     repeat.
 //
 // So railmq itself never delivers an id again unflagged (its own
 // redeliveries after its kill must be flagged, as the fault suite
@@ -468,6 +477,10 @@ func (l *migLoad) check() migVerdict {
 				}
 			case killBetween(onRabbit, l.pubAt[id], d.at):
 				v.byRabbitKill++
+			case d.hop == "federation" && killBetween(onRailmq, l.pubAt[id], d.at) && slices.ContainsFunc(ds, func(o migDelivery) bool {
+				return o.redelivered || o.hopFlagged
+			}):
+				v.byLinkKill++
 			default:
 				v.unexplained = append(v.unexplained, id)
 				if len(v.why) < 10 {
