@@ -407,7 +407,7 @@ func minTime(a, b time.Time) time.Time {
 type migVerdict struct {
 	lost, unexplained            []uint64
 	duplicated, flagged, hopFlag int // ids delivered more than once; repeat deliveries flagged redelivered, or flagged upstream (x-received-from)
-	byRabbitKill, byLinkKill     int // repeats explained by a kill -9 of RabbitMQ, of railmq (see check)
+	byRabbitKill, keptByRailmq   int // unflagged repeats explained by RabbitMQ's kill -9, by railmq's (see check)
 	why                          []string
 }
 
@@ -472,15 +472,12 @@ func (l *migLoad) check() migVerdict {
 				v.flagged++
 			case d.hop == "federation" && d.hopFlagged && (!d.ackedBefore || killBetween(-1, l.pubAt[id], d.at)):
 				v.hopFlag++
-				if d.ackedBefore {
-					v.byLinkKill++
-				}
 			case killBetween(onRabbit, l.pubAt[id], d.at):
 				v.byRabbitKill++
 			case d.hop == "federation" && killBetween(onRailmq, l.pubAt[id], d.at) && slices.ContainsFunc(ds, func(o migDelivery) bool {
 				return o.redelivered || o.hopFlagged
 			}):
-				v.byLinkKill++
+				v.keptByRailmq++
 			default:
 				v.unexplained = append(v.unexplained, id)
 				if len(v.why) < 10 {

@@ -510,12 +510,13 @@ func (m *migration) verdict(loadEnd time.Time) {
 	t.Logf("migrate: the events: %s", strings.Join(l.h.events, "; "))
 	t.Logf("migrate: %.1fs; %d published (%d confirmed by rabbitmq, %d by railmq; %d refused, %d returned), "+
 		"%d ids delivered in %d deliveries (%d on rabbitmq, %d on railmq), %d ids more than once; "+
-		"%d deliveries flagged redelivered, %d repeats flagged upstream (%d of them after a kill), %d repeats explained by RabbitMQ's kill; "+
+		"%d deliveries flagged redelivered; repeats: %d flagged, %d flagged at the upstream (x-received-from), "+
+		"%d unflagged explained by RabbitMQ's kill -9, %d by railmq's (the copy it kept); "+
 		"%d deliveries came through the federation link, %d through the shovels (%d messages left on RabbitMQ for them); "+
 		"kill -9: railmq %d, RabbitMQ %d; longest consumer idle %v (%v counting the time a broker was down)",
 		time.Since(m.began).Seconds(), len(l.h.published), l.confirmedOn[onRabbit].Load(), l.confirmedOn[onRailmq].Load(),
 		len(l.h.refused), len(l.h.returned), len(l.h.delivered), deliveries, l.deliveredOn[onRabbit].Load(), l.deliveredOn[onRailmq].Load(),
-		v.duplicated, redelivered, v.hopFlag, v.byLinkKill, v.byRabbitKill, hops["federation"], hops["shovel"], m.shovelled,
+		v.duplicated, redelivered, v.flagged, v.hopFlag, v.byRabbitKill, v.keptByRailmq, hops["federation"], hops["shovel"], m.shovelled,
 		m.rail.killed9, m.rabbit.killed9, worst.Round(time.Millisecond), raw.Round(time.Millisecond))
 	if hops["federation"] == 0 {
 		t.Errorf("no delivery came through the federation link")
