@@ -111,7 +111,7 @@ type migration struct {
 	producers  []*migClient
 	consumers  []*migClient
 	exported   []byte
-	loadStoped bool
+	loadStopped bool
 	shovelled  int // messages left on RabbitMQ for the shovels
 }
 
@@ -149,8 +149,8 @@ func (m *migration) waitFor(within time.Duration, cond func() bool, format strin
 }
 
 func (m *migration) stopLoad() {
-	if !m.loadStoped {
-		m.loadStoped = true
+	if !m.loadStopped {
+		m.loadStopped = true
 		close(m.load.stop)
 		m.load.wg.Wait()
 	}
