@@ -103,16 +103,16 @@ func TestMigrationFromRabbitMQ(t *testing.T) {
 const migMaxIdle = 10 * time.Second
 
 type migration struct {
-	t          *testing.T
-	began      time.Time
-	rabbit     *rabbitNode
-	rail       *railmqNode
-	load       *migLoad
-	producers  []*migClient
-	consumers  []*migClient
-	exported   []byte
+	t           *testing.T
+	began       time.Time
+	rabbit      *rabbitNode
+	rail        *railmqNode
+	load        *migLoad
+	producers   []*migClient
+	consumers   []*migClient
+	exported    []byte
 	loadStopped bool
-	shovelled  int // messages left on RabbitMQ for the shovels
+	shovelled   int // messages left on RabbitMQ for the shovels
 }
 
 func (m *migration) progress(format string, args ...any) {
