@@ -276,8 +276,14 @@ func (l *migLoad) consumer(q string, rate int) func(c *migClient, b int32) {
 				if !ok {
 					return
 				}
-				if rate > 0 { // the consumer's work: 1/rate s a message, no catching up after a pause
-					next = maxTime(next, time.Now()).Add(time.Second / time.Duration(rate))
+				if rate > 0 {
+					// The consumer's work: rate a second, catching up on
+					// at most 100 ms after a pause (what recording, acking
+					// and a busy machine's late wake-ups take, so that the
+					// rate holds; a longer catch-up lets consumers that were
+					// idle take a burst, and a consumer moved to railmq
+					// then waits until the others have spent it).
+					next = maxTime(next.Add(time.Second/time.Duration(rate)), time.Now().Add(-100*time.Millisecond))
 					time.Sleep(time.Until(next))
 				}
 				if !l.deliver(c, b, d) {

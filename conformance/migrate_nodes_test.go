@@ -79,6 +79,7 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 	}
 	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\nloopback_users = none\n", r.amqp, r.mgmt)
 	must(t, os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "rabbitmq-env.conf"), nil, 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[rabbitmq_management,rabbitmq_federation,rabbitmq_shovel].\n"), 0o644))
 	r.out, err = os.Create(filepath.Join(dir, "server.out"))
 	must(t, err)
@@ -106,7 +107,11 @@ func (r *rabbitNode) env() []string {
 		"RABBITMQ_LOG_BASE="+filepath.Join(r.dir, "log"),
 		"RABBITMQ_PID_FILE="+filepath.Join(r.dir, "pid"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(r.dir, "enabled_plugins"),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(r.dir, "rabbitmq"))
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(r.dir, "rabbitmq"),
+		// Nothing of the machine's own node (/etc/rabbitmq): its env file
+		// and advanced.config.
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(r.dir, "rabbitmq-env.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(r.dir, "advanced.config"))
 }
 
 // start runs the node and waits until it serves AMQP and its management
