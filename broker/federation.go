@@ -450,15 +450,17 @@ func (d *fedDemand) Changed() <-chan struct{} { return d.changed }
 // FederationLink is a link this node runs, for GET /api/federation-links.
 type FederationLink struct {
 	federation.Status
+	// Node is the node that runs it ("": this one).
+	Node string `json:",omitempty"`
 	// LocalConnection is the name of its connection to this broker, and
 	// LocalChannel that connection's channel, while it runs.
 	LocalConnection string
 	LocalChannel    *Channel
 }
 
-// FederationLinks lists the links of vhost vh ("": all), by vhost, type,
-// name and upstream.
-func (s *Server) FederationLinks(vh string) []FederationLink {
+// localFederationLinks lists the links this node runs of vhost vh ("":
+// all), by vhost, type, name and upstream.
+func (s *Server) localFederationLinks(vh string) []FederationLink {
 	type kr struct {
 		k fedKey
 		r *fedRun
@@ -506,9 +508,9 @@ func (s *Server) FederationLinks(vh string) []FederationLink {
 	return out
 }
 
-// RestartFederationLink restarts the link of vhost vh with id; false if
-// there is none.
-func (s *Server) RestartFederationLink(vh, id string) bool {
+// restartFederationLinkLocal restarts the link of vhost vh with id that
+// this node runs; false if there is none.
+func (s *Server) restartFederationLinkLocal(vh, id string) bool {
 	s.fed.mu.Lock()
 	var l fedLink
 	for k, r := range s.fed.runs {

@@ -159,7 +159,7 @@ func New(opts Options) (*Server, error) {
 		cfg.DataDir = opts.DataDir
 		cfg.OnApply = s.applyReplicated
 		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
-		cfg.OnNode = func(n *cluster.Node) { s.node = n; s.rep.Attach(n) }
+		cfg.OnNode = func(n *cluster.Node) { s.node = n; n.SetQueryHandler(s.answerQuery); s.rep.Attach(n) }
 		for _, st := range s.allVHosts() {
 			st.v.SetQuorum(s.rep)
 			st.v.ReplicateTo(replicator{s})

@@ -352,6 +352,8 @@ func (s *Server) dropVHostParameters(vh string, b *persist.Batch) {
 
 // ShovelStatus is a dynamic shovel's state, for GET /api/shovels.
 type ShovelStatus struct {
+	// Node is the node that runs it ("": this one).
+	Node        string `json:",omitempty"`
 	Name, VHost string
 	// State is RabbitMQ's: starting (also while it fails to connect, as
 	// RabbitMQ's worker), running or terminated.
@@ -368,9 +370,9 @@ type ShovelStatus struct {
 	Moved, Published, Remaining int64
 }
 
-// Shovels reports the shovels this node runs in vhost vh (all when ""),
-// sorted by vhost and name.
-func (s *Server) Shovels(vh string) []ShovelStatus {
+// localShovels reports the shovels this node runs in vhost vh (all when
+// ""), sorted by vhost and name.
+func (s *Server) localShovels(vh string) []ShovelStatus {
 	s.shv.mu.Lock()
 	type kr struct {
 		k paramKey
@@ -426,9 +428,9 @@ func shovelStatus(k paramKey, r *shovelRun) ShovelStatus {
 	return st
 }
 
-// RestartShovel restarts a shovel this node runs (DELETE
-// /api/shovels/vhost/{vhost}/{name}/restart); false if there is none.
-func (s *Server) RestartShovel(vh, name string) bool {
+// restartShovelLocal restarts a shovel this node runs; false if there is
+// none.
+func (s *Server) restartShovelLocal(vh, name string) bool {
 	k := paramKey{vh, ShovelComponent, name}
 	s.shv.mu.Lock()
 	_, ok := s.shv.runs[k]

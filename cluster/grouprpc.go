@@ -25,6 +25,7 @@ const (
 	kindRound byte = iota + 1
 	kindIndex
 	kindStreamRead // a stream group's items, for a member catching up (stream.go)
+	kindQuery      // a question for the broker: its name and payload (query.go)
 )
 
 const (
@@ -186,6 +187,15 @@ func (n *Node) openRounds(nc net.Conn) {
 // handle takes a round or a question, on the link's reader.
 func (s *roundSession) handle(c *Conn, f Frame) error {
 	d := NewDec(f.Body)
+	if f.Kind == kindQuery {
+		a := s.n.answerQuery(&d)
+		a.id = f.ID
+		select {
+		case s.answers <- a:
+		case <-c.Done():
+		}
+		return nil
+	}
 	id := d.Str()
 	if d.Err() != nil {
 		return d.Err()

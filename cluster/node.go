@@ -84,7 +84,8 @@ type Node struct {
 	qdb     *badger.DB  // every group's log, opened with the first
 	qdbOpen atomic.Bool // qdb is open (for HeapFixed, without gmu)
 	groups  map[string]*Group
-	local   bool // standalone: no listener, no metadata group (local.go)
+	queries queryHandler // answers other nodes' questions (query.go)
+	local   bool         // standalone: no listener, no metadata group (local.go)
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked

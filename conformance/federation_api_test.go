@@ -202,13 +202,14 @@ func TestFederationLinks(t *testing.T) {
 		name := map[string]string{"exchange": "fx", "queue": "fq"}[kind]
 		// local_channel is the channel object of the link's local
 		// connection; RabbitMQ serves {} until the channel's first stats
-		// emission.
+		// emission, and that may show confirm false (emitted before the
+		// confirm.select).
 		var l map[string]any
 		poll.Eventually(t, 30*time.Second, func() bool {
 			l = fapiLink(t, a, "fapi-down", kind, name)
 			ch, _ := l["local_channel"].(map[string]any)
-			return len(ch) != 0
-		}, "%s link's local_channel", kind)
+			return len(ch) != 0 && ch["confirm"] == true
+		}, "%s link's local_channel: %v", kind, l)
 		lc, _ := l["local_connection"].(string)
 		ch, _ := l["local_channel"].(map[string]any)
 		if lc == "" || ch["vhost"] != "fapi-down" || ch["confirm"] != true || ch["node"] != node || ch["number"] != 1.0 {

@@ -139,26 +139,33 @@ func TestShovelClusterRunsOnOneNode(t *testing.T) {
 	sapiWantStatus(t, first, "PUT", "/api/parameters/shovel/sw-cl/s1",
 		`{"value":{"src-uri":"amqp:///sw-cl","src-queue":"src","dest-uri":"amqp:///sw-cl","dest-queue":"dst","src-queue-args":{"x-queue-type":"quorum"},"dest-queue-args":{"x-queue-type":"quorum"}}}`, 201)
 	// Quorum queues, so that both outlive the node that declared them.
-	// runner is the one node that runs it, once every live node agrees.
+	// runner is the one node that runs it, once every live node lists it
+	// running there (the management API of any node lists the cluster's
+	// shovels with the node that runs each, as RabbitMQ's asks every
+	// node: rabbit_shovel_mgmt_util:status/2).
 	runner := func(live []*clusterNode) *clusterNode {
 		var r *clusterNode
 		poll.Eventually(t, 30*time.Second, func() bool {
 			r = nil
-			n := 0
+			on := map[any]bool{}
 			for _, nd := range live {
 				a := &api{t: t, url: nd.api}
 				if got, _ := sapiGuest(t, a, "GET", "/api/parameters/shovel/sw-cl/s1", ""); got != 200 {
 					return false
 				}
-				if s := sapiStatus(t, a, "sw-cl", "s1"); s != nil {
-					n++
-					if s["state"] == "running" {
-						r = nd
-					}
+				if l := sapiShovels(t, a, "/api/shovels/sw-cl"); len(l) != 1 || l[0]["state"] != "running" {
+					return false
+				} else {
+					on[l[0]["node"]] = true
 				}
 			}
-			return n == 1 && r != nil
-		}, "the shovel running on exactly one node")
+			for _, nd := range live {
+				if on[nd.name] {
+					r = nd
+				}
+			}
+			return len(on) == 1 && r != nil
+		}, "the shovel running on exactly one node, listed so by every node")
 		return r
 	}
 	r1 := runner(nodes)
@@ -170,6 +177,12 @@ func TestShovelClusterRunsOnOneNode(t *testing.T) {
 		if n != r1 {
 			live = append(live, n)
 		}
+	}
+	// A follower restarts it where it runs.
+	follower := &api{t: t, url: live[0].api}
+	sapiWantStatus(t, follower, "DELETE", "/api/shovels/vhost/sw-cl/s1/restart", "", 204)
+	if runner(nodes) != r1 {
+		t.Fatal("restarted elsewhere")
 	}
 	r1.stop()
 	r2 := runner(live)

@@ -2,7 +2,6 @@ package federation
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,8 +49,8 @@ type Dialer interface {
 	Dial(ctx context.Context, uri, name string) (Conn, error)
 }
 
-// AMQPDialer dials upstreams with amqp091-go over TCP (amqp://) or TLS
-// (amqps://, with shovel's URI TLS options).
+// AMQPDialer dials upstreams with amqp091-go over TCP or TLS (amqps://,
+// with the URI's TLS options), as shovel's does.
 type AMQPDialer struct {
 	// Timeout bounds the TCP connect and the handshake; 0 is 30 s.
 	Timeout time.Duration
@@ -60,30 +59,7 @@ type AMQPDialer struct {
 // Dial connects to uri; a host-less URI (this broker) is
 // shovel.ErrLocalURI: only the broker's own Dialer reaches it.
 func (d AMQPDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
-	if shovel.IsLocal(uri) {
-		return nil, shovel.ErrLocalURI
-	}
-	pu, err := shovel.ParseURI(uri)
-	if err != nil {
-		return nil, err
-	}
-	timeout := d.Timeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-		timeout = time.Until(dl)
-	}
-	props := rmq.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	cfg := rmq.Config{Properties: props, Heartbeat: 10 * time.Second, Dial: rmq.DefaultDial(timeout)}
-	if pu.Scheme == "amqps" {
-		cfg.TLSClientConfig = &tls.Config{ServerName: pu.Host, MinVersion: tls.VersionTLS12}
-		if pu.ServerName != "" {
-			cfg.TLSClientConfig.ServerName = pu.ServerName
-		}
-	}
-	c, err := rmq.DialConfig(uri, cfg)
+	c, err := shovel.DialAMQP(ctx, uri, name, d.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +115,8 @@ func (d LocalDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	props := rmq.NewConnectionProperties()
-	props.SetClientConnectionName(name)
-	cfg := rmq.Config{Vhost: shovel.Vhost(uri), Properties: props, Heartbeat: 10 * time.Second,
-		SASL: []rmq.Authentication{&rmq.PlainAuth{Username: "none"}}}
-	c, err := rmq.Open(nc, cfg)
+	c, err := shovel.OpenLocal(nc, shovel.Vhost(uri), name)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	return amqpConn{c}, nil

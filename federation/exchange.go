@@ -83,18 +83,9 @@ func NewExchangeLink(up Upstream, x ExchangeSpec, pub Publisher, binds Bindings,
 	if ux == "" {
 		ux = x.Name
 	}
+	l.sess = l.session
 	l.init(up, opts, Status{Type: "exchange", Name: x.Name, UpstreamName: ux})
 	return l
-}
-
-// Start runs the link on a goroutine of its own; a no-op if it runs.
-func (l *ExchangeLink) Start() { l.start(l.session) }
-
-// Restart stops the link and starts it again at once (RabbitMQ's
-// DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart).
-func (l *ExchangeLink) Restart() {
-	l.Stop()
-	l.Start()
 }
 
 // Status is a snapshot of the link.

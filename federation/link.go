@@ -115,6 +115,18 @@ type link struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	next   int // the URI to try next
+
+	sess func(ctx context.Context) error // one session: the kind's own
+}
+
+// Start runs the link on a goroutine of its own; a no-op if it runs.
+func (l *link) Start() { l.start(l.sess) }
+
+// Restart stops the link and starts it again at once (RabbitMQ's
+// DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart).
+func (l *link) Restart() {
+	l.Stop()
+	l.Start()
 }
 
 func (l *link) init(up Upstream, opts Options, st Status) {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"time"
 
 	rmq "github.com/rabbitmq/amqp091-go"
+
+	"github.com/railmq/railmq/shovel"
 )
 
 // ErrNacked is a message the downstream refused (basic.nack).
@@ -79,12 +80,8 @@ func (p *LocalPublisher) connectLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	props := rmq.NewConnectionProperties()
-	props.SetClientConnectionName(p.Name)
-	conn, err := rmq.Open(nc, rmq.Config{Vhost: p.Vhost, Properties: props, Heartbeat: 10 * time.Second,
-		SASL: []rmq.Authentication{&rmq.PlainAuth{Username: "none"}}})
+	conn, err := shovel.OpenLocal(nc, p.Vhost, p.Name)
 	if err != nil {
-		nc.Close()
 		return err
 	}
 	ch, err := conn.Channel()

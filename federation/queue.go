@@ -57,18 +57,9 @@ func NewQueueLink(up Upstream, q QueueSpec, pub Publisher, demand Demand, opts O
 	if uq == "" {
 		uq = q.Name
 	}
+	l.sess = l.session
 	l.init(up, opts, Status{Type: "queue", Name: q.Name, UpstreamName: uq, ConsumerTag: up.ConsumerTag})
 	return l
-}
-
-// Start runs the link on a goroutine of its own; a no-op if it runs.
-func (l *QueueLink) Start() { l.start(l.session) }
-
-// Restart stops the link and starts it again at once (RabbitMQ's
-// DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart).
-func (l *QueueLink) Restart() {
-	l.Stop()
-	l.Start()
 }
 
 // Status is a snapshot of the link.

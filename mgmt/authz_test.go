@@ -184,6 +184,12 @@ var authzCases = []authzCase{
 	{"GET /api/shovels/vhost/{vhost}/{name}", "/api/shovels/vhost/authz-v/sh", nil},
 	{"DELETE /api/shovels/vhost/{vhost}/{name}", "/api/shovels/vhost/authz-v/sh", nil},
 	{"DELETE /api/shovels/vhost/{vhost}/{name}/restart", "/api/shovels/vhost/authz-v/sh/restart", nil},
+	{"GET /api/federation-links", "/api/federation-links", nil},
+	{"GET /api/federation-links/{vhost}", "/api/federation-links/authz-v", nil},
+	{"GET /api/federation-links/state/down", "/api/federation-links/state/down/", nil},
+	{"GET /api/federation-links/{vhost}/state/down", "/api/federation-links/authz-v/state/down", nil},
+	// No such link (its id differs between brokers): who gets 404, not 401.
+	{"DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart", "/api/federation-links/vhost/authz-v/00000000/nonode/restart", nil},
 }
 
 // authzBroker is a broker's management API as the table asks it.

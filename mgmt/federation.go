@@ -60,6 +60,9 @@ func (a *API) federationVisible(u *auth.User, vh string) bool {
 func (a *API) federationLinkJSON(l broker.FederationLink) map[string]any {
 	m := l.Status.JSON()
 	m["node"] = a.srv.NodeName()
+	if l.Node != "" {
+		m["node"] = l.Node
+	}
 	if l.LocalConnection != "" {
 		m["local_connection"] = l.LocalConnection
 	}
@@ -73,8 +76,8 @@ func (a *API) federationLinkJSON(l broker.FederationLink) map[string]any {
 // the node or the link is not known.
 func (a *API) apiRestartFederationLink(w http.ResponseWriter, r *http.Request) {
 	vh := r.PathValue("vhost")
-	if a.srv.LookupVHost(vh) == nil || r.PathValue("node") != a.srv.NodeName() ||
-		!a.federationVisible(apiUser(r), vh) || !a.srv.RestartFederationLink(vh, r.PathValue("id")) {
+	if a.srv.LookupVHost(vh) == nil || !a.federationVisible(apiUser(r), vh) ||
+		!a.srv.RestartFederationLink(vh, r.PathValue("id"), r.PathValue("node")) {
 		notFound(w)
 		return
 	}

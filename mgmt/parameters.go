@@ -247,6 +247,9 @@ func (a *API) shovelJSON(s broker.ShovelStatus) map[string]any {
 	m := map[string]any{"node": a.srv.NodeName(), "name": s.Name, "vhost": s.VHost, "type": "dynamic", "state": s.State,
 		// format_ts: "~w-~2.2.0w-~2.2.0w ~w:~2.2.0w:~2.2.0w", the hour unpadded.
 		"timestamp": fmt.Sprintf("%d-%02d-%02d %d:%02d:%02d", ts.Year(), ts.Month(), ts.Day(), ts.Hour(), ts.Minute(), ts.Second())}
+	if s.Node != "" {
+		m["node"] = s.Node
+	}
 	switch s.State {
 	case "terminated":
 		m["reason"] = s.Reason

@@ -144,6 +144,18 @@ type AMQPDialer struct {
 
 // Dial connects to uri; a host-less URI is ErrLocalURI.
 func (d AMQPDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
+	c, err := DialAMQP(ctx, uri, name, d.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	return amqpConn{c}, nil
+}
+
+// DialAMQP opens an amqp091-go connection to uri over TCP or TLS (the
+// URI's TLS options: cacertfile, certfile, keyfile, verify,
+// server_name_indication), named name, within timeout (0: 30 s) and
+// ctx's deadline, its writes corked; a host-less URI is ErrLocalURI.
+func DialAMQP(ctx context.Context, uri, name string, timeout time.Duration) (*rmq.Connection, error) {
 	if IsLocal(uri) {
 		return nil, ErrLocalURI
 	}
@@ -151,7 +163,6 @@ func (d AMQPDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
@@ -173,11 +184,7 @@ func (d AMQPDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
 			return nil, err
 		}
 	}
-	c, err := rmq.DialConfig(uri, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return amqpConn{c}, nil
+	return rmq.DialConfig(uri, cfg)
 }
 
 // tlsConfig is the client TLS configuration of an amqps URI's query.

@@ -28,14 +28,25 @@ func (d LocalDialer) Dial(ctx context.Context, uri, name string) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c, err := OpenLocal(nc, pu.Vhost, name)
+	if err != nil {
+		return nil, err
+	}
+	return amqpConn{c}, nil
+}
+
+// OpenLocal opens an AMQP connection named name to vhost over nc, a
+// connection the broker serves as a direct one (user "none", no
+// password), its writes corked; nc is closed if the handshake fails.
+func OpenLocal(nc net.Conn, vhost, name string) (*rmq.Connection, error) {
 	props := rmq.NewConnectionProperties()
 	props.SetClientConnectionName(name)
-	cfg := rmq.Config{Vhost: pu.Vhost, Properties: props, Heartbeat: 10 * time.Second,
+	cfg := rmq.Config{Vhost: vhost, Properties: props, Heartbeat: 10 * time.Second,
 		SASL: []rmq.Authentication{&rmq.PlainAuth{Username: "none"}}}
 	c, err := rmq.Open(cork(nc), cfg)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return amqpConn{c}, nil
+	return c, nil
 }

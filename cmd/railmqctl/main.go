@@ -1,10 +1,11 @@
 // Command railmqctl manages a railmq (or RabbitMQ) broker through its
 // management HTTP API: list, declare and delete objects, purge, get,
-// publish, peek and redrive, users, permissions and policies, export and
-// import definitions, close connections, status. It is also installed as
-// rabbitmqctl: called by that name it takes RabbitMQ's commands for what
-// client test suites and health checks call (list_queues, list_connections,
-// close_connection, set_vm_memory_high_watermark, status, ping).
+// publish, peek and redrive, move messages (a shovel), users,
+// permissions and policies, export and import definitions, close
+// connections, status. It is also installed as rabbitmqctl: called by
+// that name it takes RabbitMQ's commands for what client test suites and
+// health checks call (list_queues, list_connections, close_connection,
+// set_vm_memory_high_watermark, status, ping).
 package main
 
 import (
@@ -60,13 +61,28 @@ func (c *client) do(method, path string, body any) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct{ Error, Reason string }
-		if json.Unmarshal(out, &e) == nil && e.Reason != "" {
-			return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(e.Reason))
+		e := &statusError{Code: resp.StatusCode, Status: resp.Status}
+		var b struct{ Error, Reason string }
+		if json.Unmarshal(out, &b) == nil {
+			e.Reason = strings.TrimSpace(b.Reason)
 		}
-		return nil, fmt.Errorf("%s", resp.Status)
+		return nil, e
 	}
 	return out, nil
+}
+
+// statusError is the API's answer to a call that failed: the HTTP status
+// and RabbitMQ's reason.
+type statusError struct {
+	Code           int
+	Status, Reason string
+}
+
+func (e *statusError) Error() string {
+	if e.Reason != "" {
+		return e.Status + ": " + e.Reason
+	}
+	return e.Status
 }
 
 func (c *client) vh() string { return url.PathEscape(c.vhost) }
@@ -163,7 +179,7 @@ func newRoot(c *client) *cobra.Command {
 	cmds = append(cmds, newAccessCmds(c)...)
 	cmds = append(cmds, newPolicyCmds(c)...)
 	cmds = append(cmds, newDefinitionsCmds(c)...)
-	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c))
+	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c), newMoveCmd(c))
 	root.AddCommand(cmds...)
 	return root
 }

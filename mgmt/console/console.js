@@ -499,7 +499,7 @@ function pageQueue(vhost, name) {
       h('div', { class: 'panel' }, h('h2', {}, 'Messages in the queue'), depth),
       h('div', { class: 'panel' }, h('h2', {}, 'Message rates'), rates),
       h('div', { class: 'panel' }, h('h2', {}, 'Age of the oldest message'), age)),
-    consumers, bindings, actions, redrive);
+    consumers, bindings, actions, redrive, ...[moveSection(vhost, name)].filter(Boolean));
   poll(st.page, async () => {
     let q;
     try { q = await api(path + '?' + HISTORY); } catch (e) {
