@@ -4,7 +4,7 @@ STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
 
-.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients crash-test cluster-test clean
+.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients compat-migrate crash-test cluster-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -57,11 +57,12 @@ bench-smoke: ## 5s railmq-perf run against a freshly started railmq; fails on an
 
 .PHONY: bench-compare bench-cluster bench-smoke
 
-compat: ## compat-amqp091, compat-amqplib and compat-clients against a fresh railmq; fails if any has an unexpected failure
+compat: ## compat-amqp091, compat-amqplib, compat-clients against a fresh railmq, and compat-migrate; fails if any has an unexpected failure
 	@rc=0; \
 	$(MAKE) --no-print-directory compat-amqp091 || rc=1; \
 	$(MAKE) --no-print-directory compat-amqplib || rc=1; \
 	$(MAKE) --no-print-directory compat-clients || rc=1; \
+	$(MAKE) --no-print-directory compat-migrate || rc=1; \
 	if [ $$rc != 0 ]; then echo "make compat: FAILED (see the summaries above)"; fi; \
 	exit $$rc
 
@@ -73,6 +74,9 @@ compat-clients: ## our checks with Python pika and Ruby bunny (scripts/clients/)
 
 compat-amqplib: ## Node amqplib's own test files against a fresh railmq on localhost:5672 (allowlist: scripts/compat-amqplib-expected-failures.txt)
 	GO="$(GO)" bash scripts/compat-amqplib.sh
+
+compat-migrate: ## the blue-green migration from a private RabbitMQ 3.10.8 node to railmq (docs/migrating.md): definitions, federation, consumers then producers moved, a shovel for the rest, kill -9 of each side, history check
+	RAILMQ_MIGRATION=1 $(GO) test -count=1 -timeout 15m -run '^TestMigrationFromRabbitMQ$$' -v ./conformance
 
 clean: ## remove build output and ./data
 	rm -rf bin data
