@@ -186,15 +186,26 @@ func TestShovelClusterRunsOnOneNode(t *testing.T) {
 	}
 	r1.stop()
 	r2 := runner(live)
-	c := dial(t, r2.b.URL+"sw-cl")
-	ch := openChannel(t, c)
-	if err := ch.Publish("", "src", false, false, rmq.Publishing{Body: []byte("after")}); err != nil {
-		t.Fatal(err)
+	// While the quorum queues' leaders move with the stopped node a
+	// command may fail with 541 (its outcome unknown): as a client does,
+	// publish again (with a confirm) and read again on a new channel.
+	var ch *rmq.Channel
+	reopen := func() *rmq.Channel { // 541 closes the connection
+		return openChannel(t, dial(t, r2.b.URL+"sw-cl"))
 	}
+	poll.Eventually(t, 30*time.Second, func() bool {
+		ch = reopen()
+		if ch.Confirm(false) != nil {
+			return false
+		}
+		dc, err := ch.PublishWithDeferredConfirm("", "src", false, false, rmq.Publishing{Body: []byte("after")})
+		return err == nil && dc.Wait()
+	}, "a confirmed publish to src through %s", r2.name)
 	poll.Eventually(t, 30*time.Second, func() bool {
 		m, ok, err := ch.Get("dst", true)
 		if err != nil {
-			t.Fatal(err)
+			ch = reopen()
+			return false
 		}
 		return ok && string(m.Body) == "after"
 	}, "moved by the shovel on %s", r2.name)
