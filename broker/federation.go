@@ -131,9 +131,9 @@ type fedWant struct {
 	cleanup bool
 }
 
-// wantedLinks is every link the parameters and policies ask for (none
-// when this node does not run them).
-func (s *Server) wantedLinks() map[fedKey]fedWant {
+// wantedLinks is every link the parameters and policies ask for, and
+// whether this node runs links at all (none are wanted when it does not).
+func (s *Server) wantedLinks() (map[fedKey]fedWant, bool) {
 	s.shv.mu.Lock()
 	active := s.shv.active && !s.shv.closed
 	params := map[paramKey]json.RawMessage{}
@@ -145,7 +145,7 @@ func (s *Server) wantedLinks() map[fedKey]fedWant {
 	s.shv.mu.Unlock()
 	want := map[fedKey]fedWant{}
 	if !active || len(params) == 0 {
-		return want
+		return want, active
 	}
 	for _, st := range s.allVHosts() {
 		v := st.v
@@ -178,7 +178,7 @@ func (s *Server) wantedLinks() map[fedKey]fedWant {
 			}
 		}
 	}
-	return want
+	return want, active
 }
 
 // vhostUpstreams parses vh's upstreams and sets (a value that does not
@@ -244,9 +244,13 @@ func pickUpstreams(key, val string, ups map[string]federation.Upstream, sets map
 }
 
 // reconcileFederation starts the links wanted and not running (or
-// running from another value) and stops the others.
+// running from another value) and stops the others. A link no longer
+// wanted while this node runs links is gone for good (its policy, its
+// upstream or its exchange went): what it made upstream is removed. One
+// stopped because this node no longer runs links (another does now) keeps
+// it: the link that runs elsewhere uses it.
 func (s *Server) reconcileFederation() {
-	want := s.wantedLinks()
+	want, active := s.wantedLinks()
 	var stop []*fedRun
 	var gone []*fedRun // removed for good: clean up upstream
 	start := map[fedKey]*fedRun{}
@@ -258,7 +262,7 @@ func (s *Server) reconcileFederation() {
 		}
 		delete(s.fed.runs, k)
 		stop = append(stop, r)
-		if !ok {
+		if !ok && active {
 			gone = append(gone, r)
 		}
 	}

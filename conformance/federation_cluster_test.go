@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,46 @@ func TestFederationClusterLinkMoves(t *testing.T) {
 		t.Fatal("the link still on the stopped node")
 	}
 	arrives("after")
+}
+
+// A link removed for good (its policy deleted) removes the queue and the
+// exchange it made upstream, as RabbitMQ's does
+// (rabbit_federation_exchange_link.erl terminate/2, v3.10.8), unless the
+// upstream's resource-cleanup-mode is never.
+func TestFederationLinkRemovedCleansUpstream(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	sapiVhosts(t, a, "fcu-up", "fcu-down")
+	node := sapiClusterName(t, a)
+	for _, x := range []string{"kx", "nx"} {
+		for _, v := range []string{"fcu-up", "fcu-down"} {
+			sapiWantStatus(t, a, "PUT", "/api/exchanges/"+v+"/"+x, `{"type":"fanout","durable":true}`, 201)
+		}
+	}
+	uri := "amqp://guest:guest@" + b.Addr + "/fcu-up"
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fcu-down/clean", `{"value":{"uri":"`+uri+`"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fcu-down/keep", `{"value":{"uri":"`+uri+`","resource-cleanup-mode":"never"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/policies/fcu-down/k", `{"pattern":"^kx$","apply-to":"exchanges","definition":{"federation-upstream":"clean"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/policies/fcu-down/n", `{"pattern":"^nx$","apply-to":"exchanges","definition":{"federation-upstream":"keep"}}`, 201)
+	esc := func(s string) string {
+		return strings.NewReplacer(" ", "%20", ">", "%3E", ":", "%3A", "@", "%40").Replace(s)
+	}
+	exists := func(kind, name string) bool {
+		got, _ := sapiGuest(t, a, "GET", "/api/"+kind+"/fcu-up/"+esc(name), "")
+		return got == 200
+	}
+	qname := func(x string) string { return "federation: " + x + " -> " + node + ":fcu-down:" + x }
+	poll.Eventually(t, 30*time.Second, func() bool {
+		return exists("queues", qname("kx")) && exists("queues", qname("nx")) &&
+			exists("exchanges", qname("kx")+" B") && exists("exchanges", qname("nx")+" B")
+	}, "both links' upstream queues and exchanges made")
+	sapiWantStatus(t, a, "DELETE", "/api/policies/fcu-down/k", "", 204)
+	sapiWantStatus(t, a, "DELETE", "/api/policies/fcu-down/n", "", 204)
+	poll.Eventually(t, 30*time.Second, func() bool {
+		return len(fapiLinks(t, a, "/api/federation-links/fcu-down")) == 0 &&
+			!exists("queues", qname("kx")) && !exists("exchanges", qname("kx")+" B")
+	}, "kx's link gone with its upstream queue and exchange")
+	if !exists("queues", qname("nx")) {
+		t.Fatal("resource-cleanup-mode never: the upstream queue was deleted")
+	}
 }
