@@ -98,8 +98,11 @@ func startNodes(t *testing.T, n int) ([]*Node, []NodeConfig) {
 	var cfgs []NodeConfig
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("rabbit%d", i)
+		// Raft's timeouts at 1 s (its default): shorter ones lost the
+		// leadership under -race beside two busy loops ("leadership lost
+		// while committing log" failed a submit).
 		cfg := NodeConfig{Name: name, Listen: peers[name], Peers: peers, Secret: []byte("cookie"), DataDir: t.TempDir(),
-			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, WriteTimeout: 3 * time.Second}
+			HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, WriteTimeout: 3 * time.Second}
 		nd, err := StartNode(cfg)
 		if err != nil {
 			t.Fatal(err)
