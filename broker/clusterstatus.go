@@ -71,13 +71,18 @@ func (s *Server) Shovels(vh string) []ShovelStatus {
 			out = append(out, l...)
 		}
 	}
+	sortShovels(out)
+	return out
+}
+
+// sortShovels sorts by vhost and name.
+func sortShovels(out []ShovelStatus) {
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].VHost != out[j].VHost {
 			return out[i].VHost < out[j].VHost
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
 }
 
 // RestartShovel restarts a shovel wherever it runs (DELETE
@@ -102,6 +107,12 @@ func (s *Server) FederationLinks(vh string) []FederationLink {
 			out = append(out, l...)
 		}
 	}
+	sortLinks(out)
+	return out
+}
+
+// sortLinks sorts by vhost, type, name and upstream.
+func sortLinks(out []FederationLink) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Vhost != b.Vhost {
@@ -115,7 +126,6 @@ func (s *Server) FederationLinks(vh string) []FederationLink {
 		}
 		return a.Upstream < b.Upstream
 	})
-	return out
 }
 
 // RestartFederationLink restarts the link of vhost vh with id that node

@@ -477,19 +477,6 @@ func (s *Server) localFederationLinks(vh string) []FederationLink {
 		}
 	}
 	s.fed.mu.Unlock()
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i].k, rs[j].k
-		if a.vhost != b.vhost {
-			return a.vhost < b.vhost
-		}
-		if a.kind != b.kind {
-			return a.kind < b.kind
-		}
-		if a.name != b.name {
-			return a.name < b.name
-		}
-		return a.upstream < b.upstream
-	})
 	var chans []Channel
 	out := make([]FederationLink, 0, len(rs))
 	for _, x := range rs {
@@ -509,6 +496,7 @@ func (s *Server) localFederationLinks(vh string) []FederationLink {
 		}
 		out = append(out, l)
 	}
+	sortLinks(out)
 	return out
 }
 

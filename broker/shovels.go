@@ -389,12 +389,7 @@ func (s *Server) localShovels(vh string) []ShovelStatus {
 	for _, x := range rs {
 		out = append(out, shovelStatus(x.k, x.r))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].VHost != out[j].VHost {
-			return out[i].VHost < out[j].VHost
-		}
-		return out[i].Name < out[j].Name
-	})
+	sortShovels(out)
 	return out
 }
 

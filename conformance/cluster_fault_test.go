@@ -312,6 +312,21 @@ type history struct {
 	why    []string
 }
 
+// watchReturns records as returned each message ch gets back (mandatory,
+// unroutable), until ch closes.
+func (h *history) watchReturns(ch *rmq.Channel) {
+	returns := ch.NotifyReturn(make(chan rmq.Return, 64))
+	go func() {
+		for r := range returns {
+			if id, ok := parseCrashBody(r.Body); ok {
+				h.mu.Lock()
+				h.returned[id] = true
+				h.mu.Unlock()
+			}
+		}
+	}()
+}
+
 // at is the time since the history began, as the reports give it.
 func (h *history) at() string { return fmt.Sprintf("%.2fs", time.Since(h.t0).Seconds()) }
 
@@ -401,16 +416,7 @@ func (l *faultLoad) publishOn(url string, until chan struct{}) {
 	if err != nil || ch.Confirm(false) != nil {
 		return
 	}
-	returns := ch.NotifyReturn(make(chan rmq.Return, 64))
-	go func() {
-		for r := range returns {
-			if id, ok := parseCrashBody(r.Body); ok {
-				l.h.mu.Lock()
-				l.h.returned[id] = true
-				l.h.mu.Unlock()
-			}
-		}
-	}()
+	l.h.watchReturns(ch)
 	type sent struct {
 		id uint64
 		dc *rmq.DeferredConfirmation

@@ -184,16 +184,7 @@ func (l *migLoad) produce(c *migClient, b int32) {
 	if err != nil || ch.Confirm(false) != nil {
 		return
 	}
-	returns := ch.NotifyReturn(make(chan rmq.Return, 64))
-	go func() {
-		for r := range returns {
-			if id, ok := parseCrashBody(r.Body); ok {
-				l.h.mu.Lock()
-				l.h.returned[id] = true
-				l.h.mu.Unlock()
-			}
-		}
-	}()
+	l.h.watchReturns(ch)
 	type sent struct {
 		id uint64
 		dc *rmq.DeferredConfirmation
