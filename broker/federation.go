@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"regexp"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -396,29 +395,31 @@ func (s *Server) clusterName() string { return "railmq@" + hostname }
 // them upstream.
 type fedBindings struct {
 	x       *exchange.Exchange
-	mu      sync.Mutex // guards last; a leaf (LOCKS.md)
+	mu      sync.Mutex // guards gen, last; a leaf (LOCKS.md)
+	gen     any        // the exchange's Generation last read
 	last    []federation.Binding
 	changed chan struct{}
 }
 
 func (b *fedBindings) refresh() {
+	gen := b.x.Generation()
+	b.mu.Lock()
+	same := gen == b.gen
+	b.mu.Unlock()
+	if same {
+		return // every tick but those after a bind or unbind
+	}
 	bs := b.x.Bindings()
 	out := make([]federation.Binding, 0, len(bs))
 	for _, x := range bs {
 		out = append(out, federation.Binding{Key: x.Key, Args: federation.Table(x.Args)})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	b.mu.Lock()
-	same := fmt.Sprint(out) == fmt.Sprint(b.last)
-	if !same {
-		b.last = out
-	}
+	b.gen, b.last = gen, out
 	b.mu.Unlock()
-	if !same {
-		select {
-		case b.changed <- struct{}{}:
-		default:
-		}
+	select {
+	case b.changed <- struct{}{}:
+	default:
 	}
 }
 

@@ -144,3 +144,45 @@ func TestFederationLinkRemovedCleansUpstream(t *testing.T) {
 		t.Fatal("resource-cleanup-mode never: the upstream queue was deleted")
 	}
 }
+
+// A binding made downstream after the link runs is repeated upstream, and
+// one removed downstream is removed upstream (the link follows the
+// exchange's bindings as they change).
+func TestFederationBindingsFollowed(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	a := newAPI(t, b)
+	sapiVhosts(t, a, "fbf-up", "fbf-down")
+	for _, v := range []string{"fbf-up", "fbf-down"} {
+		sapiWantStatus(t, a, "PUT", "/api/exchanges/"+v+"/fx", `{"type":"topic","durable":true}`, 201)
+	}
+	sapiWantStatus(t, a, "PUT", "/api/queues/fbf-down/sink", `{"durable":true}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/parameters/federation-upstream/fbf-down/up",
+		`{"value":{"uri":"amqp://guest:guest@`+b.Addr+`/fbf-up"}}`, 201)
+	sapiWantStatus(t, a, "PUT", "/api/policies/fbf-down/f", `{"pattern":"^fx$","apply-to":"exchanges","definition":{"federation-upstream":"up"}}`, 201)
+	poll.Eventually(t, 30*time.Second, func() bool {
+		l := fapiLink(t, a, "fbf-down", "exchange", "fx")
+		return l != nil && l["status"] == "running"
+	}, "link running")
+	upKeys := func() []string {
+		var bs []map[string]any
+		a.call("GET", "/api/exchanges/fbf-up/fx/bindings/source", "guest", "guest", nil, &bs)
+		var keys []string
+		for _, x := range bs {
+			keys = append(keys, x["routing_key"].(string))
+		}
+		return keys
+	}
+	sapiWantStatus(t, a, "POST", "/api/bindings/fbf-down/e/fx/q/sink", `{"routing_key":"k.#"}`, 201)
+	poll.Eventually(t, 30*time.Second, func() bool { k := upKeys(); return len(k) == 1 && k[0] == "k.#" },
+		"the new binding upstream: %v", upKeys())
+	uch := openChannel(t, dial(t, b.URL+"fbf-up"))
+	if err := uch.Publish("fx", "k.1", false, false, rmq.Publishing{Body: []byte("k1")}); err != nil {
+		t.Fatal(err)
+	}
+	dch := openChannel(t, dial(t, b.URL+"fbf-down"))
+	if m := fedGet(t, dch, "sink"); string(m.Body) != "k1" {
+		t.Fatalf("sink got %q", m.Body)
+	}
+	sapiWantStatus(t, a, "DELETE", "/api/bindings/fbf-down/e/fx/q/sink/k.%2523", "", 204)
+	poll.Eventually(t, 30*time.Second, func() bool { return len(upKeys()) == 0 }, "the binding still upstream: %v", upKeys())
+}

@@ -214,6 +214,11 @@ func (e *Exchange) HasBindingTo(d Dest) bool {
 	return len(e.byDest[d]) > 0
 }
 
+// Generation is the identity of the exchange's bindings as they stand:
+// it changes (compared with ==) each time one is added or removed, so a
+// watcher need not copy and compare the bindings to learn that.
+func (e *Exchange) Generation() any { return e.snap.Load() }
+
 // Bindings returns a copy of every binding, ordered by destination, key and
 // arguments so listings and persistence are deterministic.
 func (e *Exchange) Bindings() []Binding {
