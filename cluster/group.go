@@ -77,6 +77,7 @@ type Group struct {
 	// on a standalone node, the group has recovered once it leads and has
 	// applied it (Recovered).
 	startLast uint64
+	recovered atomic.Bool // Recovered's barrier returned
 
 	mu      sync.Mutex   // guards pending, closed, seq, retries, fwd, fwdSeq
 	pending []submitItem // by seq

@@ -85,8 +85,23 @@ func (n *Node) groupRaftConfig(hl hclog.Logger) *raft.Config {
 // and has applied the log it started with (raft applies a log only once
 // a leader commits it, so a queue would show none of its messages until
 // then).
+//
+// raft counts an entry applied once it is handed to the state machine's
+// goroutine, not once that has applied it (a passive declare read 15 of
+// 50 messages so): a barrier, once it leads, waits for the state
+// machine itself.
 func (g *Group) Recovered() bool {
-	return g.r.State() == raft.Leader && g.r.AppliedIndex() >= g.startLast
+	if g.recovered.Load() {
+		return true
+	}
+	if g.r.State() != raft.Leader || g.r.AppliedIndex() < g.startLast {
+		return false
+	}
+	if g.r.Barrier(localTimeout*10).Error() != nil {
+		return false
+	}
+	g.recovered.Store(true)
+	return true
 }
 
 // adoptLocal gives a cluster node the groups it made while standalone:

@@ -307,7 +307,7 @@ func (m *Manager) AwaitRecovered(within time.Duration) {
 	for {
 		left := 0
 		for _, qq := range qs {
-			if !qq.g.Recovered() {
+			if !qq.recovered() {
 				left++
 			}
 		}

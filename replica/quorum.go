@@ -79,12 +79,13 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	}
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
-	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), nil)
+	qq.down = make(chan struct{})
+	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), func(cluster.Effects, error) { qq.downOnce.Do(func() { close(qq.down) }) })
 	if mine && m.node.Local() {
 		// A new queue of one member is declared once it serves (its
 		// first election: 50-100 ms), as RabbitMQ answers declare-ok
 		// once the queue's Ra cluster has a leader.
-		for deadline := time.Now().Add(5 * time.Second); !g.Recovered() && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(5 * time.Second); !qq.recovered() && time.Now().Before(deadline); {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
@@ -149,6 +150,10 @@ type quorumQueue struct {
 	q      *queue.Queue
 	g      *cluster.Group
 	prefix string // this node's consumer tags: node/incarnation/
+	// down is closed once the log applied the Down that returns the
+	// messages of this node's earlier consumers (Start).
+	down     chan struct{}
+	downOnce sync.Once
 
 	mu     sync.Mutex
 	byTag  map[string]*qqConsumer
@@ -947,5 +952,17 @@ func (qq *quorumQueue) reconcile() {
 	// delivered, and acked with an ack that never reached the log.
 	for t, ids := range release {
 		qq.g.Submit(cluster.Return(t, ids...), nil)
+	}
+}
+
+// recovered reports whether a standalone node's queue serves what it
+// had: its group has applied its log (cluster.Group.Recovered) and the
+// messages of its earlier consumers are back (down).
+func (qq *quorumQueue) recovered() bool {
+	select {
+	case <-qq.down:
+		return qq.g.Recovered()
+	default:
+		return false
 	}
 }
