@@ -61,7 +61,7 @@ var confKeys = []confKey{
 		return nil
 	}},
 	// Resources and limits.
-	{"vm_memory_high_watermark.relative", into(func(c *confState) **confValue { return &c.wmRel }, checkFloat)},
+	{"vm_memory_high_watermark.relative", into(func(c *confState) **confValue { return &c.wmRel }, checkFraction)},
 	{"vm_memory_high_watermark.absolute", into(func(c *confState) **confValue { return &c.wmAbs }, checkBytes)},
 	{"vm_memory_high_watermark_paging_ratio", setFlag("vm-memory-high-watermark-paging-ratio", func(v string) (string, error) {
 		f, err := confFloat(v)
@@ -188,6 +188,15 @@ var confKeys = []confKey{
 
 func checked(check func(string) error) func(string) (string, error) {
 	return func(v string) (string, error) { return v, check(v) }
+}
+
+// checkFraction checks a relative watermark: railmq's is at most 1.0.
+func checkFraction(v string) error {
+	f, err := confFloat(v)
+	if err == nil && f > 1 {
+		return errors.New("a relative watermark is at most 1.0")
+	}
+	return err
 }
 
 func checkLevel(v string) error { _, err := confLogLevel(v); return err }

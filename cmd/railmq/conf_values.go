@@ -27,7 +27,11 @@ func confPort(v string) (int, error) {
 // or IP:port (cuttlefish splits at the last colon, so ::1:5672 is
 // [::1]:5672; the bracketed form is read too).
 func confListener(v string) (string, error) {
-	if port, err := confPort(v); err == nil {
+	if !strings.Contains(v, ":") {
+		port, err := confPort(v)
+		if err != nil {
+			return "", errors.New("not a port or IP:port")
+		}
 		return ":" + strconv.Itoa(port), nil
 	}
 	i := strings.LastIndexByte(v, ':')
