@@ -154,7 +154,9 @@ var confCases = []struct {
 	{"management listener", "management.listener.port = 15674\nmanagement.listener.ip = 0.0.0.0", func(o *options) { o.managementListen = "0.0.0.0:15674" }},
 	{"management ssl", "management.ssl.port = 15671\nmanagement.ssl.ip = 127.0.0.1\nmanagement.ssl.certfile = /c.pem\n" +
 		"management.ssl.keyfile = /k.pem\nmanagement.ssl.cacertfile = /ca.pem",
-		func(o *options) { o.managementTLSListen, o.tlsCert, o.tlsKey, o.tlsCA = "127.0.0.1:15671", "/c.pem", "/k.pem", "/ca.pem" }},
+		func(o *options) {
+			o.managementTLSListen, o.tlsCert, o.tlsKey, o.tlsCA = "127.0.0.1:15671", "/c.pem", "/k.pem", "/ca.pem"
+		}},
 	{"management ssl and ssl options", "management.ssl.port = 15671\nmanagement.ssl.certfile = /m.pem\nssl_options.certfile = /c.pem",
 		func(o *options) { o.managementTLSListen, o.tlsCert = ":15671", "/c.pem" }},
 	{"management body", "management.http.max_body_size = 1000000", func(o *options) { o.managementMaxBody = 1000000 }},
@@ -184,7 +186,9 @@ var confCases = []struct {
 			o.nodeName = "rabbit@" + shortHostname()
 		}},
 	{"classic config listen", "cluster_formation.classic_config.nodes.1 = rabbit@a\nrailmq.cluster_listen = 127.0.0.1:25700\nrailmq.node_name = rabbit@a",
-		func(o *options) { o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@a=a:25700", "127.0.0.1:25700", "rabbit@a" }},
+		func(o *options) {
+			o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@a=a:25700", "127.0.0.1:25700", "rabbit@a"
+		}},
 	{"peer discovery k8s", "cluster_formation.peer_discovery_backend = k8s", func(o *options) {}},
 	{"cluster name", "cluster_name = prod", func(o *options) {}},
 	{"deprecated features", "deprecated_features.permit.transient_nonexcl_queues = false\ndeprecated_features.permit.global_qos = true", func(o *options) {}},
