@@ -28,14 +28,14 @@ func logBanner(log *zap.Logger, o *options, amqp, amqps []string) {
 	mgmt, console := "", ""
 	switch {
 	case o.managementListen != "":
-		mgmt = "http://" + o.managementListen + "/"
+		mgmt = "http://" + shownAddr(o.managementListen) + "/"
 		console = "http://" + browserHost(o.managementListen) + "/"
 	case o.managementTLSListen != "":
 		console = "https://" + browserHost(o.managementTLSListen) + "/"
 	}
 	prom := ""
 	if o.prometheusListen != "" {
-		prom = "http://" + o.prometheusListen + "/metrics"
+		prom = "http://" + shownAddr(o.prometheusListen) + "/metrics"
 	}
 	login := loginHint(o)
 	if o.logFormat == "json" {
@@ -58,7 +58,7 @@ func logBanner(log *zap.Logger, o *options, amqp, amqps []string) {
 	line("AMQPS", strings.Join(amqps, ", "))
 	line("management", mgmt)
 	if o.managementTLSListen != "" {
-		line("management TLS", "https://"+o.managementTLSListen+"/")
+		line("management TLS", "https://"+shownAddr(o.managementTLSListen)+"/")
 	}
 	line("prometheus", prom)
 	line("console", console)
@@ -66,6 +66,15 @@ func logBanner(log *zap.Logger, o *options, amqp, amqps []string) {
 		line("log in", login)
 	}
 	log.Info(b.String())
+}
+
+// shownAddr is a listener's address as the AMQP listeners show theirs:
+// every interface is [::].
+func shownAddr(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("::", port)
+	}
+	return addr
 }
 
 // browserHost is an HTTP listener's address as a browser on this host
