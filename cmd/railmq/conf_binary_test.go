@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net"
@@ -217,5 +218,32 @@ func TestBinaryBannerConsole(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs)
 		}
+	}
+}
+
+// listeners.tcp = none with a TLS listener (RabbitMQ's TLS-only node):
+// no plain AMQP port, AMQPS on the file's port with ssl_options' files,
+// and the banner lists the AMQPS listener only.
+func TestBinaryTLSOnlyConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := testutil.NewCA(t, "railmq test CA")
+	certFile, keyFile := ca.Server(t, "localhost").Write(t, dir, "server")
+	caFile := ca.Write(t, dir, "ca")
+	tlsAddr := testutil.FreePort(t)
+	conf := writeConf(t, "listeners.tcp = none\nlisteners.ssl.default = 127.0.0.1:"+port(t, tlsAddr)+"\n"+
+		"ssl_options.certfile = "+certFile+"\nssl_options.keyfile = "+keyFile+"\nssl_options.cacertfile = "+caFile+"\n"+
+		"ssl_options.verify = verify_none\nlog.console.formatter = json\n")
+	b, logs := startBinary(t, []string{"RAILMQ_CONFIG=" + conf, "RAILMQ_DATA_DIR=" + t.TempDir()})
+	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), `"msg":"server startup complete"`) },
+		"the banner is logged:\n%s", logs)
+	c, err := rmq.DialTLS("amqps://guest:guest@"+tlsAddr+"/", &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"})
+	if err != nil {
+		t.Fatalf("dial TLS: %v\n%s", err, logs)
+	}
+	c.Close()
+	stopBinary(t, b, logs)
+	banner := logged(logs.String(), "server startup complete")
+	if mustJSON(banner["amqp"]) != "[]" || mustJSON(banner["amqps"]) != mustJSON([]string{tlsAddr}) {
+		t.Fatalf("banner %v", banner)
 	}
 }
