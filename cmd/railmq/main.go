@@ -63,8 +63,8 @@ func run(args []string) int {
 }
 
 // newLogger is the logger for level and format. JSON lines carry the
-// node's name (node) and an ISO-8601 time (time), as RabbitMQ's JSON
-// log lines do.
+// node's name (node, last: logfields.go) and an ISO-8601 time (time), as
+// RabbitMQ's JSON log lines do.
 func newLogger(level, format, node string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
@@ -76,7 +76,6 @@ func newLogger(level, format, node string) (*zap.Logger, error) {
 		cfg = zap.NewProductionConfig()
 		cfg.EncoderConfig.TimeKey = "time"
 		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-		cfg.InitialFields = map[string]any{"node": node}
 	case "console":
 		cfg = zap.NewDevelopmentConfig()
 		cfg.Development = false
@@ -86,5 +85,8 @@ func newLogger(level, format, node string) (*zap.Logger, error) {
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.Sampling = nil
+	if format == "json" {
+		return cfg.Build(withNode(node))
+	}
 	return cfg.Build()
 }
