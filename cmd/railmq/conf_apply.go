@@ -72,12 +72,28 @@ func confFile(o *options, getenv func(string) string) (path string, notes []note
 // it cannot read is an error naming the file, the line and the key.
 func applyConf(fs *flag.FlagSet, o *options, set map[string]bool, getenv func(string) string) ([]note, error) {
 	path, notes, err := confFile(o, getenv)
-	if err != nil || path == "" {
+	if err != nil {
 		return notes, err
 	}
-	entries, err := readConf(path)
+	var paths []string
+	if path != "" {
+		paths = append(paths, path)
+	}
+	more, err := additionalConfFiles(getenv("RABBITMQ_CONFIG_FILES"))
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, fmt.Errorf("RABBITMQ_CONFIG_FILES: %w", err)
+	}
+	paths = append(paths, more...)
+	if len(paths) == 0 {
+		return notes, nil
+	}
+	var entries []confEntry
+	for _, p := range paths {
+		es, err := readConf(p)
+		if err != nil {
+			return nil, fmt.Errorf("config file: %w", err)
+		}
+		entries = append(entries, es...)
 	}
 	c := &confState{flags: map[string]confValue{}}
 	for _, e := range entries {
@@ -103,9 +119,37 @@ func applyConf(fs *flag.FlagSet, o *options, set map[string]bool, getenv func(st
 		}
 		applied++
 	}
-	notes = append(notes, note{zapcore.InfoLevel, "config file read", []zap.Field{zap.String("file", path),
-		zap.Int("keys", len(entries)), zap.Int("flags_set", applied)}})
+	read := []zap.Field{zap.String("file", paths[0])}
+	if len(paths) > 1 {
+		read = append(read, zap.Strings("files", paths))
+	}
+	notes = append(notes, note{zapcore.InfoLevel, "config file read", append(read, zap.Int("keys", len(entries)), zap.Int("flags_set", applied))})
 	return append(notes, c.notes...), nil
+}
+
+// additionalConfFiles are the files RABBITMQ_CONFIG_FILES names, read
+// after the main file (later files win), as RabbitMQ reads them: a
+// directory's files or a glob's, in name order. Unlike RabbitMQ, railmq
+// has no default (RabbitMQ's is /etc/rabbitmq/conf.d/*.conf).
+func additionalConfFiles(pattern string) ([]string, error) {
+	if pattern == "" {
+		return nil, nil
+	}
+	if st, err := os.Stat(pattern); err == nil && st.IsDir() {
+		pattern = filepath.Join(pattern, "*")
+	}
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil && st.Mode().IsRegular() {
+			files = append(files, m)
+		}
+	}
+	sort.Strings(files)
+	return files, nil
 }
 
 func (v confValue) fields() []zap.Field {

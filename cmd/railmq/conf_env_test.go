@@ -62,6 +62,15 @@ func TestConfFileChoice(t *testing.T) {
 	b := writeConf(t, "default_user = b\n")
 	c := writeConf(t, "default_user = c\n")
 	missing := filepath.Join(t.TempDir(), "missing.conf")
+	confD := t.TempDir()
+	for name, text := range map[string]string{"10-defaults.conf": "default_user = d1\n", "20-more.conf": "default_user = d2\n", "README": "# read too: a directory's every file\n"} {
+		if err := os.WriteFile(filepath.Join(confD, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(confD, "sub.conf"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -78,6 +87,15 @@ func TestConfFileChoice(t *testing.T) {
 		{name: "rabbitmq variable missing", env: map[string]string{"RABBITMQ_CONFIG_FILE": missing}, user: "guest", note: "info config file not found, ignored"},
 		{name: "rabbitmq variable erlang terms", env: map[string]string{"RABBITMQ_CONFIG_FILE": "/etc/rabbitmq/advanced.config"}, user: "guest",
 			note: "warn config file in Erlang terms (advanced.config format) not supported by railmq, ignored"},
+		// RABBITMQ_CONFIG_FILES: read after the main file (later files win),
+		// a directory's files or a glob's in name order (rabbit_prelaunch_conf).
+		{name: "config files directory", env: map[string]string{"RABBITMQ_CONFIG_FILE": c, "RABBITMQ_CONFIG_FILES": confD}, user: "d2",
+			note: "info config file read"},
+		{name: "config files glob", env: map[string]string{"RABBITMQ_CONFIG_FILES": filepath.Join(confD, "*.conf")}, args: []string{"--config", a}, user: "d2",
+			note: "info config file read"},
+		{name: "config files glob only", env: map[string]string{"RABBITMQ_CONFIG_FILES": filepath.Join(confD, "1*.conf")}, user: "d1", note: "info config file read"},
+		{name: "config files without main", env: map[string]string{"RABBITMQ_CONFIG_FILE": missing, "RABBITMQ_CONFIG_FILES": filepath.Join(confD, "*.conf")},
+			user: "d2", note: "info config file not found, ignored"},
 		{name: "flag missing", env: map[string]string{"RABBITMQ_CONFIG_FILE": c}, args: []string{"--config", missing},
 			err: "config file: open " + missing + ": no such file or directory"},
 		{name: "railmq variable missing", env: map[string]string{"RAILMQ_CONFIG": missing}, err: "config file: open " + missing + ": no such file or directory"},
