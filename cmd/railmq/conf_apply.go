@@ -307,11 +307,14 @@ func (c *confState) http(flag string, hp hostPort, port int) {
 const defaultDistPort = 25672
 
 // cluster turns cluster_formation.classic_config.nodes.N, RabbitMQ node
-// names rabbit@host, into --cluster-peers: name=host:PORT, PORT the port
-// of --cluster-listen when it is given, else RABBITMQ_DIST_PORT, else
-// 25672. Without --cluster-listen the node listens on that port on every
-// interface; without --node-name it is rabbit@ this host's short name, as
-// RabbitMQ names a node.
+// names rabbit@host, into --cluster-peers: name=host:PORT. PORT is the
+// port of --cluster-listen when it is given; else the file's
+// distribution.listener.port_range (railmq listens on one port: .min);
+// else RABBITMQ_DIST_PORT; else 25672. Without --cluster-listen the node
+// listens on that port (on distribution.listener.interface, or every
+// interface); without --node-name it is rabbit@ this host's short name,
+// as RabbitMQ names a node. Without nodes, the distribution keys change
+// nothing: a standalone node has no inter-node listener.
 func (c *confState) cluster(o *options, set map[string]bool, getenv func(string) string) {
 	if len(c.nodes) == 0 {
 		return
@@ -321,6 +324,12 @@ func (c *confState) cluster(o *options, set map[string]bool, getenv func(string)
 	if p, err := confPort(getenv("RABBITMQ_DIST_PORT")); err == nil {
 		port = strconv.Itoa(p)
 	}
+	if d := first(c.distMin, c.distMax); d != nil {
+		port = d.value
+		if c.distMin != nil && c.distMax != nil && c.distMin.value != c.distMax.value {
+			c.ignoredValue(c.distMax.from, "railmq listens on one inter-node port: port_range.min is used")
+		}
+	}
 	listen := o.clusterListen
 	if v, ok := c.flags["cluster-listen"]; ok && !set["cluster-listen"] {
 		listen = v.value
@@ -328,7 +337,11 @@ func (c *confState) cluster(o *options, set map[string]bool, getenv func(string)
 	if _, p, err := net.SplitHostPort(listen); err == nil && listen != "" {
 		port = p
 	} else if listen == "" {
-		c.flags["cluster-listen"] = confValue{":" + port, from}
+		host := ""
+		if c.distIP != nil {
+			host = c.distIP.value
+		}
+		c.flags["cluster-listen"] = confValue{net.JoinHostPort(host, port), from}
 	}
 	peers := make([]string, 0, len(c.nodes))
 	for _, n := range c.nodes {

@@ -24,6 +24,8 @@ type confState struct {
 	diskAbs, diskRel       *confValue
 	consoleLvl, defaultLvl *confValue
 	nodes                  []confValue // cluster_formation.classic_config.nodes.N
+	distMin, distMax       *confValue  // distribution.listener.port_range.*
+	distIP                 *confValue  // distribution.listener.interface
 	mgmt, mgmtTLS, prom    hostPort
 	defs, mgmtDefs         *confValue
 	// ssl_options' file, then management.ssl's: railmq serves one

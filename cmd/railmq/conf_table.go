@@ -176,6 +176,9 @@ var confKeys = []confKey{
 		c.nodes = append(c.nodes, confValue{e.value, e})
 		return nil
 	}},
+	{"distribution.listener.port_range.min", into(func(c *confState) **confValue { return &c.distMin }, checkPort)},
+	{"distribution.listener.port_range.max", into(func(c *confState) **confValue { return &c.distMax }, checkPort)},
+	{"distribution.listener.interface", into(func(c *confState) **confValue { return &c.distIP }, checkIP)},
 	{"cluster_name", func(c *confState, e confEntry, _ []string) error {
 		c.notes = append(c.notes, note{zapcore.InfoLevel, "config key accepted, not used by railmq yet",
 			[]zap.Field{zap.String("key", e.key), zap.String("value", e.value), zap.String("file", e.file), zap.Int("line", e.line)}})

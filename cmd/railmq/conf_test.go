@@ -189,6 +189,17 @@ var confCases = []struct {
 		func(o *options) {
 			o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@a=a:25700", "127.0.0.1:25700", "rabbit@a"
 		}},
+	{"distribution port", "cluster_formation.classic_config.nodes.1 = rabbit@a\ndistribution.listener.port_range.min = 25800\n" +
+		"distribution.listener.port_range.max = 25800\ndistribution.listener.interface = 10.0.0.1\nrailmq.node_name = rabbit@a",
+		func(o *options) {
+			o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@a=a:25800", "10.0.0.1:25800", "rabbit@a"
+		}},
+	{"distribution range", "cluster_formation.classic_config.nodes.1 = rabbit@a\ndistribution.listener.port_range.min = 25800\n" +
+		"distribution.listener.port_range.max = 25810\nrailmq.node_name = rabbit@a",
+		func(o *options) {
+			o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@a=a:25800", ":25800", "rabbit@a"
+		}},
+	{"distribution standalone", "distribution.listener.port_range.max = 25810", func(o *options) {}},
 	{"peer discovery k8s", "cluster_formation.peer_discovery_backend = k8s", func(o *options) {}},
 	{"cluster name", "cluster_name = prod", func(o *options) {}},
 	{"deprecated features", "deprecated_features.permit.transient_nonexcl_queues = false\ndeprecated_features.permit.global_qos = true", func(o *options) {}},
@@ -267,6 +278,8 @@ func TestConfBadValues(t *testing.T) {
 		{"management.http.max_body_size = -1", "not an integer from 0 to 9007199254740992"},
 		{"prometheus.tcp.port = 99999", "not a port (1..65535)"},
 		{"prometheus.tcp.ip = any", `"any" is not an IP address`},
+		{"distribution.listener.port_range.min = 0", "not a port (1..65535)"},
+		{"distribution.listener.interface = eth0", `"eth0" is not an IP address`},
 		{"log.console.level = verbose", "not a level (debug, info, notice, warning, error, critical, alert, emergency, none)"},
 		{"log.default.level = loud", "not a level (debug, info, notice, warning, error, critical, alert, emergency, none)"},
 		{"log.console.formatter = xml", "not plaintext or json"},
