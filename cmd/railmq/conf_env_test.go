@@ -247,6 +247,11 @@ func TestRunConfig(t *testing.T) {
 	if want := "railmq: " + bad + ":2: heartbeat = soon: not an integer from 0 to 65535\n"; code != 2 || out != want {
 		t.Fatalf("exit %d, stderr %q; want 2, %q", code, out, want)
 	}
+	missing := filepath.Join(t.TempDir(), "missing.conf")
+	code, out = runCaptured(t, map[string]string{"RAILMQ_CONFIG": missing})
+	if want := "railmq: config file: open " + missing + ": no such file or directory\n"; code != 2 || out != want {
+		t.Fatalf("exit %d, stderr %q; want 2, %q", code, out, want)
+	}
 	warn := writeConf(t, "log.console.formatter = json\nlog.console.level = warning\ncollect_statistics_interval = 5000\nchannel_max = 0\n")
 	code, out = runCaptured(t, nil, "--config", warn, "--channel-max=0")
 	if code != 2 {

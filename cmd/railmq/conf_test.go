@@ -205,6 +205,37 @@ var confCases = []struct {
 	{"deprecated features", "deprecated_features.permit.transient_nonexcl_queues = false\ndeprecated_features.permit.global_qos = true", func(o *options) {}},
 	{"railmq flags", "railmq.data_dir = /var/lib/railmq\nrailmq.queue_window = 10\nrailmq.coalesce_acks = false",
 		func(o *options) { o.dataDir, o.queueWindow, o.coalesceAcks = "/var/lib/railmq", 10, false }},
+	// Snippets of RabbitMQ's own schema tests (deps/rabbit/test/
+	// config_schema_SUITE_data/rabbit.snippets, v4.1.0), with the terms
+	// RabbitMQ reads them as.
+	// {listeners_tcp_ip, "listeners.tcp.1 = 192.168.1.99:5672", [{tcp_listeners,[{"192.168.1.99",5672}]}]}
+	{"snippet listeners_tcp_ip", "listeners.tcp.1 = 192.168.1.99:5672", func(o *options) { o.listen = "192.168.1.99:5672" }},
+	// {listeners_tcp_ip_all,"listeners.tcp.1 = :::5672", [{tcp_listeners,[{"::",5672}]}]}
+	{"snippet listeners_tcp_ip_all", "listeners.tcp.1 = :::5672", func(o *options) { o.listen = "[::]:5672" }},
+	// {listeners_tcp_ipv6, "listeners.tcp.1 = fe80::2acf:e9ff:fe17:f97b:5672", [{tcp_listeners,[{"fe80::2acf:e9ff:fe17:f97b",5672}]}]}
+	{"snippet listeners_tcp_ipv6", "listeners.tcp.1 = fe80::2acf:e9ff:fe17:f97b:5672", func(o *options) { o.listen = "[fe80::2acf:e9ff:fe17:f97b]:5672" }},
+	// {disk_free_limit_absolute_priority_regardless_of_order, "disk_free_limit.absolute = 50000
+	//    disk_free_limit.relative = 1.0", [{disk_free_limit, 50000}]}
+	{"snippet disk_free_limit_absolute_priority", "disk_free_limit.absolute = 50000\ndisk_free_limit.relative = 1.0",
+		func(o *options) { o.diskFreeLimit = "50000" }},
+	// {disk_free_limit_only_absolute_units_t, "disk_free_limit.absolute = 2T", [{disk_free_limit, "2T"}]}
+	{"snippet disk_free_limit_only_absolute_units_t", "disk_free_limit.absolute = 2T", func(o *options) { o.diskFreeLimit = "2000000000000" }},
+	{"snippet disk_free_limit_only_absolute_units_pib", "disk_free_limit.absolute = 2PiB", func(o *options) { o.diskFreeLimit = "2251799813685248" }},
+	// {vm_memory_watermark_absolute_units_m, "vm_memory_high_watermark.absolute = 1024M", [{vm_memory_high_watermark,{absolute,"1024M"}}]}
+	{"snippet vm_memory_watermark_absolute_units_m", "vm_memory_high_watermark.absolute = 1024M", func(o *options) { o.watermark = "1024000000" }},
+	// {cluster_formation: "cluster_formation.peer_discovery_backend = rabbit_peer_discovery_classic_config
+	// cluster_formation.classic_config.nodes.peer1 = rabbit@hostname1 ...", {cluster_nodes,{[rabbit@hostname2,rabbit@hostname1],disc}}}
+	{"snippet classic_config", "cluster_formation.peer_discovery_backend = rabbit_peer_discovery_classic_config\n" +
+		"cluster_formation.classic_config.nodes.peer1 = rabbit@hostname1\ncluster_formation.classic_config.nodes.peer2 = rabbit@hostname2\n" +
+		"cluster_formation.node_type = disc\nrailmq.node_name = rabbit@hostname1",
+		func(o *options) {
+			o.clusterPeers, o.clusterListen, o.nodeName = "rabbit@hostname1=hostname1:25672,rabbit@hostname2=hostname2:25672", ":25672", "rabbit@hostname1"
+		}},
+	// The official image's conf.d/10-defaults.conf.
+	{"official image defaults", "## DEFAULT SETTINGS ARE NOT MEANT TO BE TAKEN STRAIGHT INTO PRODUCTION\n" +
+		"## allow access to the guest user from anywhere on the network\nloopback_users.guest = false\n\n" +
+		"## Send all logs to stdout/TTY. Necessary to see logs when running via\n## a container\nlog.console = true",
+		func(o *options) { o.loopbackUsers = "" }},
 	{"ignored keys", "collect_statistics_interval = 5000\nmanagement_agent.disable_metrics_collector = true\nno.such.key = 1", func(o *options) {}},
 }
 

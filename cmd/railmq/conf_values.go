@@ -89,8 +89,10 @@ func fraction(f float64) string {
 }
 
 // informationUnit is rabbit_resource_monitor_misc:parse_information_unit's
-// pattern (deps/rabbit_common, v4.1.0).
-var informationUnit = regexp.MustCompile(`^([0-9]+)(kB|Ki|Mi|Gi|Ti|Pi|KB|MB|GB|TB|PB|kb|ki|mb|gb|tb|pb|Kb|Mb|Gb|Tb|Pb|kiB|KiB|MiB|GiB|TiB|PiB|kib|mib|gib|tib|pib|KIB|MIB|GIB|TIB|PIB|k|K|m|M|g|G|p|P)?$`)
+// pattern (deps/rabbit_common, v4.1.0), with t and T, which the schema's
+// validator accepts (config_schema_SUITE's "disk_free_limit.absolute =
+// 2T") and which are read as the other single letters are.
+var informationUnit = regexp.MustCompile(`^([0-9]+)(kB|Ki|Mi|Gi|Ti|Pi|KB|MB|GB|TB|PB|kb|ki|mb|gb|tb|pb|Kb|Mb|Gb|Tb|Pb|kiB|KiB|MiB|GiB|TiB|PiB|kib|mib|gib|tib|pib|KIB|MIB|GIB|TIB|PIB|k|K|m|M|g|G|t|T|p|P)?$`)
 
 // confBytes reads vm_memory_high_watermark.absolute and
 // disk_free_limit.absolute: bytes, or digits and a unit as RabbitMQ reads
