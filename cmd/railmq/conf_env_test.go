@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,18 @@ func TestRunConfig(t *testing.T) {
 	}
 	if logged(out, "channel-max must be 1..65535") == nil {
 		t.Fatalf("the flag's channel-max=0 is not refused:\n%s", out)
+	}
+}
+
+// A commit given with -ldflags "-X main.commit=..." is printed, cut to
+// 12 characters.
+func TestVersionCommit(t *testing.T) {
+	old := commit
+	defer func() { commit = old }()
+	commit = "0123456789abcdef0123"
+	var b bytes.Buffer
+	printVersion(&b)
+	if want := "railmq 0.1.0 (" + runtime.Version() + ", commit 0123456789ab)\n"; b.String() != want {
+		t.Fatalf("printed %q, want %q", b.String(), want)
 	}
 }
