@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // node is the node's name as the broker gives it (broker.Server.NodeName):
@@ -17,6 +18,17 @@ func (o *options) node() string {
 	}
 	h, _ := os.Hostname()
 	return "railmq@" + h
+}
+
+// standaloneName says that --node-name (RABBITMQ_NODENAME) names a
+// cluster node only: a standalone node keeps railmq@HOST, the name its
+// store's quorum queues know it by.
+func (o *options) standaloneName() []note {
+	if o.nodeName == "" || o.clusterListen != "" {
+		return nil
+	}
+	return []note{{zapcore.InfoLevel, "node name applies to a cluster node (--cluster-listen) only",
+		[]zap.Field{zap.String("node_name", o.nodeName), zap.String("node", o.node())}}}
 }
 
 // logBanner logs, once the broker serves, what it serves and where: the

@@ -282,3 +282,19 @@ func TestVersionCommit(t *testing.T) {
 		t.Fatalf("printed %q, want %q", b.String(), want)
 	}
 }
+
+// --node-name names a cluster node only; a standalone node given one
+// (RABBITMQ_NODENAME, as in a container) says so once the logger exists.
+func TestStandaloneNodeName(t *testing.T) {
+	_, notes, _, err := parseWith(t, map[string]string{"RABBITMQ_NODENAME": "rabbit@box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 1 || notes[0].msg != "node name applies to a cluster node (--cluster-listen) only" || notes[0].fields[0].String != "rabbit@box" {
+		t.Fatalf("notes %+v", notes)
+	}
+	_, notes, _, err = parseWith(t, map[string]string{"RABBITMQ_NODENAME": "rabbit@box"}, "--cluster-listen=:25672")
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("in a cluster: %v, notes %+v", err, notes)
+	}
+}

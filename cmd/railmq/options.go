@@ -133,7 +133,7 @@ func parseOptions(fs *flag.FlagSet, args []string, getenv func(string) string) (
 		fmt.Fprintln(fs.Output(), "railmq:", err)
 		return nil, nil, err
 	}
-	return o, notes, nil
+	return o, append(notes, o.standaloneName()...), nil
 }
 
 // applyEnv sets each flag from RAILMQ_<NAME> when that variable is set,
