@@ -17,11 +17,15 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// rabbitKeys are the keys of RabbitMQ 4.1.0's config schemas, one a line
-// ($name: any word), regenerated with
+// rabbitKeys are the keys of RabbitMQ's config schemas, 4.1.0's and
+// 3.10.8's, one a line ($name: any word), regenerated with
 //
 //	G="git -C rabbitmq-server"; for f in $($G ls-tree -r --name-only v4.1.0 | grep 'priv/schema/.*\.schema$'); do
-//	  $G show v4.1.0:$f | tr '\n' ' ' | grep -o '{mapping, *"[^"]*"' | sed 's/.*"\([^"]*\)"/\1/'; done | sort -u
+//	  $G show v4.1.0:$f | tr '\n' ' ' | grep -o '{mapping, *"[^"]*"' | sed 's/.*"\([^"]*\)"/\1/'; done
+//	for f in /usr/lib/rabbitmq/lib/rabbitmq_server-3.10.8/plugins/*/priv/schema/*.schema; do
+//	  tr '\n' ' ' < $f | grep -o '{mapping, *"[^"]*"' | sed 's/.*"\([^"]*\)"/\1/'; done
+//
+// (both lists, sort -u).
 //
 //go:embed rabbitmq_keys.txt
 var rabbitKeys string

@@ -130,7 +130,7 @@ var confCases = []struct {
 	{"watermark absolute MiB", "vm_memory_high_watermark.absolute = 1024MiB", func(o *options) { o.watermark = "1073741824" }},
 	{"watermark absolute Gi", "vm_memory_high_watermark.absolute = 2Gi", func(o *options) { o.watermark = "2147483648" }},
 	{"watermark absolute bytes", "vm_memory_high_watermark.absolute = 1073741824", func(o *options) { o.watermark = "1073741824" }},
-	{"watermark both", "vm_memory_high_watermark.relative = 0.6\nvm_memory_high_watermark.absolute = 1k", func(o *options) { o.watermark = "1000" }},
+	{"watermark both", "vm_memory_high_watermark.relative = 0.6\nvm_memory_high_watermark.absolute = 1kB", func(o *options) { o.watermark = "1000" }},
 	{"paging ratio", "vm_memory_high_watermark_paging_ratio = 0.75", func(o *options) { o.pagingRatio = 0.75 }},
 	{"strategy rss", "vm_memory_calculation_strategy = rss", func(o *options) { o.memoryStrategy = "rss" }},
 	{"strategy allocated", "vm_memory_calculation_strategy = allocated", func(o *options) {}},
@@ -219,10 +219,25 @@ var confCases = []struct {
 	{"snippet disk_free_limit_absolute_priority", "disk_free_limit.absolute = 50000\ndisk_free_limit.relative = 1.0",
 		func(o *options) { o.diskFreeLimit = "50000" }},
 	// {disk_free_limit_only_absolute_units_t, "disk_free_limit.absolute = 2T", [{disk_free_limit, "2T"}]}
-	{"snippet disk_free_limit_only_absolute_units_t", "disk_free_limit.absolute = 2T", func(o *options) { o.diskFreeLimit = "2000000000000" }},
+	// (a single letter: a power of 1024, as 3.10.8 reads k, M and G, below)
+	{"snippet disk_free_limit_only_absolute_units_t", "disk_free_limit.absolute = 2T", func(o *options) { o.diskFreeLimit = "2199023255552" }},
+	{"disk absolute TB", "disk_free_limit.absolute = 2TB", func(o *options) { o.diskFreeLimit = "2000000000000" }},
 	{"snippet disk_free_limit_only_absolute_units_pib", "disk_free_limit.absolute = 2PiB", func(o *options) { o.diskFreeLimit = "2251799813685248" }},
 	// {vm_memory_watermark_absolute_units_m, "vm_memory_high_watermark.absolute = 1024M", [{vm_memory_high_watermark,{absolute,"1024M"}}]}
-	{"snippet vm_memory_watermark_absolute_units_m", "vm_memory_high_watermark.absolute = 1024M", func(o *options) { o.watermark = "1024000000" }},
+	// RabbitMQ 3.10.8 reads the units so (rabbit_common-3.10.8's
+	// rabbit_resource_monitor_misc:parse_information_unit, run with erl):
+	// "1024M" {ok,1073741824}, "2G" {ok,2147483648}, "1k" {ok,1024},
+	// "1024MB" {ok,1024000000}, "2GB" {ok,2000000000}, "1kB" {ok,1000},
+	// "1024MiB" {ok,1073741824}, "1GiB" {ok,1073741824}, "1kiB" {ok,1024}.
+	// 4.x reads single letters as powers of 1000 (it adds Ki, Mi, Gi, T,
+	// P, TB, PB ...: 3.10.8 answers {error,parse_error} to those).
+	{"snippet vm_memory_watermark_absolute_units_m", "vm_memory_high_watermark.absolute = 1024M", func(o *options) { o.watermark = "1073741824" }},
+	{"3.10.8 G", "vm_memory_high_watermark.absolute = 2G", func(o *options) { o.watermark = "2147483648" }},
+	{"3.10.8 k", "vm_memory_high_watermark.absolute = 1k", func(o *options) { o.watermark = "1024" }},
+	{"3.10.8 MB", "vm_memory_high_watermark.absolute = 1024MB", func(o *options) { o.watermark = "1024000000" }},
+	{"3.10.8 kB", "vm_memory_high_watermark.absolute = 1kB", func(o *options) { o.watermark = "1000" }},
+	{"3.10.8 kiB", "vm_memory_high_watermark.absolute = 1kiB", func(o *options) { o.watermark = "1024" }},
+	{"3.10.8 GiB", "vm_memory_high_watermark.absolute = 1GiB", func(o *options) { o.watermark = "1073741824" }},
 	// {cluster_formation: "cluster_formation.peer_discovery_backend = rabbit_peer_discovery_classic_config
 	// cluster_formation.classic_config.nodes.peer1 = rabbit@hostname1 ...", {cluster_nodes,{[rabbit@hostname2,rabbit@hostname1],disc}}}
 	{"snippet classic_config", "cluster_formation.peer_discovery_backend = rabbit_peer_discovery_classic_config\n" +

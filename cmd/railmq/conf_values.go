@@ -91,13 +91,15 @@ func fraction(f float64) string {
 // informationUnit is rabbit_resource_monitor_misc:parse_information_unit's
 // pattern (deps/rabbit_common, v4.1.0), with t and T, which the schema's
 // validator accepts (config_schema_SUITE's "disk_free_limit.absolute =
-// 2T") and which are read as the other single letters are.
+// 2T").
 var informationUnit = regexp.MustCompile(`^([0-9]+)(kB|Ki|Mi|Gi|Ti|Pi|KB|MB|GB|TB|PB|kb|ki|mb|gb|tb|pb|Kb|Mb|Gb|Tb|Pb|kiB|KiB|MiB|GiB|TiB|PiB|kib|mib|gib|tib|pib|KIB|MIB|GIB|TIB|PIB|k|K|m|M|g|G|t|T|p|P)?$`)
 
 // confBytes reads vm_memory_high_watermark.absolute and
-// disk_free_limit.absolute: bytes, or digits and a unit as RabbitMQ reads
-// them since 3.13 (as Kubernetes does): Ki, KiB, Mi, MiB, ... powers of
-// 1024; k, kB, KB, M, MB, G, GB, ... powers of 1000.
+// disk_free_limit.absolute: bytes, or digits and a unit. kB, MB, GB, TB,
+// PB (any case) are powers of 1000; KiB, Ki, MiB, Mi, ... powers of
+// 1024; a single letter, k, M, G, T or P, is a power of 1024, as RabbitMQ
+// 3.10 reads it (and as railmq's --vm-memory-high-watermark does), where
+// RabbitMQ 3.13 and later read it as a power of 1000.
 func confBytes(v string) (int64, error) {
 	m := informationUnit.FindStringSubmatch(v)
 	if m == nil {
@@ -111,7 +113,7 @@ func confBytes(v string) (int64, error) {
 	if u := strings.ToLower(m[2]); u != "" {
 		pow := strings.IndexByte("kmgtp", u[0]) + 1
 		base := int64(1000)
-		if strings.Contains(u, "i") {
+		if len(u) == 1 || strings.Contains(u, "i") {
 			base = 1024
 		}
 		for range pow {
