@@ -7,28 +7,16 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // node is the node's name as the broker gives it (broker.Server.NodeName):
 // --node-name in a cluster, railmq@HOST otherwise. Log lines carry it.
 func (o *options) node() string {
-	if o.clusterListen != "" && o.nodeName != "" {
+	if o.nodeName != "" {
 		return o.nodeName
 	}
 	h, _ := os.Hostname()
 	return "railmq@" + h
-}
-
-// standaloneName says that --node-name (RABBITMQ_NODENAME) names a
-// cluster node only: a standalone node keeps railmq@HOST, the name its
-// store's quorum queues know it by.
-func (o *options) standaloneName() []note {
-	if o.nodeName == "" || o.clusterListen != "" {
-		return nil
-	}
-	return []note{{zapcore.InfoLevel, "node name applies to a cluster node (--cluster-listen) only",
-		[]zap.Field{zap.String("node_name", o.nodeName), zap.String("node", o.node())}}}
 }
 
 // logBanner logs, once the broker serves, what it serves and where: the

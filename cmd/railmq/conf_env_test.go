@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // A flag wins over a variable (RAILMQ_ first, then RabbitMQ's), which
@@ -283,18 +285,16 @@ func TestVersionCommit(t *testing.T) {
 	}
 }
 
-// --node-name names a cluster node only; a standalone node given one
-// (RABBITMQ_NODENAME, as in a container) says so once the logger exists.
+// --node-name (RABBITMQ_NODENAME, as in a container) names a standalone
+// node too, as RabbitMQ's node is named so: the broker's options carry
+// it and the logs' node field shows it.
 func TestStandaloneNodeName(t *testing.T) {
-	_, notes, _, err := parseWith(t, map[string]string{"RABBITMQ_NODENAME": "rabbit@box"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(notes) != 1 || notes[0].msg != "node name applies to a cluster node (--cluster-listen) only" || notes[0].fields[0].String != "rabbit@box" {
-		t.Fatalf("notes %+v", notes)
-	}
-	_, notes, _, err = parseWith(t, map[string]string{"RABBITMQ_NODENAME": "rabbit@box"}, "--cluster-listen=:25672")
+	o, notes, _, err := parseWith(t, map[string]string{"RABBITMQ_NODENAME": "rabbit@box"})
 	if err != nil || len(notes) != 0 {
-		t.Fatalf("in a cluster: %v, notes %+v", err, notes)
+		t.Fatalf("%v, notes %+v", err, notes)
+	}
+	bo, err := o.brokerOptions(1<<30, zap.NewNop())
+	if err != nil || bo.NodeName != "rabbit@box" || o.node() != "rabbit@box" {
+		t.Fatalf("%v: broker's node name %q, logs' %q", err, bo.NodeName, o.node())
 	}
 }

@@ -133,7 +133,7 @@ func parseOptions(fs *flag.FlagSet, args []string, getenv func(string) string) (
 		fmt.Fprintln(fs.Output(), "railmq:", err)
 		return nil, nil, err
 	}
-	return o, append(notes, o.standaloneName()...), nil
+	return o, notes, nil
 }
 
 // applyEnv sets each flag from RAILMQ_<NAME> when that variable is set,
@@ -230,6 +230,7 @@ func (o *options) brokerOptions(totalMemory int64, log *zap.Logger) (broker.Opti
 		StoreGCInterval:     o.storeGCInterval,
 		Logger:              log,
 		Version:             version,
+		NodeName:            o.nodeName,
 		TLSCertFile:         o.tlsCert,
 		TLSKeyFile:          o.tlsKey,
 		TLSCAFile:           o.tlsCA,
