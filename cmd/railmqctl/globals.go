@@ -19,8 +19,9 @@ var version = "0.1.0"
 // see longwork.go.
 var requestTimeout = 60 * time.Second
 
-// defaultInterval is how often long work prints its progress.
-const defaultInterval = time.Second
+// defaultInterval is how often long work prints its progress (a
+// variable for tests).
+var defaultInterval = time.Second
 
 // addGlobalFlags defines railmqctl's global flags: rabbitmqadmin v2's
 // (--host, --port, --base-uri, --username, --password, --vhost,

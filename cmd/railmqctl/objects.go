@@ -287,6 +287,9 @@ func (c *client) deleteKind(kind, name string, f *objFlags) error {
 // deleteBinding deletes the bindings from --source to --destination with
 // --routing-key (whatever their arguments).
 func (c *client) deleteBinding(f *objFlags) error {
+	if f.source == "" || f.destination == "" {
+		return fmt.Errorf("delete binding: --source and --destination are required")
+	}
 	dt := "q"
 	if f.destType == "exchange" {
 		dt = "e"

@@ -281,6 +281,9 @@ func (s *shim) awaitStartup(args []string) error {
 		if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
 			return err // refused: waiting will not help
 		}
+		if se == nil && exitCode(err) != exitUnavailable {
+			return err // not a node that is starting: a bad answer
+		}
 		if time.Now().After(deadline) {
 			if se != nil {
 				return &shimError{code: exitTempFail, msg: fmt.Sprintf("node %s has not finished starting after %v", s.node, limit)}
