@@ -86,7 +86,7 @@ func (f *fakeAPI) requests() []request {
 // test).
 func cleanEnv(t *testing.T) {
 	t.Helper()
-	for _, k := range []string{"RAILMQ_MANAGEMENT_URL", "RAILMQ_USER", "RAILMQ_PASSWORD"} {
+	for _, k := range envVars {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}

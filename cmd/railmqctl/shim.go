@@ -22,7 +22,6 @@ import (
 const (
 	exitOK          = 0
 	exitUsage       = 64 // a bad command, flag or argument
-	exitDataErr     = 65 // a bad argument's value, a vhost that does not exist
 	exitUnavailable = 69 // the node is unreachable, or a health check failed
 	exitSoftware    = 70 // the node answered with an error
 	exitTempFail    = 75 // a timeout
