@@ -17,6 +17,9 @@ import (
 // dispatch runs one shim command. The texts are RabbitMQ 3.10.8's
 // (recorded on this machine; shim_test.go quotes them).
 func (s *shim) dispatch(cmd string, args []string) error {
+	if !s.takes(cmd) {
+		return s.unknownCommand(cmd)
+	}
 	switch cmd {
 	case "ping":
 		return s.ping()
@@ -46,7 +49,7 @@ func (s *shim) dispatch(cmd string, args []string) error {
 	case "list_connections", "close_connection", "set_vm_memory_high_watermark":
 		return s.legacy(cmd, args)
 	}
-	return &shimError{code: exitUsage, msg: fmt.Sprintf("command '%s' not found (railmq's %s takes: ping, check_running, check_local_alarms, check_port_connectivity, check_virtual_hosts, status, listeners, await_startup, list_queues, list_connections, close_connection, set_vm_memory_high_watermark, trace_on, trace_off, version)", cmd, s.tool)}
+	return s.unknownCommand(cmd)
 }
 
 // overview is what /api/overview says of the node.
