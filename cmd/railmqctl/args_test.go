@@ -254,7 +254,14 @@ func TestCommandRequests(t *testing.T) {
 		{name: "v2 queues list", args: []string{"--non-interactive", "queues", "list"},
 			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"vhost":"/","name":"q","type":"quorum","messages":2,"message_bytes":3145728}]`}},
 			want:    []request{guest("GET", "/api/queues/%2F", nil)},
-			out:     "vhost\tname\ttype\tmessages\tmessages_ready\tmessages_unacknowledged\tmessage_bytes\tconsumers\tpolicy\n/\tq\tquorum\t2\t\t\t3145728\t\t\n"},
+			out:     "/ q quorum 2   3145728\n"},
+		// rabbitmqadmin v2's --non-interactive (src/output.rs): no header
+		// row, each column its widest cell and one space, a newline in a
+		// cell becomes ",".
+		{name: "v2 non-interactive aligned", args: []string{"--non-interactive", "list", "queues", "name", "messages", "message_bytes", "policy"},
+			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"jobs","messages":2,"message_bytes":3145728,"policy":"a\nb"},{"name":"q","messages":12345,"message_bytes":0,"policy":"p"}]`}},
+			want:    []request{guest("GET", "/api/queues/%2F", nil)},
+			out:     "jobs 2     3145728 a,b\nq    12345 0       p\n"},
 		{name: "v2 list with units", args: []string{"list", "queues", "name", "message_bytes", "message_stats.publish_details.rate"},
 			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"q","message_bytes":3145728,"message_stats":{"publish_details":{"rate":12.5}}}]`}},
 			want:    []request{guest("GET", "/api/queues/%2F", nil)},

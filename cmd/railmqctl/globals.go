@@ -40,7 +40,7 @@ func addGlobalFlags(root *cobra.Command, c *client) {
 	pf.StringVarP(&c.pass, "password", "p", defaultPassword(), "password (RAILMQ_PASSWORD, RABBITMQ_DEFAULT_PASS)")
 	pf.StringVarP(&c.vhost, "vhost", "V", "/", "virtual host")
 	pf.StringVarP(&c.format, "format", "f", "table", "table or json")
-	pf.BoolVar(&c.nonInteractive, "non-interactive", false, "for scripts: tables as tab-separated lines, a header line first, numbers as they are")
+	pf.BoolVar(&c.nonInteractive, "non-interactive", false, "for scripts: tables as rabbitmqadmin v2 prints them: no header line, columns aligned with spaces, numbers as they are")
 	root.PersistentPreRunE = func(_ *cobra.Command, _ []string) error {
 		if c.format != "table" && c.format != "json" {
 			return fmt.Errorf("--format %q: table or json", c.format)
