@@ -54,9 +54,11 @@ func (s *shim) dispatch(cmd string, args []string) error {
 
 // overview is what /api/overview says of the node.
 type overview struct {
-	Node           string `json:"node"`
-	ProductVersion string `json:"product_version"`
-	Listeners      []struct {
+	Node            string `json:"node"`
+	ProductName     string `json:"product_name"`
+	ProductVersion  string `json:"product_version"`
+	RabbitMQVersion string `json:"rabbitmq_version"`
+	Listeners       []struct {
 		Protocol string `json:"protocol"`
 		IP       string `json:"ip_address"`
 		Port     int    `json:"port"`
