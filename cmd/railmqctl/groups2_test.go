@@ -180,6 +180,23 @@ func TestMoreGroupRequests(t *testing.T) {
 	}
 }
 
+// move_messages' own --timeout takes the global one's seconds as well
+// as a duration.
+func TestMoveTimeoutFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{"5": 5 * time.Second, "0.5": 500 * time.Millisecond, "2m": 2 * time.Minute, "0": 0} {
+		var d time.Duration
+		if err := (secondsOrDuration{&d}).Set(in); err != nil || d != want {
+			t.Errorf("%q: %v, %v; want %v", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"-1", "soon", "-2s"} {
+		var d time.Duration
+		if err := (secondsOrDuration{&d}).Set(in); err == nil {
+			t.Errorf("%q accepted as %v", in, d)
+		}
+	}
+}
+
 // --timeout bounds a request: an API that does not answer is given up
 // on after it (exit 69, as for a node that cannot be reached).
 func TestTimeoutFlag(t *testing.T) {

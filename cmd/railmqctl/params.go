@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -406,3 +407,29 @@ func rewriteTargetUser(args []string) []string {
 	}
 	return args
 }
+
+// secondsOrDuration is a flag that takes seconds (5, 0.5), as
+// rabbitmqadmin v2's --timeout, or a Go duration (10s, 2m).
+type secondsOrDuration struct{ p *time.Duration }
+
+func (d secondsOrDuration) String() string {
+	if d.p == nil {
+		return "0s"
+	}
+	return d.p.String()
+}
+
+func (d secondsOrDuration) Set(s string) error {
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 {
+		*d.p = time.Duration(f * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q: seconds or a duration such as 2m", s)
+	}
+	*d.p = v
+	return nil
+}
+
+func (d secondsOrDuration) Type() string { return "seconds|duration" }
