@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"slices"
 
 	"github.com/spf13/cobra"
 )
@@ -296,5 +297,34 @@ func newMoreGroupCmds(c *client) []*cobra.Command {
 // that railmqctl spells differently (--password of declare user,
 // --username of permissions and user_limits).
 func argsRewritten(args []string) []string {
-	return rewriteTargetUser(rewriteUserPassword(args))
+	return rewriteTargetUser(rewriteUserPassword(rewriteVerbFirst(args)))
+}
+
+// verbFirst are rabbitmqadmin v2's verb-first spellings of the groups'
+// commands (list vhost_limits, declare vhost_limit, delete stream, ...):
+// "verb kind" and the group command it is.
+var verbFirst = map[[2]string][2]string{
+	{"list", "parameters"}: {"parameters", "list"}, {"list", "operator_policies"}: {"operator_policies", "list"},
+	{"list", "vhost_limits"}: {"vhost_limits", "list"}, {"list", "user_limits"}: {"user_limits", "list"},
+	{"list", "feature_flags"}: {"feature_flags", "list"},
+	{"declare", "parameter"}:  {"parameters", "set"}, {"declare", "operator_policy"}: {"operator_policies", "declare"},
+	{"declare", "vhost_limit"}: {"vhost_limits", "declare"}, {"declare", "user_limit"}: {"user_limits", "declare"},
+	{"declare", "permissions"}: {"permissions", "declare"}, {"declare", "stream"}: {"streams", "declare"},
+	{"delete", "parameter"}: {"parameters", "clear"}, {"delete", "operator_policy"}: {"operator_policies", "delete"},
+	{"delete", "vhost_limit"}: {"vhost_limits", "delete"}, {"delete", "user_limit"}: {"user_limits", "delete"},
+	{"delete", "permissions"}: {"permissions", "delete"}, {"delete", "stream"}: {"streams", "delete"},
+	{"delete", "shovel"}: {"shovels", "delete"},
+}
+
+// rewriteVerbFirst turns the first "verb kind" of verbFirst in args into
+// its group command.
+func rewriteVerbFirst(args []string) []string {
+	for i := 0; i+1 < len(args); i++ {
+		if g, ok := verbFirst[[2]string{args[i], args[i+1]}]; ok {
+			out := slices.Clone(args)
+			out[i], out[i+1] = g[0], g[1]
+			return out
+		}
+	}
+	return args
 }
