@@ -542,6 +542,12 @@ func TestShim(t *testing.T) {
 		{name: "the official image's user", args: []string{"-q", "check_running"}, env: map[string]string{"RABBITMQ_DEFAULT_USER": "admin", "RABBITMQ_DEFAULT_PASS": "s3cret"},
 			replies: ov, want: []request{{Method: "GET", Path: "/api/overview", User: "admin", Pass: "s3cret"}},
 			out: "RabbitMQ on node railmq@h is fully booted and running\n", only: "rabbitmq-diagnostics"},
+		// RabbitMQ 3.10.8: rabbitmq-diagnostics check_alarms prints "Asking node
+		// rabbit@vm to report any local resource alarms ..." and "Node
+		// rabbit@vm reported no alarms, local or clusterwide".
+		{name: "check_alarms", args: []string{"check_alarms"}, replies: with(map[string]reply{"GET /api/health/checks/alarms": {200, `{"status":"ok"}`}}),
+			want: []request{overview, guest("GET", "/api/health/checks/alarms", nil)},
+			out:  "Asking node railmq@h to report any local resource alarms ...\nNode railmq@h reported no alarms, local or clusterwide\n", only: "rabbitmq-diagnostics"},
 		{name: "check_virtual_hosts", args: []string{"check_virtual_hosts"}, replies: with(map[string]reply{"GET /api/health/checks/virtual-hosts": {200, `{"status":"ok"}`}}),
 			want: []request{overview, guest("GET", "/api/health/checks/virtual-hosts", nil)},
 			out:  "Checking if all vhosts are running on node railmq@h ...\nNode railmq@h reported all vhosts as running\n", only: "rabbitmq-diagnostics"},

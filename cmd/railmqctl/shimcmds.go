@@ -25,8 +25,10 @@ func (s *shim) dispatch(cmd string, args []string) error {
 		return s.ping()
 	case "check_running", "is_running":
 		return s.checkRunning()
-	case "check_local_alarms", "check_alarms":
+	case "check_local_alarms":
 		return s.checkAlarms()
+	case "check_alarms":
+		return s.checkAllAlarms()
 	case "check_port_connectivity":
 		return s.checkPorts()
 	case "check_virtual_hosts":
@@ -129,11 +131,23 @@ func (s *shim) checkRunning() error {
 // checkAlarms fails (69) naming each alarm in effect, as
 // rabbitmq_cli's alarm_lines.
 func (s *shim) checkAlarms() error {
+	return s.alarmCheck("/api/health/checks/local-alarms", "local alarms", "reported local alarms")
+}
+
+// checkAllAlarms is check_alarms: local or cluster-wide. RabbitMQ
+// 3.10.8: "Asking node rabbit@vm to report any local resource alarms
+// ...", "Node rabbit@vm reported no alarms, local or clusterwide".
+func (s *shim) checkAllAlarms() error {
+	return s.alarmCheck("/api/health/checks/alarms", "alarms, local or clusterwide", "reported alarms")
+}
+
+// alarmCheck asks path; none is "Node N reported no " + none.
+func (s *shim) alarmCheck(path, none, some string) error {
 	if _, err := s.hello(); err != nil {
 		return err
 	}
 	s.banner("Asking node %s to report any local resource alarms ...", s.node)
-	_, err := s.c.do("GET", "/api/health/checks/local-alarms", nil)
+	_, err := s.c.do("GET", path, nil)
 	var se *statusError
 	if errors.As(err, &se) && se.Code == http.StatusServiceUnavailable {
 		var body struct {
@@ -152,7 +166,7 @@ func (s *shim) checkAlarms() error {
 				}
 			}
 			if s.json {
-				b, _ := json.Marshal(map[string]any{"result": "error", "local": lines, "message": "Node " + s.node + " reported local alarms"})
+				b, _ := json.Marshal(map[string]any{"result": "error", "local": lines, "message": "Node " + s.node + " " + some})
 				fmt.Fprintln(s.stdout, string(b))
 			}
 			return &shimError{code: exitUnavailable, multiline: true, msg: strings.Join(lines, "\n")}
@@ -161,7 +175,7 @@ func (s *shim) checkAlarms() error {
 	if err != nil {
 		return err
 	}
-	s.ok(fmt.Sprintf("Node %s reported no local alarms", s.node), map[string]any{"result": "ok"})
+	s.ok(fmt.Sprintf("Node %s reported no %s", s.node, none), map[string]any{"result": "ok"})
 	return nil
 }
 
