@@ -18,7 +18,12 @@ func (c *conn) handshake() error {
 	c.closeDeadline.Store(deadline.UnixNano())
 
 	hdr := make([]byte, 8)
-	if _, err := io.ReadFull(c.br, hdr); err != nil {
+	n, err := io.ReadFull(c.br, hdr)
+	c.logAccepting(isProbe(n, err)) // connlog.go
+	if isProbe(n, err) {
+		return errProbe
+	}
+	if err != nil {
 		return fmt.Errorf("reading protocol header: %w", err)
 	}
 	// 0-9-1, and the 0-9 header (AMQP 1 1 0 9) that RabbitMQ also treats
@@ -43,6 +48,7 @@ func (c *conn) handshake() error {
 	if !ok {
 		return c.handshakeUnexpected(m)
 	}
+	c.logClientName(so.ClientProperties)
 	if caps, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
 		c.clientCaps = caps
 	}

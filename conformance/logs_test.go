@@ -1,0 +1,212 @@
+package conformance
+
+import (
+	"crypto/tls"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	rmq "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/internal/testutil"
+)
+
+// observed starts an in-process broker whose log lines (debug and up)
+// the test reads.
+func observed(t *testing.T, opts broker.Options) (*testutil.Broker, *observer.ObservedLogs) {
+	t.Helper()
+	testutil.InProcess(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	opts.Logger = zap.New(core)
+	return testutil.Start(t, opts), logs
+}
+
+// awaitLine waits for a line whose message matches re and returns it.
+func awaitLine(t *testing.T, logs *observer.ObservedLogs, re string) observer.LoggedEntry {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	var found observer.LoggedEntry
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		for _, e := range logs.All() {
+			if rx.MatchString(e.Message) {
+				found = e
+				return true
+			}
+		}
+		return false
+	}, "no log line matching %q in %d lines", re, logs.Len())
+	return found
+}
+
+// fieldsOf is an entry's fields as strings (numbers in decimal).
+func fieldsOf(e observer.LoggedEntry) map[string]any { return e.ContextMap() }
+
+// A channel exception is logged as RabbitMQ 3.10.8 logs it, at its level
+// (error). RabbitMQ 3.10.8 here, for a pika client redeclaring a
+// transient queue as durable, wrote (rabbit@vm.log):
+//
+//	[error] <0.1024.0> Channel error on connection <0.1015.0> (127.0.0.1:58852 -> 127.0.0.1:5672, vhost: '/', user: 'guest'), channel 1:
+//	[error] <0.1024.0> operation queue.declare caused a channel exception precondition_failed: inequivalent arg 'durable' for queue 'logs-helper-q' in vhost '/': received 'true' but current is 'false'
+//
+// The line also carries the facts as fields: connection, channel,
+// method, reply code and text.
+func TestLogsChannelError(t *testing.T) {
+	b, logs := observed(t, broker.Options{})
+	c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "billing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("logs-q", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.QueueDeclare("logs-q", true, false, false, false, nil)
+	expectErr(t, err, 406, "")
+	e := awaitLine(t, logs, `^Channel error on connection`)
+	want := `^Channel error on connection <0\.\d+\.0> \(127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+, vhost: '/', user: 'guest'\), channel 1:\n` +
+		`operation queue\.declare caused a channel exception precondition_failed: inequivalent arg 'durable' for queue 'logs-q' in vhost '/': received 'true' but current is 'false'$`
+	if !regexp.MustCompile(want).MatchString(e.Message) {
+		t.Errorf("message:\n%s\nwant it to match\n%s", e.Message, want)
+	}
+	if e.Level != zapcore.ErrorLevel {
+		t.Errorf("level %v, want error (RabbitMQ's)", e.Level)
+	}
+	f := fieldsOf(e)
+	if f["method"] != "queue.declare" || f["reply_code"] != uint16(406) || f["channel"] != uint16(1) ||
+		f["user"] != "guest" || f["vhost"] != "/" || !strings.HasPrefix(f["reply_text"].(string), "PRECONDITION_FAILED - inequivalent arg 'durable'") ||
+		!strings.Contains(f["connection"].(string), " -> ") {
+		t.Errorf("fields %v", f)
+	}
+}
+
+// A connection's lines, as RabbitMQ 3.10.8 wrote them for a pika client
+// with connection_name "logs-probe-app" (rabbit@vm.log):
+//
+//	[info] accepting AMQP connection <0.1015.0> (127.0.0.1:58852 -> 127.0.0.1:5672)
+//	[info] connection <0.1015.0> (127.0.0.1:58852 -> 127.0.0.1:5672) has a client-provided name: logs-probe-app
+//	[info] connection <0.1015.0> (127.0.0.1:58852 -> 127.0.0.1:5672 - logs-probe-app): user 'guest' authenticated and granted access to vhost '/'
+//	[info] closing AMQP connection <0.1015.0> (127.0.0.1:58852 -> 127.0.0.1:5672 - logs-probe-app, vhost: '/', user: 'guest')
+//
+// with the client's product and version and the listener as fields.
+func TestLogsConnectionLines(t *testing.T) {
+	b, logs := observed(t, broker.Options{})
+	c, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "billing", "product": "logs-test", "version": "1.2.3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().String()
+	peer := regexp.QuoteMeta(local + " -> " + b.Addr)
+	acc := awaitLine(t, logs, `^accepting AMQP connection <0\.\d+\.0> \(`+peer+`\)$`)
+	if acc.Level != zapcore.InfoLevel || fieldsOf(acc)["listener"] != b.Addr {
+		t.Errorf("accepting line: %v %v", acc.Level, fieldsOf(acc))
+	}
+	awaitLine(t, logs, `^connection <0\.\d+\.0> \(`+peer+`\) has a client-provided name: billing$`)
+	g := awaitLine(t, logs, `^connection <0\.\d+\.0> \(`+peer+` - billing\): user 'guest' authenticated and granted access to vhost '/'$`)
+	f := fieldsOf(g)
+	if f["connection_name"] != "billing" || f["client_product"] != "logs-test" || f["client_version"] != "1.2.3" ||
+		f["listener"] != b.Addr || f["user"] != "guest" || f["vhost"] != "/" {
+		t.Errorf("granted line fields %v", f)
+	}
+	if _, tls := f["tls_protocol"]; tls {
+		t.Errorf("tls fields on a plain connection: %v", f)
+	}
+	c.Close()
+	cl := awaitLine(t, logs, `^closing AMQP connection <0\.\d+\.0> \(`+peer+` - billing, vhost: '/', user: 'guest'\)$`)
+	if cl.Level != zapcore.InfoLevel {
+		t.Errorf("closing line at %v", cl.Level)
+	}
+}
+
+// A TCP probe (a load balancer's or a health check's: connect, send
+// nothing, close) is logged at debug only, as rabbit_reader does
+// (connection_closed_with_no_data_received: "We only log incoming
+// connections when either the first byte was received or there was an
+// error"); RabbitMQ 3.10.8 here logged nothing at info for one. A client
+// that sent its header and then vanished is a warning, as RabbitMQ's
+// "closing AMQP connection <0.1042.0> (127.0.0.1:58860 -> 127.0.0.1:5672):
+// client unexpectedly closed TCP connection".
+func TestLogsProbeAtDebug(t *testing.T) {
+	b, logs := observed(t, broker.Options{})
+	nc, err := net.Dial("tcp", b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := regexp.QuoteMeta(nc.LocalAddr().String() + " -> " + b.Addr)
+	nc.Close()
+	e := awaitLine(t, logs, `^closing AMQP connection <0\.\d+\.0> \(`+probe+`\):\nclient unexpectedly closed TCP connection$`)
+	if e.Level != zapcore.DebugLevel {
+		t.Errorf("probe's closing line at %v", e.Level)
+	}
+	for _, l := range logs.All() {
+		if strings.Contains(l.Message, nc.LocalAddr().String()) && l.Level != zapcore.DebugLevel {
+			t.Errorf("probe logged at %v: %q", l.Level, l.Message)
+		}
+	}
+
+	// One that sent the header: accepted at info, closed at warning.
+	nc, err = net.Dial("tcp", b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := regexp.QuoteMeta(nc.LocalAddr().String() + " -> " + b.Addr)
+	if _, err := nc.Write([]byte("AMQP")); err != nil {
+		t.Fatal(err)
+	}
+	if a := awaitLine(t, logs, `^accepting AMQP connection <0\.\d+\.0> \(`+half+`\)$`); a.Level != zapcore.InfoLevel {
+		t.Errorf("accepting at %v", a.Level)
+	}
+	nc.Close()
+	if w := awaitLine(t, logs, `^closing AMQP connection <0\.\d+\.0> \(`+half+`\):\n`); w.Level != zapcore.WarnLevel {
+		t.Errorf("a half-open handshake's close at %v", w.Level)
+	}
+
+	// An open connection whose socket is cut: warning, with user and vhost.
+	c, err := rmq.Dial(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := regexp.QuoteMeta(c.LocalAddr().String() + " -> " + b.Addr)
+	awaitLine(t, logs, `^connection <0\.\d+\.0> \(`+cut+`\): user 'guest' authenticated`)
+	c.Close() // the client's close: info, not this
+	awaitLine(t, logs, `^closing AMQP connection <0\.\d+\.0> \(`+cut+`, vhost: '/', user: 'guest'\)$`)
+
+	r := testutil.DialRaw(t, b.Addr)
+	r.Handshake(nil, 0, false)
+	raw := regexp.QuoteMeta(r.NC.LocalAddr().String() + " -> " + b.Addr)
+	r.NC.Close()
+	w := awaitLine(t, logs, `^closing AMQP connection <0\.\d+\.0> \(`+raw+`, vhost: '/', user: 'guest'\):\nclient unexpectedly closed TCP connection$`)
+	if w.Level != zapcore.WarnLevel {
+		t.Errorf("abrupt close at %v", w.Level)
+	}
+}
+
+// A TLS connection's lines name its listener, protocol and cipher.
+func TestLogsTLSConnection(t *testing.T) {
+	p := newPKI(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	opts := p.opts("", false)
+	opts.Logger = zap.New(core)
+	_, addr := startTLS(t, opts)
+	cfg := p.client()
+	cfg.MaxVersion = tls.VersionTLS12
+	c, err := rmq.DialTLS(amqps("guest:guest", addr), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g := awaitLine(t, logs, `^connection <0\.\d+\.0> \(`+regexp.QuoteMeta(c.LocalAddr().String()+" -> "+addr)+`\): user 'guest' authenticated`)
+	f := fieldsOf(g)
+	if f["listener"] != addr || f["tls_protocol"] != "TLS 1.2" || f["tls_cipher"] != tls.CipherSuiteName(c.ConnectionState().CipherSuite) {
+		t.Errorf("fields %v", f)
+	}
+}
