@@ -181,7 +181,7 @@ func (c *conn) teardown(err error) {
 		reason = err.Error()
 	}
 	c.logClosed(err, reason) // connlog.go
-	c.br, c.fr = nil, nil // what the client still sends is discarded unread
+	c.br, c.fr = nil, nil    // what the client still sends is discarded unread
 	if c.silentClose {
 		// A refused login: the socket waits out RabbitMQ's delay on a
 		// timer, and this goroutine (and the writer) are gone now.
