@@ -2,7 +2,11 @@ package conformance
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -209,4 +213,97 @@ func TestLogsTLSConnection(t *testing.T) {
 	if f["listener"] != addr || f["tls_protocol"] != "TLS 1.2" || f["tls_cipher"] != tls.CipherSuiteName(c.ConnectionState().CipherSuite) {
 		t.Errorf("fields %v", f)
 	}
+}
+
+// Every management change is logged once, after its handler answered:
+// who, from where, what and the status; reads are not. A failed HTTP
+// login is a warning worded as RabbitMQ 3.10.8's (curl -u guest:wrong
+// http://localhost:15672/api/overview logged "[warning] <0.1355.0> HTTP
+// access denied: user 'guest' - invalid credentials").
+func TestLogsAudit(t *testing.T) {
+	b, logs := observed(t, broker.Options{})
+	hs := httptest.NewServer(b.ManagementHandler())
+	defer hs.Close()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	call := func(method, path, user, pass, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+		req.SetBasicAuth(user, pass)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	named, err := rmq.DialConfig(b.URL, rmq.Config{Properties: rmq.Table{"connection_name": "doomed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	connName := named.LocalAddr().String() + " -> " + b.Addr
+	steps := []struct {
+		method, path, body string
+		status             int
+		object, action     string
+	}{
+		{"PUT", "/api/users/alice", `{"password":"pw","tags":"management"}`, 201, "users", "set"},
+		{"PUT", "/api/vhosts/audit-vh", ``, 201, "vhosts", "set"},
+		{"PUT", "/api/permissions/audit-vh/alice", `{"configure":".*","write":".*","read":".*"}`, 201, "permissions", "set"},
+		{"PUT", "/api/policies/%2F/audit-p", `{"pattern":"^audit","definition":{"max-length":10}}`, 201, "policies", "set"},
+		{"PUT", "/api/queues/%2F/audit-q", `{"durable":true}`, 201, "queues", "set"},
+		{"DELETE", "/api/queues/%2F/audit-q/contents", ``, 204, "queues", "purge"},
+		{"DELETE", "/api/queues/%2F/audit-q", ``, 204, "queues", "delete"},
+		{"PUT", "/api/parameters/shovel/%2F/audit-s", `{"value":{"src-uri":"amqp://","src-queue":"audit-a","dest-uri":"amqp://","dest-queue":"audit-b"}}`, 201, "shovels", "set"},
+		{"DELETE", "/api/parameters/shovel/%2F/audit-s", ``, 204, "shovels", "delete"},
+		{"POST", "/api/definitions", `{"queues":[{"name":"audit-imported","vhost":"/","durable":true,"auto_delete":false,"arguments":{}}]}`, 204, "definitions", "import"},
+		{"DELETE", "/api/connections/" + url.PathEscape(connName), ``, 204, "connections", "close"},
+		{"DELETE", "/api/users/nobody", ``, 404, "users", "delete"},
+		{"DELETE", "/api/vhosts/audit-vh", ``, 204, "vhosts", "delete"},
+	}
+	for _, s := range steps {
+		before := logs.FilterMessage("management change").Len()
+		if got := call(s.method, s.path, "guest", "guest", s.body); got != s.status {
+			t.Fatalf("%s %s: %d, want %d", s.method, s.path, got, s.status)
+		}
+		lines := logs.FilterMessage("management change").All()
+		if len(lines) != before+1 {
+			t.Fatalf("%s %s: %d audit lines, want one", s.method, s.path, len(lines)-before)
+		}
+		f := lines[before].ContextMap()
+		path, _ := url.PathUnescape(s.path)
+		if f["user"] != "guest" || !strings.HasPrefix(f["remote"].(string), "127.0.0.1:") || f["method"] != s.method ||
+			f["path"] != path || f["object"] != s.object || f["action"] != s.action || f["status"] != int64(s.status) {
+			t.Errorf("%s %s: audit fields %v", s.method, s.path, f)
+		}
+		if lines[before].Level != zapcore.InfoLevel {
+			t.Errorf("audit at %v", lines[before].Level)
+		}
+	}
+	// Reads are not audited.
+	before := logs.FilterMessage("management change").Len()
+	call("GET", "/api/queues", "guest", "guest", "")
+	call("GET", "/api/overview", "guest", "guest", "")
+	if n := logs.FilterMessage("management change").Len(); n != before {
+		t.Errorf("reads logged %d audit lines", n-before)
+	}
+
+	// A failed login: a warning naming the user and where from.
+	if got := call("GET", "/api/overview", "guest", "wrong", ""); got != 401 {
+		t.Fatalf("wrong password: %d", got)
+	}
+	w := awaitLine(t, logs, `^HTTP access denied: user 'guest' - invalid credentials$`)
+	if f := w.ContextMap(); w.Level != zapcore.WarnLevel || f["user"] != "guest" || !strings.HasPrefix(f["remote"].(string), "127.0.0.1:") {
+		t.Errorf("failed login line: %v %v", w.Level, f)
+	}
+	// One without the management tag: RabbitMQ's "Not management user".
+	if got := call("PUT", "/api/users/plain", "guest", "guest", `{"password":"pw","tags":""}`); got != 201 {
+		t.Fatalf("PUT user: %d", got)
+	}
+	if got := call("PUT", "/api/vhosts/nope", "plain", "pw", ""); got != 401 {
+		t.Fatalf("non-management user: %d", got)
+	}
+	awaitLine(t, logs, `^HTTP access denied: user 'plain' - Not management user$`)
 }

@@ -709,8 +709,11 @@ func (a *API) withUser(h http.Handler) http.Handler {
 			src := source(r)
 			if ok = a.logins.admit(src); ok { // else refused unchecked: loginlimit.go
 				if u, ok = a.srv.Login(name, pass, remoteAddr(r)); !ok {
+					a.auditLoginFailed(r, name, "invalid credentials") // audit.go
 					a.logins.failed(r.Context(), src)
 				}
+			} else {
+				a.auditLoginFailed(r, name, "too many failed logins")
 			}
 		}
 		if !ok {
@@ -719,6 +722,7 @@ func (a *API) withUser(h http.Handler) http.Handler {
 			return
 		}
 		if !isManagementUser(u) {
+			a.auditLoginFailed(r, name, "Not management user")
 			apiError(w, http.StatusUnauthorized, "not_authorised", "Not management user")
 			return
 		}
