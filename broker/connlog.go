@@ -63,11 +63,12 @@ func (c *conn) acceptFields() []zap.Field {
 	return f
 }
 
-// isProbe reports whether the first read of a connection, which read n
-// bytes and failed with err, is a probe's: closed with nothing sent.
-func isProbe(n int, err error) bool {
-	return n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed))
+// isProbe reports whether err, from a connection's wait for its first
+// byte, is a probe's: closed with nothing sent (a TLS one before or in
+// its TLS handshake).
+func isProbe(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // logAccepting logs the connection once its first byte came (info), or

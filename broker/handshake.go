@@ -18,12 +18,15 @@ func (c *conn) handshake() error {
 	c.closeDeadline.Store(deadline.UnixNano())
 
 	hdr := make([]byte, 8)
-	n, err := io.ReadFull(c.br, hdr)
-	c.logAccepting(isProbe(n, err)) // connlog.go
-	if isProbe(n, err) {
+	// Logged once the first byte came, or the socket closed without one
+	// (a probe's, at debug): connlog.go.
+	_, err := c.br.Peek(1)
+	probe := err != nil && isProbe(err)
+	c.logAccepting(probe)
+	if probe {
 		return errProbe
 	}
-	if err != nil {
+	if _, err = io.ReadFull(c.br, hdr); err != nil {
 		return fmt.Errorf("reading protocol header: %w", err)
 	}
 	// 0-9-1, and the 0-9 header (AMQP 1 1 0 9) that RabbitMQ also treats

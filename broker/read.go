@@ -362,6 +362,7 @@ func (c *conn) openChannel(n uint16) error {
 		VHost:           c.vh,
 		ConnID:          c.id,
 		User:            c.user,
+		ConnName:        connectionName(c.nc),
 		Grant:           c.grant,
 		Impersonator:    c.authUser != nil && c.authUser.HasTag("impersonator"),
 		MaxMessageSize:  c.srv.opts.MaxMessageSize,
