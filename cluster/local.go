@@ -46,7 +46,7 @@ func StartLocal(cfg LocalConfig) (*Node, error) {
 	}
 	hl := hclog.NewNullLogger()
 	if cfg.Logger != nil {
-		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
+		hl = newHCLog(cfg.Logger.Named("raft"), hclog.Warn) // hclog.go
 	}
 	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger, AfterLogSync: cfg.AfterLogSync},
 		local: true, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}

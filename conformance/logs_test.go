@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/railmq/railmq/broker"
+	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/internal/testutil"
 )
 
@@ -306,4 +307,61 @@ func TestLogsAudit(t *testing.T) {
 		t.Fatalf("non-management user: %d", got)
 	}
 	awaitLine(t, logs, `^HTTP access denied: user 'plain' - Not management user$`)
+}
+
+// A cluster's lines name its nodes and queues, as RabbitMQ's ("queue
+// 'probe-neg' in vhost '/': candidate -> leader in term: 8", "node
+// rabbit@b down"), and raft's own lines are entries of their own with
+// typed fields and the group they are about, not one wrapped string.
+func TestLogsCluster(t *testing.T) {
+	testutil.InProcess(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	peers := map[string]string{}
+	names := []string{"rabbit1@localhost", "rabbit2@localhost", "rabbit3@localhost"}
+	for _, n := range names {
+		peers[n] = testutil.FreePort(t)
+	}
+	dirs := map[string]string{}
+	start := func(name string) (*testutil.Broker, func()) {
+		if dirs[name] == "" {
+			dirs[name] = t.TempDir()
+		}
+		return testutil.StartStoppable(t, broker.Options{DataDir: dirs[name], Logger: zap.New(core).With(zap.String("test_node", name)),
+			Cluster: &cluster.NodeConfig{Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"),
+				HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
+	}
+	b1, _ := start(names[0])
+	start(names[1])
+	_, stop3 := start(names[2])
+	awaitLine(t, logs, `^cluster: metadata leader is rabbit\d@localhost$`)
+
+	c := dial(t, b1.URL)
+	defer c.Close()
+	ch, err := c.Channel()
+	must(t, err)
+	_, err = ch.QueueDeclare("logs-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum"})
+	must(t, err)
+	l := awaitLine(t, logs, `^quorum queue 'logs-qq' in vhost '/': leader moved to rabbit\d@localhost \(term \d+\)$`)
+	if f := l.ContextMap(); f["queue"] != "'logs-qq' in vhost '/'" || f["raft_group"] == "" || f["leader"] == "" {
+		t.Errorf("leader line fields %v", f)
+	}
+
+	stop3()
+	down := awaitLine(t, logs, `^node rabbit3@localhost down$`)
+	if down.Level != zapcore.WarnLevel || down.ContextMap()["peer"] != names[2] {
+		t.Errorf("down line %v %v", down.Level, down.ContextMap())
+	}
+	// raft's own lines about it: entries with their fields, in a group.
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		for _, e := range logs.All() {
+			f := e.ContextMap()
+			if e.LoggerName == "raft" && f["raft_group"] != nil && f["peer"] != nil && f["error"] != nil && e.Level >= zapcore.WarnLevel {
+				return !strings.Contains(e.Message, "[WARN]") && !strings.Contains(e.Message, "[ERROR]")
+			}
+		}
+		return false
+	}, "no raft line with its own fields")
+
+	start(names[2])
+	awaitLine(t, logs, `^node rabbit3@localhost up$`)
 }
