@@ -67,8 +67,9 @@ type traceDelivery struct {
 	src         TraceSource
 }
 
-// Tracing reports whether tracing is on: one atomic load.
-func (v *VHost) Tracing() bool { return v.tracing.Load() }
+// Tracing reports whether tracing is on: one atomic load (false for a
+// nil VHost: a channel without one, in tests).
+func (v *VHost) Tracing() bool { return v != nil && v.tracing.Load() }
 
 // SetTracing turns tracing on or off; node is the node's name, for the
 // copies' node header. It logs RabbitMQ's lines and reports whether the
