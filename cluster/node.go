@@ -335,9 +335,10 @@ func (n *Node) close() error {
 	// closed before the wait, so that no new one starts during it.
 	n.metaLinks.close()
 	n.groupLinks.close()
-	if n.watchStop != nil {
+	if n.watchStop != nil { // once: Close may be called again
 		n.r.DeregisterObserver(n.obs)
 		close(n.watchStop)
+		n.watchStop = nil
 	}
 	n.rpcWG.Wait()
 	if n.logs != nil {
