@@ -40,6 +40,9 @@ type Config struct {
 	VHost  *vhost.VHost
 	ConnID uint64
 	User   string
+	// ConnName is the connection's name as RabbitMQ gives it, "peer ->
+	// local" (trace copies carry it: trace.go).
+	ConnName string
 	// Grant is the user's rights in VHost, checked where RabbitMQ checks
 	// them (access.go); nil allows everything.
 	Grant *auth.Grant

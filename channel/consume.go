@@ -208,6 +208,9 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	// delivery): a channel may go one message over it.
 	// The queue has the connection write it (qc.Out is the sink).
 	c.sinkFull = c.cfg.Sink.AppendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	if c.cfg.VHost.Tracing() {
+		c.traceDeliver(q, d)
+	}
 	return true
 }
 
@@ -322,6 +325,9 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	c.cfg.Sink.SendContent(c.cfg.Number, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)}, props, d.Msg.Body)
+	if c.cfg.VHost.Tracing() {
+		c.traceDeliver(q, d)
+	}
 	return nil
 }
 

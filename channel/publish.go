@@ -361,6 +361,11 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	if err != nil {
 		return err
 	}
+	if c.cfg.VHost.Tracing() {
+		// Before the message itself: its copy reaches a trace queue
+		// before any delivery's.
+		c.tracePublish(msg, qs, extra)
+	}
 	if len(c.scratch.Delayed) > 0 {
 		return c.routeDelayed(msg, mandatory, qs, extra)
 	}

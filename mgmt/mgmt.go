@@ -55,7 +55,7 @@ func New(srv *broker.Server, opts Options) *API {
 	a := &API{srv: srv, log: srv.Logger(), opts: opts, stop: make(chan struct{}), sampled: make(chan struct{})}
 	a.logins.delay = opts.FailedLoginDelay
 	routes := a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))
-	a.h = withConsole(sameOrigin(a.withUser(jsonBodies(opts.MaxBodySize, routes)))) // guard.go
+	a.h = withConsole(sameOrigin(a.withUser(a.withAudit(jsonBodies(opts.MaxBodySize, routes))))) // guard.go, audit.go
 	go a.sampler()
 	return a
 }

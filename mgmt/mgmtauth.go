@@ -319,7 +319,7 @@ func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
 	}
 	return map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
 		"default_queue_type": dqt, "metadata": meta,
-		"tracing": false, "cluster_state": map[string]string{a.srv.NodeName(): "running"},
+		"tracing": st.Tracing(), "cluster_state": map[string]string{a.srv.NodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
 }
@@ -403,12 +403,20 @@ func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.DefaultQueueType = dqt
 	}
+	tracing, err := tracingOf(body) // trace.go
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
 	created, err := a.srv.PutVHost(name, rec)
 	if err == nil && created {
 		// RabbitMQ grants the user who made the vhost every permission
 		// in it.
 		p, _ := auth.NewPermission(".*", ".*", ".*")
 		err = a.srv.PutAccess(nil, []auth.PermissionEntry{{VHost: name, User: apiUser(r).Name, Permission: p}}, nil)
+	}
+	if err == nil && tracing != nil {
+		err = a.srv.SetTracing(name, *tracing)
 	}
 	if err != nil {
 		internalError(w, err)
@@ -709,8 +717,11 @@ func (a *API) withUser(h http.Handler) http.Handler {
 			src := source(r)
 			if ok = a.logins.admit(src); ok { // else refused unchecked: loginlimit.go
 				if u, ok = a.srv.Login(name, pass, remoteAddr(r)); !ok {
+					a.auditLoginFailed(r, name, "invalid credentials") // audit.go
 					a.logins.failed(r.Context(), src)
 				}
+			} else {
+				a.auditLoginFailed(r, name, "too many failed logins")
 			}
 		}
 		if !ok {
@@ -719,6 +730,7 @@ func (a *API) withUser(h http.Handler) http.Handler {
 			return
 		}
 		if !isManagementUser(u) {
+			a.auditLoginFailed(r, name, "Not management user")
 			apiError(w, http.StatusUnauthorized, "not_authorised", "Not management user")
 			return
 		}
