@@ -38,10 +38,24 @@ func newBrowser(t *testing.T) *browser {
 	bin := requireTool(t, "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	// The browser lives until shortly before the test's own deadline: a
+	// fixed budget for the whole test (it was 4 minutes from here) runs out
+	// on a loaded machine in a test that fills queues and waits for moves
+	// while every step is still within its own wait. Each step has its
+	// own budget instead (run).
+	deadline := time.Now().Add(15 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		deadline = d.Add(-30 * time.Second)
+	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 4*time.Minute)
+	ctx, cancelT := context.WithDeadline(ctx, deadline)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	// Start Chromium now, on the context it lives in (a step's timeout
+	// must not be the first Run's: it would stop the browser).
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
 	dir := os.Getenv("RAILMQ_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
@@ -53,9 +67,15 @@ func newBrowser(t *testing.T) *browser {
 	return &browser{t: t, ctx: ctx, dir: dir}
 }
 
+// stepTimeout bounds one run: a page that never shows what a step waits
+// for (a script error, say) fails the step, not the whole test's budget.
+const stepTimeout = 2 * time.Minute
+
 func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
 		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
 		b.t.Fatalf("%s (at %s): %v", what, loc, err)
