@@ -167,6 +167,7 @@ func TestConsoleBindingsConnections(t *testing.T) {
 		t.Fatal("the connection was not closed")
 	}
 	br.waitText("#connection-info", 20*time.Second, func(s string) bool { return strings.Contains(s, "This connection is closed") }, "the page says the connection is gone")
+	phoneWidth(br, url, map[string]string{"#/exchanges/%2F/amq.direct": "#exchange-bindings", "#/queues/%2F/ops-q2": "#bindings"})
 	br.noErrors()
 }
 
@@ -263,5 +264,23 @@ func TestConsoleAdminLimits(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#operator-policy-form button.primary`)))
 	br.waitText("#operator-policy-result", 10*time.Second, func(s string) bool { return strings.Contains(s, "dead-letter-exchange") }, "the refused key is named")
 	br.shot("operator-policies")
+
+	// A phone-sized screen: no page wider than it (tables scroll in their panels).
+	phoneWidth(br, url, map[string]string{"#/limits": "#vhost-limits-table", "#/policies": "#operator-policies", "#/admin": "#topic-permissions-table"})
 	br.noErrors()
+}
+
+// phoneWidth opens each page (hash → an element its data fills) on a
+// 390 px wide screen and checks nothing makes it wider.
+func phoneWidth(br *browser, url string, pages map[string]string) {
+	br.t.Helper()
+	br.run("phone", chromedp.EmulateViewport(390, 844))
+	for page, sel := range pages {
+		br.run("phone "+page, chromedp.Navigate(url+page), chromedp.WaitVisible(chromedp.CSS(sel+` tbody tr`)))
+		if w := eval[int](br, `document.documentElement.scrollWidth`); w > 390 {
+			br.t.Errorf("on a 390 px wide screen %s is %d px wide", page, w)
+		}
+	}
+	br.shot("phone")
+	br.run("desktop", chromedp.EmulateViewport(1280, 900))
 }

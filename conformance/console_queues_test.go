@@ -155,5 +155,6 @@ func TestConsoleNodes(t *testing.T) {
 	}
 	br.waitText("#nodes", 30*time.Second, func(s string) bool { return strings.Contains(s, "rabbit1@localhostrunningmemory alarm") }, "the memory alarm on its node")
 	br.shot("nodes-down-alarm")
+	phoneWidth(br, url, map[string]string{"#/nodes": "#nodes"})
 	br.noErrors()
 }

@@ -18,7 +18,7 @@ function pageNodes() {
     const al = [n.mem_alarm && 'memory', n.disk_free_alarm && 'disk'].filter(Boolean);
     return al.length ? h('span', { class: 'state-blocked' }, al.join(', ') + ' alarm') : h('span', { class: 'state-running' }, 'none');
   };
-  const used = (u, l, f) => (u === undefined ? '' : f(u) + (l ? ' of ' + f(l) : ''));
+  const used = (u, l, f) => (u === undefined ? '' : f(u) + (l > 0 ? ' of ' + f(l) : ''));
   poll(st.page, async () => {
     const [nodes, c] = await Promise.all([api('nodes'), api('cluster').catch(() => null)]);
     const members = new Map(((c && c.members) || []).map(m => [m.name, m]));
@@ -28,7 +28,7 @@ function pageNodes() {
       { key: 'alarms', label: 'Alarms', get: n => [n.mem_alarm && 'memory', n.disk_free_alarm && 'disk'].filter(Boolean).join(','), cell: alarmCell },
       { key: 'role', label: 'Raft', hideSm: true, get: n => { const m = members.get(n.name); return m ? (m.leader ? 'leader' : m.voter ? 'voter' : 'non-voter') : ''; } },
       { key: 'mem_used', label: 'Memory', num: true, cell: n => used(n.mem_used, n.mem_limit, fmtBytes) },
-      { key: 'disk_free', label: 'Disk free', num: true, hideSm: true, cell: n => used(n.disk_free, n.disk_free_limit, fmtBytes) },
+      { key: 'disk_free', label: 'Disk free', num: true, hideSm: true, cell: n => (n.disk_free === undefined ? '' : fmtBytes(n.disk_free) + ' (limit ' + fmtBytes(n.disk_free_limit) + ')') },
       { key: 'fd_used', label: 'File descriptors', num: true, hideSm: true, cell: n => used(n.fd_used, n.fd_total, fmtNum) },
       { key: 'uptime', label: 'Uptime', num: true, cell: n => (n.uptime === undefined ? '' : fmtAge(n.uptime / 1000)) },
       { key: 'address', label: 'Cluster address', hideSm: true, get: n => n.railmq_cluster_address || (members.get(n.name) || {}).address || '' },
