@@ -144,8 +144,18 @@ func TestConsoleBindingsConnections(t *testing.T) {
 		t.Errorf("GET the deleted exchange: %d, want 404", c)
 	}
 
-	// The connection's page, its channels, a channel's page, close it.
+	// The channels and connections lists, paged and filtered by the broker.
+	br.run("channels", chromedp.Navigate(url+"#/channels"))
+	br.waitText("#channel-count", 10*time.Second, func(s string) bool { return s == "2 of 2 channels" }, "the channels list")
 	br.run("connections", chromedp.Navigate(url+"#/connections"), chromedp.WaitVisible(chromedp.CSS(`#connections tbody a`)))
+	br.waitText("#connection-count", 10*time.Second, func(s string) bool { return s == "1 of 1 connections" }, "the connections list")
+	br.run("filter the connections", chromedp.SendKeys(chromedp.CSS(`#connection-filter`), "no-such-peer"))
+	br.waitText("#connection-count", 10*time.Second, func(s string) bool { return s == "0 of 1 connections" }, "the filter keeps none")
+	br.run("clear the filter", js(`(() => { const f = document.querySelector('#connection-filter'); f.value = ''; f.dispatchEvent(new Event('input')); return true })()`))
+	br.waitText("#connection-count", 10*time.Second, func(s string) bool { return s == "1 of 1 connections" }, "the filter cleared")
+
+	// The connection's page, its channels, a channel's page, close it.
+	br.run("connections again", chromedp.WaitVisible(chromedp.CSS(`#connections tbody a`)))
 	br.run("open the connection", chromedp.Click(chromedp.CSS(`#connections tbody a`)), chromedp.WaitVisible(chromedp.CSS(`#connection-info table`)))
 	br.waitText("#connection-info", 10*time.Second, func(s string) bool { return strings.Contains(s, "guest") }, "the connection's user")
 	br.waitText("#client-properties", 10*time.Second, func(s string) bool {

@@ -22,24 +22,23 @@ function closeButton(name, reasonInput, msg, after) {
 }
 
 function pageConnections() {
-  const wrap = h('div', { class: 'panel' });
   const msg = h('div');
-  const ts = { redraw: () => draw() };
-  let rows = [];
-  main().replaceChildren(h('h1', {}, 'Connections'), msg, wrap);
-  const draw = () => wrap.replaceChildren(sortable('connections', [
-    { key: 'name', label: 'Name', cell: r => connLink(r.name) },
-    { key: 'vhost', label: 'Vhost', hideSm: true },
-    { key: 'user', label: 'User' },
-    { key: 'state', label: 'State', cell: r => stateCell(r.state) },
-    { key: 'client', label: 'Client', hideSm: true, get: r => { const p = r.client_properties || {}; return [p.product, p.version].filter(Boolean).join(' '); } },
-    { key: 'channels', label: 'Channels', num: true },
-    { key: 'connected_at', label: 'Connected', hideSm: true, get: r => r.connected_at, cell: r => new Date(r.connected_at).toLocaleTimeString() },
-    { key: 'close', label: '', cell: r => closeButton(r.name, null, msg) },
-  ], rows, ts));
-  // Redrawn only when the list changes: an armed Close stays armed.
-  let shown = null;
-  poll(st.page, async () => { rows = await api('connections'); const now = JSON.stringify(rows); if (now !== shown) { shown = now; draw(); } });
+  // Paged, filtered and sorted by the broker like the queues (queues.js);
+  // redrawn only when the rows change, so that an armed Close stays armed.
+  const list = pagedList({ what: 'connections', pre: 'connection', path: 'connections', table: 'connections', stable: true,
+    fields: ['name', 'vhost', 'user', 'state', 'client_properties.product', 'client_properties.version', 'channels', 'connected_at'],
+    columns: [
+      { key: 'name', label: 'Name', cell: r => connLink(r.name) },
+      { key: 'vhost', label: 'Vhost', hideSm: true },
+      { key: 'user', label: 'User' },
+      { key: 'state', label: 'State', cell: r => stateCell(r.state) },
+      { key: 'client_properties.product', label: 'Client', hideSm: true, cell: r => { const p = r.client_properties || {}; return [p.product, p.version].filter(Boolean).join(' '); } },
+      { key: 'channels', label: 'Channels', num: true },
+      { key: 'connected_at', label: 'Connected', hideSm: true, cell: r => new Date(r.connected_at).toLocaleTimeString() },
+      { key: 'close', label: '', nosort: true, cell: r => closeButton(r.name, null, msg) },
+    ] });
+  main().replaceChildren(h('h1', {}, 'Connections'), msg, ...list.els);
+  poll(st.page, list.refresh);
 }
 
 // kvRows are the rows [label, value] of fields that obj has.
@@ -87,27 +86,30 @@ function pageConnectionsDetail(name) {
   });
 }
 
-function channelsTable(id, rows, ts) {
-  return sortable(id, [
+function channelsTable(id, rows, ts) { return sortable(id, channelColumns(), rows, ts); }
+
+// channelColumns are a channels table's columns; their keys are the API's
+// fields, by which the broker sorts the paged list.
+function channelColumns() {
+  return [
     { key: 'name', label: 'Channel', cell: r => chanLink(r.name) },
     { key: 'user', label: 'User', hideSm: true },
     { key: 'vhost', label: 'Vhost', hideSm: true },
     { key: 'state', label: 'State', cell: r => stateCell(r.state) },
-    { key: 'mode', label: 'Mode', get: r => (r.confirm ? 'C' : '') + (r.transactional ? 'T' : '') },
+    { key: 'confirm', label: 'Mode', get: r => (r.confirm ? 'C' : '') + (r.transactional ? 'T' : '') },
     { key: 'prefetch_count', label: 'Prefetch', num: true },
     { key: 'messages_unacknowledged', label: 'Unacked', num: true },
     { key: 'messages_unconfirmed', label: 'Unconfirmed', num: true, hideSm: true },
     { key: 'consumer_count', label: 'Consumers', num: true },
-  ], rows, ts);
+  ];
 }
 
 function pageChannels() {
-  const wrap = h('div', { class: 'panel' });
-  const ts = { redraw: () => draw() };
-  let rows = [];
-  main().replaceChildren(h('h1', {}, 'Channels'), wrap);
-  const draw = () => wrap.replaceChildren(channelsTable('channels', rows, ts));
-  poll(st.page, async () => { rows = await api('channels'); draw(); });
+  const list = pagedList({ what: 'channels', pre: 'channel', path: 'channels', table: 'channels',
+    fields: ['name', 'user', 'vhost', 'state', 'confirm', 'transactional', 'prefetch_count', 'messages_unacknowledged', 'messages_unconfirmed', 'consumer_count'],
+    columns: channelColumns() });
+  main().replaceChildren(h('h1', {}, 'Channels'), ...list.els);
+  poll(st.page, list.refresh);
 }
 
 function pageChannelsDetail(name) {

@@ -18,63 +18,12 @@ const QUEUE_COLUMNS = ['name', 'vhost', 'type', 'durable', 'auto_delete', 'exclu
 
 const PAGE_SIZES = [20, 50, 100, 500];
 
-// queueListQuery is the API request for the list's state ls.
-function queueListQuery(ls) {
-  const q = new URLSearchParams({ page: String(ls.page), page_size: String(ls.size), columns: QUEUE_COLUMNS.join(',') });
-  if (ls.filter) { q.set('name', ls.filter); q.set('use_regex', 'true'); }
-  if (ls.sort) { q.set('sort', ls.sort); q.set('sort_reverse', String(!!ls.desc)); }
-  return 'queues?' + q.toString();
-}
-
 function pageQueues() {
-  const page = st.page;
-  const saved = JSON.parse(sessionStorage.getItem('railmq.queues') || 'null') || {};
-  const ls = { page: saved.page || 1, size: saved.size || 100, filter: saved.filter || '', sort: saved.sort || 'name', desc: !!saved.desc };
-  const save = () => sessionStorage.setItem('railmq.queues', JSON.stringify(ls));
-  const wrap = h('div', { class: 'panel' });
-  const filter = h('input', { id: 'queue-filter', placeholder: 'Filter by name (regular expression)', value: ls.filter });
-  const count = h('span', { class: 'small', id: 'queue-count' });
-  const pageInfo = h('span', { class: 'small', id: 'queue-page' });
-  const listMsg = h('div', { id: 'queue-list-result' });
-  const size = h('select', { id: 'queue-page-size', title: 'Queues per page' }, PAGE_SIZES.map(n => h('option', { value: String(n) }, n + ' per page')));
-  size.value = String(ls.size);
-  const prev = h('button', { type: 'button', id: 'queue-prev' }, '‹ Previous');
-  const next = h('button', { type: 'button', id: 'queue-next' }, 'Next ›');
-  let last = null; // the last answer
-  let seq = 0; // answers to older requests are dropped
-  const refresh = async () => {
-    const my = ++seq;
-    let r;
-    try { r = await api(queueListQuery(ls)); } catch (e) {
-      if (e.status !== 400) throw e;
-      if (my !== seq) return;
-      // Page out of range (the list shrank): back to the last page there is.
-      if (e.body.error === 'page_out_of_range' && ls.page > 1) { ls.page = 1; save(); return refresh(); }
-      listMsg.replaceChildren(h('div', { class: 'msg err' }, 'The filter is not a valid regular expression.'));
-      return;
-    }
-    if (my !== seq || st.page !== page) return;
-    listMsg.replaceChildren();
-    const t = Date.now();
-    for (const q of r.items) histAdd(q, t);
-    last = r;
-    draw();
-  };
-  const go = () => { save(); refresh().catch(e => note(listMsg, false, e.message)); };
-  let timer = null;
-  filter.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(() => { ls.filter = filter.value; ls.page = 1; go(); }, 250); });
-  size.addEventListener('change', () => { ls.size = Number(size.value); ls.page = 1; go(); });
-  prev.addEventListener('click', () => { if (ls.page > 1) { ls.page--; go(); } });
-  next.addEventListener('click', () => { if (last && ls.page < last.page_count) { ls.page++; go(); } });
-  const onSort = key => { ls.desc = ls.sort === key ? !ls.desc : key !== 'name' && key !== 'vhost'; ls.sort = key; ls.page = 1; go(); };
   const ms = k => r => (r.message_stats && r.message_stats[k + '_details'] ? r.message_stats[k + '_details'].rate : 0);
-  const draw = () => {
-    const r = last;
-    count.textContent = fmtNum(r.filtered_count) + ' of ' + fmtNum(r.total_count) + ' queues';
-    const from = r.filtered_count ? (r.page - 1) * r.page_size + 1 : 0;
-    pageInfo.textContent = 'Page ' + r.page + ' of ' + r.page_count + ' (' + fmtNum(from) + '–' + fmtNum(from + r.item_count - (r.item_count ? 1 : 0)) + ')';
-    prev.disabled = r.page <= 1; next.disabled = r.page >= r.page_count;
-    wrap.replaceChildren(serverTable('queues', [
+  const list = pagedList({ what: 'queues', pre: 'queue', path: 'queues', fields: QUEUE_COLUMNS, table: 'queues',
+    onItems: items => { const t = Date.now(); for (const q of items) histAdd(q, t); },
+    extra: [h('span', { class: 'spacer' }), rangeSelect(() => list.redraw())],
+    columns: [
       { key: 'vhost', label: 'Vhost', hideSm: true },
       { key: 'name', label: 'Name', cell: q => h('a', { href: '#/queues/' + enc(q.vhost) + '/' + enc(q.name) }, q.name) },
       { key: 'type', label: 'Type', hideSm: true, cell: q => q.type || 'classic' },
@@ -88,14 +37,83 @@ function pageQueues() {
       { key: 'message_stats.ack_details.rate', label: 'Ack /s', num: true, hideSm: true, cell: q => fmtNum(ms('ack')(q)) },
       { key: 'consumers', label: 'Consumers', num: true },
       { key: 'head_message_timestamp_age_seconds', label: 'Oldest', num: true, cell: q => fmtAge(q.head_message_timestamp_age_seconds) },
-    ], r.items, ls, onSort));
+    ] });
+  main().replaceChildren(h('h1', {}, 'Queues'), ...list.els, addQueueForm());
+  poll(st.page, list.refresh);
+}
+
+// pagedList is a list the broker filters, sorts and pages with RabbitMQ's
+// list parameters, asked for only the fields o.fields (columns=): its
+// toolbar (filter, count, o.extra), message line, table and pager (the
+// element ids start with o.pre), a refresh for poll and a redraw. A list
+// whose rows hold armed buttons (o.stable) is redrawn only when its rows
+// change, so that a button armed by a first click stays armed.
+function pagedList(o) {
+  const page = st.page;
+  const key = 'railmq.list.' + o.what;
+  const saved = JSON.parse(sessionStorage.getItem(key) || 'null') || {};
+  const ls = { page: saved.page || 1, size: saved.size || 100, filter: saved.filter || '', sort: saved.sort || 'name', desc: !!saved.desc };
+  const save = () => sessionStorage.setItem(key, JSON.stringify(ls));
+  const wrap = h('div', { class: 'panel' });
+  const filter = h('input', { id: o.pre + '-filter', placeholder: 'Filter by name (regular expression)', value: ls.filter });
+  const count = h('span', { class: 'small', id: o.pre + '-count' });
+  const pageInfo = h('span', { class: 'small', id: o.pre + '-page' });
+  const listMsg = h('div', { id: o.pre + '-list-result' });
+  const size = h('select', { id: o.pre + '-page-size', title: 'Rows per page' }, PAGE_SIZES.map(n => h('option', { value: String(n) }, n + ' per page')));
+  size.value = String(ls.size);
+  const prev = h('button', { type: 'button', id: o.pre + '-prev' }, '‹ Previous');
+  const next = h('button', { type: 'button', id: o.pre + '-next' }, 'Next ›');
+  let last = null; // the last answer
+  let shown = null; // what the table shows, for o.stable
+  let seq = 0; // answers to older requests are dropped
+  const query = () => {
+    const q = new URLSearchParams({ page: String(ls.page), page_size: String(ls.size), columns: o.fields.join(',') });
+    if (ls.filter) { q.set('name', ls.filter); q.set('use_regex', 'true'); }
+    if (ls.sort) { q.set('sort', ls.sort); q.set('sort_reverse', String(!!ls.desc)); }
+    return o.path + '?' + q.toString();
   };
-  main().replaceChildren(h('h1', {}, 'Queues'),
-    h('div', { class: 'toolbar' }, filter, count, h('span', { class: 'spacer' }), rangeSelect(() => { if (last) draw(); })),
-    listMsg, wrap,
-    h('div', { class: 'toolbar pager' }, prev, pageInfo, next, size),
-    addQueueForm());
-  poll(page, refresh);
+  const onSort = k => { ls.desc = ls.sort === k ? !ls.desc : k !== 'name' && k !== 'vhost'; ls.sort = k; ls.page = 1; go(); };
+  const draw = () => {
+    const r = last;
+    if (!r) return;
+    count.textContent = fmtNum(r.filtered_count) + ' of ' + fmtNum(r.total_count) + ' ' + o.what;
+    const from = r.filtered_count ? (r.page - 1) * r.page_size + 1 : 0;
+    pageInfo.textContent = 'Page ' + r.page + ' of ' + r.page_count + ' (' + fmtNum(from) + '–' + fmtNum(from + r.item_count - (r.item_count ? 1 : 0)) + ')';
+    prev.disabled = r.page <= 1; next.disabled = r.page >= r.page_count;
+    wrap.replaceChildren(serverTable(o.table, o.columns, r.items, ls, onSort));
+  };
+  const refresh = async () => {
+    const my = ++seq;
+    let r;
+    try { r = await api(query()); } catch (e) {
+      if (e.status !== 400) throw e;
+      if (my !== seq) return;
+      // Page out of range (the list shrank): back to the first page.
+      if (e.body.error === 'page_out_of_range' && ls.page > 1) { ls.page = 1; save(); return refresh(); }
+      listMsg.replaceChildren(h('div', { class: 'msg err' }, 'The filter is not a valid regular expression.'));
+      return;
+    }
+    if (my !== seq || st.page !== page) return;
+    listMsg.replaceChildren();
+    if (o.onItems) o.onItems(r.items);
+    last = r;
+    if (o.stable) {
+      const now = JSON.stringify([r, ls]);
+      if (now === shown) return;
+      shown = now;
+    }
+    draw();
+  };
+  const go = () => { save(); shown = null; refresh().catch(e => note(listMsg, false, e.message)); };
+  let timer = null;
+  filter.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(() => { ls.filter = filter.value; ls.page = 1; go(); }, 250); });
+  size.addEventListener('change', () => { ls.size = Number(size.value); ls.page = 1; go(); });
+  prev.addEventListener('click', () => { if (ls.page > 1) { ls.page--; go(); } });
+  next.addEventListener('click', () => { if (last && ls.page < last.page_count) { ls.page++; go(); } });
+  return {
+    els: [h('div', { class: 'toolbar' }, filter, count, ...(o.extra || [])), listMsg, wrap, h('div', { class: 'toolbar pager' }, prev, pageInfo, next, size)],
+    refresh, redraw: () => { shown = null; draw(); },
+  };
 }
 
 // serverTable renders rows as a table whose column headers ask the broker
@@ -106,7 +124,7 @@ function serverTable(id, columns, rows, ls, onSort) {
     onclick: c.nosort ? undefined : () => onSort(c.key),
   }, c.label)));
   const body = rows.map(r => h('tr', {}, columns.map(c => h('td', { class: [c.num && 'num', c.hideSm && 'hide-sm'].filter(Boolean).join(' ') },
-    c.cell ? c.cell(r) : r[c.key]))));
+    c.cell ? c.cell(r) : c.get ? c.get(r) : r[c.key]))));
   return h('table', { id }, h('thead', {}, head), h('tbody', {}, body.length ? body : h('tr', {}, h('td', { colspan: columns.length, class: 'empty' }, 'Nothing here.'))));
 }
 
