@@ -143,6 +143,11 @@ func TestConsoleBindingsConnections(t *testing.T) {
 	if c := a.call("GET", "/api/exchanges/%2F/ops-x", "guest", "guest", nil, nil); c != 404 {
 		t.Errorf("GET the deleted exchange: %d, want 404", c)
 	}
+	// The exchanges list, paged and filtered by the broker.
+	br.waitText("#exchanges", 10*time.Second, func(s string) bool { return strings.Contains(s, "amq.topic") && !strings.Contains(s, "ops-x") }, "the list without ops-x")
+	br.run("filter the exchanges", chromedp.SendKeys(chromedp.CSS(`#exchange-filter`), `^amq\.dir`))
+	br.waitText("#exchange-count", 10*time.Second, func(s string) bool { return strings.HasPrefix(s, "1 of ") && strings.HasSuffix(s, " exchanges") }, "the filter keeps amq.direct")
+	br.waitText("#exchanges tbody", 10*time.Second, func(s string) bool { return strings.Contains(s, "amq.direct") && !strings.Contains(s, "amq.topic") }, "only amq.direct is listed")
 
 	// The channels and connections lists, paged and filtered by the broker.
 	br.run("channels", chromedp.Navigate(url+"#/channels"))

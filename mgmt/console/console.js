@@ -303,9 +303,16 @@ async function vhostOptions(sel) {
 }
 
 function pageExchanges() {
-  const wrap = h('div', { class: 'panel' });
-  const ts = { redraw: () => draw() };
-  let rows = [];
+  // Paged, filtered and sorted by the broker, as the queues (queues.js).
+  const list = pagedList({ what: 'exchanges', pre: 'exchange', path: 'exchanges', table: 'exchanges',
+    fields: ['name', 'vhost', 'type', 'durable', 'auto_delete', 'internal', 'policy'],
+    columns: [
+      { key: 'vhost', label: 'Vhost', hideSm: true },
+      { key: 'name', label: 'Name', cell: r => h('a', { href: '#/exchanges/' + enc(r.vhost) + '/' + enc(r.name) }, r.name || '(AMQP default)') },
+      { key: 'type', label: 'Type' },
+      { key: 'features', label: 'Features', nosort: true, get: r => [r.durable && 'D', r.auto_delete && 'AD', r.internal && 'I'].filter(Boolean).join(' ') },
+      { key: 'policy', label: 'Policy', hideSm: true },
+    ] });
   const vsel = h('select', { name: 'vhost' });
   const msg = h('div');
   const form = h('form', { class: 'panel stack', id: 'add-exchange' }, h('h2', {}, 'Add an exchange'),
@@ -316,18 +323,11 @@ function pageExchanges() {
   form.addEventListener('submit', async ev => {
     ev.preventDefault();
     const f = new FormData(form);
-    try { await api('exchanges/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { type: f.get('type'), durable: f.get('durable') === 'true' } }); note(msg, true, 'Exchange declared'); } catch (e) { note(msg, false, e.message); }
+    try { await api('exchanges/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { type: f.get('type'), durable: f.get('durable') === 'true' } }); note(msg, true, 'Exchange declared'); await list.refresh(); } catch (e) { note(msg, false, e.message); }
   });
   vhostOptions(vsel).catch(() => {});
-  main().replaceChildren(h('h1', {}, 'Exchanges'), wrap, form);
-  const draw = () => wrap.replaceChildren(sortable('exchanges', [
-    { key: 'vhost', label: 'Vhost', hideSm: true },
-    { key: 'name', label: 'Name', cell: r => h('a', { href: '#/exchanges/' + enc(r.vhost) + '/' + enc(r.name) }, r.name || '(AMQP default)') },
-    { key: 'type', label: 'Type' },
-    { key: 'features', label: 'Features', get: r => [r.durable && 'D', r.auto_delete && 'AD', r.internal && 'I'].filter(Boolean).join(' ') },
-    { key: 'policy', label: 'Policy', hideSm: true },
-  ], rows, ts));
-  poll(st.page, async () => { rows = await api('exchanges'); draw(); });
+  main().replaceChildren(h('h1', {}, 'Exchanges'), ...list.els, form);
+  poll(st.page, list.refresh);
 }
 
 // --- queues -----------------------------------------------------------------------------
