@@ -2,6 +2,7 @@
 // Connections and channels: the lists, a connection's page (its figures,
 // client properties and channels; close it with a reason) and a
 // channel's page (its figures and consumers). A channel is read from
+// /api/channels/{name}, or where the broker lacks that route from
 // /api/channels with RabbitMQ's name filter (name=, a caseless substring)
 // and then matched exactly, so that the page asks for a handful of
 // channels rather than all of them. Loaded before console.js; uses its
@@ -117,9 +118,14 @@ function pageChannelsDetail(name) {
   const cons = h('div', { class: 'panel', id: 'channel-consumers' });
   main().replaceChildren(h('h1', {}, 'Channel ', h('small', {}, name)), info, cons);
   poll(st.page, async () => {
-    // /api/channels/{name} when the API has it; until then the list, filtered by the broker.
-    const r = await api('channels?page=1&page_size=500&name=' + enc(name));
-    const c = (r.items || []).find(ch => ch.name === name);
+    // GET /api/channels/{name}; a broker without that route (404) is
+    // asked for its list filtered by the name, and the channel matched.
+    let c = null;
+    try { c = await api('channels/' + enc(name)); } catch (e) {
+      if (e.status !== 404) throw e;
+      const r = await api('channels?page=1&page_size=500&name=' + enc(name));
+      c = (r.items || []).find(ch => ch.name === name);
+    }
     if (!c) {
       info.replaceChildren(h('div', { class: 'msg err', id: 'channel-gone' }, 'This channel is closed (or never was). '), h('a', { href: '#/channels' }, 'Channels'));
       cons.replaceChildren(); st.page = null; return;
