@@ -193,7 +193,7 @@ func buildImage(t *testing.T) string {
 	requireDocker(t)
 	requireTool(t, "make", "make")
 	imageOnce.Do(func() {
-		out, err := command(20*time.Minute, nil, "make", "-C", repoRoot(t), "image", "IMAGE="+testImage)
+		out, err := command(20*time.Minute, nil, "make", "-C", repoRoot(t), "image", "IMAGE="+testImage, "LATEST=")
 		if err != nil {
 			imageErr = fmt.Errorf("make image: %w\n%s", err, tail(out, 40))
 		}
