@@ -160,7 +160,7 @@ func TestImageConfig(t *testing.T) {
 	}
 }
 
-// The image run as the official one is: a client on another host (here,
+// The image run as the official one is, with a memory limit: a client on another host (here,
 // through docker's port mapping: not loopback inside the container)
 // logs in as guest, publishes and consumes; the health check passes;
 // docker stop (SIGTERM) shuts the broker down cleanly with exit code 0,
@@ -168,8 +168,13 @@ func TestImageConfig(t *testing.T) {
 // the container's volume).
 func TestImageRun(t *testing.T) {
 	image := buildImage(t)
-	c := runContainer(t, image)
+	c := runContainer(t, image, "--memory", "1g")
 	conn := c.dial("guest", "guest", "/")
+	// The memory watermark follows the container's limit: 0.4 of 1 GiB
+	// (railmq reads the cgroup's limit, broker.TotalMemory).
+	if logs := must(t, time.Minute, "docker", "logs", c.name); !strings.Contains(logs, `"limit_bytes": 429496729, "total_bytes": 1073741824}`) {
+		t.Errorf("memory high watermark not 0.4 of the container's 1 GiB limit:\n%s", tail(logs, 20))
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
