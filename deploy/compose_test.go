@@ -19,12 +19,11 @@ import (
 // project of its own with docker-compose, and down (volumes too) when the
 // test ends.
 type composeProject struct {
-	t        *testing.T
-	dir      string
-	file     string
-	name     string
-	env      []string
-	services []string
+	t    *testing.T
+	dir  string
+	file string
+	name string
+	env  []string
 }
 
 // hostPorts matches a compose port mapping "HOST:CONTAINER".
