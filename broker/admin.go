@@ -65,6 +65,9 @@ func (s *Server) nodeName() string {
 	if c := s.opts.Cluster; c != nil {
 		return c.Name
 	}
+	if s.opts.NodeName != "" {
+		return s.opts.NodeName
+	}
 	return "railmq@" + hostname
 }
 

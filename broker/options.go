@@ -124,6 +124,9 @@ type Options struct {
 
 	// Version is reported in the server properties.
 	Version string
+	// NodeName names a standalone node (RabbitMQ's RABBITMQ_NODENAME);
+	// empty: railmq@HOST. A cluster node's name is Cluster.Name.
+	NodeName string
 
 	// TLS (tls.go), as RabbitMQ's ssl_options: TLSCertFile (the
 	// certificate, then any intermediates) and TLSKeyFile, PEM, are what

@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"time"
 
@@ -48,9 +51,38 @@ func StartLocal(cfg LocalConfig) (*Node, error) {
 	if cfg.Logger != nil {
 		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
 	}
+	renamed, err := noteLocalName(cfg.DataDir, cfg.Name)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger, AfterLogSync: cfg.AfterLogSync},
-		local: true, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
+		local: true, renamed: renamed, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
 	return n, nil
+}
+
+// noteLocalName records a standalone node's name in
+// DataDir/cluster/node-name and reports whether its quorum queues may
+// know it by another: the name changed (a container recreated gets a
+// new host name, and railmq@HOST with it), or queues exist from before
+// the name was recorded. Their groups' one member is then renamed
+// (adoptLocal); without that it is not a voter of its own group and the
+// queue never serves.
+func noteLocalName(dataDir, name string) (bool, error) {
+	dir := filepath.Join(dataDir, "cluster")
+	path := filepath.Join(dir, "node-name")
+	prev, err := os.ReadFile(path)
+	switch {
+	case err == nil && string(prev) == name:
+		return false, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false, err
+	}
+	_, qerr := os.Stat(filepath.Join(dir, "queues"))
+	renamed := err == nil || qerr == nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	return renamed, os.WriteFile(path, []byte(name), 0o644)
 }
 
 // Local reports whether the node is standalone (StartLocal).
@@ -111,8 +143,11 @@ func (g *Group) Recovered() bool {
 // entry of its log was committed, so committing them all loses nothing).
 // The group then serves as any of one member; the other nodes follow it
 // (SyncMembers) and it grows as any quorum queue does (AddMember).
+//
+// On a standalone node renamed since (noteLocalName), the same renames
+// the member of a group made under the old name.
 func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snaps raft.SnapshotStore) error {
-	if n.local {
+	if n.local && !n.renamed {
 		return nil
 	}
 	_, t := raft.NewInmemTransport("")
@@ -122,7 +157,7 @@ func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snap
 	if err != nil {
 		return err
 	}
-	if len(conf.Servers) != 1 || conf.Servers[0].Address != localAddr {
+	if len(conf.Servers) != 1 || conf.Servers[0].Address != localAddr || n.local && conf.Servers[0].ID == raft.ServerID(n.cfg.Name) {
 		return nil
 	}
 	self := raft.Server{ID: raft.ServerID(n.cfg.Name), Address: raft.ServerAddress(n.cfg.Peers[n.cfg.Name])}
@@ -130,7 +165,11 @@ func (n *Node) adoptLocal(cfg GroupConfig, rc *raft.Config, logs *LogStore, snap
 	if err := raft.RecoverCluster(&c, NewQueueFSM(cfg.Fifo), logs, logs, snaps, t, raft.Configuration{Servers: []raft.Server{self}}); err != nil {
 		return err
 	}
-	n.log().Info("quorum queue of this node's standalone life adopted", zap.String("group", cfg.ID), zap.String("was", string(conf.Servers[0].ID)))
+	what := "quorum queue of this node's standalone life adopted"
+	if n.local {
+		what = "quorum queue of this node's earlier name adopted"
+	}
+	n.log().Info(what, zap.String("group", cfg.ID), zap.String("was", string(conf.Servers[0].ID)))
 	return nil
 }
 

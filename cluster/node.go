@@ -86,6 +86,10 @@ type Node struct {
 	groups  map[string]*Group
 	queries queryHandler // answers other nodes' questions (query.go)
 	local   bool         // standalone: no listener, no metadata group (local.go)
+	// renamed: a standalone node whose name is not the one its groups
+	// were made under (or not known to be): adoptLocal renames their
+	// member.
+	renamed bool
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked

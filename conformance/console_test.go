@@ -40,8 +40,16 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 4*time.Minute)
+	// A net for a browser that hangs; each step has its own deadline
+	// (run). A whole test's steps took more than 4 minutes beside two
+	// busy loops (the move test moves 5,000 messages five times).
+	ctx, cancelT := context.WithTimeout(ctx, 15*time.Minute)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	// The first run starts the browser, on the long context: a step's
+	// own deadline (run) must not bound the browser's life.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting Chromium: %v", err)
+	}
 	dir := os.Getenv("RAILMQ_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
@@ -53,9 +61,16 @@ func newBrowser(t *testing.T) *browser {
 	return &browser{t: t, ctx: ctx, dir: dir}
 }
 
+// stepTimeout bounds one step of run: navigation, waits for elements,
+// clicks (a loaded machine's Chromium takes seconds for what takes
+// milliseconds idle).
+const stepTimeout = 2 * time.Minute
+
 func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		loc, _ := chromedp.Run(b.ctx, chromedp.Location())
 		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
 		b.t.Fatalf("%s (at %s): %v", what, loc, err)

@@ -253,3 +253,44 @@ func readyCount(url, name string) (int, bool) {
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	return q.Messages, err == nil
 }
+
+// TestQuorumQueueStandaloneRenamed: a standalone node started again
+// under another name (a container recreated gets a new host name, and
+// railmq@HOST with it; or RABBITMQ_NODENAME set later) serves its quorum
+// queue: the group's one member takes the new name, and what the old
+// name's consumers held comes back, redelivered. Without the rename the
+// member is no voter of its own group and the queue never answers.
+func TestQuorumQueueStandaloneRenamed(t *testing.T) {
+	r := newRestartable(t, broker.Options{NodeName: "rabbit@old-box"})
+	c, ch := r.dial()
+	_, err := ch.QueueDeclare("renamed", true, false, false, false, quorumArgs)
+	must(t, err)
+	publishPersistent(t, ch, "", "renamed", "a", "b", "c")
+	must(t, ch.Qos(1, 0, false))
+	msgs, err := ch.Consume("renamed", "", false, false, false, false, nil)
+	must(t, err)
+	if m := recv(t, msgs); string(m.Body) != "a" {
+		t.Fatalf("got %q", m.Body)
+	}
+	c.Close()
+	r.stop()
+	r.opts.NodeName = "rabbit@new-box"
+	r.start()
+
+	c, ch = r.dial()
+	defer c.Close()
+	q, err := ch.QueueDeclarePassive("renamed", true, false, false, false, nil)
+	must(t, err)
+	if q.Messages != 3 {
+		t.Fatalf("after the rename %d ready, want 3", q.Messages)
+	}
+	msgs, err = ch.Consume("renamed", "", false, false, false, false, nil)
+	must(t, err)
+	for i, want := range []string{"a", "b", "c"} {
+		m := recv(t, msgs)
+		if string(m.Body) != want || m.Redelivered != (i == 0) {
+			t.Fatalf("delivery %d: %q redelivered=%v, want %q", i, m.Body, m.Redelivered, want)
+		}
+		must(t, m.Ack(false))
+	}
+}

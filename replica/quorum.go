@@ -80,7 +80,14 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	// Consumers of this node's earlier lives are gone: their messages
 	// return to the queue.
 	qq.down = make(chan struct{})
-	g.Submit(cluster.Down(m.node.Name()+"/", qq.prefix), func(cluster.Effects, error) { qq.downOnce.Do(func() { close(qq.down) }) })
+	// On a standalone node every consumer but this life's is gone, also
+	// those of an earlier name (a container recreated with another host
+	// name).
+	downPrefix := m.node.Name() + "/"
+	if m.node.Local() {
+		downPrefix = ""
+	}
+	g.Submit(cluster.Down(downPrefix, qq.prefix), func(cluster.Effects, error) { qq.downOnce.Do(func() { close(qq.down) }) })
 	if mine && m.node.Local() {
 		// A new queue of one member is declared once it serves (its
 		// first election: 50-100 ms), as RabbitMQ answers declare-ok

@@ -23,19 +23,26 @@ func main() {
 // exit code: 0 after a signal (or -h), 1 when the broker fails to start
 // or a listener fails, 2 for options it will not start with.
 func run(args []string) int {
-	o, err := parseFlags(flag.NewFlagSet("railmq", flag.ContinueOnError), args)
+	o, notes, err := parseOptions(flag.NewFlagSet("railmq", flag.ContinueOnError), args, os.Getenv)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	log, err := newLogger(o.logLevel, o.logFormat)
+	if o.showVersion {
+		printVersion(os.Stdout)
+		return 0
+	}
+	log, err := newLogger(o.logLevel, o.logFormat, o.node())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "railmq:", err)
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	for _, n := range notes {
+		log.Log(n.level, n.msg, n.fields...)
+	}
 	fullProcs, adapt := setProcs(log)
 
 	opts, err := o.brokerOptions(broker.TotalMemory(), log)
@@ -55,7 +62,10 @@ func run(args []string) int {
 	return serve(o, opts, procs, log)
 }
 
-func newLogger(level, format string) (*zap.Logger, error) {
+// newLogger is the logger for level and format. JSON lines carry the
+// node's name (node, last: logfields.go) and an ISO-8601 time (time), as
+// RabbitMQ's JSON log lines do.
+func newLogger(level, format, node string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, err
@@ -64,6 +74,8 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	switch format {
 	case "json":
 		cfg = zap.NewProductionConfig()
+		cfg.EncoderConfig.TimeKey = "time"
+		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	case "console":
 		cfg = zap.NewDevelopmentConfig()
 		cfg.Development = false
@@ -73,5 +85,8 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.Sampling = nil
+	if format == "json" {
+		return cfg.Build(withNode(node))
+	}
 	return cfg.Build()
 }

@@ -15,10 +15,13 @@ import (
 	"github.com/railmq/railmq/mgmt"
 )
 
-// options are railmq's flags as given, on the command line or in the
-// RAILMQ_<NAME> variables; brokerOptions checks them and clusterConfig
-// reads the cluster's.
+// options are railmq's flags as given, on the command line, in the
+// RAILMQ_<NAME> (or RabbitMQ's) variables or in the config file
+// (conf*.go); brokerOptions checks them and clusterConfig reads the
+// cluster's.
 type options struct {
+	config                                                   string
+	showVersion                                              bool
 	listen, tlsListen                                        string
 	dataDir                                                  string
 	logLevel, logFormat                                      string
@@ -88,39 +91,66 @@ func defineFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster's shared secret (RabbitMQ's Erlang cookie); every node needs the same")
 	fs.BoolVar(&o.clusterTLS, "cluster-tls", false, "TLS between cluster nodes, both ways, with --tls-cert and --tls-key (valid for server and client auth) verified against --tls-ca")
 	fs.BoolVar(&o.clusterJoin, "cluster-join", false, "start to join a running cluster instead of bootstrapping one: a member adds this node (railmqctl cluster join)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "railmq %s: an AMQP 0-9-1 message broker.\n\nUsage: railmq [flags]\n\nFlags (each also read from RAILMQ_<NAME>, e.g. RAILMQ_LISTEN, RAILMQ_DATA_DIR):\n", version)
-		fs.PrintDefaults()
-	}
+	fs.StringVar(&o.config, "config", "", "a config file in RabbitMQ's rabbitmq.conf format (key = value); flags and variables win over it (docs/configuration.md). Without it, RABBITMQ_CONFIG_FILE's, if that file exists")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.Usage = func() { printUsage(fs) }
 	return o
 }
 
-// parseFlags defines railmq's flags on fs and sets them from the RAILMQ_
-// variables, then from args. A variable that does not parse is reported
-// on fs.Output(); a flag that does not, by fs. The error is flag.ErrHelp
+// parseFlags defines railmq's flags on fs and sets them: from the
+// config file, then the RabbitMQ variables, then the RAILMQ_ variables,
+// then args, each winning over the ones before (parseOptions). A
+// variable or a config file that does not parse is reported on
+// fs.Output(); a flag that does not, by fs. The error is flag.ErrHelp
 // after -h.
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
-	o := defineFlags(fs)
-	if err := applyEnv(fs); err != nil {
-		fmt.Fprintln(fs.Output(), "railmq:", err)
-		return nil, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return o, nil
+	o, _, err := parseOptions(fs, args, os.Getenv)
+	return o, err
 }
 
-// applyEnv sets each flag from RAILMQ_<NAME> when that variable is set;
-// flags on the command line are parsed afterwards and win.
-func applyEnv(fs *flag.FlagSet) error {
+// parseOptions is parseFlags, also returning the lines to log once the
+// logger exists (the config file's warnings).
+func parseOptions(fs *flag.FlagSet, args []string, getenv func(string) string) (*options, []note, error) {
+	o := defineFlags(fs)
+	set := map[string]bool{} // flags the environment or args set: they win over the file
+	err := applyEnv(fs, set)
+	if err == nil {
+		err = applyRabbitEnv(fs, set, getenv)
+	}
+	if err != nil {
+		fmt.Fprintln(fs.Output(), "railmq:", err)
+		return nil, nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	if o.showVersion {
+		return o, nil, nil
+	}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	notes, err := applyConf(fs, o, set, getenv)
+	if err != nil {
+		fmt.Fprintln(fs.Output(), "railmq:", err)
+		return nil, nil, err
+	}
+	return o, notes, nil
+}
+
+// applyEnv sets each flag from RAILMQ_<NAME> when that variable is set,
+// and adds it to set; flags on the command line are parsed afterwards
+// and win.
+func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // RAILMQ_VERSION may well name a version
+		}
 		name := "RAILMQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && err == nil {
 			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
 			}
+			set[f.Name] = true
 		}
 		f.Usage += " [" + name + "]"
 	})
@@ -200,6 +230,7 @@ func (o *options) brokerOptions(totalMemory int64, log *zap.Logger) (broker.Opti
 		StoreGCInterval:     o.storeGCInterval,
 		Logger:              log,
 		Version:             version,
+		NodeName:            o.nodeName,
 		TLSCertFile:         o.tlsCert,
 		TLSKeyFile:          o.tlsKey,
 		TLSCAFile:           o.tlsCA,

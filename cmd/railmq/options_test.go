@@ -17,12 +17,12 @@ import (
 	"github.com/railmq/railmq/broker"
 )
 
-// cleanEnv unsets every RAILMQ_ variable for the test (restored after
-// it): they set the flags.
+// cleanEnv unsets every RAILMQ_ and RABBITMQ_ variable for the test
+// (restored after it): they set the flags.
 func cleanEnv(t *testing.T) {
 	t.Helper()
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "RAILMQ_") {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "RAILMQ_") || strings.HasPrefix(k, "RABBITMQ_") {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
@@ -71,6 +71,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 // Each flag, on the command line and in its RAILMQ_ variable, sets its
 // option and nothing else.
 func TestParseFlagsEachFlag(t *testing.T) {
+	emptyConf := filepath.Join(t.TempDir(), "rabbitmq.conf")
+	if err := os.WriteFile(emptyConf, []byte("# nothing\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		flag, value string
 		set         func(o *options)
@@ -118,6 +122,8 @@ func TestParseFlagsEachFlag(t *testing.T) {
 		{"cluster-secret-file", "cookie", func(o *options) { o.clusterSecretFile = "cookie" }},
 		{"cluster-tls", "true", func(o *options) { o.clusterTLS = true }},
 		{"cluster-join", "true", func(o *options) { o.clusterJoin = true }},
+		{"config", emptyConf, func(o *options) { o.config = emptyConf }},
+		{"version", "true", func(o *options) { o.showVersion = true }}, // no variable: RAILMQ_VERSION may name a version
 	}
 	// Every flag has its case here.
 	tested := map[string]bool{}
@@ -134,6 +140,9 @@ func TestParseFlagsEachFlag(t *testing.T) {
 			o, out, err := parse(t, nil, "--"+tc.flag+"="+tc.value)
 			if err != nil || out != "" || *o != want {
 				t.Errorf("--%s=%s: %v, wrote %q\n got %+v\nwant %+v", tc.flag, tc.value, err, out, *o, want)
+			}
+			if tc.flag == "version" {
+				want = defaults()
 			}
 			o, out, err = parse(t, map[string]string{env: tc.value})
 			if err != nil || out != "" || *o != want {

@@ -50,7 +50,8 @@ func serve(o *options, opts broker.Options, procs *procsAdapter, log *zap.Logger
 			return 1
 		}
 	}
-	if err := serveAMQP(srv, o, errc); err != nil {
+	amqp, amqps, err := serveAMQP(srv, o, errc)
+	if err != nil {
 		log.Error("cannot listen", zap.Error(err))
 		shutdown(srv)
 		return 1
@@ -59,17 +60,21 @@ func serve(o *options, opts broker.Options, procs *procsAdapter, log *zap.Logger
 	defer stopDebug()
 	stopHTTP := serveHTTP(srv, api, startup, o, errc, log)
 	defer stopHTTP()
+	logBanner(log, o, amqp, amqps)
 	// systemd's Type=notify (notify.go): recovered, and every listener up.
 	sdNotify("READY=1\nSTATUS=serving", log)
 	return waitSignals(srv, errc, log)
 }
 
 // serveAMQP listens on every --listen and --tls-listen address and serves
-// them, or on none if any of them fails.
-func serveAMQP(srv *broker.Server, o *options, errc chan<- error) error {
-	lns, err := listenAll(splitList(o.listen))
-	if err != nil {
-		return err
+// them, or on none if any of them fails; it returns the addresses. With
+// --tls-listen, --listen may be empty (RabbitMQ's listeners.tcp = none).
+func serveAMQP(srv *broker.Server, o *options, errc chan<- error) (amqp, amqps []string, err error) {
+	var lns []net.Listener
+	if addrs := splitList(o.listen); len(addrs) > 0 || o.tlsListen == "" {
+		if lns, err = listenAll(addrs); err != nil {
+			return nil, nil, err
+		}
 	}
 	var tlsLns []net.Listener // RabbitMQ's listeners.ssl.N
 	if o.tlsListen != "" {
@@ -77,16 +82,18 @@ func serveAMQP(srv *broker.Server, o *options, errc chan<- error) error {
 			for _, ln := range lns {
 				ln.Close()
 			}
-			return err
+			return nil, nil, err
 		}
 	}
 	for _, ln := range lns {
+		amqp = append(amqp, ln.Addr().String())
 		go func() { errc <- srv.Serve(ln) }()
 	}
 	for _, ln := range tlsLns {
+		amqps = append(amqps, ln.Addr().String())
 		go func() { errc <- srv.ServeTLS(ln) }()
 	}
-	return nil
+	return amqp, amqps, nil
 }
 
 // listenAll opens a TCP listener on each address (RabbitMQ's

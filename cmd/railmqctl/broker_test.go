@@ -222,7 +222,7 @@ func TestObjectsAgainstBroker(t *testing.T) {
 	resp.Body.Close()
 	ok("set_permissions", "guest", ".*", ".*", ".*", "--vhost", "ctl-v")
 	ok("--vhost", "ctl-v", "declare", "queue", "name=in-v")
-	if out := ctlOK(t, "rabbitmqctl", api, "-p", "ctl-v", "list_queues"); out != "name  messages\nin-v  0\n" {
+	if out := ctlOK(t, "rabbitmqctl", api, "-p", "ctl-v", "list_queues"); out != "Timeout: 60.0 seconds ...\nListing queues for vhost ctl-v ...\nname\tmessages\nin-v\t0\n" {
 		t.Errorf("rabbitmqctl -p ctl-v list_queues:\n%s", out)
 	}
 	if out := ok("list", "vhosts", "name"); !hasRow(out, "ctl-v") {
@@ -245,10 +245,10 @@ func TestObjectsAgainstBroker(t *testing.T) {
 	fails("400 Bad Request: this node is not clustered", "cluster", "leave", "other@h")
 
 	// The shim's status, rabbitmq-diagnostics' ping, an absolute watermark.
-	if out := ctlOK(t, "rabbitmqctl", api, "status"); !strings.HasPrefix(out, "name") || !strings.Contains(out, node) {
+	if out := ctlOK(t, "rabbitmqctl", api, "status"); !strings.HasPrefix(out, "Status of node "+node+" ...\nRuntime\n") || !strings.Contains(out, "Node name: "+node+"\n") {
 		t.Errorf("rabbitmqctl status:\n%s", out)
 	}
-	if out := ctlOK(t, "rabbitmq-diagnostics", api, "ping"); out != "Ping succeeded\n" {
+	if out := ctlOK(t, "rabbitmq-diagnostics", api, "-q", "ping"); out != "Ping succeeded\n" {
 		t.Errorf("rabbitmq-diagnostics ping: %q", out)
 	}
 	ctlOK(t, "rabbitmqctl", api, "set_vm_memory_high_watermark", "absolute", "1GiB")
@@ -261,4 +261,69 @@ func TestObjectsAgainstBroker(t *testing.T) {
 	fails("404 Not Found", "purge", "nope")
 	fails("401 Unauthorized", "--password", "wrong", "list", "queues")
 	fails("401 Unauthorized", "-u", "nobody", "status")
+}
+
+// A redrive that takes longer than a short command's request timeout is
+// not cut: railmqctl used to send it with the 60 s timeout of every
+// request, so a redrive of 3,000 messages at --rate 40 (75 s) stopped at
+// 60 s with 1,841 moved (the broker stops when its client leaves) and the
+// user was not told. Here the request timeout is 500 ms and the redrive
+// takes about 3 s: all are moved, progress is printed while it runs, and
+// the final count at the end.
+func TestRedriveOutlivesRequestTimeout(t *testing.T) {
+	defer func(d, i time.Duration) { requestTimeout, defaultInterval = d, i }(requestTimeout, defaultInterval)
+	requestTimeout = 500 * time.Millisecond
+	b := testutil.Start(t, broker.Options{})
+	api := managementAPI(t, b)
+	ok := func(args ...string) string { t.Helper(); return ctlOK(t, "railmqctl", api, args...) }
+	// Messages expire at once from rd-work into rd-dlq, dead-lettered.
+	ok("declare", "queue", "--name", "rd-dlq")
+	ok("declare", "queue", "--name", "rd-back")
+	ok("declare", "queue", "--name", "rd-work", "--arguments", `{"x-message-ttl":0,"x-dead-letter-exchange":"","x-dead-letter-routing-key":"rd-dlq"}`)
+	const n = 60
+	c, err := rmq.Dial(b.URL)
+	must(t, err)
+	defer c.Close()
+	ch, err := c.Channel()
+	must(t, err)
+	for i := range n {
+		must(t, ch.Publish("", "rd-work", false, false, rmq.Publishing{Body: []byte(fmt.Sprint(i))}))
+	}
+	depth := func(q string) float64 {
+		for _, m := range ctlJSON(t, api, "list", "queues") {
+			if m["name"] == q {
+				d, _ := m["messages"].(float64)
+				return d
+			}
+		}
+		return -1
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return depth("rd-dlq") == n }, "60 messages dead-lettered")
+
+	code, out, errOut := ctl(t, "railmqctl", map[string]string{"RAILMQ_MANAGEMENT_URL": api},
+		"redrive", "rd-dlq", "--rate", "20", "--interval", "500ms", "--target-exchange", "", "--target-routing-key", "rd-back")
+	if code != 0 {
+		t.Fatalf("redrive: exit %d\n%s%s", code, out, errOut)
+	}
+	if out != "moved  unroutable  remaining\n60     0           0\n" {
+		t.Errorf("redrive printed\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if lines[0] != "redriving 60 messages from 'rd-dlq' in vhost '/' at 20 msg/s (about 3s)" ||
+		!strings.HasPrefix(lines[len(lines)-1], "redrove 60 messages from 'rd-dlq' in ") ||
+		!strings.HasSuffix(lines[len(lines)-1], "; 0 unroutable (left in 'rd-dlq'), 0 remaining") {
+		t.Errorf("redrive's progress:\n%s", errOut)
+	}
+	progress := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "redrive: moved ") && strings.Contains(l, " of 60, ") {
+			progress++
+		}
+	}
+	if progress == 0 {
+		t.Errorf("no progress line while the redrive ran:\n%s", errOut)
+	}
+	if d := depth("rd-back"); d != n {
+		t.Errorf("rd-back holds %v, want %d", d, n)
+	}
 }

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +26,11 @@ import (
 type client struct {
 	base, user, pass, vhost, format string
 	out                             io.Writer // what the commands print
+	errOut                          io.Writer // progress of long work
+	// timeout bounds a request (0: none). Long work (redrive, import)
+	// runs with none: see longwork.go.
+	timeout        time.Duration
+	nonInteractive bool
 }
 
 func (c *client) do(method, path string, body any) ([]byte, error) {
@@ -51,7 +55,7 @@ func (c *client) do(method, path string, body any) ([]byte, error) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: c.timeout}).Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +65,7 @@ func (c *client) do(method, path string, body any) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
-		e := &statusError{Code: resp.StatusCode, Status: resp.Status}
+		e := &statusError{Code: resp.StatusCode, Status: resp.Status, Body: out}
 		var b struct{ Error, Reason string }
 		if json.Unmarshal(out, &b) == nil {
 			e.Reason = strings.TrimSpace(b.Reason)
@@ -76,6 +80,7 @@ func (c *client) do(method, path string, body any) ([]byte, error) {
 type statusError struct {
 	Code           int
 	Status, Reason string
+	Body           []byte // the answer as it came
 }
 
 func (e *statusError) Error() string {
@@ -101,35 +106,18 @@ func (c *client) show(raw []byte, cols []string) error {
 		}
 		items = []map[string]any{one}
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(cols, "\t"))
-	for _, it := range items {
-		vals := make([]string, len(cols))
-		for i, col := range cols {
-			var v any = it
-			for _, p := range strings.Split(col, ".") {
-				m, _ := v.(map[string]any)
-				v = m[p]
-			}
-			switch x := v.(type) {
-			case nil:
-				vals[i] = ""
-			case float64:
-				vals[i] = strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", x), "0"), ".")
-			case string:
-				vals[i] = x
-			default:
-				b, _ := json.Marshal(x)
-				vals[i] = string(b)
-			}
+	return c.table(items, cols, func(it map[string]any, col string) string {
+		var v any = it
+		for _, p := range strings.Split(col, ".") {
+			m, _ := v.(map[string]any)
+			v = m[p]
 		}
-		fmt.Fprintln(tw, strings.Join(vals, "\t"))
-	}
-	return tw.Flush()
+		return c.cell(col, v)
+	})
 }
 
 var listColumns = map[string][]string{
-	"queues":      {"vhost", "name", "messages", "messages_ready", "messages_unacknowledged", "consumers", "policy"},
+	"queues":      {"vhost", "name", "type", "messages", "messages_ready", "messages_unacknowledged", "message_bytes", "consumers", "policy"},
 	"exchanges":   {"vhost", "name", "type", "durable", "auto_delete", "internal"},
 	"bindings":    {"vhost", "source", "destination", "destination_type", "routing_key", "properties_key"},
 	"connections": {"name", "user", "vhost", "state"},
@@ -137,6 +125,7 @@ var listColumns = map[string][]string{
 	"consumers":   {"queue.name", "consumer_tag", "prefetch_count", "ack_required"},
 	"users":       {"name", "tags"},
 	"vhosts":      {"name", "description", "messages"},
+	"nodes":       {"name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm", "uptime"},
 	"policies":    {"vhost", "name", "pattern", "apply-to", "priority", "definition"},
 	"permissions": {"vhost", "user", "configure", "write", "read"},
 }
@@ -159,18 +148,10 @@ func kv(args []string) map[string]any {
 
 // newRoot is railmqctl's command tree; its flags set c.
 func newRoot(c *client) *cobra.Command {
-	root := &cobra.Command{Use: "railmqctl", Short: "Manage a railmq broker through its management HTTP API", SilenceUsage: true}
-	env := func(k, d string) string {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-		return d
-	}
-	root.PersistentFlags().StringVar(&c.base, "url", env("RAILMQ_MANAGEMENT_URL", "http://127.0.0.1:15672"), "the management API's address (RAILMQ_MANAGEMENT_URL)")
-	root.PersistentFlags().StringVarP(&c.user, "user", "u", env("RAILMQ_USER", "guest"), "user (RAILMQ_USER)")
-	root.PersistentFlags().StringVarP(&c.pass, "password", "p", env("RAILMQ_PASSWORD", "guest"), "password (RAILMQ_PASSWORD)")
-	root.PersistentFlags().StringVarP(&c.vhost, "vhost", "V", "/", "virtual host")
-	root.PersistentFlags().StringVarP(&c.format, "format", "f", "table", "table or json")
+	root := &cobra.Command{Use: "railmqctl", Short: "Manage a railmq broker through its management HTTP API", SilenceUsage: true,
+		Version: version}
+	root.SetVersionTemplate("railmqctl {{.Version}}\n")
+	addGlobalFlags(root, c)
 
 	var cmds []*cobra.Command
 	cmds = append(cmds, newObjectCmds(c)...)
@@ -180,77 +161,13 @@ func newRoot(c *client) *cobra.Command {
 	cmds = append(cmds, newPolicyCmds(c)...)
 	cmds = append(cmds, newDefinitionsCmds(c)...)
 	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c), newMoveCmd(c))
+	cmds = append(cmds, newGroupCmds(c)...)
 	root.AddCommand(cmds...)
 	return root
 }
 
-// newObjectCmds are list, declare and delete.
-func newObjectCmds(c *client) []*cobra.Command {
-	list := &cobra.Command{Use: "list KIND [COLUMN...]", Short: "list queues, exchanges, bindings, connections, channels, consumers, users, vhosts, policies, permissions",
-		Args: cobra.MinimumNArgs(1), RunE: func(_ *cobra.Command, a []string) error {
-			kind := a[0]
-			cols, ok := listColumns[kind]
-			if !ok {
-				return fmt.Errorf("unknown kind %q", kind)
-			}
-			if len(a) > 1 {
-				cols = a[1:]
-			}
-			path := "/api/" + kind
-			switch kind {
-			case "queues", "exchanges", "bindings", "policies", "consumers":
-				path += "/" + c.vh()
-			}
-			raw, err := c.do("GET", path, nil)
-			if err != nil {
-				return err
-			}
-			return c.show(raw, cols)
-		}}
-	declare := &cobra.Command{Use: "declare queue|exchange|binding KEY=VALUE...", Short: "declare an object (name=..., durable=true, type=topic, source=, destination=, routing_key=, arguments={...})",
-		Args: cobra.MinimumNArgs(2), RunE: func(_ *cobra.Command, a []string) error {
-			m := kv(a[1:])
-			name, _ := m["name"].(string)
-			switch a[0] {
-			case "queue":
-				_, err := c.do("PUT", "/api/queues/"+c.vh()+"/"+url.PathEscape(name), m)
-				return err
-			case "exchange":
-				_, err := c.do("PUT", "/api/exchanges/"+c.vh()+"/"+url.PathEscape(name), m)
-				return err
-			case "binding":
-				src, _ := m["source"].(string)
-				dst, _ := m["destination"].(string)
-				dt := "q"
-				if m["destination_type"] == "exchange" {
-					dt = "e"
-				}
-				_, err := c.do("POST", "/api/bindings/"+c.vh()+"/e/"+url.PathEscape(src)+"/"+dt+"/"+url.PathEscape(dst), m)
-				return err
-			}
-			return fmt.Errorf("cannot declare %q", a[0])
-		}}
-	del := &cobra.Command{Use: "delete queue|exchange|user|vhost|policy NAME", Short: "delete an object",
-		Args: cobra.ExactArgs(2), RunE: func(_ *cobra.Command, a []string) error {
-			paths := map[string]string{"queue": "/api/queues/" + c.vh() + "/", "exchange": "/api/exchanges/" + c.vh() + "/",
-				"user": "/api/users/", "vhost": "/api/vhosts/", "policy": "/api/policies/" + c.vh() + "/"}
-			p, ok := paths[a[0]]
-			if !ok {
-				return fmt.Errorf("cannot delete %q", a[0])
-			}
-			_, err := c.do("DELETE", p+url.PathEscape(a[1]), nil)
-			return err
-		}}
-	return []*cobra.Command{list, declare, del}
-}
-
 // newMessageCmds are purge, get, peek, publish and redrive.
 func newMessageCmds(c *client) []*cobra.Command {
-	purge := &cobra.Command{Use: "purge QUEUE", Args: cobra.ExactArgs(1), Short: "drop a queue's ready messages",
-		RunE: func(_ *cobra.Command, a []string) error {
-			_, err := c.do("DELETE", "/api/queues/"+c.vh()+"/"+url.PathEscape(a[0])+"/contents", nil)
-			return err
-		}}
 	var count int
 	var ackmode string
 	get := &cobra.Command{Use: "get QUEUE", Args: cobra.ExactArgs(1), Short: "get messages (--ackmode ack_requeue_true by default: they stay)",
@@ -298,6 +215,7 @@ func newMessageCmds(c *client) []*cobra.Command {
 	var rate float64
 	var max int
 	var tx, tk string
+	var interval time.Duration
 	redrive := &cobra.Command{Use: "redrive DLQ", Args: cobra.ExactArgs(1), Short: "move dead-lettered messages back where they died",
 		RunE: func(cmd *cobra.Command, a []string) error {
 			body := map[string]any{}
@@ -310,17 +228,14 @@ func newMessageCmds(c *client) []*cobra.Command {
 			if tx != "" || cmd.Flags().Changed("target-exchange") {
 				body["target_exchange"], body["target_routing_key"] = tx, tk
 			}
-			raw, err := c.do("POST", "/api/queues/"+c.vh()+"/"+url.PathEscape(a[0])+"/redrive", body)
-			if err != nil {
-				return err
-			}
-			return c.show(raw, []string{"moved", "unroutable", "remaining"})
+			return c.redrive(a[0], body, interval)
 		}}
 	redrive.Flags().Float64Var(&rate, "rate", 0, "messages per second at most (0: no limit)")
+	redrive.Flags().DurationVar(&interval, "interval", defaultInterval, "how often to print progress (on stderr)")
 	redrive.Flags().IntVar(&max, "max", 0, "messages at most")
 	redrive.Flags().StringVar(&tx, "target-exchange", "", "republish here instead of each message's x-first-death-exchange")
 	redrive.Flags().StringVar(&tk, "target-routing-key", "", "with --target-exchange")
-	return []*cobra.Command{purge, get, peek, publish, redrive}
+	return []*cobra.Command{newPurgeCmd(c), get, peek, publish, redrive}
 }
 
 // newCloseCmd is close connection.
@@ -422,28 +337,6 @@ func newPolicyCmds(c *client) []*cobra.Command {
 	return []*cobra.Command{setPolicy, clearPolicy}
 }
 
-// newDefinitionsCmds are export and import.
-func newDefinitionsCmds(c *client) []*cobra.Command {
-	export := &cobra.Command{Use: "export FILE", Args: cobra.ExactArgs(1), Short: "write the definitions to FILE",
-		RunE: func(_ *cobra.Command, a []string) error {
-			raw, err := c.do("GET", "/api/definitions", nil)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(a[0], raw, 0o644)
-		}}
-	imp := &cobra.Command{Use: "import FILE", Args: cobra.ExactArgs(1), Short: "import definitions from FILE (all or nothing)",
-		RunE: func(_ *cobra.Command, a []string) error {
-			b, err := os.ReadFile(a[0])
-			if err != nil {
-				return err
-			}
-			_, err = c.do("POST", "/api/definitions", b)
-			return err
-		}}
-	return []*cobra.Command{export, imp}
-}
-
 // newStatusCmd is status.
 func newStatusCmd(c *client) *cobra.Command {
 	status := &cobra.Command{Use: "status", Short: "the node's versions, memory, disk and alarms",
@@ -492,65 +385,6 @@ func newClusterCmd(c *client) *cobra.Command {
 	return clusterCmd
 }
 
-// rabbitmqctl is the shim: RabbitMQ's commands that client test suites
-// and health checks call, mapped onto the API.
-func rabbitmqctl(c *client, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("usage: rabbitmqctl COMMAND")
-	}
-	switch args[0] {
-	case "ping", "await_startup", "node_health_check":
-		_, err := c.do("GET", "/api/health/checks/alarms", nil)
-		if err == nil {
-			fmt.Fprintln(c.out, "Ping succeeded")
-		}
-		return err
-	case "status":
-		raw, err := c.do("GET", "/api/nodes", nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, []string{"name", "running", "mem_used", "mem_limit", "disk_free"})
-	case "set_vm_memory_high_watermark":
-		if len(args) < 2 {
-			return fmt.Errorf("usage: rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute SIZE")
-		}
-		v := args[1]
-		if v == "absolute" && len(args) > 2 {
-			v = args[2]
-		}
-		_, err := c.do("PUT", "/api/vm-memory-high-watermark", map[string]any{"value": v})
-		return err
-	case "list_queues":
-		cols := args[1:]
-		if len(cols) == 0 {
-			cols = []string{"name", "messages"}
-		}
-		raw, err := c.do("GET", "/api/queues/"+c.vh(), nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, cols)
-	case "list_connections":
-		cols := args[1:]
-		if len(cols) == 0 {
-			cols = []string{"user", "peer_host", "peer_port", "state"}
-		}
-		raw, err := c.do("GET", "/api/connections", nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, cols)
-	case "close_connection":
-		if len(args) < 2 {
-			return fmt.Errorf("usage: rabbitmqctl close_connection NAME [REASON]")
-		}
-		_, err := c.do("DELETE", "/api/connections/"+url.PathEscape(args[1]), nil)
-		return err
-	}
-	return fmt.Errorf("rabbitmqctl %s: not one of the commands railmq's shim takes (ping, status, list_queues, list_connections, close_connection, set_vm_memory_high_watermark)", args[0])
-}
-
 func main() {
 	os.Exit(run(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -560,25 +394,15 @@ func main() {
 // stdout and errors go to stderr; cobra's help and usage go where cobra
 // sends them, the process's stdout or stderr.
 func run(name string, args []string, stdout, stderr io.Writer) int {
-	c := &client{out: stdout}
 	if name == "rabbitmqctl" || name == "rabbitmq-diagnostics" {
-		root := newRoot(c) // for the flags and their environment defaults
-		_ = root.ParseFlags(nil)
-		// RabbitMQ's -p VHOST before the command.
-		if len(args) > 1 && args[0] == "-p" {
-			c.vhost, args = args[1], args[2:]
-		}
-		if err := rabbitmqctl(c, args); err != nil {
-			fmt.Fprintln(stderr, "Error:", err)
-			return 1
-		}
-		return 0
+		return runShim(name, args, stdout, stderr)
 	}
+	c := &client{out: stdout, errOut: stderr, timeout: requestTimeout}
 	root := newRoot(c)
-	root.SetArgs(args)
+	root.SetArgs(rewriteUserPassword(args))
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
-		return 1
+		return exitCode(err)
 	}
 	return 0
 }

@@ -85,7 +85,7 @@ func (c *client) queueDepth(name string) (n int64, typ string, err error) {
 	if err != nil {
 		var se *statusError
 		if errors.As(err, &se) && se.Code == http.StatusNotFound {
-			return 0, "", fmt.Errorf("no queue '%s' in vhost '%s'", name, c.vhost)
+			return 0, "", fmt.Errorf("no queue '%s' in vhost '%s': %w", name, c.vhost, err)
 		}
 		return 0, "", err
 	}

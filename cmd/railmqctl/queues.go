@@ -9,8 +9,8 @@ import (
 // newQueuesCmd is rabbitmq-queues' membership commands for quorum
 // queues, on RabbitMQ 4's management routes (mgmt/mgmtquorum.go).
 func newQueuesCmd(c *client) *cobra.Command {
-	queues := &cobra.Command{Use: "queues add_member|delete_member|grow|shrink|quorum_status",
-		Short: "quorum queues' members, as rabbitmq-queues (a queue's change is made by the node that leads it)"}
+	queues := &cobra.Command{Use: "queues list|declare|delete|purge|show|add_member|delete_member|grow|shrink|quorum_status",
+		Short: "queues (rabbitmqadmin v2's list, declare, delete, purge, show) and quorum queues' members, as rabbitmq-queues (a queue's change is made by the node that leads it)"}
 	path := func(q string) string {
 		return "/api/queues/quorum/" + url.PathEscape(c.vhost) + "/" + url.PathEscape(q)
 	}
@@ -49,5 +49,6 @@ func newQueuesCmd(c *client) *cobra.Command {
 				}
 				return c.show(raw, []string{"Node Name", "Raft State", "Membership", "Last Applied", "Commit Index", "Term"})
 			}})
+	addQueueV2(c, queues)
 	return queues
 }
