@@ -46,6 +46,7 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
+	"github.com/railmq/railmq/channel"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
@@ -224,6 +225,7 @@ type Connection struct {
 	Blocked  bool // held back by an alarm
 	InFlow   bool // held back by flow control within the last second
 	Channels int  // open
+	Net      ConnNet
 }
 
 // openConns are the connections whose handshake is done, by id.
@@ -265,7 +267,7 @@ func (s *Server) connection(c *conn, now time.Time) Connection {
 	}
 	return Connection{ID: c.id, Name: ci.Name, User: ci.User, VHost: ci.VHost, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort,
 		ConnectedAt: ci.ConnectedAt, ClientProperties: ci.ClientProperties, Node: ci.Node, Protocol: ci.Protocol, Type: ci.Type,
-		State: state, Blocked: blocked, InFlow: flow, Channels: int(c.nchan.Load())}
+		State: state, Blocked: blocked, InFlow: flow, Channels: int(c.nchan.Load()), Net: c.netInfo()}
 }
 
 // CloseConnection closes connection id with 320 CONNECTION_FORCED and
@@ -288,6 +290,7 @@ type Channel struct {
 	Unacked, Unconfirmed     int
 	Prefetch, GlobalPrefetch int
 	Confirm                  bool
+	Stats                    channel.StatsSnapshot // its message counts
 }
 
 // Consumer is a channel's consumer.
@@ -309,7 +312,7 @@ func (s *Server) Channels() []Channel {
 		for n, ch := range c.snap {
 			in := ch.Info()
 			x := Channel{Conn: cn, Number: n, Unacked: in.Unacked, Unconfirmed: in.Unconfirmed, Prefetch: in.Prefetch,
-				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm}
+				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm, Stats: in.Stats}
 			for _, k := range in.Consumers {
 				x.Consumers = append(x.Consumers, Consumer{Tag: k.Tag, Queue: k.Queue, NoAck: k.NoAck, Exclusive: k.Exclusive, Prefetch: k.Prefetch, Args: k.Args})
 			}
