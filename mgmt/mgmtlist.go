@@ -240,15 +240,28 @@ func streamJSON(w http.ResponseWriter, n int, item func(b []byte, i int) ([]byte
 	_ = bw.Flush()
 }
 
-// pathValue is the value at a dotted path of m, or nil.
+// pathValue is the value at a dotted path of m, or nil. The objects
+// nest maps of any value and the typed maps of rates and details
+// ({"rate": r} is a map[string]float64): a path goes through both.
 func pathValue(m map[string]any, path string) any {
 	var v any = m
 	for _, p := range strings.Split(path, ".") {
-		mm, ok := v.(map[string]any)
+		var ok bool
+		switch mm := v.(type) {
+		case map[string]any:
+			v, ok = mm[p]
+		case map[string]float64:
+			v, ok = mm[p]
+		case map[string]int64:
+			v, ok = mm[p]
+		case map[string]int:
+			v, ok = mm[p]
+		case map[string]string:
+			v, ok = mm[p]
+		}
 		if !ok {
 			return nil
 		}
-		v = mm[p]
 	}
 	return v
 }
