@@ -255,6 +255,8 @@ func (a *API) routes() []route {
 	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
 	a.parameterRoutes(add)
 	a.federationRoutes(add)
+	a.globalRoutes(add) // globalparams.go
+	a.extraRoutes(add)  // healthextra.go
 	return routes
 }
 
