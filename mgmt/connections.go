@@ -246,9 +246,15 @@ func (a *API) apiConnectionChannels(w http.ResponseWriter, r *http.Request) {
 	writeList(w, r, out)
 }
 
-// vhostListed answers 404 for a vhost that does not exist and reports
-// whether vh does.
-func (a *API) vhostListed(w http.ResponseWriter, vh string) bool {
+// vhostListed lets in users who may use vh (vhostAccess: RabbitMQ's
+// is_authorized_vhost, "User not authorised to access virtual host" to
+// the others) and answers 404 for a vhost that does not exist; it
+// reports whether the list may be answered.
+func (a *API) vhostListed(w http.ResponseWriter, r *http.Request, vh string) bool {
+	if !a.vhostAccess(apiUser(r), vh) {
+		notAuthorised(w, reasonVHost)
+		return false
+	}
 	if a.srv.LookupVHost(vh) == nil {
 		notFound(w)
 		return false
@@ -260,7 +266,7 @@ func (a *API) vhostListed(w http.ResponseWriter, vh string) bool {
 // connections of /api/connections in vhost.
 func (a *API) apiVHostConnections(w http.ResponseWriter, r *http.Request) {
 	vh := r.PathValue("vhost")
-	if !a.vhostListed(w, vh) {
+	if !a.vhostListed(w, r, vh) {
 		return
 	}
 	out := []map[string]any{}
@@ -276,7 +282,7 @@ func (a *API) apiVHostConnections(w http.ResponseWriter, r *http.Request) {
 // /api/channels in vhost.
 func (a *API) apiVHostChannels(w http.ResponseWriter, r *http.Request) {
 	vh := r.PathValue("vhost")
-	if !a.vhostListed(w, vh) {
+	if !a.vhostListed(w, r, vh) {
 		return
 	}
 	out := []map[string]any{}

@@ -18,7 +18,7 @@ import (
 // (rabbit_web_dispatch_access_control:is_authorized_global_parameters,
 // "User not authorised to access object" to the others); the cluster
 // name any management user reads and administrators set; the feature
-// flags any management user reads, administrators enable.
+// flags are administrators' (RabbitMQ 3.10.8 answers the others 401).
 
 // globalComponent is the component a global parameter is stored under
 // (a vhost-scoped parameter always has a vhost: they never meet).
@@ -38,7 +38,7 @@ func (a *API) globalRoutes(add func(method, pattern string, h http.HandlerFunc))
 	add("DELETE", "/api/global-parameters/{name}", policymaker(a.apiDeleteGlobalParameter))
 	add("GET", "/api/cluster-name", a.apiClusterName)
 	add("PUT", "/api/cluster-name", admin(a.apiPutClusterName))
-	add("GET", "/api/feature-flags", a.apiFeatureFlags)
+	add("GET", "/api/feature-flags", admin(a.apiFeatureFlags))
 	add("PUT", "/api/feature-flags/{name}/enable", admin(a.apiEnableFeatureFlag))
 }
 
