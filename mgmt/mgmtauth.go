@@ -556,7 +556,7 @@ func (a *API) apiPermissions(w http.ResponseWriter, r *http.Request) {
 			out = append(out, permJSON(p))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 // pathObjectExists answers 404 for a vhost or user the path names that
@@ -642,7 +642,7 @@ func (a *API) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
 			out = append(out, topicJSON(t))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (a *API) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
@@ -657,7 +657,7 @@ func (a *API) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (a *API) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {

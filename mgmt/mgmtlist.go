@@ -176,8 +176,12 @@ func writeRows(w http.ResponseWriter, r *http.Request, rows []row) {
 	from, to := 0, len(rows)
 	if lq.paged {
 		filtered := len(rows)
-		pages := max((filtered+lq.size-1)/lq.size, 1)
-		if lq.page > pages {
+		// No match is 0 pages, and page 1 of them an empty page; a later
+		// page is out of range (RabbitMQ 3.10.8: GET
+		// /api/connections?page=1&page_size=1 with none open answers
+		// page_count 0, items [], and page=2 400 page_out_of_range).
+		pages := (filtered + lq.size - 1) / lq.size
+		if lq.page > max(pages, 1) {
 			apiError(w, http.StatusBadRequest, "page_out_of_range", fmt.Sprintf("Page out of range, page: %d page size: %d, len: %d", lq.page, lq.size, filtered))
 			return
 		}
