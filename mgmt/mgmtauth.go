@@ -677,7 +677,13 @@ func (a *API) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err.Error())
 		return
 	}
-	had := a.srv.Access().Grant(vh, user).TopicChecked(ex)
+	// 201 only when the user had no topic permission in the vhost, 204
+	// when it had one, for this exchange or another (RabbitMQ 3.10.8:
+	// a second exchange's PUT answers 204).
+	had := false
+	for _, t := range a.srv.Access().TopicPermissions() {
+		had = had || (t.VHost == vh && t.User == user)
+	}
 	if err := a.srv.PutAccess(nil, nil, []auth.TopicPermissionEntry{{VHost: vh, User: user, TopicPermission: tp}}); err != nil {
 		internalError(w, err)
 		return
