@@ -46,7 +46,6 @@ import (
 
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/auth"
-	"github.com/railmq/railmq/channel"
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/persist"
 	"github.com/railmq/railmq/queue"
@@ -290,7 +289,7 @@ type Channel struct {
 	Unacked, Unconfirmed     int
 	Prefetch, GlobalPrefetch int
 	Confirm                  bool
-	Stats                    channel.StatsSnapshot // its message counts
+	Stats                    ChannelStats // its message counts (connstats.go)
 }
 
 // Consumer is a channel's consumer.
@@ -312,7 +311,7 @@ func (s *Server) Channels() []Channel {
 		for n, ch := range c.snap {
 			in := ch.Info()
 			x := Channel{Conn: cn, Number: n, Unacked: in.Unacked, Unconfirmed: in.Unconfirmed, Prefetch: in.Prefetch,
-				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm, Stats: in.Stats}
+				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm, Stats: ChannelStats(in.Stats)}
 			for _, k := range in.Consumers {
 				x.Consumers = append(x.Consumers, Consumer{Tag: k.Tag, Queue: k.Queue, NoAck: k.NoAck, Exclusive: k.Exclusive, Prefetch: k.Prefetch, Args: k.Args})
 			}

@@ -57,3 +57,14 @@ func tlsVersionName(v uint16) string {
 	}
 	return ""
 }
+
+// ChannelStats are a channel's message counts since it opened (the
+// channel package's StatsSnapshot, field for field): what the management
+// API shows as its message_stats and the metrics as rabbitmq_channel_*.
+type ChannelStats struct {
+	Publish, Confirm, ReturnUnroutable, DropUnroutable int64
+	Deliver, DeliverNoAck, Get, GetNoAck, GetEmpty     int64
+	Redeliver, Ack                                     int64
+	Transactional                                      bool
+	UncommittedMsgs, UncommittedAcks                   int64
+}

@@ -23,7 +23,7 @@ var channelTypes = map[string]string{
 	"rabbitmq_channel_get_ack_total": "counter", "rabbitmq_channel_get_total": "counter",
 	"rabbitmq_channel_messages_delivered_ack_total": "counter", "rabbitmq_channel_messages_delivered_total": "counter",
 	"rabbitmq_channel_messages_redelivered_total": "counter", "rabbitmq_channel_messages_acked_total": "counter",
-	"rabbitmq_channel_get_empty_total": "counter",
+	"rabbitmq_channel_get_empty_total":         "counter",
 	"rabbitmq_connection_incoming_bytes_total": "counter", "rabbitmq_connection_outgoing_bytes_total": "counter",
 	"rabbitmq_connection_incoming_packets_total": "counter", "rabbitmq_connection_outgoing_packets_total": "counter",
 	"rabbitmq_connection_channels": "gauge",

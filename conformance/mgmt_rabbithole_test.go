@@ -144,9 +144,11 @@ func TestRabbitHoleConnectionsParametersAndChecks(t *testing.T) {
 	}
 	done("EnableFeatureFlag")(rh.EnableFeatureFlag("quorum_queue"))
 	for what, check := range map[string]func() (rabbithole.HealthCheckStatus, error){
-		"certificate-expiration": func() (rabbithole.HealthCheckStatus, error) { return rh.HealthCheckCertificateExpiration(1, rabbithole.DAYS) },
-		"quorum-critical":        rh.HealthCheckNodeIsQuorumCritical,
-		"mirror-sync-critical":   rh.HealthCheckNodeIsMirrorSyncCritical,
+		"certificate-expiration": func() (rabbithole.HealthCheckStatus, error) {
+			return rh.HealthCheckCertificateExpiration(1, rabbithole.DAYS)
+		},
+		"quorum-critical":      rh.HealthCheckNodeIsQuorumCritical,
+		"mirror-sync-critical": rh.HealthCheckNodeIsMirrorSyncCritical,
 	} {
 		if st, err := check(); err != nil || !st.Ok() {
 			t.Errorf("health check %s: %+v %v", what, st, err)

@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/railmq/railmq/broker"
-	"github.com/railmq/railmq/channel"
 )
 
 // The channel and connection families of RabbitMQ 3.10.8's
@@ -24,7 +23,7 @@ import (
 // chanFigures are one channel's figures, or the sum of several.
 type chanFigures struct {
 	consumers, unacked, unconfirmed, uncommitted, acksUncommitted, prefetch int64
-	s                                                                       channel.StatsSnapshot
+	s                                                                       broker.ChannelStats
 }
 
 func (f *chanFigures) add(ch *broker.Channel) {

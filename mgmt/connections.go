@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/railmq/railmq/broker"
-	"github.com/railmq/railmq/channel"
 )
 
 // Connections and channels as RabbitMQ 3.10.8's management API shows
@@ -146,7 +145,7 @@ var chanStatKeys = []string{"publish", "confirm", "return_unroutable", "drop_unr
 
 const chanPublishKeys = 4
 
-func chanCounts(s channel.StatsSnapshot) []int64 {
+func chanCounts(s broker.ChannelStats) []int64 {
 	return []int64{s.Publish, s.Confirm, s.ReturnUnroutable, s.DropUnroutable,
 		s.Deliver, s.DeliverNoAck, s.Get, s.GetNoAck, s.GetEmpty, s.Redeliver, s.Ack,
 		s.Deliver + s.DeliverNoAck + s.Get + s.GetNoAck}
