@@ -323,11 +323,13 @@ func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
 	if t := st.Rec.DefaultQueueType; t != "" {
 		dqt, meta["default_queue_type"] = t, t
 	}
-	return map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
+	m := map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
 		"default_queue_type": dqt, "metadata": meta,
 		"tracing": false, "cluster_state": map[string]string{a.srv.NodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
+	a.vhostStats(st, m) // vhoststats.go
+	return m
 }
 
 // canSee reports whether u may see vhost vh in the vhosts' list and
@@ -377,7 +379,9 @@ func (a *API) apiVHost(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, a.vhostJSON(st))
+	m := a.vhostJSON(st)
+	a.vhostSamples(r, st.Name(), m) // vhoststats.go
+	writeJSON(w, m)
 }
 
 func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {

@@ -36,6 +36,8 @@ type queueStats struct {
 	// Connections' and channels' counters and rates (connections.go).
 	conns map[uint64]*connSample
 	chans map[chanKey]*connSample
+	// Every vhost's totals and history (vhoststats.go).
+	vhosts map[string]*vhostSample
 }
 
 // History: what the console plots over the last 10 minutes. Each sample
@@ -259,6 +261,7 @@ func (a *API) sampler() {
 	defer t.Stop()
 	a.sample()
 	a.sampleConns()
+	a.sampleVHosts()
 	for {
 		select {
 		case <-a.stop:
@@ -268,6 +271,7 @@ func (a *API) sampler() {
 		case <-t.C:
 			a.sample()
 			a.sampleConns()
+			a.sampleVHosts()
 		}
 	}
 }
