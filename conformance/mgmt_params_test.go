@@ -254,6 +254,7 @@ func TestMgmtFeatureFlagsHealthChecksAndActions(t *testing.T) {
 	must(t, err)
 	_, err = ch.QueueDeclare("mgmt-act", false, true, false, false, nil)
 	must(t, err)
+	t.Cleanup(func() { a.call("DELETE", "/api/queues/%2F/mgmt-act", "guest", "guest", nil, nil) })
 	a.admin("POST", "/api/queues/%2F/mgmt-act/actions", map[string]any{"action": "sync"}, 204)
 	a.admin("POST", "/api/queues/%2F/mgmt-act/actions", map[string]any{"action": "cancel_sync"}, 204)
 	code, body := a.rawBody("POST", "/api/queues/%2F/mgmt-act/actions", `{"action":"foo"}`)
