@@ -3,8 +3,13 @@ GO        ?= go
 STATICCHECK_VERSION ?= v0.8.2
 PKGS      := ./...
 FUZZTIME  ?= 10s
+# The image's version (its label and railmq --version) and tag.
+VERSION   ?= $(shell sed -n 's/^var version = "\(.*\)"$$/\1/p' cmd/railmq/main.go)
+REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+IMAGE     ?= railmq:$(VERSION)
+LATEST    ?= railmq:latest
 
-.PHONY: help run build test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients compat-migrate crash-test cluster-test clean
+.PHONY: help run build image test lint generate check-generate fuzz bench compat compat-amqp091 compat-amqplib compat-clients compat-migrate crash-test cluster-test clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -15,6 +20,17 @@ run: build ## run the broker on :5672 with its data under ./data (guest/guest fr
 build: ## build bin/railmq and bin/railmqctl
 	$(GO) build -o bin/railmq ./cmd/railmq
 	$(GO) build -o bin/railmqctl ./cmd/railmqctl
+
+image: ## build the OCI image railmq:VERSION and railmq:latest (IMAGE, LATEST; deploy/docker/Dockerfile, FROM scratch) from static binaries; needs a running Docker engine
+	rm -rf bin/image
+	mkdir -p bin/image/usr/local/bin bin/image/data bin/image/conf bin/image/tmp
+	chmod 1777 bin/image/tmp
+	cp -r deploy/docker/rootfs/etc bin/image/etc
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/image/usr/local/bin/railmq ./cmd/railmq
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/image/usr/local/bin/railmqctl ./cmd/railmqctl
+	cp bin/image/usr/local/bin/railmqctl bin/image/usr/local/bin/rabbitmqctl
+	cp bin/image/usr/local/bin/railmqctl bin/image/usr/local/bin/rabbitmq-diagnostics
+	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) $(if $(LATEST),-t $(LATEST)) bin/image
 
 test: ## run every test (unit, fuzz seeds, conformance over real TCP) under the race detector
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)

@@ -148,7 +148,7 @@ func (c *conn) fail(err error) error {
 		c.log.Error("internal error", zap.Error(err))
 		e = &amqp.Error{Code: amqp.InternalError, Text: "INTERNAL_ERROR"}
 	}
-	c.log.Warn("closing connection on protocol error", zap.Uint16("code", e.Code), zap.String("text", e.Text))
+	c.logConnectionError(e) // connlog.go
 	c.closeAllChannels()
 	c.closeWith(e, e.Text)
 	return c.awaitCloseOk(nil)

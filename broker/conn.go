@@ -60,10 +60,13 @@ type conn struct {
 	channelMax uint16
 	frameMax   uint32
 	heartbeat  time.Duration
+	mechanism  string // the client's SASL mechanism (start-ok)
 
 	user       string
 	vhost      string
 	clientCaps amqp.Table
+	props      amqp.Table // client properties (connlog.go)
+	clientName string     // the client-provided name, connection_name (connlog.go)
 
 	channels map[uint16]*channel.Channel
 	// lastN and lastCh are the channel the reader last looked up (see
@@ -153,12 +156,12 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 func (c *conn) serve() {
 	defer c.srv.forget(c)
 	err := c.handshake()
-	if err != nil && c.lingerFor == 0 && !isTimeout(err) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	if err != nil && c.lingerFor == 0 && !isTimeout(err) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errProbe) {
 		// A refused handshake: let the client read why before we close.
 		c.lingerFor = shortLinger
 	}
 	if err == nil {
-		c.log.Info("connection opened", zap.String("user", c.user), zap.String("vhost", c.vhost))
+		c.logGranted() // connlog.go
 		err = c.readLoop()
 	}
 	c.teardown(err)
@@ -178,12 +181,8 @@ func (c *conn) teardown(err error) {
 	if err != nil && !errors.Is(err, errClientClosed) {
 		reason = err.Error()
 	}
-	if c.user != "" || err == nil {
-		c.log.Info("connection closed", zap.String("user", c.user), zap.String("vhost", c.vhost), zap.String("reason", reason))
-	} else {
-		c.log.Warn("connection closed during handshake", zap.String("reason", reason))
-	}
-	c.br, c.fr = nil, nil // what the client still sends is discarded unread
+	c.logClosed(err, reason) // connlog.go
+	c.br, c.fr = nil, nil    // what the client still sends is discarded unread
 	if c.silentClose {
 		// A refused login: the socket waits out RabbitMQ's delay on a
 		// timer, and this goroutine (and the writer) are gone now.

@@ -18,7 +18,15 @@ func (c *conn) handshake() error {
 	c.closeDeadline.Store(deadline.UnixNano())
 
 	hdr := make([]byte, 8)
-	if _, err := io.ReadFull(c.br, hdr); err != nil {
+	// Logged once the first byte came, or the socket closed without one
+	// (a probe's, at debug): connlog.go.
+	_, err := c.br.Peek(1)
+	probe := err != nil && isProbe(err)
+	c.logAccepting(probe)
+	if probe {
+		return errProbe
+	}
+	if _, err = io.ReadFull(c.br, hdr); err != nil {
 		return fmt.Errorf("reading protocol header: %w", err)
 	}
 	// 0-9-1, and the 0-9 header (AMQP 1 1 0 9) that RabbitMQ also treats
@@ -43,6 +51,7 @@ func (c *conn) handshake() error {
 	if !ok {
 		return c.handshakeUnexpected(m)
 	}
+	c.logClientName(so.ClientProperties)
 	if caps, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
 		c.clientCaps = caps
 	}
@@ -52,6 +61,7 @@ func (c *conn) handshake() error {
 		c.silentClose = true
 		return fmt.Errorf("unknown authentication mechanism %q", so.Mechanism)
 	}
+	c.mechanism = so.Mechanism
 	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
 	var u *auth.User
 	if c.direct {

@@ -317,7 +317,7 @@ func (c *conn) closeChannel(n uint16, e *amqp.Error) {
 	}
 	c.removeChannel(n)
 	c.closingChans[n] = struct{}{}
-	c.log.Debug("closing channel", zap.Uint16("channel", n), zap.Uint16("code", e.Code), zap.String("text", e.Text))
+	c.logChannelError(n, e) // connlog.go
 	c.SendMethod(n, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: amqp.CutReplyText(e.Text), ClassID: e.ClassID, MethodID: e.MethodID})
 }
 
@@ -362,6 +362,7 @@ func (c *conn) openChannel(n uint16) error {
 		VHost:           c.vh,
 		ConnID:          c.id,
 		User:            c.user,
+		ConnName:        connectionName(c.nc),
 		Grant:           c.grant,
 		Impersonator:    c.authUser != nil && c.authUser.HasTag("impersonator"),
 		MaxMessageSize:  c.srv.opts.MaxMessageSize,

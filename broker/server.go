@@ -157,6 +157,9 @@ func New(opts Options) (*Server, error) {
 	if c := opts.Cluster; c != nil {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
+		if cfg.Logger == nil {
+			cfg.Logger = s.log // the cluster's lines and raft's (cluster/hclog.go)
+		}
 		cfg.OnApply = s.applyReplicated
 		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
 		cfg.OnNode = func(n *cluster.Node) { s.node = n; n.SetQueryHandler(s.answerQuery); s.rep.Attach(n) }

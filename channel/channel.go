@@ -40,6 +40,9 @@ type Config struct {
 	VHost  *vhost.VHost
 	ConnID uint64
 	User   string
+	// ConnName is the connection's name as RabbitMQ gives it, "peer ->
+	// local" (trace copies carry it: trace.go).
+	ConnName string
 	// Grant is the user's rights in VHost, checked where RabbitMQ checks
 	// them (access.go); nil allows everything.
 	Grant *auth.Grant
@@ -132,6 +135,7 @@ type Channel struct {
 	store queue.Store // nil when nothing is durable
 
 	counts *queue.Counts // the metrics' shard of this channel's connection
+	stats  Stats         // the channel's own counts (stats.go)
 
 	// Confirms in flight. cmu guards cstate (the outcome of each publish
 	// from tag cbase on), readyUpTo (confirms due but not yet sent) and
@@ -365,6 +369,7 @@ func (c *Channel) handle(m amqp.Method) error {
 			return precondition("cannot switch from confirm to tx mode")
 		}
 		c.tx = true
+		c.stats.Transactional.Store(true)
 		c.send(&amqp.TxSelectOk{})
 		return nil
 	case *amqp.TxCommit:
@@ -525,6 +530,7 @@ type ChannelInfo struct {
 	Unacked, Unconfirmed     int
 	Prefetch, GlobalPrefetch int
 	Confirm                  bool
+	Stats                    StatsSnapshot // the channel's message counts (stats.go)
 }
 
 // Info is what the management API shows of the channel: its consumers,
@@ -541,5 +547,6 @@ func (c *Channel) Info() ChannelInfo {
 	c.cmu.Lock()
 	in.Unconfirmed = len(c.cstate)
 	c.cmu.Unlock()
+	in.Stats = c.stats.Snapshot()
 	return in
 }

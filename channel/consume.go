@@ -195,6 +195,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 		c.track(q, qc, d, q.DeliveredAt())
 	}
 	c.counts.DeliveredConsume[b2i(qc.NoAck)].Add(1)
+	c.stats.countDelivery(false /* get */, qc.NoAck, d.Redelivered)
 	if d.Redelivered {
 		c.counts.Redelivered.Add(1)
 	}
@@ -208,6 +209,9 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 	// delivery): a channel may go one message over it.
 	// The queue has the connection write it (qc.Out is the sink).
 	c.sinkFull = c.cfg.Sink.AppendContent(c.cfg.Number, &c.deliver, props, d.Msg.Body)
+	if c.cfg.VHost.Tracing() {
+		c.traceDeliver(q, d)
+	}
 	return true
 }
 
@@ -302,10 +306,12 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	if !ok {
 		c.counts.GetEmpty.Add(1)
+		c.stats.GetEmpty.Add(1)
 		c.send(&amqp.BasicGetEmpty{})
 		return nil
 	}
 	c.counts.DeliveredGet[b2i(m.NoAck)].Add(1)
+	c.stats.countDelivery(true /* get */, m.NoAck, d.Redelivered)
 	if d.Redelivered {
 		c.counts.Redelivered.Add(1)
 	}
@@ -322,6 +328,9 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	c.cfg.Sink.SendContent(c.cfg.Number, &amqp.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered,
 		Exchange: d.Msg.Exchange, RoutingKey: d.Msg.RoutingKey, MessageCount: uint32(remaining)}, props, d.Msg.Body)
+	if c.cfg.VHost.Tracing() {
+		c.traceDeliver(q, d)
+	}
 	return nil
 }
 

@@ -32,6 +32,9 @@ import (
 // GroupConfig describes a quorum queue's group.
 type GroupConfig struct {
 	ID string // unique in the cluster, for the group's life: layer "q/"+ID
+	// Label names what the group replicates in its log lines ("'q' in
+	// vhost '/'"); the cluster package knows nothing of queues.
+	Label string
 	// Voters are the members' node names; other nodes follow as
 	// non-voters.
 	Voters []string
@@ -261,7 +264,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		g.shutdown()
 		return nil, err
 	}
-	hl := n.hl.Named(cfg.ID) // raft's lines name the queue's group (the metadata group's do not)
+	hl := groupLog(n.hl, cfg.ID, cfg.Label) // raft's lines name the queue and its group (hclog.go)
 	if g.trans, err = n.groupTransport(cfg.ID, hl); err != nil {
 		return fail(err)
 	}
@@ -812,6 +815,7 @@ func (g *Group) observe() {
 			}
 			g.mu.Unlock()
 			if d, ok := o.Data.(raft.LeaderObservation); ok {
+				g.logLeader(d, o.Raft) // clusterlog.go
 				g.abandonForwarded(string(d.LeaderAddr))
 			}
 		case <-g.stop:

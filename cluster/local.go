@@ -49,7 +49,7 @@ func StartLocal(cfg LocalConfig) (*Node, error) {
 	}
 	hl := hclog.NewNullLogger()
 	if cfg.Logger != nil {
-		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: zapWriter{cfg.Logger.Named("raft")}})
+		hl = newHCLog(cfg.Logger.Named("raft"), hclog.Warn) // hclog.go
 	}
 	renamed, err := noteLocalName(cfg.DataDir, cfg.Name)
 	if err != nil {

@@ -90,6 +90,9 @@ type Node struct {
 	// were made under (or not known to be): adoptLocal renames their
 	// member.
 	renamed bool
+	// watchStop stops watchNodes (clusterlog.go), which obs feeds.
+	watchStop chan struct{}
+	obs       *raft.Observer
 }
 
 // ErrNotLeader is a change that only the leader makes (membership) asked
@@ -136,7 +139,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		if cfg.Logger.Core().Enabled(zap.DebugLevel) {
 			level = hclog.Debug
 		}
-		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: level, Output: zapWriter{cfg.Logger.Named("raft")}})
+		hl = newHCLog(cfg.Logger.Named("raft"), level) // hclog.go
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -192,6 +195,18 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if n.r, err = raft.NewRaft(rc, n.meta, n.logs, n.logs, snaps, n.trans); err != nil {
 		return fail(err)
 	}
+	obsCh := make(chan raft.Observation, 16)
+	n.obs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	n.r.RegisterObserver(n.obs)
+	n.watchStop = make(chan struct{})
+	n.rpcWG.Add(1)
+	go n.watchNodes(obsCh, n.watchStop) // clusterlog.go
 	if n.metaLayer, err = n.mux.Layer("meta-rpc"); err != nil {
 		return fail(err)
 	}
@@ -270,21 +285,6 @@ func (n *Node) HeapFixed() int64 {
 // zapWriter passes raft's log lines (hclog's text) to zap, at the level
 // the line gives (hclog's "[DEBUG]" and "[INFO]" tags; warnings and
 // errors as warnings).
-type zapWriter struct{ log *zap.Logger }
-
-func (w zapWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	switch {
-	case strings.Contains(line, " [DEBUG] "), strings.Contains(line, " [TRACE] "):
-		w.log.Debug("raft", zap.String("line", line))
-	case strings.Contains(line, " [INFO] "):
-		w.log.Info("raft", zap.String("line", line))
-	default:
-		w.log.Warn("raft", zap.String("line", line))
-	}
-	return len(p), nil
-}
-
 // advertised is a stream layer whose Addr is the address peers know the
 // node by (the listener may be on ":port").
 type advertised struct {
@@ -339,6 +339,11 @@ func (n *Node) close() error {
 	// closed before the wait, so that no new one starts during it.
 	n.metaLinks.close()
 	n.groupLinks.close()
+	if n.watchStop != nil { // once: Close may be called again
+		n.r.DeregisterObserver(n.obs)
+		close(n.watchStop)
+		n.watchStop = nil
+	}
 	n.rpcWG.Wait()
 	if n.logs != nil {
 		errs = append(errs, n.logs.Close())

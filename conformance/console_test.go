@@ -432,8 +432,10 @@ func TestConsoleLoginAndTags(t *testing.T) {
 	br.login(hs.URL+"/", "manager", "pw")
 	br.waitText("#who-name", 5*time.Second, func(s string) bool { return strings.HasPrefix(s, "manager") }, "the management user is logged in")
 	hidden := eval[[]bool](br, `[...document.querySelectorAll('#nav a[data-tags]')].map(a => a.hidden)`)
-	if len(hidden) != 2 || !hidden[0] || !hidden[1] {
-		t.Errorf("a management user's Policies and Admin links hidden = %v, want [true true]", hidden)
+	// Nodes (monitoring, administrator), Policies (policymaker,
+	// administrator), Limits and Admin (administrator).
+	if len(hidden) != 4 || !hidden[0] || !hidden[1] || !hidden[2] || !hidden[3] {
+		t.Errorf("a management user's Nodes, Policies, Limits and Admin links hidden = %v, want [true true true true]", hidden)
 	}
 	br.shot("management-user")
 }

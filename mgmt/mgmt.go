@@ -55,7 +55,7 @@ func New(srv *broker.Server, opts Options) *API {
 	a := &API{srv: srv, log: srv.Logger(), opts: opts, stop: make(chan struct{}), sampled: make(chan struct{})}
 	a.logins.delay = opts.FailedLoginDelay
 	routes := a.accessRouter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { notFound(w) }))
-	a.h = withConsole(sameOrigin(a.withUser(jsonBodies(opts.MaxBodySize, routes)))) // guard.go
+	a.h = withConsole(sameOrigin(a.withUser(a.withAudit(jsonBodies(opts.MaxBodySize, routes))))) // guard.go, audit.go
 	go a.sampler()
 	return a
 }
@@ -71,27 +71,6 @@ func (a *API) Handler() http.Handler { return a.h }
 func (a *API) Close() {
 	a.once.Do(func() { close(a.stop) })
 	<-a.sampled
-}
-
-// connJSON is a connection as the API shows it: client_properties made
-// JSON-safe (jsonTable) when shown, not held twice per connection.
-type connJSON struct {
-	Name             string         `json:"name"`
-	User             string         `json:"user"`
-	VHost            string         `json:"vhost"`
-	PeerHost         string         `json:"peer_host"`
-	PeerPort         int            `json:"peer_port"`
-	ConnectedAt      int64          `json:"connected_at"`
-	State            string         `json:"state"`
-	Node             string         `json:"node"`
-	Protocol         string         `json:"protocol"`
-	Type             string         `json:"type"`
-	ClientProperties map[string]any `json:"client_properties"`
-}
-
-func connView(c broker.Connection) connJSON {
-	return connJSON{Name: c.Name, User: c.User, VHost: c.VHost, PeerHost: c.PeerHost, PeerPort: c.PeerPort, ConnectedAt: c.ConnectedAt,
-		State: c.State, Node: c.Node, Protocol: c.Protocol, Type: c.Type, ClientProperties: jsonTable(c.ClientProperties)}
 }
 
 // writeJSON answers v as JSON; a value that cannot be encoded is a 500
@@ -128,11 +107,11 @@ func (a *API) visibleConns(r *http.Request) []broker.Connection {
 }
 
 func (a *API) apiConnections(w http.ResponseWriter, r *http.Request) {
-	out := []connJSON{}
+	out := []map[string]any{}
 	for _, c := range a.visibleConns(r) {
-		out = append(out, connView(c))
+		out = append(out, a.connView(c))
 	}
-	writeList(w, r, asMaps(out))
+	writeList(w, r, out)
 }
 
 func (a *API) apiCloseConnection(w http.ResponseWriter, r *http.Request) {

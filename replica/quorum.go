@@ -72,7 +72,7 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	m.quorumMu.Unlock()
 	fc := fifoConfig(cfg.Args)
 	qq.expires = fc.Expires
-	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Voters: voters, Bootstrap: mine, Fifo: fc,
+	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Label: "'" + cfg.Name + "' in vhost '" + cfg.VHost + "'", Voters: voters, Bootstrap: mine, Fifo: fc,
 		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err

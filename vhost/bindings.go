@@ -66,7 +66,9 @@ func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, sour
 	if src == nil {
 		return nil, v.noExchange(source)
 	}
-	if add && strings.HasPrefix(source, "amq.rabbitmq.") {
+	// The firehose's exchange takes bindings: that is how it is read
+	// (RabbitMQ 3.10.8 binds a queue to amq.rabbitmq.trace with "#").
+	if add && strings.HasPrefix(source, "amq.rabbitmq.") && source != TraceExchange {
 		return nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
 	}
 	if add {

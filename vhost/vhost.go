@@ -55,6 +55,10 @@ type VHost struct {
 	window      int
 	windowB     int64
 	delays      *delayer // delayed exchanges' messages (delayed.go)
+	// Firehose tracing (trace.go).
+	tracing   atomic.Bool
+	traceNode atomic.Pointer[string]
+	trace     tracer
 }
 
 // New creates a vhost with the default and amq.* exchanges. memory is the
@@ -128,6 +132,7 @@ func (v *VHost) Destroy() error {
 	qm := v.quorum
 	v.mu.Unlock()
 	v.delays.close()
+	v.closeTrace() // trace.go
 	for _, q := range qs {
 		if q.Replicated() {
 			// Every node drops its own handle: the vhost's deletion is
@@ -279,6 +284,7 @@ func (v *VHost) Queues() []*queue.Queue {
 // Close stops every queue (broker shutdown).
 func (v *VHost) Close() {
 	v.delays.close() // first: it routes to the queues
+	v.closeTrace()   // trace.go
 	v.mu.Lock()
 	qs := make([]*queue.Queue, 0, len(v.queues))
 	for _, q := range v.queues {

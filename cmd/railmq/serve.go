@@ -61,6 +61,8 @@ func serve(o *options, opts broker.Options, procs *procsAdapter, log *zap.Logger
 	stopHTTP := serveHTTP(srv, api, startup, o, errc, log)
 	defer stopHTTP()
 	logBanner(log, o, amqp, amqps)
+	// systemd's Type=notify (notify.go): recovered, and every listener up.
+	sdNotify("READY=1\nSTATUS=serving", log)
 	return waitSignals(srv, errc, log)
 }
 
@@ -132,6 +134,7 @@ func waitSignals(srv *broker.Server, errc <-chan error, log *zap.Logger) int {
 		case sig := <-sigc:
 			log.Info("signal received, shutting down", zap.String("signal", sig.String()))
 			signal.Stop(sigc)
+			sdNotify("STOPPING=1\nSTATUS=shutting down", log)
 			shutdown(srv)
 			return 0
 		case <-hup:

@@ -59,6 +59,7 @@ var free = map[string]bool{
 	"cmd/railmqctl":      true,
 	"conformance":        true,
 	"conformance/cgroup": true,
+	"deploy":             true,
 	"internal/lint":      true,
 	"internal/testutil":  true,
 }

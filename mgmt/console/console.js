@@ -6,7 +6,6 @@
 
 const params = new URLSearchParams(location.search);
 const POLL_MS = Math.max(250, Number(params.get('poll')) || 5000);
-const HISTORY = 'lengths_age=600&lengths_incr=5&msg_rates_age=600&msg_rates_incr=5';
 const MGMT_TAGS = ['management', 'policymaker', 'monitoring', 'administrator'];
 
 const st = { auth: sessionStorage.getItem('railmq.auth'), user: null, timer: null, page: null };
@@ -179,7 +178,11 @@ function showRecovering(body) {
 const routes = [
   [/^$/, pageOverview],
   [/^connections$/, pageConnections],
+  [/^connections\/([^/]+)$/, pageConnectionsDetail],
   [/^channels$/, pageChannels],
+  [/^channels\/([^/]+)$/, pageChannelsDetail],
+  [/^nodes$/, pageNodes],
+  [/^limits$/, pageLimits],
   [/^exchanges$/, pageExchanges],
   [/^exchanges\/([^/]+)\/([^/]*)$/, pageExchange],
   [/^queues$/, pageQueues],
@@ -233,6 +236,18 @@ function pageOverview() {
   const node = h('div', { id: 'node' });
   const qplot = h('canvas', { class: 'plot', id: 'plot-overview-queued' });
   const rplot = h('canvas', { class: 'plot', id: 'plot-overview-rates' });
+  let last = null;
+  const plots = () => {
+    const q = last.queue_totals || {}, ms = last.message_stats || {};
+    // The broker's totals for the last 10 minutes, before them what this console has seen.
+    const seen = histSeries('', ''), span = { spanMs: rangeSeconds() * 1000 };
+    drawPlot(qplot, [{ name: 'ready', points: histMerge(valueSeries(q.messages_ready_details.samples), seen.ready) },
+      { name: 'unacked', points: histMerge(valueSeries(q.messages_unacknowledged_details.samples), seen.unacked) }], span);
+    drawPlot(rplot, [{ name: 'publish', points: histMerge(rateSeries(ms.publish_details.samples), seen.publish) },
+      { name: 'deliver', points: histMerge(rateSeries(ms.deliver_get_details.samples), seen.deliver) },
+      { name: 'ack', points: rateSeries(ms.ack_details.samples) }], Object.assign({ unit: '/s' }, span));
+  };
+  const rl = () => h('span', { class: 'range-label' }, rangeLabel());
   main().replaceChildren(
     h('h1', {}, 'Overview', h('small', { id: 'node-name' })),
     h('div', { class: 'grid' },
@@ -240,10 +255,11 @@ function pageOverview() {
       h('div', { class: 'panel' }, h('h2', {}, 'Message rates'), rates),
       h('div', { class: 'panel' }, h('h2', {}, 'Node'), node)),
     h('div', { class: 'grid' },
-      h('div', { class: 'panel' }, h('h2', {}, 'Queued messages, last 10 minutes'), qplot),
-      h('div', { class: 'panel' }, h('h2', {}, 'Message rates, last 10 minutes'), rplot)));
+      h('div', { class: 'panel' }, h('h2', {}, 'Queued messages, ', rl()), qplot),
+      h('div', { class: 'panel' }, h('h2', {}, 'Message rates, ', rl()), rplot)),
+    h('div', { class: 'toolbar' }, h('span', { class: 'spacer' }), rangeSelect(() => { if (last && last.queue_totals.messages_ready_details.samples) plots(); })));
   poll(st.page, async () => {
-    const [o, nodes] = await Promise.all([api('overview?' + HISTORY),
+    const [o, nodes] = await Promise.all([api('overview?' + historyQuery()),
       api('nodes').catch(e => { if (e.status === 401 || e.status === 403) return []; throw e; })]);
     $('#node-name').textContent = o.node + ' · ' + o.product_name + ' ' + o.product_version;
     const q = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
@@ -253,11 +269,9 @@ function pageOverview() {
     rates.replaceChildren(stat('Publish', fmtRate(ms.publish_details)), stat('Deliver / get', fmtRate(ms.deliver_get_details)),
       stat('Ack', fmtRate(ms.ack_details)), stat('Redeliver', fmtRate(ms.redeliver_details)));
     if (q.messages_ready_details && q.messages_ready_details.samples) {
-      drawPlot(qplot, [{ name: 'ready', points: valueSeries(q.messages_ready_details.samples) },
-        { name: 'unacked', points: valueSeries(q.messages_unacknowledged_details.samples) }]);
-      drawPlot(rplot, [{ name: 'publish', points: rateSeries(ms.publish_details.samples) },
-        { name: 'deliver', points: rateSeries(ms.deliver_get_details.samples) },
-        { name: 'ack', points: rateSeries(ms.ack_details.samples) }], { unit: '/s' });
+      last = o;
+      histAdd(Object.assign({ vhost: '', name: '', message_stats: ms }, q), Date.now());
+      plots();
     } else {
       qplot.replaceWith(h('p', { class: 'small', id: 'plot-overview-queued' }, 'The history is shown to monitoring and administrator users.'));
     }
@@ -281,48 +295,6 @@ function pageOverview() {
 
 // --- connections and channels -------------------------------------------------------
 
-function stateCell(s) { return h('span', { class: 'state-' + s }, s); }
-
-function pageConnections() {
-  const wrap = h('div', { class: 'panel' });
-  const msg = h('div');
-  const ts = { redraw: () => draw() };
-  let rows = [];
-  main().replaceChildren(h('h1', {}, 'Connections'), msg, wrap);
-  const draw = () => wrap.replaceChildren(sortable('connections', [
-    { key: 'name', label: 'Name' },
-    { key: 'vhost', label: 'Vhost', hideSm: true },
-    { key: 'user', label: 'User' },
-    { key: 'state', label: 'State', cell: r => stateCell(r.state) },
-    { key: 'client', label: 'Client', hideSm: true, get: r => { const p = r.client_properties || {}; return [p.product, p.version].filter(Boolean).join(' '); } },
-    { key: 'channels', label: 'Channels', num: true },
-    { key: 'connected_at', label: 'Connected', hideSm: true, get: r => r.connected_at, cell: r => new Date(r.connected_at).toLocaleTimeString() },
-    { key: 'close', label: '', cell: r => armed('Close', async () => {
-      try { await api('connections/' + enc(r.name), { method: 'DELETE', headers: { 'X-Reason': 'Closed via the railmq console' } }); note(msg, true, 'Closed ' + r.name); } catch (e) { note(msg, false, e.message); }
-    }) },
-  ], rows, ts));
-  poll(st.page, async () => { rows = await api('connections'); draw(); });
-}
-
-function pageChannels() {
-  const wrap = h('div', { class: 'panel' });
-  const ts = { redraw: () => draw() };
-  let rows = [];
-  main().replaceChildren(h('h1', {}, 'Channels'), wrap);
-  const draw = () => wrap.replaceChildren(sortable('channels', [
-    { key: 'name', label: 'Channel' },
-    { key: 'user', label: 'User', hideSm: true },
-    { key: 'vhost', label: 'Vhost', hideSm: true },
-    { key: 'state', label: 'State', cell: r => stateCell(r.state) },
-    { key: 'mode', label: 'Mode', get: r => (r.confirm ? 'C' : '') + (r.transactional ? 'T' : '') },
-    { key: 'prefetch_count', label: 'Prefetch', num: true },
-    { key: 'messages_unacknowledged', label: 'Unacked', num: true },
-    { key: 'messages_unconfirmed', label: 'Unconfirmed', num: true, hideSm: true },
-    { key: 'consumer_count', label: 'Consumers', num: true },
-  ], rows, ts));
-  poll(st.page, async () => { rows = await api('channels'); draw(); });
-}
-
 // --- exchanges -----------------------------------------------------------------------
 
 async function vhostOptions(sel) {
@@ -331,9 +303,16 @@ async function vhostOptions(sel) {
 }
 
 function pageExchanges() {
-  const wrap = h('div', { class: 'panel' });
-  const ts = { redraw: () => draw() };
-  let rows = [];
+  // Paged, filtered and sorted by the broker, as the queues (queues.js).
+  const list = pagedList({ what: 'exchanges', pre: 'exchange', path: 'exchanges', table: 'exchanges',
+    fields: ['name', 'vhost', 'type', 'durable', 'auto_delete', 'internal', 'policy'],
+    columns: [
+      { key: 'vhost', label: 'Vhost', hideSm: true },
+      { key: 'name', label: 'Name', cell: r => h('a', { href: '#/exchanges/' + enc(r.vhost) + '/' + enc(r.name) }, r.name || '(AMQP default)') },
+      { key: 'type', label: 'Type' },
+      { key: 'features', label: 'Features', nosort: true, get: r => [r.durable && 'D', r.auto_delete && 'AD', r.internal && 'I'].filter(Boolean).join(' ') },
+      { key: 'policy', label: 'Policy', hideSm: true },
+    ] });
   const vsel = h('select', { name: 'vhost' });
   const msg = h('div');
   const form = h('form', { class: 'panel stack', id: 'add-exchange' }, h('h2', {}, 'Add an exchange'),
@@ -344,107 +323,14 @@ function pageExchanges() {
   form.addEventListener('submit', async ev => {
     ev.preventDefault();
     const f = new FormData(form);
-    try { await api('exchanges/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { type: f.get('type'), durable: f.get('durable') === 'true' } }); note(msg, true, 'Exchange declared'); } catch (e) { note(msg, false, e.message); }
+    try { await api('exchanges/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { type: f.get('type'), durable: f.get('durable') === 'true' } }); note(msg, true, 'Exchange declared'); await list.refresh(); } catch (e) { note(msg, false, e.message); }
   });
   vhostOptions(vsel).catch(() => {});
-  main().replaceChildren(h('h1', {}, 'Exchanges'), wrap, form);
-  const draw = () => wrap.replaceChildren(sortable('exchanges', [
-    { key: 'vhost', label: 'Vhost', hideSm: true },
-    { key: 'name', label: 'Name', cell: r => h('a', { href: '#/exchanges/' + enc(r.vhost) + '/' + enc(r.name) }, r.name || '(AMQP default)') },
-    { key: 'type', label: 'Type' },
-    { key: 'features', label: 'Features', get: r => [r.durable && 'D', r.auto_delete && 'AD', r.internal && 'I'].filter(Boolean).join(' ') },
-    { key: 'policy', label: 'Policy', hideSm: true },
-  ], rows, ts));
-  poll(st.page, async () => { rows = await api('exchanges'); draw(); });
-}
-
-function pageExchange(vhost, name) {
-  const info = h('div', { class: 'panel' });
-  const binds = h('div', { class: 'panel' });
-  const msg = h('div', { id: 'publish-result' });
-  const form = h('form', { class: 'panel stack', id: 'publish' }, h('h2', {}, 'Publish a message'),
-    h('div', { class: 'row' }, h('label', {}, h('span', {}, 'Routing key'), h('input', { name: 'routing_key' })),
-      h('label', {}, h('span', {}, 'Delivery mode'), h('select', { name: 'delivery_mode' }, h('option', { value: '1' }, '1 - non-persistent'), h('option', { value: '2' }, '2 - persistent')))),
-    h('label', {}, h('span', {}, 'Headers (JSON object)'), h('input', { name: 'headers', placeholder: '{"x-key": "value"}' })),
-    h('label', {}, h('span', {}, 'Payload'), h('textarea', { name: 'payload' })),
-    msg, h('button', { class: 'primary' }, 'Publish message'));
-  form.addEventListener('submit', async ev => {
-    ev.preventDefault();
-    const f = new FormData(form);
-    let headers = {};
-    try { headers = f.get('headers') ? JSON.parse(f.get('headers')) : {}; } catch (e) { note(msg, false, 'Headers are not JSON: ' + e.message); return; }
-    try {
-      const r = await api('exchanges/' + enc(vhost) + '/' + enc(name || 'amq.default') + '/publish', { method: 'POST', body: {
-        routing_key: f.get('routing_key'), payload: f.get('payload'), payload_encoding: 'string',
-        properties: { delivery_mode: Number(f.get('delivery_mode')), headers } } });
-      note(msg, r.routed, r.routed ? 'Message published and routed.' : 'Message published, but not routed.');
-    } catch (e) { note(msg, false, e.message); }
-  });
-  main().replaceChildren(h('h1', {}, 'Exchange ', h('small', {}, (name || '(AMQP default)') + ' in ' + vhost)), info, binds, form);
-  poll(st.page, async () => {
-    const x = await api('exchanges/' + enc(vhost) + '/' + enc(name || 'amq.default'));
-    info.replaceChildren(h('table', { class: 'kv' }, h('tbody', {},
-      h('tr', {}, h('td', {}, 'Type'), h('td', {}, x.type)),
-      h('tr', {}, h('td', {}, 'Features'), h('td', {}, [x.durable && 'durable', x.auto_delete && 'auto-delete', x.internal && 'internal'].filter(Boolean).join(', '))),
-      h('tr', {}, h('td', {}, 'Arguments'), h('td', {}, JSON.stringify(x.arguments || {}))))));
-    if (!name) { binds.replaceChildren(h('p', { class: 'small' }, 'The default exchange routes to the queue named by the routing key.')); return; }
-    const bs = await api('exchanges/' + enc(vhost) + '/' + enc(name) + '/bindings/source');
-    binds.replaceChildren(h('h2', {}, 'Bindings from this exchange'), sortable('exchange-bindings', [
-      { key: 'destination', label: 'To', cell: r => r.destination_type === 'queue' ? h('a', { href: '#/queues/' + enc(vhost) + '/' + enc(r.destination) }, r.destination) : r.destination },
-      { key: 'destination_type', label: 'Kind' },
-      { key: 'routing_key', label: 'Routing key' },
-      { key: 'arguments', label: 'Arguments', get: r => JSON.stringify(r.arguments || {}) },
-    ], bs, { redraw() {} }));
-  });
+  main().replaceChildren(h('h1', {}, 'Exchanges'), ...list.els, form);
+  poll(st.page, list.refresh);
 }
 
 // --- queues -----------------------------------------------------------------------------
-
-function pageQueues() {
-  const wrap = h('div', { class: 'panel' });
-  const ts = { redraw: () => draw(), sort: 'name' };
-  let rows = [];
-  const filter = h('input', { id: 'queue-filter', placeholder: 'Filter by name (regular expression)', oninput: () => draw() });
-  const count = h('span', { class: 'small', id: 'queue-count' });
-  const vsel = h('select', { name: 'vhost' });
-  const msg = h('div');
-  const form = h('form', { class: 'panel stack', id: 'add-queue' }, h('h2', {}, 'Add a queue'),
-    h('div', { class: 'row' }, h('label', {}, h('span', {}, 'Vhost'), vsel), h('label', {}, h('span', {}, 'Name'), h('input', { name: 'name', required: true })),
-      h('label', {}, h('span', {}, 'Durable'), h('select', { name: 'durable' }, h('option', { value: 'true' }, 'yes'), h('option', { value: 'false' }, 'no')))),
-    h('label', {}, h('span', {}, 'Arguments (JSON object)'), h('input', { name: 'arguments', placeholder: '{"x-dead-letter-exchange": "dlx"}' })),
-    msg, h('button', { class: 'primary' }, 'Add queue'));
-  form.addEventListener('submit', async ev => {
-    ev.preventDefault();
-    const f = new FormData(form);
-    let args = {};
-    try { args = f.get('arguments') ? JSON.parse(f.get('arguments')) : {}; } catch (e) { note(msg, false, 'Arguments are not JSON: ' + e.message); return; }
-    try { await api('queues/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { durable: f.get('durable') === 'true', arguments: args } }); note(msg, true, 'Queue declared'); } catch (e) { note(msg, false, e.message); }
-  });
-  vhostOptions(vsel).catch(() => {});
-  main().replaceChildren(h('h1', {}, 'Queues'), h('div', { class: 'toolbar' }, filter, count), wrap, form);
-  const ms = k => r => (r.message_stats && r.message_stats[k + '_details'] ? r.message_stats[k + '_details'].rate : 0);
-  const draw = () => {
-    let re = null;
-    try { re = filter.value ? new RegExp(filter.value, 'i') : null; } catch (e) { re = null; }
-    const shown = re ? rows.filter(r => re.test(r.name)) : rows;
-    count.textContent = shown.length + ' of ' + rows.length + ' queues';
-    wrap.replaceChildren(sortable('queues', [
-      { key: 'vhost', label: 'Vhost', hideSm: true },
-      { key: 'name', label: 'Name', cell: r => h('a', { href: '#/queues/' + enc(r.vhost) + '/' + enc(r.name) }, r.name) },
-      { key: 'type', label: 'Type', hideSm: true, get: r => r.type || 'classic' },
-      { key: 'features', label: 'Features', hideSm: true, get: r => [r.durable && 'D', r.auto_delete && 'AD', r.exclusive && 'Excl', r.arguments && r.arguments['x-dead-letter-exchange'] !== undefined && 'DLX', r.arguments && r.arguments['x-max-priority'] && 'Pri'].filter(Boolean).join(' ') },
-      { key: 'policy', label: 'Policy', hideSm: true, get: r => r.policy || r.operator_policy || '' },
-      { key: 'messages_ready', label: 'Ready', num: true, cell: r => fmtNum(r.messages_ready) },
-      { key: 'messages_unacknowledged', label: 'Unacked', num: true, cell: r => fmtNum(r.messages_unacknowledged) },
-      { key: 'publish', label: 'In /s', num: true, get: ms('publish'), cell: r => fmtNum(ms('publish')(r)) },
-      { key: 'deliver', label: 'Out /s', num: true, get: ms('deliver_get'), cell: r => fmtNum(ms('deliver_get')(r)) },
-      { key: 'ack', label: 'Ack /s', num: true, hideSm: true, get: ms('ack'), cell: r => fmtNum(ms('ack')(r)) },
-      { key: 'consumers', label: 'Consumers', num: true },
-      { key: 'age', label: 'Oldest', num: true, get: r => r.head_message_timestamp_age_seconds || 0, cell: r => fmtAge(r.head_message_timestamp_age_seconds) },
-    ], shown, ts));
-  };
-  poll(st.page, async () => { rows = await api('queues'); draw(); });
-}
 
 function messageView(m) {
   const props = Object.assign({}, m.properties || {});
@@ -464,7 +350,7 @@ function pageQueue(vhost, name) {
   const rates = h('canvas', { class: 'plot', id: 'plot-rates' });
   const age = h('canvas', { class: 'plot', id: 'plot-age' });
   const consumers = h('div', { class: 'panel' });
-  const bindings = h('div', { class: 'panel' });
+  const bindings = bindingsPanel(vhost, 'queue', name, 'bindings');
   const msgs = h('div', { id: 'messages' });
   const actionMsg = h('div', { id: 'action-result' });
   const count = h('input', { name: 'count', type: 'number', value: '5', min: '1', style: 'width:80px' });
@@ -494,15 +380,27 @@ function pageQueue(vhost, name) {
     if (redriveK.value) body.target_routing_key = redriveK.value;
     act('Redrive', async () => { const r = await api(path + '/redrive', { method: 'POST', body }); return 'Redrove ' + r.moved + ' message(s); ' + r.unroutable + ' had no route; ' + r.remaining + ' remain.'; });
   });
+  let q = null;
+  const plots = () => {
+    const m = q.message_stats || {};
+    const seen = histSeries(vhost, name), span = { spanMs: rangeSeconds() * 1000 };
+    drawPlot(depth, [{ name: 'ready', points: histMerge(valueSeries(q.messages_ready_details.samples), seen.ready) },
+      { name: 'unacked', points: histMerge(valueSeries(q.messages_unacknowledged_details.samples), seen.unacked) }], span);
+    drawPlot(rates, [{ name: 'publish', points: histMerge(rateSeries(m.publish_details.samples), seen.publish) },
+      { name: 'deliver', points: histMerge(rateSeries(m.deliver_get_details.samples), seen.deliver) },
+      { name: 'ack', points: rateSeries(m.ack_details.samples) }, { name: 'redeliver', points: rateSeries(m.redeliver_details.samples) }], Object.assign({ unit: '/s' }, span));
+    drawPlot(age, [{ name: 'oldest', points: valueSeries(q.head_message_age_details.samples) }], Object.assign({ unit: 's' }, span));
+  };
+  const rl = () => h('span', { class: 'range-label' }, rangeLabel());
   main().replaceChildren(h('h1', {}, 'Queue ', h('small', {}, name + ' in ' + vhost)),
+    h('div', { class: 'toolbar' }, h('span', { class: 'spacer' }), rangeSelect(() => { if (q) plots(); })),
     h('div', { class: 'grid' }, info,
-      h('div', { class: 'panel' }, h('h2', {}, 'Messages in the queue'), depth),
-      h('div', { class: 'panel' }, h('h2', {}, 'Message rates'), rates),
-      h('div', { class: 'panel' }, h('h2', {}, 'Age of the oldest message'), age)),
-    consumers, bindings, actions, redrive, ...[moveSection(vhost, name)].filter(Boolean));
+      h('div', { class: 'panel' }, h('h2', {}, 'Messages in the queue, ', rl()), depth),
+      h('div', { class: 'panel' }, h('h2', {}, 'Message rates, ', rl()), rates),
+      h('div', { class: 'panel' }, h('h2', {}, 'Age of the oldest message, ', rl()), age)),
+    consumers, bindings.panel, actions, publishForm(vhost, '', name, 'queue-publish'), redrive, ...[moveSection(vhost, name)].filter(Boolean));
   poll(st.page, async () => {
-    let q;
-    try { q = await api(path + '?' + HISTORY); } catch (e) {
+    try { q = await api(path + '?' + historyQuery()); } catch (e) {
       if (e.status === 404) { main().replaceChildren(h('div', { class: 'panel' }, 'Queue ' + name + ' does not exist (any more). ', h('a', { href: '#/queues' }, 'Queues'))); st.page = null; return; }
       throw e;
     }
@@ -514,11 +412,9 @@ function pageQueue(vhost, name) {
         ['Oldest message', fmtAge(q.head_message_timestamp_age_seconds) || '—'], ['Publish', fmtRate(m.publish_details)], ['Deliver / get', fmtRate(m.deliver_get_details)],
         ['Policy', q.policy || '—'], ['Features', [q.durable && 'durable', q.auto_delete && 'auto-delete', q.exclusive && 'exclusive'].filter(Boolean).join(', ') || '—'],
         ['Arguments', Object.keys(args).length ? JSON.stringify(args) : '—'], ...(isStream(q) ? streamDetails(q) : [])].map(([k, v]) => h('tr', {}, h('td', {}, k), h('td', { id: 'q-' + k.toLowerCase().replace(/[^a-z]+/g, '-') }, v))))));
-    drawPlot(depth, [{ name: 'ready', points: valueSeries(q.messages_ready_details.samples) }, { name: 'unacked', points: valueSeries(q.messages_unacknowledged_details.samples) }]);
-    drawPlot(rates, [{ name: 'publish', points: rateSeries(m.publish_details.samples) }, { name: 'deliver', points: rateSeries(m.deliver_get_details.samples) },
-      { name: 'ack', points: rateSeries(m.ack_details.samples) }, { name: 'redeliver', points: rateSeries(m.redeliver_details.samples) }], { unit: '/s' });
-    drawPlot(age, [{ name: 'oldest', points: valueSeries(q.head_message_age_details.samples) }], { unit: 's' });
-    const [cs, bs] = await Promise.all([api('consumers/' + enc(vhost)), api(path + '/bindings')]);
+    plots();
+    histAdd(q, Date.now());
+    const [cs] = await Promise.all([api('consumers/' + enc(vhost)), bindings.refresh()]);
     const mine = cs.filter(c => c.queue && c.queue.name === name);
     consumers.replaceChildren(h('h2', {}, 'Consumers (' + mine.length + ')'), sortable('consumers', [
       { key: 'consumer_tag', label: 'Tag' },
@@ -528,55 +424,7 @@ function pageQueue(vhost, name) {
       ...(isStream(q) ? streamConsumerColumns() : []),
     ], mine, { redraw() {} }));
     redrive.hidden = isStream(q); // nothing leaves a stream but by retention: there is nothing to move back
-    bindings.replaceChildren(h('h2', {}, 'Bindings'), sortable('bindings', [
-      { key: 'source', label: 'From', cell: b => h('a', { href: '#/exchanges/' + enc(vhost) + '/' + enc(b.source) }, b.source || '(AMQP default)') },
-      { key: 'routing_key', label: 'Routing key' },
-      { key: 'arguments', label: 'Arguments', get: b => JSON.stringify(b.arguments || {}) },
-    ], bs, { redraw() {} }));
   });
-}
-
-// --- policies ------------------------------------------------------------------------------
-
-function pagePolicies() {
-  const wrap = h('div', { class: 'panel' });
-  const msg = h('div', { id: 'policy-result' });
-  let rows = [];
-  const vsel = h('select', { name: 'vhost' });
-  const form = h('form', { class: 'panel stack', id: 'policy-form' }, h('h2', {}, 'Add or update a policy'),
-    h('div', { class: 'row' }, h('label', {}, h('span', {}, 'Vhost'), vsel), h('label', {}, h('span', {}, 'Name'), h('input', { name: 'name', required: true })),
-      h('label', {}, h('span', {}, 'Pattern'), h('input', { name: 'pattern', required: true, placeholder: '^orders\\.' }))),
-    h('div', { class: 'row' }, h('label', {}, h('span', {}, 'Apply to'), h('select', { name: 'apply-to' }, ['all', 'queues', 'exchanges'].map(a => h('option', {}, a)))),
-      h('label', {}, h('span', {}, 'Priority'), h('input', { name: 'priority', type: 'number', value: '0' }))),
-    h('label', {}, h('span', {}, 'Definition (JSON object)'), h('textarea', { name: 'definition', placeholder: '{"max-length": 10000, "dead-letter-exchange": "dlx"}' })),
-    msg, h('button', { class: 'primary' }, 'Save policy'));
-  form.addEventListener('submit', async ev => {
-    ev.preventDefault();
-    const f = new FormData(form);
-    let def;
-    try { def = JSON.parse(f.get('definition') || '{}'); } catch (e) { note(msg, false, 'The definition is not JSON: ' + e.message); return; }
-    try {
-      await api('policies/' + enc(f.get('vhost')) + '/' + enc(f.get('name')), { method: 'PUT', body: { pattern: f.get('pattern'), 'apply-to': f.get('apply-to'), priority: Number(f.get('priority')), definition: def } });
-      note(msg, true, 'Policy ' + f.get('name') + ' saved.'); refresh();
-    } catch (e) { note(msg, false, e.message); }
-  });
-  const edit = p => {
-    form.elements.name.value = p.name; form.elements.pattern.value = p.pattern; form.elements['apply-to'].value = p['apply-to'];
-    form.elements.priority.value = p.priority; form.elements.definition.value = JSON.stringify(p.definition, null, 2); vsel.value = p.vhost;
-    form.scrollIntoView();
-  };
-  const ts = { redraw: () => draw() };
-  const draw = () => wrap.replaceChildren(sortable('policies', [
-    { key: 'vhost', label: 'Vhost' }, { key: 'name', label: 'Name' }, { key: 'pattern', label: 'Pattern' },
-    { key: 'apply-to', label: 'Apply to' }, { key: 'priority', label: 'Priority', num: true },
-    { key: 'definition', label: 'Definition', get: p => JSON.stringify(p.definition) },
-    { key: 'edit', label: '', cell: p => h('span', {}, h('button', { type: 'button', onclick: () => edit(p) }, 'Edit'), ' ',
-      armed('Delete', async () => { try { await api('policies/' + enc(p.vhost) + '/' + enc(p.name), { method: 'DELETE' }); note(msg, true, 'Policy deleted.'); refresh(); } catch (e) { note(msg, false, e.message); } })) },
-  ], rows, ts));
-  const refresh = async () => { rows = await api('policies'); draw(); };
-  vhostOptions(vsel).catch(() => {});
-  main().replaceChildren(h('h1', {}, 'Policies'), wrap, form);
-  refresh().catch(e => note(msg, false, e.message));
 }
 
 // --- admin: users, vhosts, permissions, definitions ------------------------------------------
@@ -631,7 +479,8 @@ function pageAdmin() {
   } }, 'Export definitions');
   defs.replaceChildren(h('h2', {}, 'Definitions'), h('p', { class: 'small' }, 'Users, vhosts, permissions, policies, exchanges, queues and bindings, in RabbitMQ\'s format.'),
     h('div', { class: 'toolbar' }, exportBtn), h('div', { class: 'toolbar' }, file, importBtn));
-  main().replaceChildren(h('h1', {}, 'Admin'), msg, users, vhosts, perms, defs);
+  const topics = topicPermissionsPanel(msg);
+  main().replaceChildren(h('h1', {}, 'Admin'), msg, users, vhosts, perms, topics.panel, defs);
   const refresh = async () => {
     const [us, vs, ps] = await Promise.all([api('users'), api('vhosts'), api('permissions')]);
     users.replaceChildren(h('h2', {}, 'Users'), sortable('users-table', [
@@ -651,6 +500,7 @@ function pageAdmin() {
     ], ps, { redraw() {} }), pform);
     puser.replaceChildren(...us.map(u => h('option', {}, u.name)));
     pvhost.replaceChildren(...vs.map(v => h('option', {}, v.name)));
+    await topics.refresh();
   };
   refresh().catch(fail);
 }

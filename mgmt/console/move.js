@@ -57,7 +57,10 @@ function moveSection(vhost, queue) {
   const watch = async () => {
     if (watching) return;
     watching = true; button.disabled = true;
-    let last = null;
+    let last = null, remainingNow = 0;
+    // One Stop button for the whole watch: redrawn progress keeps it (and
+    // its armed state between the two clicks) instead of a new one.
+    const stop = armed('Stop the move', () => api(param, { method: 'DELETE' }).then(() => note(out, true, 'The move is stopped; ' + fmtNum(remainingNow) + ' message(s) stay in ' + queue + '.'), e => note(out, false, e.message)));
     const tick = async () => {
       if (st.page !== page || !out.isConnected) { watching = false; return; }
       const m = JSON.parse(sessionStorage.getItem(key) || 'null') || { total: null, t0: Date.now(), dest: '' };
@@ -78,7 +81,8 @@ function moveSection(vhost, queue) {
         const rate = last && moved !== null && now > last.t ? 1000 * (moved - last.moved) / (now - last.t) : null;
         last = { t: now, moved };
         if (gone) { moveDone(out, m, moved, remaining, now); sessionStorage.removeItem(key); watching = false; button.disabled = false; return; }
-        moveShow(out, m, moved, remaining, rate, state, reason, () => api(param, { method: 'DELETE' }).then(() => note(out, true, 'The move is stopped; ' + fmtNum(remaining) + ' message(s) stay in ' + queue + '.'), e => note(out, false, e.message)));
+        remainingNow = remaining;
+        moveShow(out, m, moved, remaining, rate, state, reason, stop);
       } catch (e) {
         if (e.status === 401) { watching = false; return; }
         note(out, false, 'Following the move: ' + e.message);
@@ -128,7 +132,7 @@ function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
 }
 
 // moveTrouble is a terminated shovel's reason, and the button that stops
-// the move.
+// the move (stop, made once per move).
 function moveTrouble(state, reason, stop) {
   const kids = [];
   if (state === 'terminated') {
@@ -136,7 +140,7 @@ function moveTrouble(state, reason, stop) {
       (String(reason).includes('needed a restart') ? ' (a broker closed its channel or connection with an error; the broker\'s log says which)' : '') +
       '. It starts again after its reconnect delay.'));
   }
-  if (stop) kids.push(h('div', { class: 'toolbar' }, armed('Stop the move', stop)));
+  if (stop) kids.push(h('div', { class: 'toolbar' }, stop));
   return kids;
 }
 
