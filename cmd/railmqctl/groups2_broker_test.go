@@ -136,3 +136,42 @@ func TestMoreGroupsAgainstBroker(t *testing.T) {
 		t.Errorf("streams after delete: %v", s)
 	}
 }
+
+// global_parameters and feature_flags against a real broker.
+func TestGlobalParametersAndFeatureFlagsAgainstBroker(t *testing.T) {
+	b := testutil.Start(t, broker.Options{})
+	api := managementAPI(t, b)
+	env := map[string]string{"RAILMQ_MANAGEMENT_URL": api}
+
+	if out := ctlOK(t, "railmqctl", api, "global_parameters", "set", "--name", "cluster_name", "--value", "prod-eu"); out != "set global runtime parameter 'cluster_name'\n" {
+		t.Errorf("set printed %q", out)
+	}
+	ctlOK(t, "railmqctl", api, "global_parameters", "declare", "--name", "ctl-g", "--value", `{"a":1}`)
+	if out := ctlOK(t, "railmqctl", api, "global_parameters", "list"); !hasRow(out, "cluster_name", "prod-eu") || !hasRow(out, "ctl-g", `{"a":1}`) {
+		t.Errorf("global_parameters list:\n%s", out)
+	}
+	if out := ctlOK(t, "railmqctl", api, "show", "overview"); !strings.Contains(out, "railmq") {
+		t.Errorf("show overview:\n%s", out)
+	}
+	ctlOK(t, "railmqctl", api, "global_parameters", "clear", "--name", "ctl-g")
+	if code, _, errOut := ctl(t, "railmqctl", env, "global_parameters", "clear", "--name", "ctl-g"); code != 1 || !strings.Contains(errOut, "no global runtime parameter 'ctl-g'") {
+		t.Errorf("clearing a missing global parameter: exit %d, %q", code, errOut)
+	}
+	if out := ctlOK(t, "railmqctl", api, "global_parameters", "clear", "--name", "ctl-g", "--idempotently"); !strings.Contains(out, "nothing to delete") {
+		t.Errorf("idempotent clear printed %q", out)
+	}
+
+	if out := ctlOK(t, "railmqctl", api, "feature_flags", "list"); !hasRow(out, "quorum_queue", "enabled", "stable", "rabbit", "Support", "queues", "of", "type", "`quorum`") {
+		t.Errorf("feature_flags list:\n%s", out)
+	}
+	if out := ctlOK(t, "railmqctl", api, "feature_flags", "enable", "--name", "stream_queue"); out != "enabled feature flag 'stream_queue'\n" {
+		t.Errorf("enable printed %q", out)
+	}
+	// RabbitMQ 3.10.8 answers an unknown flag 400 "unsupported".
+	if code, _, errOut := ctl(t, "railmqctl", env, "feature_flags", "enable", "--name", "nope"); code != 1 || !strings.Contains(errOut, "unsupported") {
+		t.Errorf("enable nope: exit %d, %q", code, errOut)
+	}
+	if out := ctlOK(t, "railmqctl", api, "feature_flags", "enable_all"); out != "enabled 0 feature flag(s); every stable feature flag is enabled\n" {
+		t.Errorf("enable_all printed %q", out)
+	}
+}
