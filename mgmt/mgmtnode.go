@@ -109,6 +109,8 @@ func (a *API) nodeJSON() map[string]any {
 		"enabled_plugins": []string{"rabbitmq_management"},
 		"applications":    []map[string]string{{"name": "rabbit", "description": "RabbitMQ (railmq " + a.srv.Version() + ")", "version": broker.CompatVersion}},
 		"net_ticktime":    60, "db_dir": ns.DataDir,
+		// RabbitMQ's lists; railmq logs to its standard error only.
+		"config_files": append([]string{}, ns.ConfigFiles...), "log_files": []string{"<stderr>"},
 	}
 }
 
