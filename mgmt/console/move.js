@@ -113,12 +113,29 @@ function moveSection(vhost, queue) {
 // moveShow draws a move in progress: moved of total (when this console
 // started it), what remains in the queue, the rate, the shovel's state.
 function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
+  // Drawn once, then updated in place: the Stop button stays the same
+  // element in the page between its two clicks (a redraw that took it
+  // out and put it back made the second click miss it).
+  let v = out.moveView;
+  if (!v || !out.contains(v.status)) {
+    v = out.moveView = { fill: h('span'), status: h('div', { id: 'move-status' }), err: h('div', { class: 'msg err', id: 'move-error' }), tools: h('div', { class: 'toolbar' }) };
+    v.bar = h('div', { class: 'bar' }, v.fill);
+    out.replaceChildren(v.bar, v.status, v.err, v.tools);
+  }
   const total = m.total;
+  const trouble = state === 'terminated';
+  v.err.hidden = !trouble;
+  v.err.textContent = trouble ? 'The shovel terminated: ' + String(reason).replace(/^"|"$/g, '') +
+    (String(reason).includes('needed a restart') ? ' (a broker closed its channel or connection with an error; the broker\'s log says which)' : '') +
+    '. It starts again after its reconnect delay.' : '';
+  if (stop && v.tools.firstChild !== stop) v.tools.replaceChildren(stop);
+  v.tools.hidden = !stop;
   if (m.stream) {
     // What is read from a stream stays in it: its depth says nothing of
     // the progress.
-    out.replaceChildren(h('div', { id: 'move-status' }, 'Copying ' + fmtNum(total) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') +
-      ' from this stream (a stream keeps its messages)' + (state ? ' · shovel ' + state : '')), ...moveTrouble(state, reason, stop));
+    v.bar.hidden = true;
+    v.status.textContent = 'Copying ' + fmtNum(total) + ' message(s)' + (m.dest ? ' to ' + m.dest : '') +
+      ' from this stream (a stream keeps its messages)' + (state ? ' · shovel ' + state : '');
     return;
   }
   const pct = total ? Math.min(100, Math.round(100 * moved / total)) : 0;
@@ -127,21 +144,10 @@ function moveShow(out, m, moved, remaining, rate, state, reason, stop) {
   parts.push(fmtNum(remaining) + ' remaining');
   if (rate !== null) parts.push(fmtNum(Math.max(0, Math.round(rate))) + '/s');
   if (state) parts.push('shovel ' + state);
-  out.replaceChildren(h('div', { class: 'bar' + (state === 'terminated' ? ' bad' : '') }, h('span', { style: 'width:' + pct + '%' })),
-    h('div', { id: 'move-status' }, 'Moving' + (m.dest ? ' to ' + m.dest : '') + ': ' + parts.join(' · ')), ...moveTrouble(state, reason, stop));
-}
-
-// moveTrouble is a terminated shovel's reason, and the button that stops
-// the move (stop, made once per move).
-function moveTrouble(state, reason, stop) {
-  const kids = [];
-  if (state === 'terminated') {
-    kids.push(h('div', { class: 'msg err', id: 'move-error' }, 'The shovel terminated: ' + String(reason).replace(/^"|"$/g, '') +
-      (String(reason).includes('needed a restart') ? ' (a broker closed its channel or connection with an error; the broker\'s log says which)' : '') +
-      '. It starts again after its reconnect delay.'));
-  }
-  if (stop) kids.push(h('div', { class: 'toolbar' }, stop));
-  return kids;
+  v.bar.hidden = false;
+  v.bar.className = 'bar' + (trouble ? ' bad' : '');
+  v.fill.style.width = pct + '%';
+  v.status.textContent = 'Moving' + (m.dest ? ' to ' + m.dest : '') + ': ' + parts.join(' · ');
 }
 
 // moveDone says how the move ended once the shovel is gone.
