@@ -36,6 +36,10 @@ func describeStream(m map[string]any, q *queue.Queue, node string) {
 			m[k] = v
 		}
 	}
+	// Its length as the same read of the log gives it: the counts the
+	// queue publishes are refreshed on the manager's tick, and a page
+	// showing both read 0 messages beside a last offset of 29.
+	m["messages"], m["messages_ready"] = int64(st.Next-st.First), int64(st.Next-st.First)
 	m["readers"] = map[string]int{node: len(st.Consumers)}
 	m["segments"] = st.Segments
 	m["first_timestamp"] = st.FirstTimestamp
