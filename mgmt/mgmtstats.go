@@ -21,16 +21,14 @@ type queueSample struct {
 	publish, deliverGet, ack, redeliv int64
 	limited                           int64 // queue.LimitedNanos
 	rates                             [4]float64
-	utilisation                       float64  // consumer_utilisation over the sample, or -1
-	hist                              *history // the queue's recent samples, while it is watched
+	utilisation                       float64    // consumer_utilisation over the sample, or -1
+	ring                              *queueHist // the queue's history (queuehist.go), nil while it has none
 }
 
-// queueStats holds the last sample of every queue, and the queues whose
-// history is kept.
+// queueStats holds the last sample, with its history, of every queue.
 type queueStats struct {
-	mu      sync.Mutex // guards m, watched and overview; a leaf lock
-	m       map[*queue.Queue]*queueSample
-	watched map[*queue.Queue]int64 // when the queue's history was last asked for (unix nanos)
+	mu sync.Mutex // guards m and overview, and the samples' rings; a leaf lock
+	m  map[*queue.Queue]*queueSample
 	// The broker's totals over time (always kept: one history).
 	overview *history
 	// Connections' and channels' counters and rates (connections.go).
@@ -43,17 +41,9 @@ type queueStats struct {
 // History: what the console plots over the last 10 minutes. Each sample
 // keeps the depths and the cumulative counters, as RabbitMQ's samples do
 // (a rate is the difference of two samples over their interval). The
-// broker keeps the totals' history always, and a queue's while somebody
-// looks at it (asked for it with lengths_age or msg_rates_age in the
-// last historySpan): a history per queue for every queue would cost the
-// brokers with 100,000 queues more than their queues.
+// totals' history is a ring of these; every queue's is a compact one
+// (queuehist.go).
 const historySpan = 10 * time.Minute
-
-// maxWatched bounds the queues whose history is kept at once, whatever
-// API clients ask for: at the default interval, 120 samples of 64 bytes
-// each, under 8 MiB in all. A queue asked for beyond it has no history
-// until others are no longer watched.
-const maxWatched = 1000
 
 type histPoint struct {
 	at                                   int64 // unix nanos
@@ -121,19 +111,9 @@ func (a *API) sample() {
 			tot.ready += hp.ready
 			tot.unacked += hp.unacked
 			tot.age = max(tot.age, hp.age)
-			if w, ok := a.qstats.watched[q]; ok {
-				if now-w > int64(historySpan) {
-					delete(a.qstats.watched, q)
-				} else {
-					if old := a.qstats.m[q]; old != nil && old.hist != nil {
-						ns.hist = old.hist
-					} else {
-						ns.hist = newHistory(a.opts.StatsInterval)
-					}
-					ns.hist.add(hp)
-				}
-			}
-			if old := a.qstats.m[q]; old != nil {
+			old := a.qstats.m[q]
+			ns.ring = recordHistory(old, hp, histStep(a.opts.StatsInterval))
+			if old != nil {
 				dt := float64(now-old.at) / float64(time.Second)
 				if dt > 0 {
 					ns.rates = [4]float64{float64(p-old.publish) / dt, float64(d-old.deliverGet) / dt,
@@ -144,11 +124,6 @@ func (a *API) sample() {
 				}
 			}
 			next[q] = ns
-		}
-	}
-	for q := range a.qstats.watched {
-		if next[q] == nil {
-			delete(a.qstats.watched, q) // deleted
 		}
 	}
 	t := a.srv.Totals().Sum()
@@ -211,21 +186,16 @@ func addSamples(m map[string]any, pts []histPoint) {
 	}
 }
 
-// queueHistory marks q watched and returns its samples as asked.
+// queueHistory returns q's samples as asked.
 func (a *API) queueHistory(q *queue.Queue, age, incr time.Duration) []histPoint {
 	a.qstats.mu.Lock()
 	defer a.qstats.mu.Unlock()
-	if a.qstats.watched == nil {
-		a.qstats.watched = map[*queue.Queue]int64{}
+	ns := a.qstats.m[q]
+	if ns == nil || ns.ring == nil {
+		return nil
 	}
-	now := time.Now().UnixNano()
-	if _, ok := a.qstats.watched[q]; ok || len(a.qstats.watched) < maxWatched {
-		a.qstats.watched[q] = now
-	}
-	if ns := a.qstats.m[q]; ns != nil && ns.hist != nil {
-		return ns.hist.newest(now, age, incr)
-	}
-	return nil
+	cur := histPoint{at: ns.at, publish: ns.publish, deliverGet: ns.deliverGet, ack: ns.ack, redelivers: ns.redeliv}
+	return ns.ring.points(cur, histStep(a.opts.StatsInterval), time.Now().UnixNano(), age, incr)
 }
 
 // overviewHistory returns the broker's totals' samples as asked.

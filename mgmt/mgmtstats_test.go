@@ -4,8 +4,6 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"github.com/railmq/railmq/queue"
 )
 
 // TestHistoryRing: the ring keeps the last samples, returns those within
@@ -53,17 +51,5 @@ func TestHistoryParams(t *testing.T) {
 		if age != tc.age || incr != tc.incr || ok != tc.ok {
 			t.Errorf("%q: %v, %v, %v; want %v, %v, %v", tc.query, age, incr, ok, tc.age, tc.incr, tc.ok)
 		}
-	}
-}
-
-// TestWatchedQueuesBounded: API clients cannot make the broker keep the
-// history of more than maxWatched queues.
-func TestWatchedQueuesBounded(t *testing.T) {
-	a := &API{}
-	for i := 0; i < maxWatched+50; i++ {
-		a.queueHistory(new(queue.Queue), time.Minute, 0)
-	}
-	if n := len(a.qstats.watched); n != maxWatched {
-		t.Errorf("%d queues watched, want at most %d", n, maxWatched)
 	}
 }

@@ -1,11 +1,15 @@
 'use strict';
-// What the console remembers of each queue between the broker's samples:
-// a bounded ring per queue, fed by every refresh of the queues list (one
-// page of it) and of a queue's page, so that a queue's page shows its
-// depth and rates from the first look, as far back as the console has
-// seen the queue, and the plots reach past the broker's 10 minutes of
-// samples. Also the time-range selector the plots share. Loaded before
-// console.js; uses its helpers (h) only when called.
+// What the console remembers of each queue beside the broker's samples.
+// The broker keeps every queue's history for 10 minutes from the queue's
+// first sample (mgmt/queuehist.go), so a queue's page plots it at the
+// first look from the samples its GET returns (lengths_age,
+// msg_rates_age). This bounded ring per queue, fed by every refresh of
+// the queues list (one page of it) and of a queue's page, draws the
+// list's History column, fills in before the broker's first sample of a
+// queue, and lets the plots reach past the broker's 10 minutes (the hour,
+// 8 hours and day ranges) as far back as the console has seen the queue.
+// Also the time-range selector the plots share. Loaded before console.js;
+// uses its helpers (h) only when called.
 
 // Bounds: HIST_POINTS samples per queue (when full, the older half is
 // thinned to every other sample, so the ring spans more time at a coarser
