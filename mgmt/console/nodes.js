@@ -2,7 +2,7 @@
 // The nodes page (monitoring users and administrators, as /api/nodes is
 // theirs): every node of the cluster as /api/nodes lists it, a node that
 // does not answer shown as down, each node's alarms (memory, disk) and
-// its memory, disk, file descriptors, sockets and goroutines against
+// its memory, disk, file descriptors and connections against
 // their limits, as the node answered this one's question (a node that did
 // not answer in 2 s is down, without figures); the raft view of the
 // cluster from /api/cluster (leader, voters, term). Loaded before
@@ -30,7 +30,6 @@ function pageNodes() {
       { key: 'disk_free', label: 'Disk free', num: true, hideSm: true, cell: n => (n.disk_free === undefined ? '' : fmtBytes(n.disk_free) + ' (limit ' + fmtBytes(n.disk_free_limit) + ')') },
       { key: 'fd_used', label: 'File descriptors', num: true, hideSm: true, cell: n => used(n.fd_used, n.fd_total, fmtNum) },
       { key: 'sockets_used', label: 'Connections', num: true, hideSm: true, cell: n => (n.sockets_used === undefined ? '' : fmtNum(n.sockets_used)) },
-      { key: 'proc_used', label: 'Goroutines', num: true, hideSm: true, cell: n => (n.proc_used === undefined ? '' : fmtNum(n.proc_used)) },
       { key: 'uptime', label: 'Uptime', num: true, cell: n => (n.uptime === undefined ? '' : fmtAge(n.uptime / 1000)) },
       { key: 'address', label: 'Cluster address', hideSm: true, get: n => n.railmq_cluster_address || (members.get(n.name) || {}).address || '' },
     ], nodes, { redraw() {} }));
