@@ -227,6 +227,7 @@ type Connection struct {
 	Blocked  bool // held back by an alarm
 	InFlow   bool // held back by flow control within the last second
 	Channels int  // open
+	Net      ConnNet
 }
 
 // openConns are the connections whose handshake is done, by id.
@@ -268,7 +269,7 @@ func (s *Server) connection(c *conn, now time.Time) Connection {
 	}
 	return Connection{ID: c.id, Name: ci.Name, User: ci.User, VHost: ci.VHost, PeerHost: ci.PeerHost, PeerPort: ci.PeerPort,
 		ConnectedAt: ci.ConnectedAt, ClientProperties: ci.ClientProperties, Node: ci.Node, Protocol: ci.Protocol, Type: ci.Type,
-		State: state, Blocked: blocked, InFlow: flow, Channels: int(c.nchan.Load())}
+		State: state, Blocked: blocked, InFlow: flow, Channels: int(c.nchan.Load()), Net: c.netInfo()}
 }
 
 // CloseConnection closes connection id with 320 CONNECTION_FORCED and
@@ -291,6 +292,7 @@ type Channel struct {
 	Unacked, Unconfirmed     int
 	Prefetch, GlobalPrefetch int
 	Confirm                  bool
+	Stats                    ChannelStats // its message counts (connstats.go)
 }
 
 // Consumer is a channel's consumer.
@@ -312,7 +314,7 @@ func (s *Server) Channels() []Channel {
 		for n, ch := range c.snap {
 			in := ch.Info()
 			x := Channel{Conn: cn, Number: n, Unacked: in.Unacked, Unconfirmed: in.Unconfirmed, Prefetch: in.Prefetch,
-				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm}
+				GlobalPrefetch: in.GlobalPrefetch, Confirm: in.Confirm, Stats: ChannelStats(in.Stats)}
 			for _, k := range in.Consumers {
 				x.Consumers = append(x.Consumers, Consumer{Tag: k.Tag, Queue: k.Queue, NoAck: k.NoAck, Exclusive: k.Exclusive, Prefetch: k.Prefetch, Args: k.Args})
 			}

@@ -60,6 +60,7 @@ type conn struct {
 	channelMax uint16
 	frameMax   uint32
 	heartbeat  time.Duration
+	mechanism  string // the client's SASL mechanism (start-ok)
 
 	user       string
 	vhost      string

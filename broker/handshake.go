@@ -61,6 +61,7 @@ func (c *conn) handshake() error {
 		c.silentClose = true
 		return fmt.Errorf("unknown authentication mechanism %q", so.Mechanism)
 	}
+	c.mechanism = so.Mechanism
 	user, pass, ok := parseCredentials(so.Mechanism, so.Response)
 	var u *auth.User
 	if c.direct {

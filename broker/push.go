@@ -204,6 +204,7 @@ func (c *conn) rawRead(p []byte) (int, error) {
 	case n == 0:
 		c.push.err = io.EOF
 	default:
+		c.io.counted(true, n)
 		c.flushes.At = queue.Now()
 		if n == len(p) {
 			c.fullReads++ // more may be waiting: a busy connection

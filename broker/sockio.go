@@ -3,6 +3,7 @@ package broker
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -24,6 +25,26 @@ type sockIO struct {
 	rd, wr rawOp           // the read and the write in progress
 	// Bound once: a closure per call would allocate.
 	readFn, writeFn func(fd uintptr) bool
+	// What went through: bytes and reads or writes that moved some
+	// (RabbitMQ's recv_oct, recv_cnt, send_oct, send_cnt), read by the
+	// management API from any goroutine.
+	recvOct, recvCnt, sendOct, sendCnt atomic.Int64
+}
+
+// counted adds a read (in) or write of n bytes to s's counts, and
+// returns n.
+func (s *sockIO) counted(in bool, n int) int {
+	if n <= 0 {
+		return n
+	}
+	if in {
+		s.recvOct.Add(int64(n))
+		s.recvCnt.Add(1)
+	} else {
+		s.sendOct.Add(int64(n))
+		s.sendCnt.Add(1)
+	}
+	return n
 }
 
 // rawOp is one read or write through the RawConn callback.
@@ -92,7 +113,8 @@ func (o *rawOp) write(fd uintptr) bool {
 // stream, or the poller's error (a deadline, a closed connection).
 func (s *sockIO) Read(p []byte) (int, error) {
 	if s.rc == nil || len(p) == 0 {
-		return s.nc.Read(p)
+		n, err := s.nc.Read(p)
+		return s.counted(true, n), err
 	}
 	s.rd = rawOp{p: p}
 	err := s.rc.Read(s.readFn)
@@ -106,18 +128,20 @@ func (s *sockIO) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	return n, nil
+	return s.counted(true, n), nil
 }
 
 // Write writes all of p, waiting for room in the socket as needed.
 func (s *sockIO) Write(p []byte) (int, error) {
 	if s.rc == nil || len(p) == 0 {
-		return s.nc.Write(p)
+		n, err := s.nc.Write(p)
+		return s.counted(false, n), err
 	}
 	s.wr = rawOp{p: p, wait: true}
 	err := s.rc.Write(s.writeFn)
 	n, errno := s.wr.n, s.wr.errno
 	s.wr = rawOp{}
+	s.counted(false, n)
 	switch {
 	case err != nil:
 		return n, err
@@ -137,7 +161,7 @@ func (s *sockIO) TryWrite(p []byte) int {
 	_ = s.rc.Write(s.writeFn)
 	n := s.wr.n
 	s.wr = rawOp{}
-	return n
+	return s.counted(false, n)
 }
 
 func (s *sockIO) opError(op string, errno syscall.Errno) error {

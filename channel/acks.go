@@ -89,6 +89,7 @@ func (c *Channel) settle(tag uint64, multiple bool, kind ackKind, requeue bool) 
 		switch {
 		case kind == ackAck:
 			c.counts.Acknowledged.Add(int64(len(b.ds)))
+			c.stats.Ack.Add(int64(len(b.ds)))
 			b.q.Ack(b.ds, c.cfg.Flushes)
 		case requeue && kind == ackNack:
 			// The consumer's verdict: held back first when the queue's

@@ -135,6 +135,7 @@ type Channel struct {
 	store queue.Store // nil when nothing is durable
 
 	counts *queue.Counts // the metrics' shard of this channel's connection
+	stats  Stats         // the channel's own counts (stats.go)
 
 	// Confirms in flight. cmu guards cstate (the outcome of each publish
 	// from tag cbase on), readyUpTo (confirms due but not yet sent) and
@@ -368,6 +369,7 @@ func (c *Channel) handle(m amqp.Method) error {
 			return precondition("cannot switch from confirm to tx mode")
 		}
 		c.tx = true
+		c.stats.Transactional.Store(true)
 		c.send(&amqp.TxSelectOk{})
 		return nil
 	case *amqp.TxCommit:
@@ -528,6 +530,7 @@ type ChannelInfo struct {
 	Unacked, Unconfirmed     int
 	Prefetch, GlobalPrefetch int
 	Confirm                  bool
+	Stats                    StatsSnapshot // the channel's message counts (stats.go)
 }
 
 // Info is what the management API shows of the channel: its consumers,
@@ -544,5 +547,6 @@ func (c *Channel) Info() ChannelInfo {
 	c.cmu.Lock()
 	in.Unconfirmed = len(c.cstate)
 	c.cmu.Unlock()
+	in.Stats = c.stats.Snapshot()
 	return in
 }

@@ -141,5 +141,6 @@ func (c *Channel) sendAcks(tag uint64) {
 	}
 	c.send(&amqp.BasicAck{DeliveryTag: tag, Multiple: tag-c.ackedUpTo > 1})
 	c.counts.Confirmed.Add(int64(tag - c.ackedUpTo))
+	c.stats.Confirm.Add(int64(tag - c.ackedUpTo))
 	c.ackedUpTo = tag
 }

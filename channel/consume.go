@@ -195,6 +195,7 @@ func (c *Channel) Deliver(qc *queue.Consumer, q *queue.Queue, d queue.Delivery) 
 		c.track(q, qc, d, q.DeliveredAt())
 	}
 	c.counts.DeliveredConsume[b2i(qc.NoAck)].Add(1)
+	c.stats.countDelivery(false /* get */, qc.NoAck, d.Redelivered)
 	if d.Redelivered {
 		c.counts.Redelivered.Add(1)
 	}
@@ -305,10 +306,12 @@ func (c *Channel) get(m *amqp.BasicGet) error {
 	}
 	if !ok {
 		c.counts.GetEmpty.Add(1)
+		c.stats.GetEmpty.Add(1)
 		c.send(&amqp.BasicGetEmpty{})
 		return nil
 	}
 	c.counts.DeliveredGet[b2i(m.NoAck)].Add(1)
+	c.stats.countDelivery(true /* get */, m.NoAck, d.Redelivered)
 	if d.Redelivered {
 		c.counts.Redelivered.Add(1)
 	}

@@ -158,6 +158,7 @@ func (c *Channel) dropAssembly() {
 // overwrote them.
 func (c *Channel) dropTx() {
 	c.txOps = nil
+	c.stats.uncommitted(nil)
 	if c.txHeld != 0 {
 		c.cfg.Memory.Add(-c.txHeld)
 		c.txHeld = 0
@@ -176,6 +177,7 @@ func (c *Channel) deferOp(op txOp) {
 		n += txAckSize
 	}
 	c.txOps = append(c.txOps, op)
+	c.stats.uncommitted(&op)
 	c.txHeld += n
 	c.cfg.Memory.Add(n)
 }
@@ -235,6 +237,7 @@ func (c *Channel) publishAssembled() error {
 	c.buf = nil
 	t := c.counts
 	t.Received.Add(1)
+	c.stats.Publish.Add(1)
 	if c.confirm {
 		t.ReceivedConfirm.Add(1)
 	}
@@ -431,9 +434,11 @@ func (c *Channel) routed(routed, mandatory bool, msg *queue.Message) {
 		c.counts.Routed.Add(1)
 	case mandatory:
 		c.counts.UnroutableReturn.Add(1)
+		c.stats.ReturnUnroutable.Add(1)
 		c.returnMsg(msg)
 	default:
 		c.counts.UnroutableDropped.Add(1)
+		c.stats.DropUnroutable.Add(1)
 	}
 }
 
@@ -448,6 +453,7 @@ func (c *Channel) returnMsg(msg *queue.Message) {
 func (c *Channel) commit() error {
 	ops, held := c.txOps, c.txHeld
 	c.txOps, c.txHeld = nil, 0
+	c.stats.uncommitted(nil)
 	defer c.cfg.Memory.Add(-held)
 	for _, op := range ops {
 		if op.ack != nil {

@@ -239,10 +239,19 @@ func TestConsoleAdminLimits(t *testing.T) {
 		t.Errorf("topic permissions of guest in /: %v", tp)
 	}
 	br.shot("topic-permissions")
-	br.run("clear the topic permission", clickTwice(`#topic-permissions-table tbody button.danger`))
+	// Clear removes that row's exchange only: guest's permission on
+	// another exchange stays.
+	if c := a.call("PUT", "/api/topic-permissions/%2F/guest", "guest", "guest", map[string]any{"exchange": "ops-topic", "write": ".*", "read": ".*"}, nil); c/100 != 2 {
+		t.Fatalf("PUT a second topic permission: %d", c)
+	}
+	br.run("reload admin", chromedp.Navigate(url+"#/"), chromedp.Navigate(url+"#/admin"), chromedp.WaitVisible(chromedp.CSS(`#set-topic-permission input[name=exchange]`)))
+	br.waitText("#topic-permissions-table", 10*time.Second, func(s string) bool { return strings.Contains(s, "ops-topic") }, "both topic permissions are listed")
+	br.run("clear the topic permission", js(`(() => { const tr = [...document.querySelectorAll('#topic-permissions-table tbody tr')].find(r => r.textContent.includes('amq.topic'));
+		tr.querySelector('button.danger').id = 'clear-amq-topic'; return true })()`), clickTwice(`#clear-amq-topic`))
 	br.waitText("#topic-permissions-table", 10*time.Second, func(s string) bool { return !strings.Contains(s, "amq.topic") }, "the topic permission is cleared")
-	if c := a.call("GET", "/api/topic-permissions/%2F/guest", "guest", "guest", nil, nil); c != 404 {
-		t.Errorf("GET guest's topic permissions after Clear: %d, want 404", c)
+	tp = nil
+	if c := a.call("GET", "/api/topic-permissions/%2F/guest", "guest", "guest", nil, &tp); c != 200 || len(tp) != 1 || tp[0]["exchange"] != "ops-topic" {
+		t.Errorf("GET guest's topic permissions after Clear: %d %v, want ops-topic's only", c, tp)
 	}
 
 	// The queue form's type.

@@ -135,10 +135,10 @@ func (f *queueFigures) emit(e emitter, labels ...string) {
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	e := emitter{ch}
 	ns := m.collectNode(e)
-	conns, chans := m.collectConnections(e)
+	conns := m.collectConnections(e)
 	t := m.s.Totals()
 	collectQueueChurn(e, t)
-	consumers := m.collectQueues(e, chans)
+	consumers := m.collectQueues(e)
 	collectResources(e, ns, len(conns))
 	collectGlobal(e, t, consumers)
 	m.collectStore(e, ns)
@@ -162,31 +162,22 @@ func (m *collector) collectNode(e emitter) broker.NodeStatus {
 	return ns
 }
 
-// channelFigures are the sums over every open channel.
-type channelFigures struct {
-	unacked, unconfirmed int
-}
-
-// collectConnections sends the open connections and channels and their
-// churn; it returns the connections and the channels' sums.
-func (m *collector) collectConnections(e emitter) ([]broker.Connection, channelFigures) {
+// collectConnections sends the open connections and channels, their
+// figures (channels.go) and their churn; it returns the connections.
+func (m *collector) collectConnections(e emitter) []broker.Connection {
 	s := m.s
 	conns := s.Connections()
-	nch := 0
-	var sums channelFigures
-	for _, in := range s.Channels() {
-		nch++
-		sums.unacked += in.Unacked
-		sums.unconfirmed += in.Unconfirmed
-	}
+	chans := s.Channels()
+	m.collectChannels(e, chans)
+	m.collectConnTraffic(e, conns)
 	e.gauge("rabbitmq_connections", "Connections currently open", float64(len(conns)))
-	e.gauge("rabbitmq_channels", "Channels currently open", float64(nch))
+	e.gauge("rabbitmq_channels", "Channels currently open", float64(len(chans)))
 	churn := s.Churn()
 	e.counter("rabbitmq_connections_opened_total", "Total number of connections opened", churn.ConnectionsOpened)
 	e.counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", churn.ConnectionsClosed)
 	e.counter("rabbitmq_channels_opened_total", "Total number of channels opened", churn.ChannelsOpened)
 	e.counter("rabbitmq_channels_closed_total", "Total number of channels closed", churn.ChannelsClosed)
-	return conns, sums
+	return conns
 }
 
 // collectQueueChurn sends the queues declared, created and deleted.
@@ -197,9 +188,9 @@ func collectQueueChurn(e emitter, t *queue.Totals) {
 }
 
 // collectQueues sends the queues' figures, summed or (per object) one
-// series each with the exchanges', then the counts of queues, consumers
-// and the channels' sums; it returns the consumers on every queue.
-func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers int64) {
+// series each with the exchanges', then the counts of queues and
+// consumers; it returns the consumers on every queue.
+func (m *collector) collectQueues(e emitter) (consumers int64) {
 	var all queueFigures
 	var streams streamFigures
 	nq, oldest := 0, 0.0
@@ -237,9 +228,6 @@ func (m *collector) collectQueues(e emitter, chans channelFigures) (consumers in
 	}
 	e.gauge("rabbitmq_queues", "Queues available", float64(nq))
 	e.gauge("rabbitmq_consumers", "Consumers currently connected", float64(all.consumers))
-	e.gauge("rabbitmq_channel_consumers", "Consumers on a channel", float64(all.consumers))
-	e.gauge("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages", float64(chans.unacked))
-	e.gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", float64(chans.unconfirmed))
 	return all.consumers
 }
 

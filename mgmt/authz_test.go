@@ -190,6 +190,26 @@ var authzCases = []authzCase{
 	{"GET /api/federation-links/{vhost}/state/down", "/api/federation-links/authz-v/state/down", nil},
 	// No such link (its id differs between brokers): who gets 404, not 401.
 	{"DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart", "/api/federation-links/vhost/authz-v/00000000/nonode/restart", nil},
+	{"GET /api/connections/{name}/channels", "/api/connections/{conn}/channels", nil},
+	{"GET /api/channels/{name}", "/api/channels/{chan}", nil},
+	{"GET /api/vhosts/{vhost}/connections", "/api/vhosts/authz-v/connections", nil},
+	{"GET /api/vhosts/{vhost}/channels", "/api/vhosts/authz-v/channels", nil},
+	{"GET /api/global-parameters", "/api/global-parameters", nil},
+	{"GET /api/global-parameters/{name}", "/api/global-parameters/authz-g", nil},
+	{"PUT /api/global-parameters/{name}", "/api/global-parameters/authz-g2", map[string]any{"value": "authz"}},
+	{"DELETE /api/global-parameters/{name}", "/api/global-parameters/authz-g", nil},
+	{"GET /api/cluster-name", "/api/cluster-name", nil},
+	{"PUT /api/cluster-name", "/api/cluster-name", map[string]any{"name": "authz-cluster"}},
+	{"GET /api/feature-flags", "/api/feature-flags", nil},
+	// A flag that is on (on RabbitMQ too): enabling it changes nothing.
+	{"PUT /api/feature-flags/{name}/enable", "/api/feature-flags/quorum_queue/enable", map[string]any{}},
+	{"GET /api/health/checks/certificate-expiration/{within}/{unit}", "/api/health/checks/certificate-expiration/1/weeks", nil},
+	{"GET /api/health/checks/node-is-quorum-critical", "/api/health/checks/node-is-quorum-critical", nil},
+	{"GET /api/health/checks/node-is-mirror-sync-critical", "/api/health/checks/node-is-mirror-sync-critical", nil},
+	{"POST /api/queues/{vhost}/{queue}/actions", "/api/queues/authz-v/q/actions", map[string]any{"action": "sync"}},
+	{"GET /api/topic-permissions/{vhost}/{user}/{exchange}", "/api/topic-permissions/authz-v/authz-target/amq.topic", nil},
+	{"PUT /api/topic-permissions/{vhost}/{user}/{exchange}", "/api/topic-permissions/authz-v/authz-target/amq.topic", topicPerms},
+	{"DELETE /api/topic-permissions/{vhost}/{user}/{exchange}", "/api/topic-permissions/authz-v/authz-target/amq.topic", nil},
 }
 
 // authzBroker is a broker's management API as the table asks it.
@@ -201,6 +221,30 @@ type authzBroker struct {
 	node    string
 	conn    *rmq.Connection // guest's, which the connection routes name
 	conName string
+	chName  string // its channel, which the channel routes name
+	// The cluster's name before the table ran, and whether it was a
+	// global parameter (PUT /api/cluster-name changes it: restore puts
+	// it back, cleanup removes the parameter it made).
+	clusterName string
+	clusterSet  bool
+}
+
+// channel opens a channel on guest's connection if it has none and
+// waits until the API shows it.
+func (x *authzBroker) channel() string {
+	name := x.connection()
+	if x.chName != "" && strings.HasPrefix(x.chName, name+" (") {
+		return x.chName
+	}
+	if _, err := x.conn.Channel(); err != nil {
+		x.t.Fatal(err)
+	}
+	x.chName = name + " (1)"
+	poll.Eventually(x.t, 30*time.Second, func() bool {
+		code, _ := x.do("GET", "/api/channels/"+url.PathEscape(x.chName), "guest", "guest", nil)
+		return code == 200
+	}, "guest's channel %s is not shown", x.chName)
+	return x.chName
 }
 
 // connection opens guest's connection if it is closed (a DELETE closed
@@ -311,6 +355,11 @@ func (x *authzBroker) restore() {
 	x.admin("PUT", "/api/policies/"+authzVHost+"/p", policyBody)
 	x.admin("PUT", "/api/operator-policies/"+authzVHost+"/op", policyBody)
 	x.admin("PUT", "/api/parameters/shovel/"+authzVHost+"/sh", shovelBody)
+	x.admin("PUT", "/api/global-parameters/authz-g", map[string]any{"value": "authz"})
+	x.admin("DELETE", "/api/global-parameters/authz-g2", nil, 204, 404)
+	if x.clusterName != "" {
+		x.admin("PUT", "/api/cluster-name", map[string]any{"name": x.clusterName})
+	}
 	x.admin("DELETE", "/api/vhosts/authz-new", nil, 204, 404)
 	x.admin("DELETE", "/api/users/authz-new", nil, 204, 404)
 	x.admin("DELETE", "/api/queues/"+authzVHost+"/qnew", nil, 204, 404)
@@ -336,6 +385,9 @@ func (x *authzBroker) run(cases []authzCase) map[string][15]int {
 				if strings.Contains(path, "{conn}") {
 					path = strings.ReplaceAll(path, "{conn}", url.PathEscape(x.connection()))
 				}
+				if strings.Contains(path, "{chan}") {
+					path = strings.ReplaceAll(path, "{chan}", url.PathEscape(x.channel()))
+				}
 				code, _ := x.do(strings.Fields(c.route)[0], path, authzUser(tag, perm), authzPass, c.body)
 				row[i*3+j] = code
 				if code/100 == 2 && !strings.HasPrefix(c.route, "GET ") {
@@ -360,6 +412,11 @@ func (x *authzBroker) cleanup() {
 	}
 	x.admin("DELETE", "/api/users/"+authzTargetUser, nil, 204, 404)
 	x.admin("DELETE", "/api/users/authz-new", nil, 204, 404)
+	x.admin("DELETE", "/api/global-parameters/authz-g", nil, 204, 404)
+	x.admin("DELETE", "/api/global-parameters/authz-g2", nil, 204, 404)
+	if !x.clusterSet {
+		x.admin("DELETE", "/api/global-parameters/cluster_name", nil, 204, 404)
+	}
 }
 
 func newAuthzTarget(t *testing.T, apiURL, amqpURL string) *authzBroker {
@@ -373,6 +430,14 @@ func newAuthzTarget(t *testing.T, apiURL, amqpURL string) *authzBroker {
 		t.Fatalf("GET /api/overview: %d %s", code, out)
 	}
 	x.node = ov.Node
+	var cn struct {
+		Name string `json:"name"`
+	}
+	if code, out := x.do("GET", "/api/cluster-name", "guest", "guest", nil); code == 200 && json.Unmarshal([]byte(out), &cn) == nil {
+		x.clusterName = cn.Name
+	}
+	code, _ = x.do("GET", "/api/global-parameters/cluster_name", "guest", "guest", nil)
+	x.clusterSet = code == 200
 	return x
 }
 

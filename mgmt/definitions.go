@@ -162,6 +162,7 @@ func exportDefinitions(srv *broker.Server, only string) defsFile {
 		for _, t := range srv.Access().TopicPermissions() {
 			d.TopicPermissions = append(d.TopicPermissions, defsTopic{t.User, t.VHost, t.Exchange, t.Write, t.Read})
 		}
+		d.GlobalParameters = exportGlobals(srv) // definitions_vhost.go
 	}
 	for _, st := range srv.VHosts() {
 		vh := st.Name()
@@ -230,6 +231,11 @@ func (a *API) apiGetDefinitions(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
+	if vh != "" {
+		writeJSON(w, vhostDefinitions(exportDefinitions(a.srv, vh))) // definitions_vhost.go
+		return
+	}
+	a.globalParameters() // the cluster's id, made if it has none yet
 	writeJSON(w, exportDefinitions(a.srv, vh))
 }
 
@@ -268,7 +274,7 @@ func (a *API) apiPostDefinitions(w http.ResponseWriter, r *http.Request) {
 // retarget makes a vhost's file (exported without vhost fields) apply to
 // vh, as RabbitMQ's POST /api/definitions/{vhost}.
 func (d *defsFile) retarget(vh string) {
-	d.Users, d.VHosts, d.Permissions, d.TopicPermissions = nil, nil, nil, nil
+	d.Users, d.VHosts, d.Permissions, d.TopicPermissions, d.GlobalParameters = nil, nil, nil, nil, nil
 	for i := range d.Queues {
 		d.Queues[i].VHost = vh
 	}
@@ -351,7 +357,7 @@ func (im *importer) close() {
 // queues, bindings.
 func (im *importer) check() error {
 	for _, step := range []func() error{im.checkVHosts, im.checkUsers, im.checkPermissions, im.checkTopicPermissions,
-		im.checkParameters, im.checkPolicies, im.checkExchanges, im.checkQueues, im.checkBindings} {
+		im.checkParameters, im.checkGlobals, im.checkPolicies, im.checkExchanges, im.checkQueues, im.checkBindings} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -475,6 +481,7 @@ func (im *importer) checkPolicies() error {
 			}
 			return fmt.Errorf("policy %q in %q: %w", p.Name, p.VHost, err)
 		}
+		warnMirroring(im.srv.Logger(), p.VHost, p.Name, p.Definition)
 		im.policies[i] = pd
 	}
 	return nil
@@ -583,6 +590,9 @@ func (im *importer) apply() error {
 		return err
 	}
 	if err := im.applyBindings(start); err != nil {
+		return err
+	}
+	if err := im.applyGlobals(); err != nil { // definitions_vhost.go
 		return err
 	}
 	return im.applyPolicies()

@@ -35,7 +35,7 @@ func (a *API) apiVHostLimits(w http.ResponseWriter, r *http.Request) {
 			out = append(out, limitsEntry{VHost: st.Name(), Value: st.Rec.Limits})
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, asMaps(out))
 }
 
 func (a *API) apiUserLimits(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +46,7 @@ func (a *API) apiUserLimits(w http.ResponseWriter, r *http.Request) {
 			out = append(out, limitsEntry{User: u.Name, Value: u.Limits})
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, asMaps(out))
 }
 
 // limitValue reads {"value": N} for limit name, answering 400 with

@@ -73,27 +73,6 @@ func (a *API) Close() {
 	<-a.sampled
 }
 
-// connJSON is a connection as the API shows it: client_properties made
-// JSON-safe (jsonTable) when shown, not held twice per connection.
-type connJSON struct {
-	Name             string         `json:"name"`
-	User             string         `json:"user"`
-	VHost            string         `json:"vhost"`
-	PeerHost         string         `json:"peer_host"`
-	PeerPort         int            `json:"peer_port"`
-	ConnectedAt      int64          `json:"connected_at"`
-	State            string         `json:"state"`
-	Node             string         `json:"node"`
-	Protocol         string         `json:"protocol"`
-	Type             string         `json:"type"`
-	ClientProperties map[string]any `json:"client_properties"`
-}
-
-func connView(c broker.Connection) connJSON {
-	return connJSON{Name: c.Name, User: c.User, VHost: c.VHost, PeerHost: c.PeerHost, PeerPort: c.PeerPort, ConnectedAt: c.ConnectedAt,
-		State: c.State, Node: c.Node, Protocol: c.Protocol, Type: c.Type, ClientProperties: jsonTable(c.ClientProperties)}
-}
-
 // writeJSON answers v as JSON; a value that cannot be encoded is a 500
 // with the reason, never a 200 with an empty body.
 func writeJSON(w http.ResponseWriter, v any) {
@@ -128,11 +107,11 @@ func (a *API) visibleConns(r *http.Request) []broker.Connection {
 }
 
 func (a *API) apiConnections(w http.ResponseWriter, r *http.Request) {
-	out := []connJSON{}
+	out := []map[string]any{}
 	for _, c := range a.visibleConns(r) {
-		out = append(out, connView(c))
+		out = append(out, a.connView(c))
 	}
-	writeList(w, r, asMaps(out))
+	writeList(w, r, out)
 }
 
 func (a *API) apiCloseConnection(w http.ResponseWriter, r *http.Request) {

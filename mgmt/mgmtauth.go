@@ -170,6 +170,10 @@ func (a *API) routes() []route {
 	add("GET", "/api/channels", a.apiChannels)
 	add("GET", "/api/connections", a.apiConnections)
 	add("GET", "/api/connections/{name}", a.apiConnection)
+	add("GET", "/api/connections/{name}/channels", a.apiConnectionChannels)
+	add("GET", "/api/channels/{name}", a.apiChannel)
+	add("GET", "/api/vhosts/{vhost}/connections", a.apiVHostConnections)
+	add("GET", "/api/vhosts/{vhost}/channels", a.apiVHostChannels)
 	add("DELETE", "/api/connections/{name}", a.apiCloseConnection)
 	add("GET", "/api/queues/{vhost}/{queue}/bindings", a.apiQueueBindings)
 	add("GET", "/api/exchanges/{vhost}/{exchange}/bindings/{side}", a.apiExchangeBindings)
@@ -251,6 +255,8 @@ func (a *API) routes() []route {
 	add("DELETE", "/api/user-limits/{user}/{name}", admin(a.apiDeleteUserLimit))
 	a.parameterRoutes(add)
 	a.federationRoutes(add)
+	a.globalRoutes(add) // globalparams.go
+	a.extraRoutes(add)  // healthextra.go
 	return routes
 }
 
@@ -317,11 +323,13 @@ func (a *API) vhostJSON(st *broker.VHostInfo) map[string]any {
 	if t := st.Rec.DefaultQueueType; t != "" {
 		dqt, meta["default_queue_type"] = t, t
 	}
-	return map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
+	m := map[string]any{"name": st.Name(), "description": st.Rec.Description, "tags": tags,
 		"default_queue_type": dqt, "metadata": meta,
 		"tracing": st.Tracing(), "cluster_state": map[string]string{a.srv.NodeName(): "running"},
 		"messages": ready + unacked, "messages_details": zero, "messages_ready": ready, "messages_ready_details": zero,
 		"messages_unacknowledged": unacked, "messages_unacknowledged_details": zero}
+	a.vhostStats(st, m) // vhoststats.go
+	return m
 }
 
 // canSee reports whether u may see vhost vh in the vhosts' list and
@@ -371,7 +379,9 @@ func (a *API) apiVHost(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, a.vhostJSON(st))
+	m := a.vhostJSON(st)
+	a.vhostSamples(r, st.Name(), m) // vhoststats.go
+	writeJSON(w, m)
 }
 
 func (a *API) apiPutVHost(w http.ResponseWriter, r *http.Request) {
@@ -558,7 +568,7 @@ func (a *API) apiPermissions(w http.ResponseWriter, r *http.Request) {
 			out = append(out, permJSON(p))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 // pathObjectExists answers 404 for a vhost or user the path names that
@@ -644,7 +654,7 @@ func (a *API) apiTopicPermissions(w http.ResponseWriter, r *http.Request) {
 			out = append(out, topicJSON(t))
 		}
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (a *API) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
@@ -659,7 +669,7 @@ func (a *API) apiTopicPermission(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, out)
+	writeList(w, r, out)
 }
 
 func (a *API) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
@@ -679,7 +689,13 @@ func (a *API) apiPutTopicPermission(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err.Error())
 		return
 	}
-	had := a.srv.Access().Grant(vh, user).TopicChecked(ex)
+	// 201 only when the user had no topic permission in the vhost, 204
+	// when it had one, for this exchange or another (RabbitMQ 3.10.8:
+	// a second exchange's PUT answers 204).
+	had := false
+	for _, t := range a.srv.Access().TopicPermissions() {
+		had = had || (t.VHost == vh && t.User == user)
+	}
 	if err := a.srv.PutAccess(nil, nil, []auth.TopicPermissionEntry{{VHost: vh, User: user, TopicPermission: tp}}); err != nil {
 		internalError(w, err)
 		return

@@ -43,16 +43,6 @@ func (a *API) apiChannels(w http.ResponseWriter, r *http.Request) {
 	writeList(w, r, out)
 }
 
-// channelJSON is a channel as /api/channels shows it.
-func (a *API) channelJSON(ch broker.Channel) map[string]any {
-	ci := ch.Conn
-	return map[string]any{"name": channelName(ch), "number": ch.Number, "user": ci.User, "vhost": ci.VHost,
-		"node": a.srv.NodeName(), "state": channelState(ci.State), "consumer_count": len(ch.Consumers), "messages_unacknowledged": ch.Unacked,
-		"messages_unconfirmed": ch.Unconfirmed, "prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
-		"confirm": ch.Confirm, "transactional": false,
-		"connection_details": map[string]any{"name": ci.Name, "peer_host": ci.PeerHost, "peer_port": ci.PeerPort}}
-}
-
 func (a *API) apiConsumers(w http.ResponseWriter, r *http.Request) {
 	vh := r.PathValue("vhost")
 	if vh != "" && a.srv.LookupVHost(vh) == nil {

@@ -176,8 +176,12 @@ func writeRows(w http.ResponseWriter, r *http.Request, rows []row) {
 	from, to := 0, len(rows)
 	if lq.paged {
 		filtered := len(rows)
-		pages := max((filtered+lq.size-1)/lq.size, 1)
-		if lq.page > pages {
+		// No match is 0 pages, and page 1 of them an empty page; a later
+		// page is out of range (RabbitMQ 3.10.8: GET
+		// /api/connections?page=1&page_size=1 with none open answers
+		// page_count 0, items [], and page=2 400 page_out_of_range).
+		pages := (filtered + lq.size - 1) / lq.size
+		if lq.page > max(pages, 1) {
 			apiError(w, http.StatusBadRequest, "page_out_of_range", fmt.Sprintf("Page out of range, page: %d page size: %d, len: %d", lq.page, lq.size, filtered))
 			return
 		}
@@ -240,15 +244,28 @@ func streamJSON(w http.ResponseWriter, n int, item func(b []byte, i int) ([]byte
 	_ = bw.Flush()
 }
 
-// pathValue is the value at a dotted path of m, or nil.
+// pathValue is the value at a dotted path of m, or nil. The objects
+// nest maps of any value and the typed maps of rates and details
+// ({"rate": r} is a map[string]float64): a path goes through both.
 func pathValue(m map[string]any, path string) any {
 	var v any = m
 	for _, p := range strings.Split(path, ".") {
-		mm, ok := v.(map[string]any)
+		var ok bool
+		switch mm := v.(type) {
+		case map[string]any:
+			v, ok = mm[p]
+		case map[string]float64:
+			v, ok = mm[p]
+		case map[string]int64:
+			v, ok = mm[p]
+		case map[string]int:
+			v, ok = mm[p]
+		case map[string]string:
+			v, ok = mm[p]
+		}
 		if !ok {
 			return nil
 		}
-		v = mm[p]
 	}
 	return v
 }

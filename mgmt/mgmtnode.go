@@ -66,7 +66,7 @@ func (a *API) apiOverview(w http.ResponseWriter, r *http.Request) {
 	m := map[string]any{
 		"management_version": broker.CompatVersion, "rabbitmq_version": broker.CompatVersion, "rates_mode": "basic",
 		"product_name": "railmq", "product_version": a.srv.Version(),
-		"cluster_name": a.srv.NodeName(), "node": a.srv.NodeName(), "erlang_version": runtime.Version(),
+		"cluster_name": a.clusterName(), "node": a.srv.NodeName(), "erlang_version": runtime.Version(),
 		"exchange_types": exchangeTypes, "disable_stats": false, "enable_queue_totals": false,
 		"message_stats": map[string]any{"publish": pub, "publish_details": rate(rates[0]), "deliver_get": dlv, "deliver_get_details": rate(rates[1]),
 			"ack": ack, "ack_details": rate(rates[2]), "redeliver": redel, "redeliver_details": rate(rates[3])},

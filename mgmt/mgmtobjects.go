@@ -946,7 +946,7 @@ func (a *API) apiConnection(w http.ResponseWriter, r *http.Request) {
 			notAuthorised(w, reasonObject)
 			return
 		}
-		writeJSON(w, connView(c))
+		writeJSON(w, a.connView(c))
 		return
 	}
 	notFound(w)

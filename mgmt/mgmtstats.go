@@ -33,6 +33,11 @@ type queueStats struct {
 	watched map[*queue.Queue]int64 // when the queue's history was last asked for (unix nanos)
 	// The broker's totals over time (always kept: one history).
 	overview *history
+	// Connections' and channels' counters and rates (connections.go).
+	conns map[uint64]*connSample
+	chans map[chanKey]*connSample
+	// Every vhost's totals and history (vhoststats.go).
+	vhosts map[string]*vhostSample
 }
 
 // History: what the console plots over the last 10 minutes. Each sample
@@ -255,6 +260,8 @@ func (a *API) sampler() {
 	t := time.NewTicker(a.opts.StatsInterval)
 	defer t.Stop()
 	a.sample()
+	a.sampleConns()
+	a.sampleVHosts()
 	for {
 		select {
 		case <-a.stop:
@@ -263,6 +270,8 @@ func (a *API) sampler() {
 			return
 		case <-t.C:
 			a.sample()
+			a.sampleConns()
+			a.sampleVHosts()
 		}
 	}
 }

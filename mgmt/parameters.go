@@ -84,7 +84,7 @@ func (a *API) apiParameters(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []map[string]any{}
 	for _, p := range a.srv.Parameters(comp, vh) {
-		if a.vhostAccess(u, p.VHost) {
+		if p.VHost != "" && a.vhostAccess(u, p.VHost) { // "": a global parameter (globalparams.go)
 			out = append(out, parameterJSON(p))
 		}
 	}

@@ -113,6 +113,7 @@ func (a *API) policiesHandlers(operator bool) (list, get, put, del http.HandlerF
 			}
 			return
 		}
+		warnMirroring(a.log, vh, name, def)
 		had, err := a.srv.PutPolicy(vh, operator, name, p)
 		if err != nil {
 			internalError(w, err)

@@ -1,12 +1,10 @@
 'use strict';
 // Connections and channels: the lists, a connection's page (its figures,
 // client properties and channels; close it with a reason) and a
-// channel's page (its figures and consumers). A channel is read from
-// /api/channels/{name}, or where the broker lacks that route from
-// /api/channels with RabbitMQ's name filter (name=, a caseless substring)
-// and then matched exactly, so that the page asks for a handful of
-// channels rather than all of them. Loaded before console.js; uses its
-// helpers only when called.
+// channel's page (its figures and consumers), each read alone
+// (/api/connections/{name}/channels, /api/channels/{name}) rather than
+// from the whole list. Loaded before console.js; uses its helpers only
+// when called.
 
 function stateCell(s) { return h('span', { class: 'state-' + s }, s); }
 
@@ -77,9 +75,8 @@ function pageConnectionsDetail(name) {
     const cp = c.client_properties || {};
     props.replaceChildren(h('h2', {}, 'Client properties'), h('table', { class: 'kv' }, h('tbody', {},
       Object.keys(cp).sort().map(k => h('tr', {}, h('td', {}, k), h('td', {}, typeof cp[k] === 'object' ? JSON.stringify(cp[k]) : String(cp[k])))))));
-    // The connection's channels; /api/connections/{name}/channels when the API has it.
-    const all = await api('channels?page=1&page_size=500&name=' + enc(name));
-    const mine = (all.items || []).filter(ch => ch.connection_details && ch.connection_details.name === name);
+    // The connection's channels (GET /api/connections/{name}/channels).
+    const mine = await api('connections/' + enc(name) + '/channels');
     const now = JSON.stringify(mine);
     if (now === shownChans) return;
     shownChans = now;
@@ -118,13 +115,10 @@ function pageChannelsDetail(name) {
   const cons = h('div', { class: 'panel', id: 'channel-consumers' });
   main().replaceChildren(h('h1', {}, 'Channel ', h('small', {}, name)), info, cons);
   poll(st.page, async () => {
-    // GET /api/channels/{name}; a broker without that route (404) is
-    // asked for its list filtered by the name, and the channel matched.
+    // GET /api/channels/{name}: 404 once the channel is closed.
     let c = null;
     try { c = await api('channels/' + enc(name)); } catch (e) {
       if (e.status !== 404) throw e;
-      const r = await api('channels?page=1&page_size=500&name=' + enc(name));
-      c = (r.items || []).find(ch => ch.name === name);
     }
     if (!c) {
       info.replaceChildren(h('div', { class: 'msg err', id: 'channel-gone' }, 'This channel is closed (or never was). '), h('a', { href: '#/channels' }, 'Channels'));

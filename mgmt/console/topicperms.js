@@ -3,9 +3,9 @@
 // exchange, the regular expressions a routing key must match to publish
 // (write) and to bind or consume (read), as RabbitMQ's UI sets them (PUT
 // /api/topic-permissions/{vhost}/{user} {exchange, write, read}). Clear
-// removes the user's topic permissions in that vhost (DELETE
-// /api/topic-permissions/{vhost}/{user}, RabbitMQ 3.10.8's only form; its
-// per-exchange DELETE .../{exchange} is RabbitMQ 4's). Loaded before
+// removes that row's entry, one exchange's (DELETE
+// /api/topic-permissions/{vhost}/{user}/{exchange}, as RabbitMQ 4's UI;
+// 3.10.8's only DELETE removed all of the user's in the vhost). Loaded before
 // console.js; uses its helpers only when called.
 
 // topicPermissionsPanel returns the panel and its refresh.
@@ -31,8 +31,8 @@ function topicPermissionsPanel(msg) {
     panel.replaceChildren(h('h2', {}, 'Topic permissions'), sortable('topic-permissions-table', [
       { key: 'user', label: 'User' }, { key: 'vhost', label: 'Vhost' }, { key: 'exchange', label: 'Exchange' },
       { key: 'write', label: 'Write' }, { key: 'read', label: 'Read' },
-      { key: 'del', label: '', cell: p => armed('Clear', () => api('topic-permissions/' + enc(p.vhost) + '/' + enc(p.user), { method: 'DELETE' })
-        .then(() => { note(msg, true, 'Topic permissions cleared.'); return refresh(); }).catch(fail)) },
+      { key: 'del', label: '', cell: p => armed('Clear', () => api('topic-permissions/' + enc(p.vhost) + '/' + enc(p.user) + '/' + enc(p.exchange), { method: 'DELETE' })
+        .then(() => { note(msg, true, 'Topic permission on ' + p.exchange + ' cleared.'); return refresh(); }).catch(fail)) },
     ], tps, { redraw() {} }), form);
     const keep = (sel, names) => { const v = sel.value; sel.replaceChildren(...names.map(n => h('option', {}, n))); if (names.includes(v)) sel.value = v; };
     keep(usel, us.map(u => u.name)); keep(vsel, vs.map(v => v.name));
