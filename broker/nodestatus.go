@@ -2,10 +2,13 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"runtime"
 	"sort"
 	"time"
+
+	"github.com/railmq/railmq/cluster"
 )
 
 // The figures of every node of a cluster, from any node: /api/nodes on
@@ -28,6 +31,7 @@ const (
 type NodeFigures struct {
 	Name        string `json:"name"`
 	Running     bool   `json:"running"` // answered (this node: always)
+	Unmeasured  bool   `json:"-"`       // answered without its figures
 	ClusterAddr string `json:"cluster_address,omitempty"`
 	Voter       bool   `json:"voter,omitempty"`
 	OSPid       int    `json:"os_pid,omitempty"`
@@ -66,7 +70,8 @@ func (s *Server) answerFigures() ([]byte, error) {
 
 // ClusterFigures lists every node of the cluster by name, this one
 // measured here, the others as they answered within nodeQueryTimeout (a
-// member that did not is Running false with its name and address only).
+// member that did not is Running false with its name and address only,
+// one that answered with an error Running and Unmeasured).
 // A standalone node lists itself.
 func (s *Server) ClusterFigures() []NodeFigures {
 	self := s.LocalFigures()
@@ -74,15 +79,21 @@ func (s *Server) ClusterFigures() []NodeFigures {
 	if node == nil {
 		return []NodeFigures{self}
 	}
-	answers, _ := node.QueryAll(queryNodeFigures, mustJSON([]string{self.Name}), nodeQueryTimeout)
+	answers, errs := node.QueryAll(queryNodeFigures, mustJSON([]string{self.Name}), nodeQueryTimeout)
 	var out []NodeFigures
 	for _, m := range node.Status().Members {
 		f := NodeFigures{Name: m.Name}
-		if m.Name == self.Name {
+		var refused *cluster.RefusedError
+		switch p, ok := answers[m.Name]; {
+		case m.Name == self.Name:
 			f = self
-		} else if p, ok := answers[m.Name]; ok && json.Unmarshal(p, &f) == nil && f.Name == m.Name {
+		case ok && json.Unmarshal(p, &f) == nil && f.Name == m.Name:
 			f.Running = true
-		} else {
+		case errors.As(errs[m.Name], &refused):
+			// It runs and answered, without figures (a node that does
+			// not know the question).
+			f = NodeFigures{Name: m.Name, Running: true, Unmeasured: true}
+		default:
 			f = NodeFigures{Name: m.Name}
 		}
 		f.ClusterAddr, f.Voter = m.Addr, m.Voter

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"sort"
@@ -56,7 +57,7 @@ func nodesByName(t *testing.T, url string) (map[string]map[string]any, []string)
 // local-alarms passes. A node stopped is running false within seconds;
 // one whose address accepts and never answers too, without holding up
 // the list; RabbitMQ lists a node not running as name, type and running
-// false.
+// false. A node that answers the question with an error runs.
 func TestClusterNodesFigures(t *testing.T) {
 	testutil.InProcess(t)
 	nodes := startCluster(t, 3)
@@ -156,6 +157,16 @@ func TestClusterNodesFigures(t *testing.T) {
 		if ns[nodes[2].name]["running"] != false || ns[nodes[1].name]["running"] != true {
 			t.Errorf("with rabbit3 stuck: rabbit3 running %v, rabbit2 running %v", ns[nodes[2].name]["running"], ns[nodes[1].name]["running"])
 		}
+	}
+
+	// rabbit2 answering the question with an error, as a node that does
+	// not know it answers ("unknown question"): it runs, without figures.
+	nodes[1].b.Server.Cluster().SetQueryHandler(func(name string, _ []byte) ([]byte, error) {
+		return nil, errors.New("unknown question " + name)
+	})
+	ns, _ = nodesByName(t, nodes[0].api)
+	if e := ns[nodes[1].name]; e["running"] != true || e["mem_used"] != nil {
+		t.Errorf("rabbit2 refusing the question: %v, want running without figures", e)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // other nodes' figures are asked over the cluster's links
 // (broker.Server.ClusterFigures). A member that does not answer is listed
 // as RabbitMQ lists a node not running: its name, type and running
-// false, without figures.
+// false, without figures; one that answers the question with an error (a
+// node that does not know it) as running, without figures.
 
 // nodeEntry is a node's entry, under RabbitMQ 3.10.8's names.
 func (a *API) nodeEntry(f broker.NodeFigures) map[string]any {
@@ -21,7 +22,7 @@ func (a *API) nodeEntry(f broker.NodeFigures) map[string]any {
 	if f.ClusterAddr != "" {
 		m["railmq_cluster_address"], m["railmq_voter"] = f.ClusterAddr, f.Voter
 	}
-	if !f.Running {
+	if !f.Running || f.Unmeasured {
 		return m
 	}
 	add := map[string]any{
