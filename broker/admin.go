@@ -105,12 +105,13 @@ func (s *Server) Churn() Churn {
 type NodeStatus struct {
 	Started     time.Time
 	DataDir     string
-	MemoryHeld  int64  // bytes held for clients: what the memory alarm compares (MemoryUsed)
-	RSS         int64  // the process's resident memory, or 0
-	Watermark   int64  // the memory high watermark in force
-	Paging      bool   // above the paging ratio of the watermark
-	DiskFree    uint64 // the disk check's last figure
-	DiskLimit   int64  // Options.DiskFreeLimit
+	ConfigFiles []string // Options.ConfigFiles
+	MemoryHeld  int64    // bytes held for clients: what the memory alarm compares (MemoryUsed)
+	RSS         int64    // the process's resident memory, or 0
+	Watermark   int64    // the memory high watermark in force
+	Paging      bool     // above the paging ratio of the watermark
+	DiskFree    uint64   // the disk check's last figure
+	DiskLimit   int64    // Options.DiskFreeLimit
 	MemoryAlarm bool
 	DiskAlarm   bool
 	FDUsed      int
@@ -122,7 +123,7 @@ type NodeStatus struct {
 func (s *Server) Status() NodeStatus {
 	bits := s.alarms.Load()
 	fdUsed, fdTotal := fdCounts()
-	return NodeStatus{Started: s.startedAt, DataDir: s.opts.DataDir, MemoryHeld: s.memory.Load(), RSS: processRSS(),
+	return NodeStatus{Started: s.startedAt, DataDir: s.opts.DataDir, ConfigFiles: s.opts.ConfigFiles, MemoryHeld: s.memory.Load(), RSS: processRSS(),
 		Watermark: s.watermark.Load(), Paging: s.paging.Load(), DiskFree: s.diskFreeNow.Load(), DiskLimit: s.opts.DiskFreeLimit,
 		MemoryAlarm: bits&alarmMemory != 0, DiskAlarm: bits&alarmDisk != 0, FDUsed: fdUsed, FDTotal: fdTotal,
 		Listeners: s.listenerPorts()}

@@ -29,35 +29,36 @@ const (
 // NodeFigures is one node's entry in /api/nodes: what it measures of
 // itself, sent as JSON between nodes.
 type NodeFigures struct {
-	Name        string `json:"name"`
-	Running     bool   `json:"running"` // answered (this node: always)
-	Unmeasured  bool   `json:"-"`       // answered without its figures
-	ClusterAddr string `json:"cluster_address,omitempty"`
-	Voter       bool   `json:"voter,omitempty"`
-	OSPid       int    `json:"os_pid,omitempty"`
-	UptimeMS    int64  `json:"uptime_ms,omitempty"`
-	DataDir     string `json:"data_dir,omitempty"`
-	Version     string `json:"version,omitempty"`
-	MemoryUsed  int64  `json:"mem_used,omitempty"` // the process's resident memory
-	MemoryHeld  int64  `json:"mem_held,omitempty"` // what the memory alarm compares
-	Watermark   int64  `json:"mem_limit,omitempty"`
-	MemoryAlarm bool   `json:"mem_alarm,omitempty"`
-	DiskFree    uint64 `json:"disk_free,omitempty"`
-	DiskLimit   int64  `json:"disk_free_limit,omitempty"`
-	DiskAlarm   bool   `json:"disk_free_alarm,omitempty"`
-	FDUsed      int    `json:"fd_used,omitempty"`
-	FDTotal     int    `json:"fd_total,omitempty"`
-	Sockets     int    `json:"sockets_used,omitempty"` // client connections
-	Procs       int    `json:"proc_used,omitempty"`    // goroutines
-	Processors  int    `json:"processors,omitempty"`
-	Listeners   []int  `json:"listeners,omitempty"`
+	Name        string   `json:"name"`
+	Running     bool     `json:"running"` // answered (this node: always)
+	Unmeasured  bool     `json:"-"`       // answered without its figures
+	ClusterAddr string   `json:"cluster_address,omitempty"`
+	Voter       bool     `json:"voter,omitempty"`
+	OSPid       int      `json:"os_pid,omitempty"`
+	UptimeMS    int64    `json:"uptime_ms,omitempty"`
+	DataDir     string   `json:"data_dir,omitempty"`
+	ConfigFiles []string `json:"config_files,omitempty"`
+	Version     string   `json:"version,omitempty"`
+	MemoryUsed  int64    `json:"mem_used,omitempty"` // the process's resident memory
+	MemoryHeld  int64    `json:"mem_held,omitempty"` // what the memory alarm compares
+	Watermark   int64    `json:"mem_limit,omitempty"`
+	MemoryAlarm bool     `json:"mem_alarm,omitempty"`
+	DiskFree    uint64   `json:"disk_free,omitempty"`
+	DiskLimit   int64    `json:"disk_free_limit,omitempty"`
+	DiskAlarm   bool     `json:"disk_free_alarm,omitempty"`
+	FDUsed      int      `json:"fd_used,omitempty"`
+	FDTotal     int      `json:"fd_total,omitempty"`
+	Sockets     int      `json:"sockets_used,omitempty"` // client connections
+	Procs       int      `json:"proc_used,omitempty"`    // goroutines
+	Processors  int      `json:"processors,omitempty"`
+	Listeners   []int    `json:"listeners,omitempty"`
 }
 
 // LocalFigures measures this node.
 func (s *Server) LocalFigures() NodeFigures {
 	ns := s.Status()
 	return NodeFigures{Name: s.nodeName(), Running: true, OSPid: os.Getpid(), UptimeMS: time.Since(ns.Started).Milliseconds(),
-		DataDir: ns.DataDir, Version: s.opts.Version, MemoryUsed: ns.RSS, MemoryHeld: ns.MemoryHeld, Watermark: ns.Watermark,
+		DataDir: ns.DataDir, ConfigFiles: ns.ConfigFiles, Version: s.opts.Version, MemoryUsed: ns.RSS, MemoryHeld: ns.MemoryHeld, Watermark: ns.Watermark,
 		MemoryAlarm: ns.MemoryAlarm, DiskFree: ns.DiskFree, DiskLimit: ns.DiskLimit, DiskAlarm: ns.DiskAlarm,
 		FDUsed: ns.FDUsed, FDTotal: ns.FDTotal, Sockets: len(s.openConns()), Procs: runtime.NumGoroutine(),
 		Processors: runtime.NumCPU(), Listeners: ns.Listeners}

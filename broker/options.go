@@ -13,6 +13,9 @@ import (
 type Options struct {
 	// DataDir holds the store.
 	DataDir string
+	// ConfigFiles are the config files the node was started with, as
+	// /api/nodes (config_files) and rabbitmq-diagnostics status list them.
+	ConfigFiles []string
 	// Cluster, when set, makes the broker a node of a railmq cluster
 	// (--node-name, --cluster-listen, --cluster-peers,
 	// --cluster-secret-file): its DataDir is the broker's.

@@ -343,7 +343,9 @@ func TestRailmqctlMoveMessages(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q, want non-zero and %q\n%s", what, code, errOut, wantErr, strings.Join(out, "\n"))
 		}
 	}
-	fails("an unknown queue", "Error: no queue 'nope' in vhost '/'\n", "move_messages", "nope", "ctl-move-dst")
+	// A missing object is said so with the API's status and reason
+	// (docs/cli.md, exit codes).
+	fails("an unknown queue", "Error: no queue 'nope' in vhost '/': 404 Not Found: Not Found\n", "move_messages", "nope", "ctl-move-dst")
 	fails("a destination refused", "Error: move from 'ctl-move-dst' to 'amq.refused' failed: the shovel terminated: needed a restart (a broker closed its channel or connection with an error; the broker's log says which) (moved 0 of 10000; the shovel is deleted, 10000 messages remain in 'ctl-move-dst')\n",
 		"move_messages", "ctl-move-dst", "amq.refused", "--interval", "100ms")
 	if c := a.call("GET", "/api/parameters/shovel/%2F/Move%20from%20ctl-move-dst", "guest", "guest", nil, nil); c != 404 {

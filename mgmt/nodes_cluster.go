@@ -42,6 +42,8 @@ func (a *API) nodeEntry(f broker.NodeFigures) map[string]any {
 		"enabled_plugins": []string{"rabbitmq_management"},
 		"applications":    []map[string]string{{"name": "rabbit", "description": "RabbitMQ (railmq " + f.Version + ")", "version": broker.CompatVersion}},
 		"net_ticktime":    60, "db_dir": f.DataDir,
+		// RabbitMQ's lists; railmq logs to its standard error only.
+		"config_files": append([]string{}, f.ConfigFiles...), "log_files": []string{"<stderr>"},
 	}
 	for k, v := range add {
 		m[k] = v

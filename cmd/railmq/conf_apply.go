@@ -367,3 +367,15 @@ func shortHostname() string {
 	h, _, _ = strings.Cut(h, ".")
 	return h
 }
+
+// configFilesRead are the config files applyConf read (the main file,
+// then RABBITMQ_CONFIG_FILES'), for /api/nodes config_files and
+// rabbitmq-diagnostics status.
+func configFilesRead(o *options, getenv func(string) string) []string {
+	var out []string
+	if p, _, err := confFile(o, getenv); err == nil && p != "" {
+		out = append(out, p)
+	}
+	more, _ := additionalConfFiles(getenv("RABBITMQ_CONFIG_FILES"))
+	return append(out, more...)
+}

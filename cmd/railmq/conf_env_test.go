@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,38 @@ func TestStandaloneNodeName(t *testing.T) {
 	bo, err := o.brokerOptions(1<<30, zap.NewNop())
 	if err != nil || bo.NodeName != "rabbit@box" || o.node() != "rabbit@box" {
 		t.Fatalf("%v: broker's node name %q, logs' %q", err, bo.NodeName, o.node())
+	}
+}
+
+// The config files read are the node's ConfigFiles (/api/nodes
+// config_files, rabbitmq-diagnostics status): the main file, then
+// RABBITMQ_CONFIG_FILES' in name order; none without a file.
+func TestConfigFilesRead(t *testing.T) {
+	a := writeConf(t, "default_user = a\n")
+	confD := t.TempDir()
+	for _, name := range []string{"20-more.conf", "10-defaults.conf"} {
+		if err := os.WriteFile(filepath.Join(confD, name), []byte("heartbeat = 30\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{args: []string{"--config", a}, want: []string{a}},
+		{env: map[string]string{"RAILMQ_CONFIG": a}, want: []string{a}},
+		{env: map[string]string{"RABBITMQ_CONFIG_FILES": confD}, args: []string{"--config", a},
+			want: []string{a, filepath.Join(confD, "10-defaults.conf"), filepath.Join(confD, "20-more.conf")}},
+		{env: map[string]string{"RABBITMQ_CONFIG_FILE": filepath.Join(confD, "missing.conf")}, want: nil},
+		{want: nil},
+	} {
+		o, _, _, err := parseWith(t, tc.env, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := configFilesRead(o, os.Getenv); !slices.Equal(got, tc.want) {
+			t.Errorf("%v %v: %v, want %v", tc.env, tc.args, got, tc.want)
+		}
 	}
 }

@@ -47,6 +47,7 @@ func run(args []string) int {
 
 	opts, err := o.brokerOptions(broker.TotalMemory(), log)
 	if err == nil {
+		opts.ConfigFiles = configFilesRead(o, os.Getenv)
 		opts.Cluster, err = o.clusterConfig(log)
 	}
 	if err != nil {

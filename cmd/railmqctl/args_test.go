@@ -254,7 +254,14 @@ func TestCommandRequests(t *testing.T) {
 		{name: "v2 queues list", args: []string{"--non-interactive", "queues", "list"},
 			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"vhost":"/","name":"q","type":"quorum","messages":2,"message_bytes":3145728}]`}},
 			want:    []request{guest("GET", "/api/queues/%2F", nil)},
-			out:     "vhost\tname\ttype\tmessages\tmessages_ready\tmessages_unacknowledged\tmessage_bytes\tconsumers\tpolicy\n/\tq\tquorum\t2\t\t\t3145728\t\t\n"},
+			out:     "/ q quorum 2   3145728\n"},
+		// rabbitmqadmin v2's --non-interactive (src/output.rs): no header
+		// row, each column its widest cell and one space, a newline in a
+		// cell becomes ",".
+		{name: "v2 non-interactive aligned", args: []string{"--non-interactive", "list", "queues", "name", "messages", "message_bytes", "policy"},
+			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"jobs","messages":2,"message_bytes":3145728,"policy":"a\nb"},{"name":"q","messages":12345,"message_bytes":0,"policy":"p"}]`}},
+			want:    []request{guest("GET", "/api/queues/%2F", nil)},
+			out:     "jobs 2     3145728 a,b\nq    12345 0       p\n"},
 		{name: "v2 list with units", args: []string{"list", "queues", "name", "message_bytes", "message_stats.publish_details.rate"},
 			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"q","message_bytes":3145728,"message_stats":{"publish_details":{"rate":12.5}}}]`}},
 			want:    []request{guest("GET", "/api/queues/%2F", nil)},
@@ -519,6 +526,7 @@ func TestShim(t *testing.T) {
 		replies map[string]reply
 		want    []request
 		out     string
+		only    string // the one tool that has the command (RabbitMQ 3.10.8's split), else both
 	}{
 		{name: "ping", args: []string{"ping"}, replies: ov, want: []request{overview},
 			out: "Will ping railmq@h. This only checks if the node's management API answers and takes the CLI's user. Timeout: 60000 ms.\nPing succeeded\n"},
@@ -526,21 +534,27 @@ func TestShim(t *testing.T) {
 		// A node still recovering answers 503: its process is up.
 		{name: "ping while recovering", args: []string{"-q", "ping"}, replies: map[string]reply{"GET /api/overview": {503, `{"reason":"recovering"}`}},
 			want: []request{overview}, out: "Ping succeeded\n"},
-		{name: "await_startup", args: []string{"await_startup"}, replies: ov, want: []request{overview}},
+		{name: "await_startup", args: []string{"await_startup"}, replies: ov, want: []request{overview}, only: "rabbitmqctl"},
 		{name: "node_health_check", args: []string{"node_health_check"}, env: map[string]string{"RAILMQ_USER": "ann", "RAILMQ_PASSWORD": "pw"},
 			replies: with(map[string]reply{"GET /api/health/checks/local-alarms": {200, `{"status":"ok"}`}}),
 			want:    []request{{Method: "GET", Path: "/api/overview", User: "ann", Pass: "pw"}, {Method: "GET", Path: "/api/health/checks/local-alarms", User: "ann", Pass: "pw"}},
 			out:     "Asking node railmq@h to report any local resource alarms ...\nNode railmq@h reported no local alarms\n"},
 		{name: "the official image's user", args: []string{"-q", "check_running"}, env: map[string]string{"RABBITMQ_DEFAULT_USER": "admin", "RABBITMQ_DEFAULT_PASS": "s3cret"},
 			replies: ov, want: []request{{Method: "GET", Path: "/api/overview", User: "admin", Pass: "s3cret"}},
-			out: "RabbitMQ on node railmq@h is fully booted and running\n"},
+			out: "RabbitMQ on node railmq@h is fully booted and running\n", only: "rabbitmq-diagnostics"},
+		// RabbitMQ 3.10.8: rabbitmq-diagnostics check_alarms prints "Asking node
+		// rabbit@vm to report any local resource alarms ..." and "Node
+		// rabbit@vm reported no alarms, local or clusterwide".
+		{name: "check_alarms", args: []string{"check_alarms"}, replies: with(map[string]reply{"GET /api/health/checks/alarms": {200, `{"status":"ok"}`}}),
+			want: []request{overview, guest("GET", "/api/health/checks/alarms", nil)},
+			out:  "Asking node railmq@h to report any local resource alarms ...\nNode railmq@h reported no alarms, local or clusterwide\n", only: "rabbitmq-diagnostics"},
 		{name: "check_virtual_hosts", args: []string{"check_virtual_hosts"}, replies: with(map[string]reply{"GET /api/health/checks/virtual-hosts": {200, `{"status":"ok"}`}}),
 			want: []request{overview, guest("GET", "/api/health/checks/virtual-hosts", nil)},
-			out:  "Checking if all vhosts are running on node railmq@h ...\nNode railmq@h reported all vhosts as running\n"},
+			out:  "Checking if all vhosts are running on node railmq@h ...\nNode railmq@h reported all vhosts as running\n", only: "rabbitmq-diagnostics"},
 		{name: "watermark", args: []string{"set_vm_memory_high_watermark", "0.6"},
-			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"0.6"}`))}},
+			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"0.6"}`))}, only: "rabbitmqctl"},
 		{name: "absolute watermark", args: []string{"set_vm_memory_high_watermark", "absolute", "2GB"},
-			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"2GB"}`))}},
+			want: []request{guest("PUT", "/api/vm-memory-high-watermark", j(t, `{"value":"2GB"}`))}, only: "rabbitmqctl"},
 		{name: "list_queues", args: []string{"list_queues"},
 			replies: map[string]reply{"GET /api/queues/%2F": {200, `[{"name":"q","messages":3}]`}},
 			want:    []request{guest("GET", "/api/queues/%2F", nil)}, out: "Timeout: 60.0 seconds ...\nListing queues for vhost / ...\nname\tmessages\nq\t3\n"},
@@ -560,14 +574,14 @@ func TestShim(t *testing.T) {
 			want:    []request{guest("GET", "/api/queues/nope", nil)}, out: "Timeout: 60.0 seconds ...\nListing queues for vhost nope ...\n"},
 		{name: "trace_on", args: []string{"trace_on", "-p", "v"}, replies: map[string]reply{"GET /api/vhosts/v": {200, `{"name":"v"}`}},
 			want: []request{guest("GET", "/api/vhosts/v", nil), guest("PUT", "/api/vhosts/v", j(t, `{"tracing":true}`))},
-			out:  "Starting tracing for vhost \"v\" ...\nTrace enabled for vhost v\n"},
+			out:  "Starting tracing for vhost \"v\" ...\nTrace enabled for vhost v\n", only: "rabbitmqctl"},
 		{name: "trace_off", args: []string{"-q", "trace_off"}, replies: map[string]reply{"GET /api/vhosts/%2F": {200, `{"name":"/"}`}},
 			want: []request{guest("GET", "/api/vhosts/%2F", nil), guest("PUT", "/api/vhosts/%2F", j(t, `{"tracing":false}`))},
-			out:  "Trace disabled for vhost /\n"},
+			out:  "Trace disabled for vhost /\n", only: "rabbitmqctl"},
 		// RabbitMQ 3.10.8 answers a missing vhost as one that exists; the
 		// shim creates nothing.
 		{name: "trace_on no vhost", args: []string{"trace_on", "-p", "nope"}, replies: map[string]reply{"GET /api/vhosts/nope": {404, `{}`}},
-			want: []request{guest("GET", "/api/vhosts/nope", nil)}, out: "Starting tracing for vhost \"nope\" ...\nTrace enabled for vhost nope\n"},
+			want: []request{guest("GET", "/api/vhosts/nope", nil)}, out: "Starting tracing for vhost \"nope\" ...\nTrace enabled for vhost nope\n", only: "rabbitmqctl"},
 		{name: "-n accepted", args: []string{"-n", "rabbit@localhost", "-q", "ping"}, replies: ov, want: []request{overview}, out: "Ping succeeded\n"},
 		{name: "version", args: []string{"version"}, out: version + "\n"},
 		{name: "list_connections", args: []string{"list_connections"},
@@ -578,9 +592,12 @@ func TestShim(t *testing.T) {
 			replies: map[string]reply{"GET /api/connections": {200, `[{"name":"` + conn + `"}]`}},
 			want:    []request{guest("GET", "/api/connections", nil)}, out: "name\n" + conn + "\n"},
 		{name: "close_connection", args: []string{"close_connection", conn, "go away"},
-			want: []request{guest("DELETE", "/api/connections/127.0.0.1:50000%20-%3E%20127.0.0.1:5672", nil)}},
+			want: []request{guest("DELETE", "/api/connections/127.0.0.1:50000%20-%3E%20127.0.0.1:5672", nil)}, only: "rabbitmqctl"},
 	} {
 		for _, name := range []string{"rabbitmqctl", "rabbitmq-diagnostics"} {
+			if tc.only != "" && tc.only != name {
+				continue
+			}
 			t.Run(name+" "+tc.name, func(t *testing.T) {
 				api := newFakeAPI(t, tc.replies)
 				env := map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}
@@ -605,12 +622,18 @@ func TestShim(t *testing.T) {
 // The shims' failures: RabbitMQ's exit codes (64 usage, 69 unavailable or
 // a failed check, 70 the node's error) and texts.
 func TestShimErrors(t *testing.T) {
-	others := "(railmq's rabbitmqctl takes: ping, check_running, check_local_alarms, check_port_connectivity, check_virtual_hosts, status, listeners, await_startup, list_queues, list_connections, close_connection, set_vm_memory_high_watermark, trace_on, trace_off, version)"
+	// RabbitMQ 3.10.8's answer to a command its tool does not have
+	// (stderr, exit 64), then the commands the tool takes.
+	notFound := func(tool, cmd string) string {
+		return "\nCommand '" + cmd + "' not found. \n\nUsage\n\n" + tool +
+			" [--node <node>] [--timeout <timeout>] [--longnames] [--quiet] <command> [<command options>]\n\nAvailable commands:\n\n"
+	}
 	usage := "Error: no command given (usage: rabbitmqctl [-n NODE] [-q] [-t SECONDS] COMMAND [ARGS])\n"
 	alarms := map[string]reply{"GET /api/overview": {200, `{"node":"railmq@h"}`},
 		"GET /api/health/checks/local-alarms": {503, `{"status":"failed","reason":"There are alarms in effect on the node","alarms":[{"node":"railmq@h","resource":"memory"},{"node":"railmq@h","resource":"disk"}]}`}}
 	for _, tc := range []struct {
 		args    []string
+		tool    string // rabbitmqctl unless given
 		replies map[string]reply
 		code    int
 		out     string
@@ -623,29 +646,49 @@ func TestShimErrors(t *testing.T) {
 		{args: []string{"--url", "http://x", "ping"}, code: 64, err: "Error: invalid option --url\n"},
 		{args: []string{"-t", "soon", "ping"}, code: 64, err: "Error: timeout soon is not a number of seconds above 0\n"},
 		{args: []string{"--formatter", "yaml", "status"}, code: 64, err: "Error: formatter yaml is not supported (json or table)\n"},
-		{args: []string{"list_exchanges"}, code: 64, err: "Error: command 'list_exchanges' not found " + others + "\n"},
+		{args: []string{"list_exchanges"}, code: 64, err: notFound("rabbitmqctl", "list_exchanges")},
+		// Each tool refuses the other's commands, as RabbitMQ 3.10.8's:
+		// rabbitmq-diagnostics await_startup and rabbitmqctl
+		// check_running exit 64 with "Command '...' not found." and the
+		// usage, asking the node nothing.
+		{args: []string{"-q", "await_startup"}, tool: "rabbitmq-diagnostics", code: 64, err: notFound("rabbitmq-diagnostics", "await_startup")},
+		{args: []string{"trace_on"}, tool: "rabbitmq-diagnostics", code: 64, err: notFound("rabbitmq-diagnostics", "trace_on")},
+		{args: []string{"close_connection", "c"}, tool: "rabbitmq-diagnostics", code: 64, err: notFound("rabbitmq-diagnostics", "close_connection")},
+		{args: []string{"set_vm_memory_high_watermark", "0.5"}, tool: "rabbitmq-diagnostics", code: 64, err: notFound("rabbitmq-diagnostics", "set_vm_memory_high_watermark")},
+		{args: []string{"check_running"}, code: 64, err: notFound("rabbitmqctl", "check_running")},
+		{args: []string{"-q", "check_local_alarms"}, code: 64, err: notFound("rabbitmqctl", "check_local_alarms")},
+		{args: []string{"check_port_connectivity"}, code: 64, err: notFound("rabbitmqctl", "check_port_connectivity")},
+		{args: []string{"check_virtual_hosts"}, code: 64, err: notFound("rabbitmqctl", "check_virtual_hosts")},
+		{args: []string{"listeners"}, code: 64, err: notFound("rabbitmqctl", "listeners")},
 		{args: []string{"set_vm_memory_high_watermark"}, code: 64, err: "Error: usage: rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute SIZE\n"},
 		{args: []string{"close_connection"}, code: 64, err: "Error: usage: rabbitmqctl close_connection NAME [REASON]\n"},
 		{args: []string{"await_startup", "x"}, code: 64, err: "Error: await_startup takes no arguments\n"},
 		{args: []string{"list_queues", "name", "bogus"}, code: 64, err: "Error: (argument validation): Info key(s) bogus are not supported (must be one of " + strings.Join(queueInfoKeys, ", ") + ")\n"},
 		// check_local_alarms: rabbitmq_cli's alarm_lines, exit 69.
-		{args: []string{"check_local_alarms"}, replies: alarms, code: 69, asks: 2,
+		{args: []string{"check_local_alarms"}, tool: "rabbitmq-diagnostics", replies: alarms, code: 69, asks: 2,
 			out: "Asking node railmq@h to report any local resource alarms ...\n", err: "Error:\nMemory alarm on node railmq@h\nFree disk space alarm on node railmq@h\n"},
-		{args: []string{"-q", "check_local_alarms"}, replies: alarms, code: 69, asks: 2, err: "Error:\nMemory alarm on node railmq@h\nFree disk space alarm on node railmq@h\n"},
+		{args: []string{"-q", "check_local_alarms"}, tool: "rabbitmq-diagnostics", replies: alarms, code: 69, asks: 2, err: "Error:\nMemory alarm on node railmq@h\nFree disk space alarm on node railmq@h\n"},
 		// Booting: check_running fails as RabbitMQ's does.
-		{args: []string{"-q", "check_running"}, replies: map[string]reply{"GET /api/overview": {503, `{}`}}, code: 69, asks: 1,
+		{args: []string{"-q", "check_running"}, tool: "rabbitmq-diagnostics", replies: map[string]reply{"GET /api/overview": {503, `{}`}}, code: 69, asks: 1,
 			err: "Error:\nRabbitMQ on node " + localNodeName() + " is not running or has not fully booted yet (check with is_booting)\n"},
 		{args: []string{"-q", "ping"}, replies: map[string]reply{"GET /api/overview": {401, `{"error":"not_authorised","reason":"Login failed"}`}}, code: 69, asks: 1,
 			err: "Error:\nFailed to connect and authenticate to " + localNodeName() + " in 60000 ms (401 Unauthorized: Login failed)\n"},
-		{args: []string{"-q", "check_running"}, replies: map[string]reply{"GET /api/overview": {401, `{"error":"not_authorised","reason":"Login failed"}`}}, code: 69, asks: 1,
+		{args: []string{"-q", "check_running"}, tool: "rabbitmq-diagnostics", replies: map[string]reply{"GET /api/overview": {401, `{"error":"not_authorised","reason":"Login failed"}`}}, code: 69, asks: 1,
 			err: "Error: unable to perform an operation on node '" + localNodeName() + "': the management API at URL refused user 'guest' (401 Unauthorized: Login failed); set RAILMQ_USER and RAILMQ_PASSWORD (or RABBITMQ_DEFAULT_USER and RABBITMQ_DEFAULT_PASS)\n"},
 		{args: []string{"set_vm_memory_high_watermark", "lots"}, replies: map[string]reply{"PUT /api/vm-memory-high-watermark": {400, `{"error":"bad_request","reason":"bad value"}`}},
 			code: 70, asks: 1, err: "Error: 400 Bad Request: bad value\n"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			api := newFakeAPI(t, tc.replies)
-			code, out, errOut := ctl(t, "rabbitmqctl", map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}, tc.args...)
+			tool := tc.tool
+			if tool == "" {
+				tool = "rabbitmqctl"
+			}
+			code, out, errOut := ctl(t, tool, map[string]string{"RAILMQ_MANAGEMENT_URL": api.URL}, tc.args...)
 			want := strings.ReplaceAll(tc.err, "at URL", "at "+api.URL)
+			if strings.HasPrefix(want, "\nCommand '") && strings.HasPrefix(errOut, want) {
+				want = errOut // the list of the tool's commands follows
+			}
 			if code != tc.code || out != tc.out || errOut != want {
 				t.Errorf("%v: exit %d, stdout %q, stderr\n%q\nwant exit %d, %q,\n%q", tc.args, code, out, errOut, tc.code, tc.out, want)
 			}

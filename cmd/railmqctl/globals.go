@@ -40,10 +40,19 @@ func addGlobalFlags(root *cobra.Command, c *client) {
 	pf.StringVarP(&c.pass, "password", "p", defaultPassword(), "password (RAILMQ_PASSWORD, RABBITMQ_DEFAULT_PASS)")
 	pf.StringVarP(&c.vhost, "vhost", "V", "/", "virtual host")
 	pf.StringVarP(&c.format, "format", "f", "table", "table or json")
-	pf.BoolVar(&c.nonInteractive, "non-interactive", false, "for scripts: tables as tab-separated lines, a header line first, numbers as they are")
-	root.PersistentPreRunE = func(_ *cobra.Command, _ []string) error {
+	var timeoutSecs float64
+	pf.Float64Var(&timeoutSecs, "timeout", requestTimeout.Seconds(), "HTTP API request timeout in seconds, above 0 (rabbitmqadmin v2's); long work (redrive, import) waits as long as it takes unless this is given")
+	pf.BoolVar(&c.nonInteractive, "non-interactive", false, "for scripts: tables as rabbitmqadmin v2 prints them: no header line, columns aligned with spaces, numbers as they are")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if c.format != "table" && c.format != "json" {
 			return fmt.Errorf("--format %q: table or json", c.format)
+		}
+		if f := cmd.Root().PersistentFlags().Lookup("timeout"); f != nil && f.Changed {
+			if timeoutSecs <= 0 {
+				return fmt.Errorf("--timeout %v: a number of seconds greater than 0", timeoutSecs)
+			}
+			c.timeout = time.Duration(timeoutSecs * float64(time.Second))
+			c.timeoutGiven = true
 		}
 		if host == "" && port == 0 {
 			return nil

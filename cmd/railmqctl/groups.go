@@ -71,7 +71,7 @@ func newGroupCmds(c *client) []*cobra.Command {
 		gc.AddCommand(kindGroup(c, g.group, g.kind)...)
 		out = append(out, gc)
 	}
-	for _, g := range []string{"channels", "consumers", "permissions", "nodes"} {
+	for _, g := range []string{"channels", "consumers", "nodes"} { // permissions: shovelfed.go
 		gc := &cobra.Command{Use: g, Short: g + ": list"}
 		gc.AddCommand(&cobra.Command{Use: "list [COLUMN...]", Short: "list " + g, RunE: func(_ *cobra.Command, a []string) error { return c.listKind(g, a) }})
 		out = append(out, gc)

@@ -20,10 +20,13 @@ import (
 // runs, progress lines go to stderr every --interval (stdout stays the
 // result, for scripts); at the end, the final count.
 
-// long is c without a request timeout, for one long request.
+// long is c without a request timeout, for one long request, unless
+// the global --timeout was given: then that bounds it.
 func (c *client) long() *client {
 	l := *c
-	l.timeout = 0
+	if !c.timeoutGiven {
+		l.timeout = 0
+	}
 	return &l
 }
 

@@ -30,6 +30,7 @@ type client struct {
 	// timeout bounds a request (0: none). Long work (redrive, import)
 	// runs with none: see longwork.go.
 	timeout        time.Duration
+	timeoutGiven   bool // --timeout: it bounds long work too
 	nonInteractive bool
 }
 
@@ -162,6 +163,7 @@ func newRoot(c *client) *cobra.Command {
 	cmds = append(cmds, newDefinitionsCmds(c)...)
 	cmds = append(cmds, newStatusCmd(c), newClusterCmd(c), newQueuesCmd(c), newMoveCmd(c))
 	cmds = append(cmds, newGroupCmds(c)...)
+	cmds = append(cmds, newMoreGroupCmds(c)...)
 	root.AddCommand(cmds...)
 	return root
 }
@@ -399,7 +401,7 @@ func run(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	c := &client{out: stdout, errOut: stderr, timeout: requestTimeout}
 	root := newRoot(c)
-	root.SetArgs(rewriteUserPassword(args))
+	root.SetArgs(argsRewritten(args))
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
 		return exitCode(err)

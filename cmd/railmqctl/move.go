@@ -44,7 +44,9 @@ func newMoveCmd(c *client) *cobra.Command {
 	cmd.Flags().StringVar(&o.name, "name", "", "the shovel's name (default \"Move from SOURCE_QUEUE\", the UI's)")
 	cmd.Flags().BoolVar(&o.noWait, "no-wait", false, "define the shovel and return; it carries on and deletes itself when done")
 	cmd.Flags().DurationVar(&o.interval, "interval", time.Second, "how often to print progress")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up (deleting the shovel) when not done by then (0: wait as long as it takes)")
+	// The global --timeout (seconds) lands here too, move's own flag
+	// shadowing it: seconds or a duration (10s, 2m).
+	cmd.Flags().Var(secondsOrDuration{&o.timeout}, "timeout", "give up (deleting the shovel) when not done by then: seconds or a duration such as 2m (0: wait as long as it takes)")
 	return cmd
 }
 

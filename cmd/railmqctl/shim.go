@@ -33,6 +33,7 @@ type shimError struct {
 	code      int
 	msg       string
 	multiline bool
+	raw       bool // msg is printed as it is (RabbitMQ's usage text)
 }
 
 func (e *shimError) Error() string { return e.msg }
@@ -74,9 +75,12 @@ func runShim(tool string, args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &se) {
 		se = s.classify(err)
 	}
-	if se.multiline {
+	switch {
+	case se.raw:
+		fmt.Fprint(stderr, se.msg)
+	case se.multiline:
 		fmt.Fprintf(stderr, "Error:\n%s\n", se.msg)
-	} else {
+	default:
 		fmt.Fprintf(stderr, "Error: %s\n", se.msg)
 	}
 	return se.code

@@ -152,6 +152,16 @@ func TestShimBinaryAgainstBroker(t *testing.T) {
 		!strings.HasPrefix(errOut, "Error: (argument validation): Info key(s) bogus are not supported") {
 		t.Errorf("list_queues bogus: exit %d, %q, %q", code, out, errOut)
 	}
+	// The other tool's command: RabbitMQ 3.10.8's "Command 'X' not
+	// found." and usage on stderr, 64 (rabbitmq-diagnostics await_startup;
+	// rabbitmqctl check_running).
+	for _, c := range [][2]string{{"rabbitmq-diagnostics", "await_startup"}, {"rabbitmqctl", "check_running"}} {
+		code, out, errOut := execShim(t, dir, c[0], api, "-q", c[1])
+		if code != 64 || out != "" || !strings.HasPrefix(errOut, "\nCommand '"+c[1]+"' not found. \n\nUsage\n\n"+c[0]+" [--node <node>]") ||
+			!strings.HasSuffix(errOut, "\nUse '"+c[0]+" help <command>' to learn more about a specific command\n") {
+			t.Errorf("%s %s: exit %d, %q, %q", c[0], c[1], code, out, errOut)
+		}
+	}
 	if code, out, _ := execShim(t, dir, "railmqctl", api, "--version"); code != 0 || out != "railmqctl "+version+"\n" {
 		t.Errorf("railmqctl --version: exit %d, %q", code, out)
 	}

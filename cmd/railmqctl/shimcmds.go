@@ -17,13 +17,18 @@ import (
 // dispatch runs one shim command. The texts are RabbitMQ 3.10.8's
 // (recorded on this machine; shim_test.go quotes them).
 func (s *shim) dispatch(cmd string, args []string) error {
+	if !s.takes(cmd) {
+		return s.unknownCommand(cmd)
+	}
 	switch cmd {
 	case "ping":
 		return s.ping()
 	case "check_running", "is_running":
 		return s.checkRunning()
-	case "check_local_alarms", "check_alarms":
+	case "check_local_alarms":
 		return s.checkAlarms()
+	case "check_alarms":
+		return s.checkAllAlarms()
 	case "check_port_connectivity":
 		return s.checkPorts()
 	case "check_virtual_hosts":
@@ -46,14 +51,16 @@ func (s *shim) dispatch(cmd string, args []string) error {
 	case "list_connections", "close_connection", "set_vm_memory_high_watermark":
 		return s.legacy(cmd, args)
 	}
-	return &shimError{code: exitUsage, msg: fmt.Sprintf("command '%s' not found (railmq's %s takes: ping, check_running, check_local_alarms, check_port_connectivity, check_virtual_hosts, status, listeners, await_startup, list_queues, list_connections, close_connection, set_vm_memory_high_watermark, trace_on, trace_off, version)", cmd, s.tool)}
+	return s.unknownCommand(cmd)
 }
 
 // overview is what /api/overview says of the node.
 type overview struct {
-	Node           string `json:"node"`
-	ProductVersion string `json:"product_version"`
-	Listeners      []struct {
+	Node            string `json:"node"`
+	ProductName     string `json:"product_name"`
+	ProductVersion  string `json:"product_version"`
+	RabbitMQVersion string `json:"rabbitmq_version"`
+	Listeners       []struct {
 		Protocol string `json:"protocol"`
 		IP       string `json:"ip_address"`
 		Port     int    `json:"port"`
@@ -124,11 +131,23 @@ func (s *shim) checkRunning() error {
 // checkAlarms fails (69) naming each alarm in effect, as
 // rabbitmq_cli's alarm_lines.
 func (s *shim) checkAlarms() error {
+	return s.alarmCheck("/api/health/checks/local-alarms", "local alarms", "reported local alarms")
+}
+
+// checkAllAlarms is check_alarms: local or cluster-wide. RabbitMQ
+// 3.10.8: "Asking node rabbit@vm to report any local resource alarms
+// ...", "Node rabbit@vm reported no alarms, local or clusterwide".
+func (s *shim) checkAllAlarms() error {
+	return s.alarmCheck("/api/health/checks/alarms", "alarms, local or clusterwide", "reported alarms")
+}
+
+// alarmCheck asks path; none is "Node N reported no " + none.
+func (s *shim) alarmCheck(path, none, some string) error {
 	if _, err := s.hello(); err != nil {
 		return err
 	}
 	s.banner("Asking node %s to report any local resource alarms ...", s.node)
-	_, err := s.c.do("GET", "/api/health/checks/local-alarms", nil)
+	_, err := s.c.do("GET", path, nil)
 	var se *statusError
 	if errors.As(err, &se) && se.Code == http.StatusServiceUnavailable {
 		var body struct {
@@ -147,7 +166,7 @@ func (s *shim) checkAlarms() error {
 				}
 			}
 			if s.json {
-				b, _ := json.Marshal(map[string]any{"result": "error", "local": lines, "message": "Node " + s.node + " reported local alarms"})
+				b, _ := json.Marshal(map[string]any{"result": "error", "local": lines, "message": "Node " + s.node + " " + some})
 				fmt.Fprintln(s.stdout, string(b))
 			}
 			return &shimError{code: exitUnavailable, multiline: true, msg: strings.Join(lines, "\n")}
@@ -156,7 +175,7 @@ func (s *shim) checkAlarms() error {
 	if err != nil {
 		return err
 	}
-	s.ok(fmt.Sprintf("Node %s reported no local alarms", s.node), map[string]any{"result": "ok"})
+	s.ok(fmt.Sprintf("Node %s reported no %s", s.node, none), map[string]any{"result": "ok"})
 	return nil
 }
 

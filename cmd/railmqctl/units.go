@@ -8,33 +8,43 @@ import (
 	"text/tabwriter"
 )
 
-// Tables: aligned columns under a header line; with --non-interactive,
-// tab-separated (for cut and awk) and figures as the API gives them.
-// Interactive tables show sizes in B, KiB, MiB, GiB and rates per second.
+// Tables: aligned columns under a header line. Interactive tables show
+// sizes in B, KiB, MiB, GiB and rates per second. With --non-interactive
+// they are printed as rabbitmqadmin v2 prints them for scripts
+// (rabbitmqadmin-ng src/output.rs TableStyler: tabled's borderless style,
+// Padding::new(0, 1, 0, 0), Remove::row(Rows::first()), newlines in a
+// cell replaced with ","): no header line, each column as wide as its
+// widest cell and one space, figures as the API gives them. Lines carry
+// no trailing blanks.
 
 // table prints rows' cols, each cell from cell.
 func (c *client) table(rows []map[string]any, cols []string, cell func(map[string]any, string) string) error {
-	if c.nonInteractive {
-		fmt.Fprintln(c.out, strings.Join(cols, "\t"))
-		for _, r := range rows {
-			vals := make([]string, len(cols))
-			for i, col := range cols {
-				vals[i] = cell(r, col)
-			}
-			fmt.Fprintln(c.out, strings.Join(vals, "\t"))
-		}
-		return nil
-	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+	var buf strings.Builder
+	if c.nonInteractive {
+		tw = tabwriter.NewWriter(&buf, 0, 0, 1, ' ', 0)
+	} else {
+		fmt.Fprintln(tw, strings.Join(cols, "\t"))
+	}
 	for _, r := range rows {
 		vals := make([]string, len(cols))
 		for i, col := range cols {
 			vals[i] = cell(r, col)
+			if c.nonInteractive {
+				vals[i] = strings.ReplaceAll(strings.ReplaceAll(vals[i], "\t", " "), "\n", ",")
+			}
 		}
 		fmt.Fprintln(tw, strings.Join(vals, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil || !c.nonInteractive {
+		return err
+	}
+	for _, l := range strings.SplitAfter(buf.String(), "\n") {
+		if l != "" {
+			fmt.Fprintln(c.out, strings.TrimRight(l, " \n"))
+		}
+	}
+	return nil
 }
 
 // byteColumns are the API's fields that are sizes in bytes.
