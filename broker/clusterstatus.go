@@ -36,6 +36,8 @@ func (s *Server) answerQuery(name string, req []byte) ([]byte, error) {
 		return json.Marshal(s.localShovels(args[0]))
 	case name == queryLinks:
 		return json.Marshal(s.localFederationLinks(args[0]))
+	case name == queryNodeFigures:
+		return s.answerFigures()
 	case name == queryRestartShovel && len(args) == 2:
 		return json.Marshal(s.restartShovelLocal(args[0], args[1]))
 	case name == queryRestartLink && len(args) == 2:

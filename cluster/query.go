@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -48,6 +47,12 @@ func (n *Node) answerQuery(d *Dec) answer {
 	}
 	return answer{extra: Enc(nil).Raw(out)}
 }
+
+// RefusedError is the error of a question the other node answered with
+// an error (it runs, but did not know or could not answer the question).
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
 
 // QueryAll asks every other member of the cluster question name with req,
 // at once, each within timeout, and returns the answers by node name
@@ -103,7 +108,7 @@ func (n *Node) query(addr, name string, req []byte, timeout time.Duration) ([]by
 	case d.Err() != nil:
 		return nil, d.Err()
 	case st != statusOK:
-		return nil, errors.New(string(d.Rest()))
+		return nil, &RefusedError{Reason: string(d.Rest())}
 	}
 	return d.Rest(), nil
 }

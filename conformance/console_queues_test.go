@@ -132,8 +132,10 @@ func TestConsoleQueuesPaged(t *testing.T) {
 }
 
 // TestConsoleNodes: the nodes page of a three-node cluster lists the
-// three running; a node stopped is shown down (and the banner says so);
-// a memory alarm on a node is shown on its row.
+// three running, each with its own figures (another node's as it
+// answered this one); a node stopped is shown down (and the banner says
+// so); a memory alarm on another node, and on this one, is shown on its
+// row.
 func TestConsoleNodes(t *testing.T) {
 	testutil.InProcess(t)
 	br := newBrowser(t)
@@ -143,12 +145,32 @@ func TestConsoleNodes(t *testing.T) {
 	br.run("nodes", chromedp.Navigate(url+"#/nodes"))
 	br.waitText("#nodes", 60*time.Second, func(s string) bool { return strings.Count(s, "running") == 3 }, "three nodes running")
 	br.waitText("#cluster", 60*time.Second, func(s string) bool { return strings.Contains(s, "Leaderrabbit") }, "the cluster's leader")
+	// rabbit2's row, on rabbit1's console, with rabbit2's figures.
+	cell := func(node, col string) string {
+		return eval[string](br, `(() => {
+			const t = document.querySelector('#nodes');
+			const i = [...t.querySelectorAll('thead th')].findIndex(th => th.textContent === '`+col+`');
+			const tr = [...t.querySelectorAll('tbody tr')].find(tr => tr.cells[0].textContent === '`+node+`');
+			return tr && i >= 0 ? tr.cells[i].textContent : '';
+		})()`)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(cell("rabbit2@localhost", "Memory"), " of ") && cell("rabbit2@localhost", "Uptime") != "" &&
+			strings.Contains(cell("rabbit2@localhost", "File descriptors"), " of ") && cell("rabbit2@localhost", "Alarms") == "none"
+	}, "rabbit2's memory, file descriptors, uptime and alarms on rabbit1's nodes page")
 	br.shot("nodes")
 	nodes[2].stop()
 	br.waitText("#nodes", 60*time.Second, func(s string) bool {
 		return strings.Contains(s, "rabbit3@localhostdown") && strings.Count(s, "running") == 2
 	}, "the stopped node is down")
 	br.waitText("#banner", 10*time.Second, func(s string) bool { return s == "Node down: rabbit3@localhost" }, "the banner names the node down")
+	if c := (&api{t: t, url: nodes[1].api}).call("PUT", "/api/vm-memory-high-watermark", "guest", "guest", map[string]any{"value": "0"}, nil); c/100 != 2 {
+		t.Fatalf("PUT /api/vm-memory-high-watermark on rabbit2: %d", c)
+	}
+	br.waitText("#nodes", 30*time.Second, func(s string) bool { return strings.Contains(s, "rabbit2@localhostrunningmemory alarm") }, "rabbit2's memory alarm on rabbit1's console")
+	if got := cell("rabbit1@localhost", "Alarms"); got != "none" {
+		t.Errorf("rabbit1's alarms with an alarm on rabbit2 only: %q", got)
+	}
 	a := &api{t: t, url: nodes[0].api}
 	if c := a.call("PUT", "/api/vm-memory-high-watermark", "guest", "guest", map[string]any{"value": "0"}, nil); c/100 != 2 {
 		t.Fatalf("PUT /api/vm-memory-high-watermark: %d", c)

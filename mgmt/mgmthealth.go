@@ -26,21 +26,8 @@ func healthFailed(w http.ResponseWriter, body map[string]any) {
 	writeJSONBody(w, body)
 }
 
-func (a *API) alarmList() []map[string]string {
-	var out []map[string]string
-	st := a.srv.Status()
-	node := a.srv.NodeName()
-	if st.MemoryAlarm {
-		out = append(out, map[string]string{"node": node, "resource": "memory"})
-	}
-	if st.DiskAlarm {
-		out = append(out, map[string]string{"node": node, "resource": "disk"})
-	}
-	return out
-}
-
 func (a *API) apiHealthAlarms(w http.ResponseWriter, r *http.Request) {
-	if al := a.alarmList(); len(al) > 0 {
+	if al := a.clusterAlarms(); len(al) > 0 {
 		healthFailed(w, map[string]any{"reason": "There are alarms in effect in the cluster", "alarms": al})
 		return
 	}
@@ -48,7 +35,7 @@ func (a *API) apiHealthAlarms(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) apiHealthLocalAlarms(w http.ResponseWriter, r *http.Request) {
-	if al := a.alarmList(); len(al) > 0 {
+	if al := alarmsOf(a.srv.LocalFigures()); len(al) > 0 {
 		healthFailed(w, map[string]any{"reason": "There are alarms in effect on the node", "alarms": al})
 		return
 	}

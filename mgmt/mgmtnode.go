@@ -1,13 +1,10 @@
 package mgmt
 
 import (
-	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/exchange"
@@ -87,70 +84,6 @@ func (a *API) apiOverview(w http.ResponseWriter, r *http.Request) {
 		delete(qt, "message_stats")
 	}
 	writeJSON(w, m)
-}
-
-func (a *API) nodeJSON() map[string]any {
-	ns := a.srv.Status()
-	fdUsed, fdTotal := ns.FDUsed, ns.FDTotal
-	return map[string]any{
-		"name": a.srv.NodeName(), "type": "disc", "running": true, "os_pid": strconv.Itoa(os.Getpid()),
-		"mem_used": ns.RSS, "mem_used_details": rate0, "mem_limit": ns.Watermark, "mem_alarm": ns.MemoryAlarm,
-		"mem_calculation_strategy": "rss",
-		"disk_free":                ns.DiskFree, "disk_free_details": rate0, "disk_free_limit": ns.DiskLimit, "disk_free_alarm": ns.DiskAlarm,
-		"fd_used": fdUsed, "fd_used_details": rate0, "fd_total": fdTotal,
-		"sockets_used": len(a.srv.Connections()), "sockets_used_details": rate0, "sockets_total": fdTotal * 9 / 10,
-		"proc_used": runtime.NumGoroutine(), "proc_used_details": rate0, "proc_total": 1048576,
-		"uptime": time.Since(ns.Started).Milliseconds(), "run_queue": 0, "processors": runtime.NumCPU(),
-		"rates_mode": "basic", "exchange_types": exchangeTypes, "auth_mechanisms": []map[string]any{
-			{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
-			{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
-		},
-		"partitions": []any{}, "contexts": []any{}, "cluster_links": []any{},
-		"enabled_plugins": []string{"rabbitmq_management"},
-		"applications":    []map[string]string{{"name": "rabbit", "description": "RabbitMQ (railmq " + a.srv.Version() + ")", "version": broker.CompatVersion}},
-		"net_ticktime":    60, "db_dir": ns.DataDir,
-		// RabbitMQ's lists; railmq logs to its standard error only.
-		"config_files": append([]string{}, ns.ConfigFiles...), "log_files": []string{"<stderr>"},
-	}
-}
-
-func (a *API) apiNodes(w http.ResponseWriter, r *http.Request) {
-	out := []map[string]any{a.nodeJSON()}
-	out = append(out, a.otherMembers()...)
-	writeList(w, r, out)
-}
-
-// otherMembers are the cluster's other nodes as /api/nodes lists them:
-// what this node knows of them, their name and whether their inter-node
-// listener answers (a TCP connect within 300 ms). Their figures are on
-// their own API.
-func (a *API) otherMembers() []map[string]any {
-	node := a.srv.Cluster()
-	if node == nil {
-		return nil
-	}
-	var out []map[string]any
-	for _, m := range node.Status().Members {
-		if m.Name == a.srv.NodeName() {
-			continue
-		}
-		up := false
-		if c, err := net.DialTimeout("tcp", m.Addr, 300*time.Millisecond); err == nil {
-			c.Close()
-			up = true
-		}
-		out = append(out, map[string]any{"name": m.Name, "type": "disc", "running": up, "cluster_links": []any{},
-			"railmq_cluster_address": m.Addr, "railmq_voter": m.Voter})
-	}
-	return out
-}
-
-func (a *API) apiNode(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("node") != a.srv.NodeName() {
-		notFound(w)
-		return
-	}
-	writeJSON(w, a.nodeJSON())
 }
 
 // apiSetWatermark is PUT /api/vm-memory-high-watermark {"value": "0.4"}

@@ -159,7 +159,7 @@ func (s *shim) alarmCheck(path, none, some string) error {
 				switch a.Resource {
 				case "memory":
 					lines = append(lines, "Memory alarm on node "+a.Node)
-				case "disk":
+				case "disk space", "disk": // RabbitMQ 3.10.8 says "disk space"; older railmq nodes "disk"
 					lines = append(lines, "Free disk space alarm on node "+a.Node)
 				default:
 					lines = append(lines, a.Resource+" alarm on node "+a.Node)

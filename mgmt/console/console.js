@@ -275,7 +275,7 @@ function pageOverview() {
     } else {
       qplot.replaceWith(h('p', { class: 'small', id: 'plot-overview-queued' }, 'The history is shown to monitoring and administrator users.'));
     }
-    const n = nodes[0];
+    const n = nodes.find(x => x.name === o.node); // /api/nodes lists every node of a cluster, by name
     if (!n) { node.replaceChildren(h('p', { class: 'small' }, 'Node figures need the monitoring tag.')); return; }
     const alarms = [n.mem_alarm && 'memory', n.disk_free_alarm && 'disk'].filter(Boolean);
     const bar = (used, limit, invert) => {

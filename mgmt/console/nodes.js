@@ -2,10 +2,10 @@
 // The nodes page (monitoring users and administrators, as /api/nodes is
 // theirs): every node of the cluster as /api/nodes lists it, a node that
 // does not answer shown as down, each node's alarms (memory, disk) and
-// its memory, disk and file descriptors against their limits; the raft
-// view of the cluster from /api/cluster (leader, voters, term). A
-// cluster's other nodes give their own figures on their own API: this
-// node shows what it knows of them (running or down). Loaded before
+// its memory, disk, file descriptors and connections against
+// their limits, as the node answered this one's question (a node that did
+// not answer in 2 s is down, without figures); the raft view of the
+// cluster from /api/cluster (leader, voters, term). Loaded before
 // console.js; uses its helpers only when called.
 
 function pageNodes() {
@@ -14,7 +14,6 @@ function pageNodes() {
   main().replaceChildren(h('h1', {}, 'Nodes'), wrap, cl);
   const alarmCell = n => {
     if (!n.running) return h('span', { class: 'state-down' }, '—');
-    if (n.mem_alarm === undefined && n.disk_free_alarm === undefined) return h('span', { class: 'small' }, 'on its own console');
     const al = [n.mem_alarm && 'memory', n.disk_free_alarm && 'disk'].filter(Boolean);
     return al.length ? h('span', { class: 'state-blocked' }, al.join(', ') + ' alarm') : h('span', { class: 'state-running' }, 'none');
   };
@@ -30,6 +29,7 @@ function pageNodes() {
       { key: 'mem_used', label: 'Memory', num: true, cell: n => used(n.mem_used, n.mem_limit, fmtBytes) },
       { key: 'disk_free', label: 'Disk free', num: true, hideSm: true, cell: n => (n.disk_free === undefined ? '' : fmtBytes(n.disk_free) + ' (limit ' + fmtBytes(n.disk_free_limit) + ')') },
       { key: 'fd_used', label: 'File descriptors', num: true, hideSm: true, cell: n => used(n.fd_used, n.fd_total, fmtNum) },
+      { key: 'sockets_used', label: 'Connections', num: true, hideSm: true, cell: n => (n.sockets_used === undefined ? '' : fmtNum(n.sockets_used)) },
       { key: 'uptime', label: 'Uptime', num: true, cell: n => (n.uptime === undefined ? '' : fmtAge(n.uptime / 1000)) },
       { key: 'address', label: 'Cluster address', hideSm: true, get: n => n.railmq_cluster_address || (members.get(n.name) || {}).address || '' },
     ], nodes, { redraw() {} }));
