@@ -49,35 +49,8 @@ func TestMgmtConnectionAndChannelFields(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { conn.Close() })
 	plain := dial(t, b.URL)
-	pub, err := conn.Channel()
-	must(t, err)
-	must(t, pub.Confirm(false))
-	q, err := pub.QueueDeclare("", false, false, true, false, nil)
-	must(t, err)
-	confirms := pub.NotifyPublish(make(chan rmq.Confirmation, 8))
-	for i := 0; i < 5; i++ {
-		must(t, pub.Publish("", q.Name, false, false, rmq.Publishing{Body: []byte("hello")}))
-	}
-	must(t, pub.Publish("", "mgmt-fields-nowhere", false, false, rmq.Publishing{Body: []byte("x")}))
-	for i := 0; i < 6; i++ {
-		if c := <-confirms; !c.Ack {
-			t.Fatalf("publish %d nacked", c.DeliveryTag)
-		}
-	}
-	m, ok, err := pub.Get(q.Name, false)
-	must(t, err)
-	if !ok {
-		t.Fatal("basic.get: empty")
-	}
-	must(t, m.Ack(false))
-	if _, ok, err := pub.Get(q.Name, true); err != nil || !ok {
-		t.Fatalf("basic.get no-ack: %v %v", ok, err)
-	}
-	cons, err := conn.Channel()
-	must(t, err)
-	must(t, cons.Qos(7, 0, false))
-	_, err = cons.Consume(q.Name, "mgmt-fields-c", false, false, false, false, nil)
-	must(t, err)
+	channelTraffic(t, conn, func(ch *rmq.Channel) (rmq.Queue, error) { return ch.QueueDeclare("", false, false, true, false, nil) },
+		"mgmt-fields-nowhere", "mgmt-fields-c")
 
 	// The connection, found by its name.
 	_, port, _ := net.SplitHostPort(conn.LocalAddr().String())

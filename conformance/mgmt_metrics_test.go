@@ -60,32 +60,8 @@ func TestMgmtChannelMetrics(t *testing.T) {
 	hs := httptest.NewServer(b.PrometheusHandler())
 	t.Cleanup(hs.Close)
 	conn := dial(t, b.URL)
-	pub, err := conn.Channel()
-	must(t, err)
-	must(t, pub.Confirm(false))
-	q, err := pub.QueueDeclare("chm-q", false, false, false, false, nil)
-	must(t, err)
-	confirms := pub.NotifyPublish(make(chan rmq.Confirmation, 8))
-	for i := 0; i < 5; i++ {
-		must(t, pub.Publish("", q.Name, false, false, rmq.Publishing{Body: []byte("hello")}))
-	}
-	must(t, pub.Publish("", "chm-nowhere", false, false, rmq.Publishing{Body: []byte("x")}))
-	for i := 0; i < 6; i++ {
-		<-confirms
-	}
-	m, ok, err := pub.Get(q.Name, false)
-	if err != nil || !ok {
-		t.Fatalf("get: %v %v", ok, err)
-	}
-	must(t, m.Ack(false))
-	if _, ok, err := pub.Get(q.Name, true); err != nil || !ok {
-		t.Fatalf("get no-ack: %v %v", ok, err)
-	}
-	cons, err := conn.Channel()
-	must(t, err)
-	must(t, cons.Qos(7, 0, false))
-	_, err = cons.Consume(q.Name, "", false, false, false, false, nil)
-	must(t, err)
+	pub, _ := channelTraffic(t, conn, func(ch *rmq.Channel) (rmq.Queue, error) { return ch.QueueDeclare("chm-q", false, false, false, false, nil) },
+		"chm-nowhere", "")
 
 	want := map[string]float64{
 		"rabbitmq_channel_consumers": 1, "rabbitmq_channel_messages_unacked": 3, "rabbitmq_channel_prefetch": 0,
