@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -195,27 +194,8 @@ type faultNode struct {
 	amqp, mgmt, listen, peers string
 	secret                    string
 	cmd                       *exec.Cmd
-	logs                      *syncBuffer // this life's log
-	lives                     *syncBuffer // every life's, for RAILMQ_CLUSTER_DUMP
-}
-
-// syncBuffer is a node's log as its process writes it, read while it
-// does.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs                      *testutil.SyncBuffer // this life's log
+	lives                     *testutil.SyncBuffer // every life's, for RAILMQ_CLUSTER_DUMP
 }
 
 func (n *faultNode) url() string { return "amqp://guest:guest@" + n.amqp + "/" }
@@ -233,9 +213,9 @@ func (n *faultNode) start(t *testing.T, bin string, join bool) {
 		args = append(args, "--cluster-join")
 	}
 	n.cmd = exec.Command(bin, args...)
-	n.logs = &syncBuffer{}
+	n.logs = &testutil.SyncBuffer{}
 	if n.lives == nil {
-		n.lives = &syncBuffer{}
+		n.lives = &testutil.SyncBuffer{}
 	}
 	fmt.Fprintf(n.lives, "--- %s started (join %v)\n", n.name, join)
 	n.cmd.Stderr = io.MultiWriter(n.logs, n.lives)

@@ -60,7 +60,9 @@ func TestMgmtChannelMetrics(t *testing.T) {
 	hs := httptest.NewServer(b.PrometheusHandler())
 	t.Cleanup(hs.Close)
 	conn := dial(t, b.URL)
-	pub, _ := channelTraffic(t, conn, func(ch *rmq.Channel) (rmq.Queue, error) { return ch.QueueDeclare("chm-q", false, false, false, false, nil) },
+	pub, _ := channelTraffic(t, conn, func(ch *rmq.Channel) (rmq.Queue, error) {
+		return ch.QueueDeclare("chm-q", false, false, false, false, nil)
+	},
 		"chm-nowhere", "")
 
 	want := map[string]float64{

@@ -285,7 +285,7 @@ type railmqNode struct {
 	bin, dir         string
 	amqp, mgmt       string
 	cmd              *exec.Cmd
-	logs             *syncBuffer // every life's
+	logs             *testutil.SyncBuffer // every life's
 	user, pass       string
 	started, killed9 int
 }
@@ -293,7 +293,7 @@ type railmqNode struct {
 func newRailmqNode(t *testing.T) *railmqNode {
 	t.Helper()
 	n := &railmqNode{t: t, bin: testutil.Binary(t), dir: t.TempDir(), amqp: testutil.FreePort(t), mgmt: testutil.FreePort(t),
-		logs: &syncBuffer{}, user: "guest", pass: "guest"}
+		logs: &testutil.SyncBuffer{}, user: "guest", pass: "guest"}
 	t.Cleanup(func() {
 		if n.cmd != nil {
 			_ = n.cmd.Process.Signal(syscall.SIGTERM)

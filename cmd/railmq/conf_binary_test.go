@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,35 +18,17 @@ import (
 	"github.com/railmq/railmq/internal/testutil"
 )
 
-// syncBuffer is a process's stderr, read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // binary is a running railmq process.
 type binary struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 	done chan struct{} // closed when it has exited; then err is its Wait's
 	err  error
 }
 
 // startBinary runs the railmq binary with args and env as its only
 // RAILMQ_ and RABBITMQ_ variables; it is killed at the test's end.
-func startBinary(t *testing.T, env []string, args ...string) (*binary, *syncBuffer) {
+func startBinary(t *testing.T, env []string, args ...string) (*binary, *testutil.SyncBuffer) {
 	t.Helper()
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
@@ -59,7 +39,7 @@ func startBinary(t *testing.T, env []string, args ...string) (*binary, *syncBuff
 		}
 	}
 	cmd.Env = append(cmd.Env, env...)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -74,7 +54,7 @@ func startBinary(t *testing.T, env []string, args ...string) (*binary, *syncBuff
 }
 
 // stopBinary sends SIGTERM and waits for exit 0.
-func stopBinary(t *testing.T, b *binary, logs *syncBuffer) {
+func stopBinary(t *testing.T, b *binary, logs *testutil.SyncBuffer) {
 	t.Helper()
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
