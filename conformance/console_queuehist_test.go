@@ -48,19 +48,24 @@ func TestConsoleQueueHistoryFirstLook(t *testing.T) {
 	must(t, err)
 	_, err = ch.QueueDeclare("hist-look", false, false, false, false, nil)
 	must(t, err)
+	_, err = ch.QueueDeclare("hist-list", false, false, false, false, nil)
+	must(t, err)
+	for range 4 {
+		must(t, ch.Publish("", "hist-list", false, false, rmq.Publishing{Body: []byte("x")}))
+	}
 	// 3 messages for 6 s, then 5 for 6 s: the page asks for samples 5 s
 	// apart (lengths_incr=5, as RabbitMQ's UI for 10 minutes).
 	for range 3 {
 		must(t, ch.Publish("", "hist-look", false, false, rmq.Publishing{Body: []byte("x")}))
 	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return spanOf(totalsSamples(a), 3) >= 6000 }, "6 s of 3 messages")
+	testutil.Eventually(t, 30*time.Second, func() bool { return spanOf(totalsSamples(a), 3+4) >= 6000 }, "6 s of 3 messages (and hist-list's 4)")
 	for range 2 {
 		must(t, ch.Publish("", "hist-look", false, false, rmq.Publishing{Body: []byte("x")}))
 	}
-	testutil.Eventually(t, 30*time.Second, func() bool { return spanOf(totalsSamples(a), 5) >= 6000 }, "6 s of 5 messages")
+	testutil.Eventually(t, 30*time.Second, func() bool { return spanOf(totalsSamples(a), 5+4) >= 6000 }, "6 s of 5 messages (and hist-list's 4)")
 
 	br.login(url, "guest", "guest")
-	br.waitText("#total-queues", 10*time.Second, func(s string) bool { return s == "1" }, "the overview")
+	br.waitText("#total-queues", 10*time.Second, func(s string) bool { return s == "2" }, "the overview")
 	br.run("the queue's page", chromedp.Navigate(url+"#/queues/%2F/hist-look"))
 	waitJS(br, 20*time.Second, `document.querySelector('#plot-depth') && document.querySelector('#plot-depth').dataset.points !== undefined`, "the depth plot is drawn")
 	// The broker's samples: 5 s apart over 12 s, at least 3 each for
@@ -73,5 +78,19 @@ func TestConsoleQueueHistoryFirstLook(t *testing.T) {
 	}
 	br.waitText("#q-ready", 10*time.Second, func(s string) bool { return s == "5" }, "the queue's depth")
 	br.shot("queue-history-first-look")
+
+	// The queues list, first seen now: hist-list's History sparkline
+	// starts from the broker's samples (one request with lengths_age for
+	// the queues this tab had not seen), not from this look alone.
+	br.run("the queues list over the last minute", js(`localStorage.setItem('railmq.range', '60'); window.__listOpened = Date.now(); true`),
+		chromedp.Navigate(url+"#/queues"), chromedp.WaitVisible(chromedp.CSS(`#range`)))
+	// The ring's oldest sample of hist-list predates the list's first
+	// look by seconds: it came from the broker.
+	waitJS(br, 20*time.Second, `(() => { const r = histSeries('/', 'hist-list').ready; return r.length >= 3 && r[0][0] < window.__listOpened - 2000 })()`,
+		"hist-list's history starts before the list was opened")
+	sparkPoints := `(() => { const tr = [...document.querySelectorAll('#queues tbody tr')].find(r => r.textContent.includes('hist-list'));
+		const c = tr && tr.querySelector('canvas.spark'); return c ? Number(c.dataset.points) : 0 })()`
+	waitJS(br, 20*time.Second, sparkPoints+` >= 3`, "hist-list's sparkline draws them")
+	br.shot("queue-list-history-first-look")
 	br.noErrors()
 }

@@ -107,6 +107,29 @@ func TestQueueHistoryFromFirstLook(t *testing.T) {
 	if p := q.MessageStats.PublishDetails.Samples; len(p) != len(s) || p[0].Sample != 5 || p[len(p)-1].Sample > 3 {
 		t.Errorf("message_stats.publish_details.samples %+v, want 5 newest, at most 3 oldest", p)
 	}
+	// The list answers each row's samples too, as RabbitMQ's list does
+	// with the same parameters (the console's queues list draws them at
+	// its first look), also a page of it with columns.
+	var list []histQueue
+	if code := a.call("GET", "/api/queues/%2F?lengths_age=60&lengths_incr=0", "guest", "guest", nil, &list); code != 200 || len(list) != 1 {
+		t.Fatalf("GET the list: %d, %d rows", code, len(list))
+	}
+	if l := list[0].MessagesDetails.Samples; len(l) < len(s) || l[0].Sample != 5 || countSample(l, 3) == 0 {
+		t.Errorf("the list's row: messages_details.samples %+v, want those of the queue's own GET %+v", l, s)
+	}
+	var page struct{ Items []histQueue }
+	if code := a.call("GET", "/api/queues/%2F?page=1&page_size=10&columns=name,messages_ready_details&lengths_age=60&lengths_incr=0", "guest", "guest", nil, &page); code != 200 || len(page.Items) != 1 {
+		t.Fatalf("GET a page: %d, %+v", code, page)
+	}
+	if r := page.Items[0].MessagesReadyDetails.Samples; len(r) < len(s) || r[0].Sample != 5 {
+		t.Errorf("the page's row: messages_ready_details.samples %+v", r)
+	}
+	// Without the parameters the list has no samples (nor their cost).
+	list = nil
+	a.call("GET", "/api/queues/%2F", "guest", "guest", nil, &list)
+	if len(list) != 1 || len(list[0].MessagesDetails.Samples) != 0 {
+		t.Errorf("the plain list: %+v", list)
+	}
 }
 
 // A queue's history is a bounded ring: at a 50 ms sample interval, one

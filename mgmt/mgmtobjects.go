@@ -349,6 +349,7 @@ func (a *API) apiVHostQueues(w http.ResponseWriter, r *http.Request) {
 	// being built (mgmtlist.go, queuejson.go).
 	var rows []row
 	list := &queueList{a: a, node: a.srv.NodeName()}
+	list.age, list.incr, list.samples = historyParams(r)
 	for _, st := range sts {
 		qs := st.Queues()
 		sort.Slice(qs, func(i, j int) bool { return qs[i].Name() < qs[j].Name() })

@@ -25,9 +25,19 @@ type queueRow struct {
 type queueList struct {
 	a    *API
 	node string // a.srv.NodeName(), once for the list
+	// samples: the list was asked for each queue's history (lengths_age
+	// ..., as RabbitMQ's list answers them), over age every incr.
+	samples   bool
+	age, incr time.Duration
 }
 
-func (r *queueRow) object() map[string]any { return r.l.a.queueJSON(r.st.Name(), r.q, false) }
+func (r *queueRow) object() map[string]any {
+	m := r.l.a.queueJSON(r.st.Name(), r.q, false)
+	if r.l.samples {
+		addSamples(m, r.l.a.queueHistory(r.q, r.l.age, r.l.incr))
+	}
+	return m
+}
 
 // appendObject appends the queue's object; a queue that replication
 // describes (quorum, homed on another node) is built as a map and
@@ -35,7 +45,7 @@ func (r *queueRow) object() map[string]any { return r.l.a.queueJSON(r.st.Name(),
 func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	a, q := r.l.a, r.q
 	c := q.Config()
-	if c.Replica != nil {
+	if c.Replica != nil || r.l.samples {
 		return appendJSON(b, r.object())
 	}
 	vh := r.st.Name()

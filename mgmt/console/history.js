@@ -53,6 +53,50 @@ function histAdd(q, t) {
   e.n++;
 }
 
+// histSeed puts the broker's samples of a queue (a list row asked for
+// with lengths_age; rates from msg_rates_age when asked) before what the ring holds, once
+// per queue: the list's History column then draws the queue's last
+// minutes at the list's first look, not only what this tab saw since.
+function histSeed(q) {
+  const rs = (q.messages_ready_details || {}).samples || [];
+  const e = qhist.get(histKey(q.vhost, q.name));
+  if (!e || e.seeded || !rs.length) return;
+  e.seeded = true;
+  const us = (q.messages_unacknowledged_details || {}).samples || [];
+  const ms = q.message_stats || {};
+  const ps = (ms.publish_details || {}).samples || [], ds = (ms.deliver_get_details || {}).samples || [];
+  // Samples are newest first; a rate is the count's rise to a sample.
+  const rate = (s, i) => (s[i] && s[i + 1] && s[i].timestamp > s[i + 1].timestamp ? 1000 * (s[i].sample - s[i + 1].sample) / (s[i].timestamp - s[i + 1].timestamp) : 0);
+  const first = e.n ? e.a[0] : Infinity;
+  const pts = [];
+  for (let i = rs.length - 1; i >= 0; i--) {
+    if (rs[i].timestamp < first - 500) pts.push([rs[i].timestamp, rs[i].sample, us[i] ? us[i].sample : 0, rate(ps, i), rate(ds, i)]);
+  }
+  const take = pts.slice(Math.max(0, pts.length - (HIST_POINTS - e.n)));
+  if (!take.length) return;
+  e.a.copyWithin(take.length * HIST_FIELDS, 0, e.n * HIST_FIELDS);
+  take.forEach((p, j) => e.a.set(p, j * HIST_FIELDS));
+  e.n += take.length;
+}
+
+// histSeedPage asks the broker once for the samples of the queues of a
+// list page (path: the page's query) that the ring has not had yet, and
+// seeds them (histSeed).
+async function histSeedPage(path, fresh) {
+  if (!fresh.length) return;
+  const [p, qs] = path.split('?');
+  const q = new URLSearchParams(qs);
+  // Depths only, about 30 samples a queue over the range the broker
+  // keeps (10 minutes): a sparkline is 96 pixels wide, and a page of 100
+  // queues' samples is then some 200 KB, once.
+  const age = Math.min(rangeSeconds(), 600);
+  q.set('columns', 'name,vhost,messages_ready_details,messages_unacknowledged_details');
+  q.set('lengths_age', String(age)); q.set('lengths_incr', String(Math.max(1, Math.round(age / 30))));
+  const want = new Set(fresh.map(x => histKey(x.vhost, x.name)));
+  const r = await api(p + '?' + q.toString());
+  for (const row of r.items || []) if (want.has(histKey(row.vhost, row.name))) histSeed(row);
+}
+
 // histSeries is what the console has seen of a queue as plot series
 // {ready, unacked, publish, deliver}: [[t ms, v], ...], oldest first.
 function histSeries(vhost, name) {

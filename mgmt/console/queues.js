@@ -5,7 +5,9 @@
 // table shows (columns=, dotted paths), so that a refresh of 5,000 queues
 // carries 100 rows, not the whole list (3.7 MB every 5 s before). Each
 // refresh also feeds the console's history ring (history.js), drawn in
-// the History column. And the form that declares a queue, its type
+// the History column, which starts from the broker's samples of each
+// queue the tab lists for the first time (one request with lengths_age
+// for those). And the form that declares a queue, its type
 // (classic, quorum, stream) chosen as RabbitMQ's UI chooses it: the
 // x-queue-type argument. Loaded before console.js; uses its helpers only
 // when called.
@@ -21,7 +23,14 @@ const PAGE_SIZES = [20, 50, 100, 500];
 function pageQueues() {
   const ms = k => r => (r.message_stats && r.message_stats[k + '_details'] ? r.message_stats[k + '_details'].rate : 0);
   const list = pagedList({ what: 'queues', pre: 'queue', path: 'queues', fields: QUEUE_COLUMNS, table: 'queues',
-    onItems: items => { const t = Date.now(); for (const q of items) histAdd(q, t); },
+    onItems: (items, path) => {
+      const t = Date.now();
+      const fresh = items.filter(q => !qhist.has(histKey(q.vhost, q.name)));
+      for (const q of items) histAdd(q, t);
+      // Queues this tab sees for the first time: the broker's history of
+      // them, once, then the refreshes go on from it.
+      histSeedPage(path, fresh).then(() => list.redraw(), () => {});
+    },
     extra: [h('span', { class: 'spacer' }), rangeSelect(() => list.redraw())],
     columns: [
       { key: 'vhost', label: 'Vhost', hideSm: true },
@@ -95,7 +104,7 @@ function pagedList(o) {
     }
     if (my !== seq || st.page !== page) return;
     listMsg.replaceChildren();
-    if (o.onItems) o.onItems(r.items);
+    if (o.onItems) o.onItems(r.items, query());
     last = r;
     if (o.stable) {
       const now = JSON.stringify([r, ls]);
