@@ -540,7 +540,10 @@ func TestBinarySIGTERM(t *testing.T) {
 	if err := waitExit(t, cmd, 10*time.Second); err != nil {
 		t.Fatalf("exit: %v\n%s", err, logs.String())
 	}
-	for _, want := range []string{`"msg":"connection opened"`, `"msg":"connection closed"`, `"user":"guest"`, `"vhost":"/"`} {
+	// RabbitMQ 3.10.8's lines (conformance/logs_test.go): accepting,
+	// granted access, and the closing line with the shutdown's reason.
+	for _, want := range []string{`"msg":"accepting AMQP connection `, `: user 'guest' authenticated and granted access to vhost '/'"`,
+		`"msg":"closing AMQP connection `, `"reason":"broker shutdown"`, `"user":"guest"`, `"vhost":"/"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, logs.String())
 		}

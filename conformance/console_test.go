@@ -155,16 +155,27 @@ func colours(img image.Image) int {
 
 func (b *browser) login(url, user, pass string) {
 	b.t.Helper()
-	b.run("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`#login input[name=username]`)))
-	b.run("log in", chromedp.SendKeys(chromedp.CSS(`#login input[name=username]`), user),
-		chromedp.SendKeys(chromedp.CSS(`#login input[name=password]`), pass),
-		chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.tryLogin(url, user, pass)
+	// Logged in once the user's name shows (start: whoami answered), not
+	// when the form was sent: a navigation made before that raced the
+	// login (a management user's queue page never showed, twice, beside
+	// two busy loops).
+	b.waitText("#who-name", 60*time.Second, func(s string) bool { return strings.HasPrefix(s, user) }, "logged in as "+user)
 	// From here on (hash navigation keeps the page) script errors are
 	// collected for noErrors.
 	b.run("watch for errors", js(`window.__errs = [];
 		addEventListener('error', e => __errs.push(String(e.message)));
 		addEventListener('unhandledrejection', e => __errs.push(String(e.reason)));
 		true`))
+}
+
+// tryLogin sends the login form as user; login waits for its success.
+func (b *browser) tryLogin(url, user, pass string) {
+	b.t.Helper()
+	b.run("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`#login input[name=username]`)))
+	b.run("log in", chromedp.SendKeys(chromedp.CSS(`#login input[name=username]`), user),
+		chromedp.SendKeys(chromedp.CSS(`#login input[name=password]`), pass),
+		chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
 }
 
 // js is an action that runs a script (whose value is true).
@@ -425,9 +436,9 @@ func TestConsoleLoginAndTags(t *testing.T) {
 			t.Fatalf("PUT permissions %s: %d", user, c)
 		}
 	}
-	br.login(hs.URL+"/", "guest", "wrong")
+	br.tryLogin(hs.URL+"/", "guest", "wrong")
 	br.waitText("#login", 5*time.Second, func(s string) bool { return strings.Contains(s, "Login failed") }, "a wrong password is refused")
-	br.login(hs.URL+"/", "plain", "pw")
+	br.tryLogin(hs.URL+"/", "plain", "pw")
 	br.waitText("#login", 5*time.Second, func(s string) bool { return strings.Contains(s, "Not management user") }, "a user without tags is refused")
 	br.login(hs.URL+"/", "manager", "pw")
 	br.waitText("#who-name", 5*time.Second, func(s string) bool { return strings.HasPrefix(s, "manager") }, "the management user is logged in")
@@ -450,7 +461,7 @@ func TestConsoleWhileRecovering(t *testing.T) {
 	hs := httptest.NewServer(st)
 	t.Cleanup(hs.Close)
 	st.Progress("/", 120, 400, 56000)
-	br.login(hs.URL+"/", "guest", "guest")
+	br.tryLogin(hs.URL+"/", "guest", "guest") // logged in once the broker is up, below
 	br.waitText("#recovering", 10*time.Second, func(s string) bool {
 		return strings.Contains(s, "recovering 120 of 400 queues in vhost '/' (56000 messages so far)")
 	}, "the console shows the recovery")

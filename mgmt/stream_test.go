@@ -41,7 +41,7 @@ func TestDescribeStream(t *testing.T) {
 		Published: 50, SegmentsDeleted: 1, Consumers: []queue.StreamConsumer{{Tag: "a", Offset: 10, Lag: 50}, {Tag: "b", Offset: 60}}}
 	q := queue.New(queue.Config{Name: "s", Durable: true, Replica: &fakeStream{st: st}})
 	m := render(t, func() map[string]any { m := map[string]any{"type": "classic"}; describeStream(m, q, "n1"); return m }())
-	want := `{"first_timestamp":1700000000123,"leader":"n1","members":["n1"],"online":["n1"],` +
+	want := `{"first_timestamp":1700000000123,"leader":"n1","members":["n1"],"messages":50,"messages_ready":50,"online":["n1"],` +
 		`"railmq_stream":{"consumers":2,"disk_bytes":123456,"first_offset":10,"first_timestamp":1700000000123,"last_offset":59,` +
 		`"last_timestamp":1700000009999,"next_offset":60,"published":50,"segments":4,"segments_deleted":1},` +
 		`"readers":{"n1":2},"segments":4,"type":"stream"}`

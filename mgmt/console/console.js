@@ -260,7 +260,9 @@ function pageOverview() {
     h('div', { class: 'toolbar' }, h('span', { class: 'spacer' }), rangeSelect(() => { if (last && last.queue_totals.messages_ready_details.samples) plots(); })));
   poll(st.page, async () => {
     const [o, nodes] = await Promise.all([api('overview?' + historyQuery()),
-      api('nodes').catch(e => { if (e.status === 401 || e.status === 403) return []; throw e; })]);
+      // /api/nodes is for monitoring users and administrators: asked by
+      // another user, its 401 would end the session (api).
+      hasTag('administrator', 'monitoring') ? api('nodes') : Promise.resolve([])]);
     $('#node-name').textContent = o.node + ' · ' + o.product_name + ' ' + o.product_version;
     const q = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
     totals.replaceChildren(stat('Ready', fmtNum(q.messages_ready), 'total-ready'), stat('Unacked', fmtNum(q.messages_unacknowledged), 'total-unacked'),
