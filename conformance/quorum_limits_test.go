@@ -479,13 +479,19 @@ func TestQuorumDeliveryLimitPolicyInCluster(t *testing.T) {
 		return a1.call("PUT", "/api/policies/%2F/qql-clp", "guest", "guest", map[string]any{"pattern": "^qql-cl$",
 			"definition": map[string]any{"delivery-limit": 2}, "apply-to": "queues"}, nil) == 201
 	}, "PUT policy on node 1 did not succeed")
+	// The policy reaches the queue's log as an entry of its own, after
+	// the metadata shows it (as RabbitMQ's policy_changed): node 2's
+	// member shows the limit once it applied that entry (delivery_limit,
+	// as RabbitMQ 4.1's queue stats), and a reject sent after it is
+	// judged by it.
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		var q struct {
-			Policy string `json:"policy"`
+			Policy        string `json:"policy"`
+			DeliveryLimit any    `json:"delivery_limit"`
 		}
 		a2.call("GET", "/api/queues/%2F/qql-cl", "guest", "guest", nil, &q)
-		return q.Policy == "qql-clp"
-	}, "node 2's queue has the policy")
+		return q.Policy == "qql-clp" && q.DeliveryLimit == float64(2)
+	}, "node 2's queue has the policy and its delivery limit")
 	d := getOn(chans[1], "qql-cl")
 	if header(d, "x-delivery-count") != 3 {
 		t.Fatalf("before the 4th reject: %v", d.Headers)

@@ -871,6 +871,16 @@ func (qq *quorumQueue) describe(m map[string]any) {
 	}
 	m["members"], m["online"] = members, online
 	m["railmq_raft"] = map[string]any{"term": st.Term, "commit_index": st.Commit, "applied_index": st.Applied}
+	// The delivery limit in force: the state machine's, as this member
+	// applied it (RabbitMQ 4.1's queue stats: delivery_limit, from the
+	// machine config, "unlimited" without one; rabbit_quorum_queue.erl).
+	var lim int64
+	qq.g.View(func(f *cluster.Fifo) { lim = f.Config().DeliveryLimit })
+	if lim < 0 {
+		m["delivery_limit"] = "unlimited"
+	} else {
+		m["delivery_limit"] = lim
+	}
 	qq.describeDeadLetters(m)
 }
 
