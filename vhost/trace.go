@@ -39,6 +39,11 @@ const TraceExchange = "amq.rabbitmq.trace"
 // it, copies are dropped (at most once, as RabbitMQ's).
 const maxTracePending = 1 << 16
 
+// maxTracePendingBytes bounds the bodies those copies hold (a copy keeps
+// its message's body after the delivery is acked): past it, likewise
+// dropped.
+const maxTracePendingBytes = 64 << 20
+
 // TraceSource is who published or received a traced message.
 type TraceSource struct {
 	Conn    string // RabbitMQ's connection name, "peer -> local"
@@ -46,11 +51,12 @@ type TraceSource struct {
 	User    string
 }
 
-// tracer routes the delivery copies. mu guards pending, running and
+// tracer routes the delivery copies. mu guards pending, bytes, running and
 // closed; it is a leaf lock (taken under a channel's mu by Deliver).
 type tracer struct {
 	mu      sync.Mutex
 	pending []traceDelivery
+	bytes   int64 // the bodies of pending
 	running bool
 	closed  bool
 	wake    chan struct{} // one slot
@@ -108,7 +114,7 @@ func (v *VHost) closeTrace() {
 	t.mu.Lock()
 	running := t.running && !t.closed
 	t.closed = true
-	t.pending = nil
+	t.pending, t.bytes = nil, 0
 	t.mu.Unlock()
 	v.tracing.Store(false)
 	if running {
@@ -149,11 +155,12 @@ func (v *VHost) TraceDeliver(msg *queue.Message, q string, redelivered bool, src
 	}
 	t := &v.trace
 	t.mu.Lock()
-	if !t.running || t.closed || len(t.pending) >= maxTracePending {
+	if !t.running || t.closed || len(t.pending) >= maxTracePending || t.bytes+int64(len(msg.Body)) > maxTracePendingBytes {
 		t.mu.Unlock()
 		return
 	}
 	t.pending = append(t.pending, traceDelivery{msg: msg, queue: q, redelivered: redelivered, src: src})
+	t.bytes += int64(len(msg.Body))
 	t.mu.Unlock()
 	select {
 	case t.wake <- struct{}{}:
@@ -173,7 +180,7 @@ func (v *VHost) traceLoop() {
 		}
 		t.mu.Lock()
 		batch := t.pending
-		t.pending = nil
+		t.pending, t.bytes = nil, 0
 		t.mu.Unlock()
 		for _, d := range batch {
 			h := v.traceHeaders(d.msg, []any{d.msg.RoutingKey})
