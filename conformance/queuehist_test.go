@@ -124,6 +124,12 @@ func TestQueueHistoryFromFirstLook(t *testing.T) {
 	if r := page.Items[0].MessagesReadyDetails.Samples; len(r) < len(s) || r[0].Sample != 5 {
 		t.Errorf("the page's row: messages_ready_details.samples %+v", r)
 	}
+	// Sorted by a field (every row built to sort, the samples added to
+	// the rows written only).
+	list = nil
+	if code := a.call("GET", "/api/queues/%2F?sort=messages&lengths_age=60&lengths_incr=0", "guest", "guest", nil, &list); code != 200 || len(list) != 1 || len(list[0].MessagesDetails.Samples) < len(s) {
+		t.Errorf("the sorted list: %d %+v", code, list)
+	}
 	// Without the parameters the list has no samples (nor their cost).
 	list = nil
 	a.call("GET", "/api/queues/%2F", "guest", "guest", nil, &list)

@@ -41,6 +41,13 @@ type rowAppender interface {
 	appendObject(b []byte) ([]byte, error)
 }
 
+// rowShower is a rowSource whose shown object gets more than the object
+// it is sorted by: a queue's samples (lengths_age), added to the rows
+// written only, not to every row a sort builds.
+type rowShower interface {
+	shown(m map[string]any)
+}
+
 // mapRow is an object already built.
 type mapRow map[string]any
 
@@ -210,6 +217,9 @@ func (lq *listQuery) object(rows []row, built []map[string]any, i int) map[strin
 		m = built[i]
 	} else {
 		m = rows[i].src.object()
+	}
+	if s, ok := rows[i].src.(rowShower); ok {
+		s.shown(m)
 	}
 	if lq.columns != nil {
 		m = project(m, lq.columns)

@@ -31,12 +31,14 @@ type queueList struct {
 	age, incr time.Duration
 }
 
-func (r *queueRow) object() map[string]any {
-	m := r.l.a.queueJSON(r.st.Name(), r.q, false)
+func (r *queueRow) object() map[string]any { return r.l.a.queueJSON(r.st.Name(), r.q, false) }
+
+// shown adds the queue's samples to a row written, when the list was
+// asked for them (rowShower).
+func (r *queueRow) shown(m map[string]any) {
 	if r.l.samples {
 		addSamples(m, r.l.a.queueHistory(r.q, r.l.age, r.l.incr))
 	}
-	return m
 }
 
 // appendObject appends the queue's object; a queue that replication
@@ -46,7 +48,9 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	a, q := r.l.a, r.q
 	c := q.Config()
 	if c.Replica != nil || r.l.samples {
-		return appendJSON(b, r.object())
+		m := r.object()
+		r.shown(m)
+		return appendJSON(b, m)
 	}
 	vh := r.st.Name()
 	ready, unacked, held := q.Ready(), q.Unacked(), q.Held()
