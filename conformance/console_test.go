@@ -449,6 +449,22 @@ func TestConsoleLoginAndTags(t *testing.T) {
 		t.Errorf("a management user's Nodes, Policies, Limits and Admin links hidden = %v, want [true true true true]", hidden)
 	}
 	br.shot("management-user")
+
+	// A route the user may not use answers 401 ("Not monitor user", as
+	// RabbitMQ 3.10.8's /api/nodes for a management user): the session
+	// goes on. Credentials that no longer log in end it.
+	br.run("a refused route", js(`(window.__refused = '', api('nodes').then(() => { __refused = 'answered' }, e => { __refused = 'refused ' + e.status }), true)`))
+	waitJS(br, 20*time.Second, `window.__refused !== ''`, "the refused route answered")
+	if got := eval[string](br, `window.__refused`); got != "refused 401" {
+		t.Errorf("GET /api/nodes as a management user: %s, want refused 401", got)
+	}
+	if eval[bool](br, `document.querySelector('#who').hidden`) {
+		t.Error("a 401 for a route the management user may not use ended the session")
+	}
+	if c := a.call("PUT", "/api/users/manager", "guest", "guest", map[string]any{"password": "changed", "tags": "management"}, nil); c/100 != 2 {
+		t.Fatalf("changing manager's password: %d", c)
+	}
+	br.waitText("#login", 30*time.Second, func(s string) bool { return strings.Contains(s, "Your session ended") }, "the session ends once the password changed")
 }
 
 // TestConsoleWhileRecovering: while the broker recovers its store the

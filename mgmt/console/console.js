@@ -90,7 +90,15 @@ async function api(path, opts) {
   try { body = text ? JSON.parse(text) : null; } catch (e) { body = { reason: text }; }
   if (r.status === 503 && body && body.error === 'recovering') { showRecovering(body); throw new APIError(503, body); }
   if (!r.ok) {
-    if (r.status === 401 && st.user && path !== 'whoami') { logout('Your session ended: ' + (body && body.reason)); }
+    // RabbitMQ answers 401 both to credentials that no longer log in and
+    // to a route this user may not use ("Not monitor user", "User not
+    // authorised to access object"): the session ends only when whoami
+    // refuses the credentials too.
+    if (r.status === 401 && st.user && path !== 'whoami') {
+      const auth = st.auth;
+      const ok = await api('whoami').then(() => true, () => false);
+      if (!ok && st.auth === auth) logout('Your session ended: ' + (body && body.reason));
+    }
     throw new APIError(r.status, body);
   }
   return body;
