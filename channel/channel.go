@@ -478,8 +478,8 @@ func (c *Channel) queueDeclare(m *amqp.QueueDeclare) error {
 }
 
 // Close releases the channel: the content it was assembling and its
-// uncommitted transaction are dropped, its consumers are cancelled, then
-// its unacked deliveries go back to their queues flagged redelivered.
+// uncommitted transaction are dropped, its unacked deliveries go back to
+// their queues flagged redelivered and its consumers are cancelled.
 func (c *Channel) Close() {
 	c.dropAssembly()
 	c.dropTx()
@@ -506,11 +506,24 @@ func (c *Channel) Close() {
 	if token != "" {
 		c.cfg.Replies.unregister(token)
 	}
+	// A replicated queue's consumers are cancelled first: a return
+	// applied before the cancel would check the messages out to the
+	// closing consumer again, and a restart before that went back would
+	// count them returned twice (x-delivery-count). A classic queue's are
+	// cancelled after: its closed consumer takes nothing more, and the
+	// returned messages are at the head before another consumer is served.
+	for _, x := range cons {
+		if x.q.Replicated() {
+			x.q.Cancel(x.Consumer)
+		}
+	}
 	for _, b := range bs {
 		b.q.Requeue(b.ds, nil)
 	}
 	for _, x := range cons {
-		x.q.Cancel(x.Consumer)
+		if !x.q.Replicated() {
+			x.q.Cancel(x.Consumer)
+		}
 	}
 }
 

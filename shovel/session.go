@@ -94,8 +94,20 @@ func (s *Shovel) session(ctx context.Context) error {
 	}
 	defer dst.conn.Close()
 	s.connected = true
-	// Stop interrupts a publish blocked on a full socket.
-	stop := context.AfterFunc(ctx, func() { _ = src.conn.Close(); _ = dst.conn.Close() })
+	// Stop lets the loop settle what it has published (finish) and
+	// interrupts it after stopGrace: a publish blocked on a full socket.
+	ended := make(chan struct{})
+	defer close(ended)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(stopGrace)
+		defer t.Stop()
+		select {
+		case <-ended:
+		case <-t.C:
+			_ = src.conn.Close()
+			_ = dst.conn.Close()
+		}
+	})
 	defer stop()
 
 	l := &loop{s: s, src: src, dst: dst, nextSeq: 1}
@@ -196,6 +208,8 @@ func (l *loop) run(ctx context.Context, src <-chan rmq.Delivery, confirms chan r
 			deliveries = nil // wait for confirms first
 		}
 		select {
+		case <-ctx.Done():
+			return l.finish(ctx, confirms)
 		case d, ok := <-deliveries:
 			err = l.deliveryOrClosed(d, ok)
 		case c := <-confirms:
@@ -206,7 +220,7 @@ func (l *loop) run(ctx context.Context, src <-chan rmq.Delivery, confirms chan r
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return l.finish(ctx, confirms)
 			case e := <-l.src.closed:
 				return closeErr("source", l.src.uri, "connection", e)
 			case e := <-l.dst.closed:
@@ -233,6 +247,39 @@ func (l *loop) run(ctx context.Context, src <-chan rmq.Delivery, confirms chan r
 			return err
 		}
 	}
+}
+
+// stopGrace bounds how long Stop waits for the destination's confirms of
+// what the session has published, so that it can ack them at the source.
+const stopGrace = 5 * time.Second
+
+// finish ends a stopped session: it takes no more deliveries (the source
+// requeues them when the session closes), waits up to stopGrace for the
+// confirms of what is in flight and acks the source up to there, so that
+// a restart does not move again what has arrived. Acks sent after the
+// connection began to close would be dropped by the broker, yet counted
+// as moved.
+func (l *loop) finish(ctx context.Context, confirms chan rmq.Confirmation) error {
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+wait:
+	for len(l.inflight) > 0 {
+		select {
+		case c := <-confirms:
+			if err := l.confirm(c); err != nil {
+				return ctx.Err()
+			}
+			continue
+		case <-l.src.closed:
+		case <-l.dst.closed:
+		case <-l.src.chDown:
+		case <-l.dst.chDown:
+		case <-t.C:
+		}
+		break wait
+	}
+	_ = l.flush()
+	return ctx.Err()
 }
 
 func closeErr(side, uri, what string, e *rmq.Error) error {
