@@ -33,6 +33,10 @@ func (q *Queue) apply(o *op) outcome {
 				q.deadLetter(d, ReasonDeliveryLimit)
 				continue
 			}
+			if o.flags&flagDue != 0 {
+				q.hold(d, o.due) // lease.go
+				continue
+			}
 			if o.flags&flagUncounted == 0 && q.pol.Retry.Holds(o.flags&flagFailed != 0, o.flags&flagRetry != 0) {
 				if now == 0 {
 					now = Now()
