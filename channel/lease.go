@@ -45,7 +45,9 @@ func (c *Channel) leasePublish(p *amqp.BasicPublish, v amqp.PropertiesView) bool
 	case vhost.LeaseExchange:
 		err = c.extendLease(p.RoutingKey, v.Headers)
 	case vhost.RetryExchange:
-		err = c.retryLater(p.RoutingKey, v.Headers)
+		if err = c.retryLater(p.RoutingKey, v.Headers); err == nil {
+			return true // confirmed once the hold is durable
+		}
 	default:
 		return false
 	}
@@ -165,7 +167,9 @@ func (c *Channel) extendLease(key string, h []byte) error {
 }
 
 // retryLater gives a delivery back to its queue, to be redelivered after
-// x-delay (amq.railmq.retry).
+// x-delay (amq.railmq.retry). Under confirms, the publish is confirmed
+// once the hold is durable (written with the queue's entry, or committed
+// to a quorum queue's log), as a publish to the queue would be.
 func (c *Channel) retryLater(key string, h []byte) error {
 	tag, err := leaseTag(key)
 	if err != nil {
@@ -193,8 +197,15 @@ func (c *Channel) retryLater(key string, h []byte) error {
 	c.compact()
 	kicks := c.kicksLocked()
 	c.mu.Unlock()
-	if err := q.RetryAfter([]queue.Delivery{d}, time.Duration(ms)*time.Millisecond, c.cfg.Flushes); err != nil {
-		return err // HoldsReturns said it could: not reached
+	conf := c.newConfirm(1)
+	if err := q.RetryAfter([]queue.Delivery{d}, time.Duration(ms)*time.Millisecond, conf, c.cfg.Flushes); err != nil {
+		// HoldsReturns said it could: a bug. The publish is nacked; the
+		// delivery is settled here and stays unacked in its queue.
+		c.cfg.Logger.Error("retry not held", zap.String("queue", q.Name()), zap.Error(err))
+		if conf != nil {
+			conf.Done(err)
+		}
+		return nil
 	}
 	c.cfg.Totals.RetriesScheduled.Add(1)
 	kick(kicks, c.cfg.Flushes)

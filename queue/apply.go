@@ -23,6 +23,9 @@ func (q *Queue) apply(o *op) outcome {
 		}
 	case opRequeue:
 		q.settled(o.ds)
+		if o.conf != nil {
+			q.confs = append(q.confs, o.conf) // RetryAfter: once its holds are durable
+		}
 		var now int64 // read when a message is held
 		for _, d := range o.ds {
 			if o.flags&flagUncounted == 0 {

@@ -22,23 +22,24 @@ var ErrNoDelayedReturn = errors.New("queue: this queue type cannot hold a return
 // DelayReturner is a Replica that holds returned deliveries until a due
 // time (unix ms) in its own state (a quorum queue: its log).
 type DelayReturner interface {
-	ReturnAt(ds []Delivery, due int64)
+	ReturnAt(ds []Delivery, due int64, conf Confirmer)
 }
 
 // RetryAfter returns delivered messages to be ready again once delay has
 // passed. It is a consumer's verdict, as basic.reject with requeue: a
-// failed delivery.
-func (q *Queue) RetryAfter(ds []Delivery, delay time.Duration, fl *Flushes) error {
+// failed delivery. conf (if not nil) learns when the holds are durable
+// (a quorum queue: in its log).
+func (q *Queue) RetryAfter(ds []Delivery, delay time.Duration, conf Confirmer, fl *Flushes) error {
 	delay = min(max(delay, 0), maxHold)
 	if r := q.cfg.Replica; r != nil {
 		x, ok := r.(DelayReturner)
 		if !ok {
 			return ErrNoDelayedReturn
 		}
-		x.ReturnAt(ds, time.Now().Add(delay).UnixMilli())
+		x.ReturnAt(ds, time.Now().Add(delay).UnixMilli(), conf)
 		return nil
 	}
-	q.postInline(op{kind: opRequeue, ds: ds, flags: flagFailed | flagRetry | flagDue, due: Now() + int64(delay)}, fl)
+	q.postInline(op{kind: opRequeue, ds: ds, flags: flagFailed | flagRetry | flagDue, due: Now() + int64(delay), conf: conf}, fl)
 	return nil
 }
 
