@@ -53,14 +53,29 @@ func (c *Channel) leasePublish(p *amqp.BasicPublish, v amqp.PropertiesView) bool
 	}
 	if err != nil {
 		c.cfg.Totals.LeasesRefused.Add(1)
-		c.cfg.Logger.Warn("lease publish refused", zap.String("connection", c.cfg.ConnName),
-			zap.String("vhost", c.vhostName()), zap.String("user", c.cfg.User), zap.Uint16("channel", c.cfg.Number),
-			zap.String("exchange", p.Exchange), zap.String("routing_key", p.RoutingKey), zap.String("reason", err.Error()))
+		c.logRefused(p, err)
 		c.confirmNack()
 		return true
 	}
 	c.confirmNow()
 	return true
+}
+
+// logRefused logs a refused lease or retry at Warn (a client's mistake),
+// worded as RabbitMQ's channel errors are (broker/connlog.go), with the
+// same facts as typed fields:
+//
+//	Lease refused on connection <0.7.0> (127.0.0.1:58852 -> 127.0.0.1:5672, vhost: '/', user: 'guest'), channel 1:
+//	operation basic.publish to exchange 'amq.railmq.lease' refused: unknown delivery tag 42
+//
+// One line per refused publish: a client's mistake, not per message.
+func (c *Channel) logRefused(p *amqp.BasicPublish, err error) {
+	vh := c.vhostName()
+	c.cfg.Logger.Warn(fmt.Sprintf("Lease refused on connection <0.%d.0> (%s, vhost: '%s', user: '%s'), channel %d:\noperation basic.publish to exchange '%s' refused: %s",
+		c.cfg.ConnID, c.cfg.ConnName, vh, c.cfg.User, c.cfg.Number, p.Exchange, err.Error()),
+		zap.String("connection", c.cfg.ConnName), zap.String("vhost", vh), zap.String("user", c.cfg.User),
+		zap.Uint16("channel", c.cfg.Number), zap.String("exchange", p.Exchange), zap.String("routing_key", p.RoutingKey),
+		zap.String("reason", err.Error()))
 }
 
 func (c *Channel) vhostName() string {

@@ -10,6 +10,8 @@ import (
 
 	rmq "github.com/rabbitmq/amqp091-go"
 
+	"go.uber.org/zap/zapcore"
+
 	"github.com/railmq/railmq/broker"
 	"github.com/railmq/railmq/internal/testutil"
 )
@@ -252,7 +254,10 @@ func TestRetryAfterDelay(t *testing.T) {
 // nothing and close nothing. mandatory gets no basic.return: the publish
 // is consumed.
 func TestLeaseRefusals(t *testing.T) {
-	e := leaseEnv(t)
+	b, logs := observed(t, broker.Options{})
+	e := &env{t: t, b: b}
+	e.conn = dial(t, b.URL)
+	e.ch = e.channel(e.conn)
 	q := e.queue("lease-refuse", nil)
 	ch, ds, closed := e.consumerOn(q, nil)
 	returns := ch.NotifyReturn(make(chan rmq.Return, 8))
@@ -288,6 +293,14 @@ func TestLeaseRefusals(t *testing.T) {
 		}
 		stillOpen(t, closed, c.what)
 	}
+	// Each is logged, at warn, as RabbitMQ words a channel error.
+	line := awaitLine(t, logs, `^Lease refused on connection <0\.\d+\.0> \(127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+, vhost: '/', user: 'guest'\), channel \d+:\noperation basic\.publish to exchange 'amq\.railmq\.lease' refused: unknown delivery tag 99$`)
+	if f := fieldsOf(line); line.Level != zapcore.WarnLevel || f["reason"] != "unknown delivery tag 99" || f["routing_key"] != "99" || f["user"] != "guest" {
+		t.Fatalf("log line %v %v", line.Level, f)
+	}
+	awaitLine(t, logs, `refused: invalid x-lease-ms header: expected an integer of milliseconds$`)
+	awaitLine(t, logs, `refused: invalid delivery tag 'abc' in the routing key$`)
+	awaitLine(t, logs, `refused: no x-delay header$`)
 	// mandatory: consumed, never returned.
 	dc, err := ch.PublishWithDeferredConfirm(leaseX, tagKey(d2), true /* mandatory */, false, rmq.Publishing{})
 	must(t, err)
