@@ -406,3 +406,97 @@ func TestLeaseExchangesDeclared(t *testing.T) {
 		}
 	}
 }
+
+// On a quorum queue: a lease keeps a delivery past the consumer timeout
+// (which there returns the message and cancels the consumer of a client
+// that takes basic.cancel, as RabbitMQ 4.3's quorum queues do); a retry
+// holds the return in the queue's log for x-delay, then redelivers it
+// flagged redelivered with x-delivery-count 1.
+func TestLeaseAndRetryQuorum(t *testing.T) {
+	e := leaseEnv(t)
+	const q = "lease-qq"
+	_, err := e.ch.QueueDeclare(q, true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-consumer-timeout": int32(1000)})
+	must(t, err)
+	t.Cleanup(func() { _, _ = e.ch.QueueDelete(q, false, false, false) })
+	ch, ds, closed := e.consumerOn(q, nil)
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	e.publishConfirmed("", q, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte("job")})
+	d := recv(t, ds)
+	start := time.Now()
+	if !leasePub(t, ch, leaseX, tagKey(d), rmq.Table{"x-lease-ms": int32(3000)}) {
+		t.Fatal("lease nacked")
+	}
+	time.Sleep(time.Until(start.Add(2 * time.Second))) // past the 1 s timeout
+	select {
+	case tag := <-cancels:
+		t.Fatalf("consumer %s cancelled by the timeout despite the lease", tag)
+	default:
+	}
+	stillOpen(t, closed, "leased")
+	at := time.Now()
+	if !leasePub(t, ch, retryX, tagKey(d), rmq.Table{"x-delay": int32(1500)}) {
+		t.Fatal("retry nacked")
+	}
+	r := recv(t, ds)
+	if w := time.Since(at); w < 1500*time.Millisecond {
+		t.Fatalf("redelivered %v after the retry, want x-delay 1500 ms", w)
+	}
+	if !r.Redelivered || string(r.Body) != "job" || r.Headers["x-delivery-count"] != int64(1) {
+		t.Fatalf("redelivery %q redelivered=%v headers %v, want x-delivery-count 1", r.Body, r.Redelivered, r.Headers)
+	}
+	must(t, r.Ack(false))
+	stillOpen(t, closed, "acked")
+
+	// Without a lease, the timeout returns it and cancels the consumer.
+	e.publishConfirmed("", q, rmq.Publishing{DeliveryMode: rmq.Persistent, Body: []byte("job2")})
+	recv(t, ds)
+	select {
+	case <-cancels:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no basic.cancel for the timed-out delivery")
+	}
+}
+
+// A retry's hold survives a restart, on a durable classic queue (its
+// entry holds the due time) and on a quorum queue (its log): the message
+// is neither delivered early nor lost. The retry is confirmed once the
+// hold is durable.
+func TestRetryHeldAcrossRestart(t *testing.T) {
+	for _, qt := range []struct {
+		name string
+		args rmq.Table
+	}{{"lease-restart-classic", nil}, {"lease-restart-qq", rmq.Table{"x-queue-type": "quorum"}}} {
+		t.Run(qt.name, func(t *testing.T) {
+			r := newRestartable(t, broker.Options{})
+			c, ch := r.dial()
+			_, err := ch.QueueDeclare(qt.name, true, false, false, false, qt.args)
+			must(t, err)
+			publishPersistent(t, ch, "", qt.name, "job")
+			ds, err := ch.Consume(qt.name, "", false, false, false, false, nil)
+			must(t, err)
+			d := recv(t, ds)
+			const delay = 4 * time.Second
+			at := time.Now()
+			if !leasePub(t, ch, retryX, tagKey(d), rmq.Table{"x-delay": int32(delay / time.Millisecond)}) {
+				t.Fatal("retry nacked")
+			}
+			c.Close()
+			r.restart()
+			_, ch = r.dial()
+			ds, err = ch.Consume(qt.name, "", false, false, false, false, nil)
+			must(t, err)
+			select {
+			case got := <-ds:
+				if w := time.Since(at); w < delay {
+					t.Fatalf("%q delivered %v after the retry, want the %v hold", got.Body, w, delay)
+				}
+				if string(got.Body) != "job" || !got.Redelivered {
+					t.Fatalf("got %q redelivered=%v", got.Body, got.Redelivered)
+				}
+				must(t, got.Ack(false))
+			case <-time.After(delay + 20*time.Second):
+				t.Fatal("the held message was lost across the restart")
+			}
+		})
+	}
+}
