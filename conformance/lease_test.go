@@ -19,10 +19,13 @@ import (
 // Leases and retries a worker asks for with a publish on its channel
 // (channel/lease.go, docs/leases.md): amq.railmq.lease moves a delivery's
 // ack deadline, amq.railmq.retry returns it to be redelivered after
-// x-delay. railmq's own: RabbitMQ 3.10.8 has neither exchange (a publish
-// to amq.railmq.lease there is a 404 NOT_FOUND - no exchange
-// 'amq.railmq.lease' in vhost '/', which closes the channel), so these
-// tests run in-process only. The consumer timeout they move is
+// x-delay. railmq's own: RabbitMQ has neither exchange, so a publish to
+// amq.railmq.lease there closes the channel with 404 NOT_FOUND - no
+// exchange 'amq.railmq.lease' in vhost '/' (rabbit_channel's basic.publish
+// looks the exchange up with rabbit_exchange:lookup_or_die, v4.1.0; the
+// local RabbitMQ 3.10.8 was not answering when these tests were written),
+// and railmq answered the same before it had them. These tests run
+// in-process only. The consumer timeout they move is
 // RabbitMQ's (x-consumer-timeout; a classic queue's closes the channel
 // with 406, TestConsumerTimeout).
 
