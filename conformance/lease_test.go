@@ -401,6 +401,20 @@ func TestLeaseExchangesDeclared(t *testing.T) {
 			t.Fatalf("vhost %s lists %d of the lease exchanges", vh, found)
 		}
 	}
+	// An import naming them (a definitions file from a railmq export
+	// edited by hand, say) leaves them as they are, as it does amq.direct.
+	imp := map[string]any{"exchanges": []any{
+		map[string]any{"name": leaseX, "vhost": "/", "type": "fanout", "durable": false, "auto_delete": false, "internal": false, "arguments": map[string]any{}},
+		map[string]any{"name": "amq.direct", "vhost": "/", "type": "fanout", "durable": false, "auto_delete": false, "internal": false, "arguments": map[string]any{}},
+	}}
+	if code := a.call("POST", "/api/definitions", "guest", "guest", imp, nil); code/100 != 2 {
+		t.Fatalf("import: %d", code)
+	}
+	var lx map[string]any
+	a.call("GET", "/api/exchanges/%2F/"+leaseX, "guest", "guest", nil, &lx)
+	if lx["type"] != "direct" || lx["durable"] != true {
+		t.Fatalf("after an import naming it: %v", lx)
+	}
 	var defs map[string]any
 	a.call("GET", "/api/definitions", "guest", "guest", nil, &defs)
 	for _, x := range defs["exchanges"].([]any) {
