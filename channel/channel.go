@@ -181,6 +181,7 @@ type unacked struct {
 	d       queue.Delivery
 	at      int64         // delivered, unix nanos
 	timeout time.Duration // consumer timeout for this delivery; 0 = none
+	lease   int64         // the deadline amq.railmq.lease set (unix nanos); 0: at + timeout (lease.go)
 	done    bool
 	// returned: a consumer timeout gave it back to its queue
 	// (timeout.go); the client may still ack it, which goes nowhere.

@@ -349,7 +349,7 @@ func (c *Channel) TimedOut() (time.Duration, bool) {
 		if n-u.at < int64(c.minTimeout) {
 			break // later deliveries are younger still
 		}
-		if !u.done && !u.returned && u.timeout > 0 && n-u.at >= int64(u.timeout) {
+		if !u.done && !u.returned && u.timeout > 0 && n >= u.deadline() {
 			return u.timeout, true
 		}
 	}

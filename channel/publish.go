@@ -246,6 +246,9 @@ func (c *Channel) publishAssembled() error {
 		c.publisher = true
 		t.Publishers.Add(1)
 	}
+	if c.leasePublish(p, v) { // amq.railmq.lease and .retry (lease.go)
+		return nil
+	}
 	if err := c.allowPublish(p.Exchange, p.RoutingKey); err != nil {
 		return withMethod(err, p)
 	}

@@ -37,7 +37,7 @@ func (c *Channel) ReturnTimedOut() bool {
 	closeIt := false
 	for i := range c.unacked {
 		u := &c.unacked[i]
-		if u.done || u.returned || u.timeout <= 0 || n-u.at < int64(u.timeout) {
+		if u.done || u.returned || u.timeout <= 0 || n < u.deadline() {
 			continue
 		}
 		if u.c == nil || !u.q.CancelsOnTimeout() {

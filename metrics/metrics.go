@@ -141,6 +141,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	consumers := m.collectQueues(e)
 	collectResources(e, ns, len(conns))
 	collectGlobal(e, t, consumers)
+	collectLeases(e, t) // lease.go
 	m.collectStore(e, ns)
 	m.collectCluster(e)
 	collectFlow(e, conns)

@@ -211,6 +211,7 @@ func (a *API) apiChannel(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		m["consumer_details"], m["publishes"], m["deliveries"] = cons, []any{}, []any{}
+		m["pending_acks"] = a.pendingAcksJSON(ch) // lease.go
 		writeJSON(w, m)
 		return
 	}

@@ -76,6 +76,7 @@ func (a *API) apiOverview(w http.ResponseWriter, r *http.Request) {
 		"statistics_db_event_queue": 0, "listeners": listeners, "contexts": []any{},
 		"memory_used": ns.MemoryHeld,
 	}
+	a.addLeaseStats(m["message_stats"].(map[string]any), seesAll(u)) // lease.go
 	// The totals' history is the whole broker's: for those who see it all.
 	if age, incr, ok := historyParams(r); ok && seesAll(u) {
 		qt := m["queue_totals"].(map[string]any)

@@ -23,6 +23,9 @@ func (q *Queue) apply(o *op) outcome {
 		}
 	case opRequeue:
 		q.settled(o.ds)
+		if o.conf != nil {
+			q.confs = append(q.confs, o.conf) // RetryAfter: once its holds are durable
+		}
 		var now int64 // read when a message is held
 		for _, d := range o.ds {
 			if o.flags&flagUncounted == 0 {
@@ -31,6 +34,10 @@ func (q *Queue) apply(o *op) outcome {
 			}
 			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
 				q.deadLetter(d, ReasonDeliveryLimit)
+				continue
+			}
+			if o.flags&flagDue != 0 {
+				q.hold(d, o.due) // lease.go
 				continue
 			}
 			if o.flags&flagUncounted == 0 && q.pol.Retry.Holds(o.flags&flagFailed != 0, o.flags&flagRetry != 0) {

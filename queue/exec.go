@@ -117,6 +117,7 @@ type op struct {
 	consumer *Consumer
 	pol      *Policy // opPolicy
 	reply    chan result
+	due      int64 // opRequeue with flagDue: unix nanos
 }
 
 const (
@@ -127,6 +128,7 @@ const (
 	flagRetry     // opRequeue: a consumer's nack or reject, held when the queue has a retry delay (RequeueNacked)
 	flagLook      // opGet: taken to be looked at or moved (Take), not delivered
 	flagFailed    // opRequeue: a failed delivery (reject, a consumer gone: Retry.On)
+	flagDue       // opRequeue: held until op.due, whatever the retry setting (RetryAfter)
 )
 
 type result struct {

@@ -24,6 +24,10 @@ type Totals struct {
 	// Queue churn: queue.declare calls (not passive), queues created and
 	// deleted.
 	QueuesDeclared, QueuesCreated, QueuesDeleted atomic.Int64
+
+	// Leases and retries workers asked for (amq.railmq.lease, .retry):
+	// deadlines moved, retries scheduled, and such publishes refused.
+	LeasesExtended, RetriesScheduled, LeasesRefused atomic.Int64
 }
 
 const countShards = 16

@@ -68,7 +68,7 @@ func (v *VHost) checkBindLocked(owner uint64, dest string, toExchange bool, sour
 	}
 	// The firehose's exchange takes bindings: that is how it is read
 	// (RabbitMQ 3.10.8 binds a queue to amq.rabbitmq.trace with "#").
-	if add && strings.HasPrefix(source, "amq.rabbitmq.") && source != TraceExchange {
+	if add && (strings.HasPrefix(source, "amq.rabbitmq.") && source != TraceExchange || source == LeaseExchange || source == RetryExchange) {
 		return nil, amqp.Errorf(amqp.AccessRefused, "operation not permitted on exchange '%s'", source)
 	}
 	if add {

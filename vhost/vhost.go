@@ -94,6 +94,7 @@ func New(name string, memory *atomic.Int64, log *zap.Logger, store *persist.Stor
 		{"amq.direct", exchange.Direct}, {"amq.fanout", exchange.Fanout}, {"amq.topic", exchange.Topic},
 		{"amq.headers", exchange.Headers}, {"amq.match", exchange.Headers},
 		{"amq.rabbitmq.trace", exchange.Topic},
+		{LeaseExchange, exchange.Direct}, {RetryExchange, exchange.Direct}, // lease.go
 	} {
 		v.exchanges[x.name] = exchange.New(x.name, x.kind, true, false, x.name == "amq.rabbitmq.trace", nil)
 	}

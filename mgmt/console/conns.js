@@ -113,7 +113,8 @@ function pageChannels() {
 function pageChannelsDetail(name) {
   const info = h('div', { class: 'panel', id: 'channel-info' });
   const cons = h('div', { class: 'panel', id: 'channel-consumers' });
-  main().replaceChildren(h('h1', {}, 'Channel ', h('small', {}, name)), info, cons);
+  const pending = h('div', { class: 'panel', id: 'channel-pending' });
+  main().replaceChildren(h('h1', {}, 'Channel ', h('small', {}, name)), info, cons, pending);
   poll(st.page, async () => {
     // GET /api/channels/{name}: 404 once the channel is closed.
     let c = null;
@@ -122,7 +123,7 @@ function pageChannelsDetail(name) {
     }
     if (!c) {
       info.replaceChildren(h('div', { class: 'msg err', id: 'channel-gone' }, 'This channel is closed (or never was). '), h('a', { href: '#/channels' }, 'Channels'));
-      cons.replaceChildren(); st.page = null; return;
+      cons.replaceChildren(); pending.replaceChildren(); st.page = null; return;
     }
     info.replaceChildren(h('h2', {}, 'Details'), kvTable('chan', c, [['Connection', 'connection_details', v => connLink(v.name)], ['Number', 'number'],
       ['Vhost', 'vhost'], ['User', 'user'], ['State', 'state', s => stateCell(s)], ['Node', 'node'], ['Prefetch', 'prefetch_count'], ['Global prefetch', 'global_prefetch_count'],
@@ -136,5 +137,21 @@ function pageChannelsDetail(name) {
       { key: 'prefetch_count', label: 'Prefetch', num: true },
       { key: 'exclusive', label: 'Exclusive', get: x => (x.exclusive ? 'yes' : 'no') },
     ], cs, { redraw() {} }));
+    pending.replaceChildren(...pendingAcks(c.pending_acks || [], c.messages_unacknowledged));
   });
+}
+
+// pendingAcks is a channel's unacked deliveries with their ack deadlines
+// (pending_acks: the first 1,000; a lease moves a deadline, docs/leases.md).
+function pendingAcks(ps, total) {
+  const now = Date.now();
+  const left = d => (d === null ? 'none' : new Date(d).toLocaleTimeString() + ' (' + (d > now ? 'in ' + Math.ceil((d - now) / 1000) + ' s' : 'due') + ')');
+  return [h('h2', {}, 'Unacked deliveries (' + fmtNum(total) + ')'), sortable('channel-pending-table', [
+    { key: 'delivery_tag', label: 'Tag', num: true },
+    { key: 'queue', label: 'Queue' },
+    { key: 'consumer_tag', label: 'Consumer', get: p => p.consumer_tag || '(get)' },
+    { key: 'delivered_at', label: 'Delivered', num: true, cell: p => new Date(p.delivered_at).toLocaleTimeString() },
+    { key: 'deadline', label: 'Ack deadline', num: true, cell: p => left(p.deadline) },
+    { key: 'leased', label: 'Leased', get: p => (p.leased ? 'yes' : 'no') },
+  ], ps, { redraw() {} })];
 }
