@@ -173,6 +173,9 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
 	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
+	if dup {
+		d.Dropped.Add(1)
+	}
 	if !dup && d.Owner != nil {
 		s.DedupWrote = true // the next commit stores it (Route kicks one)
 	}

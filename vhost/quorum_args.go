@@ -35,6 +35,7 @@ var quorumArgChecks = []queueArgCheck{
 	{name: "x-consumer-timeout", typ: wantInt, rng: ints(nonNegative)},
 	{name: "x-quorum-initial-group-size", typ: wantInt, rng: ints(groupSize)},
 	{name: "x-queue-leader-locator", typ: wantString, rng: leaderLocator},
+	dedupConfirmCheck, // dedup_confirm.go
 }
 
 // notQuorumArgs are the arguments of other queue types (classic, stream)
@@ -137,5 +138,5 @@ var quorumEquivalenceArgs = []string{
 	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-expires",
 	"x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-overflow",
 	"x-single-active-consumer", "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-	"x-queue-leader-locator", "x-consumer-timeout",
+	"x-queue-leader-locator", "x-consumer-timeout", "x-deduplication-confirm",
 }
