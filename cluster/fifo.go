@@ -251,7 +251,7 @@ type Effects struct {
 	Refused     []int
 	// Duplicate: the enqueue was refused as a duplicate (fifo_dedup.go).
 	Duplicate bool
-	Purged      int
+	Purged    int
 	// Got marks a dequeue's effects: Deliveries holds what it took (if
 	// anything), Remaining the count of ready messages left.
 	Got       bool

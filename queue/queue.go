@@ -290,7 +290,7 @@ type Queue struct {
 	spare        []op
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
-	dedupSync    bool // a duplicate's ack waits for the store's next commit (dedup_confirm.go)
+	dedupSync    bool        // a duplicate's ack waits for the store's next commit (dedup_confirm.go)
 	mayReject    atomic.Bool // see MayReject
 	lanes        []lane      // by priority; one unless x-max-priority
 	nextSeq      uint64
@@ -349,8 +349,8 @@ type Queue struct {
 	// redelivered. Written by the holder of exec, read by anyone.
 	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
 	// nDedup counts the duplicates dropped (dedup_confirm.go).
-	nDedup atomic.Int64
-	consumerTimeout                         atomic.Int64 // Policy.ConsumerTimeout, for any goroutine
+	nDedup          atomic.Int64
+	consumerTimeout atomic.Int64 // Policy.ConsumerTimeout, for any goroutine
 	// Consumer utilisation: since when every consumer has been full with
 	// messages waiting (0: not so), and the nanoseconds spent so.
 	limitedSince, limitedTotal atomic.Int64

@@ -196,12 +196,12 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
-	lim    limits    // delivery limit and retry delays (quorum_limits.go)
+	lim    limits // delivery limit and retry delays (quorum_limits.go)
 	// dedup: x-message-deduplication, dedupConfirm its
 	// x-deduplication-confirm (quorum_dedup.go); set by Start.
 	dedup        bool
 	dedupConfirm queue.DedupConfirm
-	dlx    dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
+	dlx          dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
 	// expires is x-expires (ms, 0: none); expiring: the leader's
 	// deletion of the queue for it is under way (quorum_order.go).
 	expires  int64
