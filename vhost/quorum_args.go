@@ -67,6 +67,9 @@ func checkQuorumArgs(q, vh string, args amqp.Table) error {
 		if detail == "" && c.rng != nil {
 			detail = c.rng(v, args)
 		}
+		if detail != "" && c.refuse != nil {
+			return c.refuse(c.name, q, vh, v, detail)
+		}
 		if detail != "" {
 			return invalidArg(c.name, q, vh, detail)
 		}
