@@ -19,13 +19,19 @@ import (
 // published with the header x-deduplication-confirm: ack, is confirmed
 // with basic.ack, the original being stored; without it the
 // rabbitmq-message-deduplication plugin's answer stands. The plugin is
-// not part of RabbitMQ 3.10.8 here, so its answers come from its source:
-// a queue-level duplicate is nacked (test/queue_SUITE.erl
+// not part of RabbitMQ 3.10.8 here, so its answers come from the
+// sources: a queue-level duplicate is nacked (test/queue_SUITE.erl
 // deduplicate_message_confirm: wait_for_confirms false for the second
-// and third publish; RabbitMQ v4.1.0 rabbit_amqqueue_process
-// maybe_deliver_or_enqueue: "Drop publish and nack to publisher"), an
-// exchange-level one routes nowhere and is acked as unroutable (the
-// plugin's author in noxdafox/rabbitmq-message-deduplication issue #67).
+// and third publish). How, by version: the plugin's is_duplicate answers
+// {true, :reject} up to 0.6.4, which RabbitMQ 3.8-3.13 nacks
+// (rabbit_amqqueue_process v3.10.0 maybe_deliver_or_enqueue: "{true,
+// reject} -> Drop publish and nack to publisher"); from 0.7.0 it answers
+// true, which RabbitMQ 4.1 dead-letters (reason maxlen) and nacks
+// (v4.1.0, the same function); before RabbitMQ 3.8 no confirm came at
+// all (the plugin's issue #21, "clients hang"; rabbitmq-server PR #1741).
+// An exchange-level duplicate routes nowhere and is acked as unroutable
+// (the plugin's author in noxdafox/rabbitmq-message-deduplication issue
+// #67).
 
 // dedupPub publishes on ch (in confirm mode) with x-deduplication-header
 // id and the extra headers, and reports the broker's ack (true) or nack
