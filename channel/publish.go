@@ -372,6 +372,10 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		// before any delivery's.
 		c.tracePublish(msg, qs, extra)
 	}
+	if c.scratch.Duplicate != queue.DedupConfirmDefault && len(qs) == 0 && len(c.scratch.Delayed) == 0 {
+		c.duplicate(c.scratch.Duplicate) // dedup_confirm.go
+		return nil
+	}
 	if len(c.scratch.Delayed) > 0 {
 		return c.routeDelayed(msg, mandatory, qs, extra)
 	}

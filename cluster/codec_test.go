@@ -199,6 +199,7 @@ func testEffects() Effects {
 	m := &Message{Exchange: "ex", RoutingKey: "rk", Props: []byte{9}, Body: []byte("body"), TTL: -1}
 	return Effects{Accepted: true, Refused: []int{0, 3}, Purged: 2, Remaining: 7, Results: []Effects{
 		{Accepted: true},
+		{Duplicate: true}, // refused as a duplicate (fifo_dedup.go)
 		{Got: true, Remaining: 1, Deliveries: []Delivery{{Consumer: "n1/get", ID: 42, Msg: m, Redelivered: true, Count: 2}}},
 	}}
 }

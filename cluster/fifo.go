@@ -54,6 +54,10 @@ type Fifo struct {
 	// consumers come, go or change priority.
 	topPrio  int32
 	topValid bool
+	// dedup counts the ids of the messages held, when the queue
+	// deduplicates (dedupKey set, fifo_dedup.go); nil otherwise.
+	dedup    map[string]int32
+	dedupKey func(props []byte) ([]byte, bool)
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -245,7 +249,9 @@ type Effects struct {
 	DeadLetters []DeadLetter
 	Accepted    bool
 	Refused     []int
-	Purged      int
+	// Duplicate: the enqueue was refused as a duplicate (fifo_dedup.go).
+	Duplicate bool
+	Purged    int
 	// Got marks a dequeue's effects: Deliveries holds what it took (if
 	// anything), Remaining the count of ready messages left.
 	Got       bool
@@ -517,6 +523,10 @@ func (f *Fifo) enqueue(now int64, m Message, e *Effects) bool {
 	if f.cfg.RejectPublish && f.blocked {
 		return false // fifo_overflow.go
 	}
+	if f.dedup != nil && !f.dedupAdmit(m.Props) {
+		e.Duplicate = true
+		return false
+	}
 	fm := &fifoMsg{ID: f.nextID, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Props: m.Props, Body: m.Body, Enqueued: now,
 		Priority: msgPriority(m.Props)}
 	ttl := f.cfg.MessageTTL
@@ -554,6 +564,9 @@ func (f *Fifo) remove(m *fifoMsg) {
 	}
 	delete(f.msgs, m.ID)
 	f.bytes -= int64(len(m.Body))
+	if f.dedup != nil && m.Reason == "" {
+		f.dedupForget(m.Props)
+	}
 }
 
 // returnMsgs puts checked-out messages back at the head of the ready

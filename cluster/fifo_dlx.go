@@ -42,6 +42,9 @@ func (f *Fifo) deadLetter(m *fifoMsg, reason string, e *Effects) {
 		m.Consumer = ""
 	}
 	m.Reason = reason
+	if f.dedup != nil {
+		f.dedupForget(m.Props) // it left the queue: held for its targets only
+	}
 	f.discards = append(f.discards, m.ID)
 	f.dlxBytes += int64(len(m.Body))
 	e.DeadLetters = append(e.DeadLetters, DeadLetter{Msg: m.message(), Reason: reason, ID: m.ID, Held: true})

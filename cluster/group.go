@@ -44,6 +44,9 @@ type GroupConfig struct {
 	// leader to reach them.
 	Bootstrap bool
 	Fifo      FifoConfig
+	// DedupKey, if set, makes the queue deduplicate (fifo_dedup.go): the
+	// id of a message with props, if it has one.
+	DedupKey func(props []byte) ([]byte, bool)
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
 	// leads the group (it carries out the effects meant for one node only:
@@ -228,6 +231,9 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	}
 	g := &Group{n: n, cfg: cfg, fsm: NewQueueFSM(cfg.Fifo), wake: make(chan struct{}, 1), fwd: map[uint64]*forwardedRound{},
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
+	if cfg.DedupKey != nil {
+		g.fsm.SetDedupKey(cfg.DedupKey)
+	}
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()
 		leader := r != nil && r.State() == raft.Leader

@@ -291,6 +291,9 @@ func encodeEffects(b Enc, e *Effects) Enc {
 	if e.Got {
 		f |= 2
 	}
+	if e.Duplicate {
+		f |= 4
+	}
 	b = b.U8(f).Uvarint(uint64(e.Purged)).Uvarint(uint64(e.Remaining)).Uvarint(uint64(len(e.Refused)))
 	for _, i := range e.Refused {
 		b = b.Uvarint(uint64(i))
@@ -333,7 +336,7 @@ func decodeEffectsFrom(d *Dec, depth int) Effects {
 		return e
 	}
 	f := d.U8()
-	e.Accepted, e.Got = f&1 != 0, f&2 != 0
+	e.Accepted, e.Got, e.Duplicate = f&1 != 0, f&2 != 0, f&4 != 0
 	e.Purged = int(d.Uvarint())
 	e.Remaining = int(d.Uvarint())
 	n := d.Count(1)

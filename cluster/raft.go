@@ -79,6 +79,7 @@ func (q *QueueFSM) Restore(r io.ReadCloser) error {
 		q.mu.Unlock()
 		return nil
 	}
+	f.setDedupKey(q.f.dedupKey) // not in the image (fifo_dedup.go)
 	q.f = f
 	q.mu.Unlock()
 	if q.OnRestore != nil {

@@ -64,6 +64,8 @@ type DedupCache struct {
 	// x-cache-size is the client's to choose.
 	Memory *atomic.Int64
 	held   int64 // bytes counted into Memory (d.mu held)
+	// Dropped counts the duplicates found (metrics, management API).
+	Dropped atomic.Int64
 
 	mu    sync.Mutex
 	seed  maphash.Seed

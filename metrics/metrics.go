@@ -104,6 +104,7 @@ type queueFigures struct {
 	ready, unacked, readyBytes, unackedBytes int64
 	consumers                                int64
 	published                                int64
+	deduplicated                             int64
 }
 
 func (f *queueFigures) add(q *queue.Queue) {
@@ -115,6 +116,7 @@ func (f *queueFigures) add(q *queue.Queue) {
 	f.unackedBytes += ub
 	f.consumers += int64(q.Consumers())
 	f.published += p
+	f.deduplicated += q.Deduplicated()
 }
 
 func (f *queueFigures) emit(e emitter, labels ...string) {
@@ -126,6 +128,7 @@ func (f *queueFigures) emit(e emitter, labels ...string) {
 	e.gauge("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages", float64(f.unackedBytes), labels...)
 	e.gauge("rabbitmq_queue_consumers", "Consumers on a queue", float64(f.consumers), labels...)
 	e.counter("rabbitmq_queue_messages_published_total", "Total number of messages published to queues", f.published, labels...)
+	e.counter("railmq_queue_messages_deduplicated_total", "Messages a deduplicating queue dropped as duplicates (x-message-deduplication)", f.deduplicated, labels...)
 }
 
 // Collect sends every family, in the order the node's figures are read:
@@ -266,6 +269,10 @@ func collectExchanges(e emitter, vh string, v *broker.VHostInfo) {
 		if x.Delayed {
 			e.gauge("railmq_exchange_messages_delayed", "Messages a delayed exchange holds back", float64(x.MessagesDelayed()),
 				"vhost", vh, "exchange", x.Name)
+		}
+		if x.Dedup != nil {
+			e.counter("railmq_exchange_messages_deduplicated_total", "Messages a deduplication exchange dropped as duplicates",
+				x.Dedup.Dropped.Load(), "vhost", vh, "exchange", x.Name)
 		}
 	}
 }

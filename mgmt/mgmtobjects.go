@@ -179,6 +179,9 @@ func exchangeJSON(vh string, x *exchange.Exchange) map[string]any {
 		// The plugin's exchange type info (rabbit_exchange_type_delayed_message:info/1).
 		m["messages_delayed"] = x.MessagesDelayed()
 	}
+	if x.Dedup != nil {
+		m["messages_deduplicated"] = x.Dedup.Dropped.Load() // railmq's own (dedup.go)
+	}
 	return m
 }
 
@@ -308,6 +311,9 @@ func (a *API) queueJSON(vh string, q *queue.Queue, members bool) map[string]any 
 		"messages_details": rate0, "messages_ready_details": rate0, "messages_unacknowledged_details": rate0,
 		"message_stats": a.messageStats(q)}
 	m["consumer_utilisation"] = a.ConsumerUtilisation(q)
+	if n, ok := dedupShown(q); ok {
+		m["messages_deduplicated"] = n
+	}
 	rb, ub := q.Bytes()
 	m["message_bytes"], m["message_bytes_ready"], m["message_bytes_unacknowledged"] = rb+ub, rb, ub
 	ap := a.vhostPolicy(vh, q)

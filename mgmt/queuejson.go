@@ -113,6 +113,10 @@ func (r *queueRow) appendObject(b []byte) ([]byte, error) {
 	}
 	b = append(b, `,"messages":`...)
 	b = strconv.AppendInt(b, ready+unacked+held, 10)
+	if n, ok := dedupShown(q); ok {
+		b = append(b, `,"messages_deduplicated":`...)
+		b = strconv.AppendInt(b, n, 10)
+	}
 	b = append(b, `,"messages_details":{"rate":0},"messages_held":`...)
 	b = strconv.AppendInt(b, held, 10)
 	b = append(b, `,"messages_ready":`...)

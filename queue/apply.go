@@ -189,9 +189,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 	if q.dedup != nil && !q.dedupAdmit(m) {
 		q.cfg.Memory.Add(-mem) // counted by Publish, not kept
-		if conf != nil {
-			conf.Done(ErrDuplicate)
-		}
+		q.duplicate(m, conf)   // dedup_confirm.go
 		return
 	}
 	q.nPublish.Add(1)

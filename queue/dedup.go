@@ -14,7 +14,8 @@ import (
 // or delivered and not yet acknowledged) is not enqueued. RabbitMQ
 // answers a duplicate the backing queue reports (is_duplicate) as it
 // answers a rejected publish: a publisher in confirm mode gets basic.nack
-// (the plugin's queue_SUITE deduplicate_message_confirm). The id leaves
+// (the plugin's queue_SUITE deduplicate_message_confirm), unless
+// x-deduplication-confirm asks for an ack (dedup_confirm.go). The id leaves
 // the queue with its message: acknowledged, got or delivered without
 // ack, rejected, expired, dropped by a length limit or dead-lettered. A
 // purge forgets every id, as the plugin flushes its cache.

@@ -13,7 +13,9 @@ func (q *Queue) commit() {
 		q.w.add(StoreWrite{Kind: PutDelivered, Queue: q.cfg.ID, Seq: q.delivered})
 		q.savedDlv = q.delivered
 	}
-	if q.w.Len() == 0 {
+	sync := q.dedupSync // a duplicate's ack waits for what was submitted before it
+	q.dedupSync = false
+	if q.w.Len() == 0 && !sync {
 		for _, c := range q.confs {
 			c.Done(nil)
 		}

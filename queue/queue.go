@@ -241,6 +241,9 @@ type Policy struct {
 	// Dedup: x-message-deduplication (an argument or a policy's); a
 	// message whose id is in the queue is refused (dedup.go).
 	Dedup bool
+	// DedupConfirm is x-deduplication-confirm: how a duplicate is
+	// confirmed (dedup_confirm.go).
+	DedupConfirm DedupConfirm
 	// A stream's retention beside MaxLengthBytes: x-max-age (0: none)
 	// and its segment size (x-stream-max-segment-size-bytes; 0: the
 	// default).
@@ -287,6 +290,7 @@ type Queue struct {
 	spare        []op
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
+	dedupSync    bool        // a duplicate's ack waits for the store's next commit (dedup_confirm.go)
 	mayReject    atomic.Bool // see MayReject
 	lanes        []lane      // by priority; one unless x-max-priority
 	nextSeq      uint64
@@ -344,7 +348,9 @@ type Queue struct {
 	// into rates by the broker): taken in, delivered or got, acked,
 	// redelivered. Written by the holder of exec, read by anyone.
 	nPublish, nDeliverGet, nAck, nRedeliver atomic.Int64
-	consumerTimeout                         atomic.Int64 // Policy.ConsumerTimeout, for any goroutine
+	// nDedup counts the duplicates dropped (dedup_confirm.go).
+	nDedup          atomic.Int64
+	consumerTimeout atomic.Int64 // Policy.ConsumerTimeout, for any goroutine
 	// Consumer utilisation: since when every consumer has been full with
 	// messages waiting (0: not so), and the nanoseconds spent so.
 	limitedSince, limitedTotal atomic.Int64

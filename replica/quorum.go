@@ -73,7 +73,8 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	fc := fifoConfig(cfg.Args)
 	qq.expires = fc.Expires
 	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Label: "'" + cfg.Name + "' in vhost '" + cfg.VHost + "'", Voters: voters, Bootstrap: mine, Fifo: fc,
-		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
+		DedupKey: qq.setDedup(cfg.Args), // quorum_dedup.go
+		OnApply:  qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
 	}
@@ -195,8 +196,12 @@ type quorumQueue struct {
 	// memory: the body bytes this node's copy holds, as counted into the
 	// broker's memory figure (the watermark sees quorum queues too).
 	memory atomic.Int64
-	lim    limits    // delivery limit and retry delays (quorum_limits.go)
-	dlx    dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
+	lim    limits // delivery limit and retry delays (quorum_limits.go)
+	// dedup: x-message-deduplication, dedupConfirm its
+	// x-deduplication-confirm (quorum_dedup.go); set by Start.
+	dedup        bool
+	dedupConfirm queue.DedupConfirm
+	dlx          dlxWorker // the leader's at-least-once dead letters (quorum_dlx.go)
 	// expires is x-expires (ms, 0: none); expiring: the leader's
 	// deletion of the queue for it is under way (quorum_order.go).
 	expires  int64
@@ -279,9 +284,12 @@ func (qq *quorumQueue) Publish(m *queue.Message, conf queue.Confirmer) bool {
 	}
 	qq.published.Add(1)
 	var done func(cluster.Effects, error)
-	if conf != nil {
+	if conf != nil || qq.dedup {
 		done = func(e cluster.Effects, err error) {
 			switch {
+			case err == nil && e.Duplicate:
+				qq.duplicate(m, conf) // quorum_dedup.go
+			case conf == nil:
 			case err != nil:
 				conf.Done(err)
 			case !e.Accepted:

@@ -71,6 +71,7 @@ var queueArgChecks = []queueArgCheck{
 	{name: "x-retry-backoff", typ: wantNumber, rng: numbers(backoff)},
 	{name: "x-retry-delay-max", typ: wantInt, rng: ints(expires)},
 	{name: "x-retry-jitter", typ: wantNumber, rng: numbers(fraction)},
+	dedupConfirmCheck, // dedup_confirm.go
 }
 
 // Type checks.
@@ -339,5 +340,6 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		out.dlrk = &s
 	}
 	out.policy.Dedup = dedupQueue(args)
+	out.policy.DedupConfirm = dedupConfirmArg(args)
 	return out, nil
 }

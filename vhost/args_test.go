@@ -114,6 +114,7 @@ func TestValidateQueueArgsOrder(t *testing.T) {
 		{"x-retry-backoff", 0.5, "{value_too_small,0.5}"},
 		{"x-retry-delay-max", "1", `"expected integer, got longstr"`},
 		{"x-retry-jitter", 2.0, "{value_out_of_range,2}"},
+		{"x-deduplication-confirm", "maybe", "expected 'ack' or 'nack', got the value 'maybe' of type 'longstr'"},
 	}
 	if len(all) != len(queueArgChecks) {
 		t.Fatalf("%d checks, %d tested", len(queueArgChecks), len(all))
@@ -151,6 +152,11 @@ func TestValidateQueueArgsAccepted(t *testing.T) {
 			p := queue.NoPolicy
 			p.MessageTTL = maxExpiry * time.Millisecond
 			p.Expires = maxExpiry * time.Millisecond
+			return p
+		}()}},
+		{"dedup confirm ack", amqp.Table{"x-message-deduplication": true, "x-deduplication-confirm": "ack"}, queueArgs{policy: func() queue.Policy {
+			p := queue.NoPolicy
+			p.Dedup, p.DedupConfirm = true, queue.DedupConfirmAck
 			return p
 		}()}},
 		{"ttl zero", amqp.Table{"x-message-ttl": int32(0)}, queueArgs{policy: func() queue.Policy {

@@ -20,7 +20,8 @@ import (
 // routing, and a duplicate routes nowhere. What follows from an empty
 // route follows here too, as in RabbitMQ: the alternate exchange, if any,
 // gets it; a mandatory one is returned (312 NO_ROUTE); a publisher in
-// confirm mode gets basic.ack.
+// confirm mode gets basic.ack. x-deduplication-confirm changes that
+// (dedup_confirm.go).
 //
 // A durable exchange's cache is stored (unless declared with
 // x-cache-persistence "memory"): each new entry is one small key under
@@ -173,6 +174,9 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
 	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
+	if dup {
+		d.Dropped.Add(1)
+	}
 	if !dup && d.Owner != nil {
 		s.DedupWrote = true // the next commit stores it (Route kicks one)
 	}

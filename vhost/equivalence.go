@@ -24,7 +24,7 @@ func (v *VHost) exchangeEquivalent(ex *exchange.Exchange, d ExchangeDecl) error 
 	case ex.Internal != d.Internal:
 		return ineq("internal", d.Internal, ex.Internal)
 	}
-	if err := argsEquivalent(d.Args, ex.Args, []string{"alternate-exchange"}, func(k string, got, cur any) error {
+	if err := argsEquivalent(d.Args, ex.Args, exchangeEquivalenceArgs(ex), func(k string, got, cur any) error {
 		return ineq(k, got, cur)
 	}); err != nil {
 		return err
@@ -94,6 +94,7 @@ var equivalenceArgs = []string{
 	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
 	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
 	"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter",
+	"x-deduplication-confirm",
 }
 
 func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {

@@ -215,6 +215,9 @@ func (v *VHost) checkExchangeDecl(d ExchangeDecl, ex *exchange.Exchange) (_ exch
 		if _, _, _, err := dedupArgs(d.Args); err != nil {
 			return 0, err
 		}
+		if err := checkDedupConfirm("exchange", d.Name, v.name, d.Args); err != nil {
+			return 0, err
+		}
 	}
 	return kind, nil
 }

@@ -155,7 +155,7 @@ func (v *VHost) applyQuorumLocked(name string, val []byte, del bool, defaults qu
 	}
 	cfg := v.queueConfig(defaults, d, qa)
 	cfg.Store = nil
-	cfg.NoDedup = true // the plugin does not deduplicate quorum queues either
+	cfg.NoDedup = true // its replicated state deduplicates (replica/quorum_dedup.go)
 	v.mu.Unlock()
 	// Started without the lock: the handle's group starts (and may
 	// apply its log at once, delivering under its own locks).

@@ -35,6 +35,7 @@ var quorumArgChecks = []queueArgCheck{
 	{name: "x-consumer-timeout", typ: wantInt, rng: ints(nonNegative)},
 	{name: "x-quorum-initial-group-size", typ: wantInt, rng: ints(groupSize)},
 	{name: "x-queue-leader-locator", typ: wantString, rng: leaderLocator},
+	dedupConfirmCheck, // dedup_confirm.go
 }
 
 // notQuorumArgs are the arguments of other queue types (classic, stream)
@@ -65,6 +66,9 @@ func checkQuorumArgs(q, vh string, args amqp.Table) error {
 		detail := c.typ(v)
 		if detail == "" && c.rng != nil {
 			detail = c.rng(v, args)
+		}
+		if detail != "" && c.refuse != nil {
+			return c.refuse(c.name, q, vh, v, detail)
 		}
 		if detail != "" {
 			return invalidArg(c.name, q, vh, detail)
@@ -137,5 +141,5 @@ var quorumEquivalenceArgs = []string{
 	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-expires",
 	"x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-overflow",
 	"x-single-active-consumer", "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-	"x-queue-leader-locator", "x-consumer-timeout",
+	"x-queue-leader-locator", "x-consumer-timeout", "x-deduplication-confirm",
 }

@@ -30,6 +30,11 @@ type Scratch struct {
 	// deduplication cache, which the store's next commit writes: the
 	// publish's confirm waits for that commit.
 	DedupWrote bool
+	// Duplicate is how the last Route's duplicate is to be confirmed,
+	// when a deduplication exchange found one and its
+	// x-deduplication-confirm (or the message's) names an answer
+	// (dedup_confirm.go); DedupConfirmDefault otherwise.
+	Duplicate queue.DedupConfirm
 	// Delayed are the delayed exchanges that held the message back (its
 	// x-delay header, Delay ms, is positive): the caller hands it to
 	// each with VHost.Delay. Route reached no destination through them.
@@ -55,7 +60,7 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Queues = s.Queues[:0]
 	s.Delayed = s.Delayed[:0]
 	s.decoded = false
-	s.DedupWrote = false
+	s.DedupWrote, s.Duplicate = false, queue.DedupConfirmDefault
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	qs, err := v.route(name, key, s)
@@ -125,6 +130,8 @@ func (v *VHost) routeFrom(ex *exchange.Exchange, key string, s *Scratch) {
 			s.dests = s.dests[:0]
 			if !v.duplicate(ex, s) {
 				s.dests = ex.Route(key, nil, s.dests)
+			} else if s.Duplicate = dedupAcked(ex, s.Props); s.Duplicate != queue.DedupConfirmDefault {
+				continue // answered as asked, not unroutable: no alternate exchange
 			}
 		case exchange.FederationUpstream:
 			// As fanout, unless the message has made its hops or has been
