@@ -439,8 +439,11 @@ func TestDelayedKill9(t *testing.T) {
 }
 
 // TestDelayedOrderMany: many messages with spread delays come out in due
-// order (due = when sent + x-delay, with slack for when the broker read
-// the publish), each not before its time.
+// order, each not before its time. The broker's due time is when it read
+// the publish plus x-delay: after the client sent it and before the
+// client saw its confirm, so each message's due time is known to lie in
+// [lo, hi]; a message routed after another whose lo is later than its hi
+// is out of order, however long the broker took to read a burst.
 func TestDelayedOrderMany(t *testing.T) {
 	testutil.InProcess(t)
 	e := setup(t, broker.Options{})
@@ -451,34 +454,41 @@ func TestDelayedOrderMany(t *testing.T) {
 	ds := e.consume(q, true)
 	pc := e.channel(e.conn)
 	must(t, pc.Confirm(false))
-	const n = 2000
-	due := make([]time.Time, n)
+	const n, batch = 2000, 50
+	lo, hi := make([]time.Time, n), make([]time.Time, n)
+	delay := make([]time.Duration, n)
 	for i := range n {
 		d := 200 + (i*7919)%1000
+		delay[i] = time.Duration(d) * time.Millisecond
 		body, _ := json.Marshal(i)
-		due[i] = time.Now().Add(time.Duration(d) * time.Millisecond)
+		lo[i] = time.Now().Add(delay[i])
 		dc, err := pc.PublishWithDeferredConfirm("do", "", false, false, rmq.Publishing{DeliveryMode: 2, Headers: rmq.Table{"x-delay": int32(d)}, Body: body})
 		must(t, err)
-		if i%50 == 49 && !dc.Wait() { // the broker's reading of a publish stays close to the client's clock
-			t.Fatal("nacked")
+		if i%batch == batch-1 {
+			if !dc.Wait() {
+				t.Fatal("nacked")
+			}
+			confirmed := time.Now() // confirms come in order: the batch was read by now
+			for j := i - batch + 1; j <= i; j++ {
+				hi[j] = confirmed.Add(delay[j])
+			}
 		}
 	}
-	var last time.Time
+	var maxLo time.Time
+	maxAt := -1
 	for range n {
 		dl := recv(t, ds)
 		now := time.Now()
 		var i int
 		must(t, json.Unmarshal(dl.Body, &i))
-		if now.Before(due[i].Add(-5 * time.Millisecond)) {
-			t.Fatalf("message %d routed %v before its due time", i, due[i].Sub(now))
+		if now.Before(lo[i].Add(-5 * time.Millisecond)) {
+			t.Fatalf("message %d routed %v before its due time", i, lo[i].Sub(now))
 		}
-		// The broker's clock starts when it reads the publish, which may
-		// lag the client's by tens of ms in a burst under -race.
-		if due[i].Before(last.Add(-100 * time.Millisecond)) {
-			t.Fatalf("message %d (due %v) routed after one due %v later", i, due[i], last.Sub(due[i]))
+		if hi[i].Before(maxLo.Add(-5 * time.Millisecond)) {
+			t.Fatalf("message %d (due by %v) routed after message %d (due from %v, %v later)", i, hi[i], maxAt, maxLo, maxLo.Sub(hi[i]))
 		}
-		if due[i].After(last) {
-			last = due[i]
+		if lo[i].After(maxLo) {
+			maxLo, maxAt = lo[i], i
 		}
 	}
 }

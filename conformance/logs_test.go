@@ -37,7 +37,7 @@ func awaitLine(t *testing.T, logs *observer.ObservedLogs, re string) observer.Lo
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	var found observer.LoggedEntry
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 60*time.Second, func() bool {
 		for _, e := range logs.All() {
 			if rx.MatchString(e.Message) {
 				found = e
@@ -352,7 +352,7 @@ func TestLogsCluster(t *testing.T) {
 		t.Errorf("down line %v %v", down.Level, down.ContextMap())
 	}
 	// raft's own lines about it: entries with their fields, in a group.
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 60*time.Second, func() bool {
 		for _, e := range logs.All() {
 			f := e.ContextMap()
 			if e.LoggerName == "raft" && f["raft_group"] != nil && f["peer"] != nil && f["error"] != nil && e.Level >= zapcore.WarnLevel {

@@ -191,6 +191,8 @@ func (c *client) moveLook(o moveOpts, param string) (moveStep, error) {
 func (c *client) followMove(o moveOpts, param string, total int64, start time.Time) error {
 	last, lastAt := int64(0), start
 	warned := false
+	startingSince := start // when the shovel was last seen entering "starting"
+	wasStarting := true
 	for {
 		st, err := c.moveLook(o, param)
 		if err != nil {
@@ -204,6 +206,10 @@ func (c *client) followMove(o moveOpts, param string, total int64, start time.Ti
 		if st.state == "terminated" && strings.Contains(st.reason, "completed") {
 			st.state = "completed" // railmq's shovel, until its parameter is deleted
 		}
+		if st.state == "starting" && !wasStarting {
+			startingSince = now // a new session: its connecting time counts from here
+		}
+		wasStarting = st.state == "starting"
 		moved := max(total-st.remaining, 0)
 		if o.stream {
 			// What is read from a stream stays in it: its depth says
@@ -224,9 +230,9 @@ func (c *client) followMove(o moveOpts, param string, total int64, start time.Ti
 			}
 		case o.timeout > 0 && now.Sub(start) > o.timeout:
 			fail = fmt.Sprintf("not done after %v", o.timeout)
-		case st.state == "starting" && !warned && now.Sub(start) > 15*time.Second:
+		case st.state == "starting" && !warned && now.Sub(startingSince) > 15*time.Second:
 			warned = true
-			fmt.Fprintf(c.out, "the shovel is still starting after %.0fs: it cannot connect? (the broker's log says why)\n", now.Sub(start).Seconds())
+			fmt.Fprintf(c.out, "the shovel is still starting after %.0fs: it cannot connect? (the broker's log says why)\n", now.Sub(startingSince).Seconds())
 		}
 		if fail != "" {
 			if _, err := c.do("DELETE", param, nil); err != nil {
