@@ -151,7 +151,12 @@ func (r replicator) Replicate(kind byte, name, val []byte, del bool) error {
 	if errors.As(err, &ae) {
 		return &amqp.Error{Code: uint16(ae.Code), Text: ae.Text}
 	}
-	return err
+	if err != nil {
+		// No leader answered in time, or the node is shutting down:
+		// said, not a bare INTERNAL_ERROR.
+		return amqp.Errorf(amqp.InternalError, "the cluster's metadata store did not take the change: %v", err)
+	}
+	return nil
 }
 
 // applyDef applies one replicated definition to the registry.
