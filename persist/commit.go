@@ -139,6 +139,19 @@ func (s *Store) commitPending() {
 			refused = append(refused, b)
 			continue
 		}
+		if b.atomic {
+			if s.atomicRefused(b, growErr) {
+				refused = append(refused, b)
+				continue
+			}
+			flush() // the batches before it are written first
+			if err := s.writeAtomic(b); err != nil {
+				failed = append(failed, failedBatch{b, err})
+			} else if b.done != nil {
+				dones = append(dones, b.done)
+			}
+			continue
+		}
 		if err := b.check(s.opt.ValueLogFileSize); err != nil {
 			// A key or value Badger would refuse: this batch fails,
 			// whole and alone; the others of the round are written.

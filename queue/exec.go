@@ -116,6 +116,7 @@ type op struct {
 	ds       []Delivery
 	consumer *Consumer
 	pol      *Policy // opPolicy
+	tx       *TxPart // opTxPrepare, opTxFinish (tx.go)
 	reply    chan result
 }
 
@@ -246,6 +247,15 @@ apply:
 		case stop:
 			q.refuse(o)
 			continue
+		case q.tx != nil && q.stashTx(o):
+			continue // a transaction is under way (tx.go)
+		case o.kind >= opTxPrepare:
+			if q.applyTx(o) {
+				q.giveBack(append(q.takeStash(), ops[i+1:]...))
+				q.signal()
+				break apply
+			}
+			continue
 		case inline && o.goroutineOnly():
 			q.giveBack(ops[i:]) // in order, ahead of what came since
 			q.signal()
@@ -325,6 +335,12 @@ func (q *Queue) giveBack(ops []op) {
 func (q *Queue) refuse(o *op) {
 	if o.reply != nil {
 		o.reply <- result{err: ErrDeleted}
+	}
+	if o.kind == opTxPrepare {
+		o.tx.Gone = true
+		if o.tx.Prepared != nil {
+			o.tx.Prepared(o.tx)
+		}
 	}
 	if o.kind == opPublish {
 		q.cfg.Memory.Add(-o.msg.MemSize())
