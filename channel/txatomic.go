@@ -110,8 +110,12 @@ func (c *Channel) commitAtomic(st queue.AtomicStore) error {
 	if err := c.writeTx(p, st); err != nil {
 		c.undoTx(p)
 		if st.TooBig(err) {
+			n := len(p.records.Ops)
+			for _, pt := range p.parts {
+				n += len(pt.Writes.Ops)
+			}
 			count, size := st.TxnLimits()
-			return precondition("transaction too large for one atomic store write (at most %d changes, %d bytes, in one write): %v", count, size, err)
+			return precondition("transaction too large for one atomic store write: %d store changes (at most %d changes and %d bytes)", n, count, size)
 		}
 		return fmt.Errorf("tx.commit: %w", err)
 	}
