@@ -135,21 +135,9 @@ func (s *Store) commitPending() {
 			b.done(err)
 			continue
 		}
-		if allErr != nil {
-			refused = append(refused, b)
-			continue
-		}
-		if b.atomic {
-			if s.atomicRefused(b, growErr) {
-				refused = append(refused, b)
-				continue
-			}
-			flush() // the batches before it are written first
-			if err := s.writeAtomic(b); err != nil {
-				failed = append(failed, failedBatch{b, err})
-			} else if b.done != nil {
-				dones = append(dones, b.done)
-			}
+		if allErr != nil || b.atomic {
+			// Refused (no room at all), or an atomic batch (txn.go).
+			s.roundAtomic(b, allErr, growErr, flush, &dones, &failed, &refused)
 			continue
 		}
 		if err := b.check(s.opt.ValueLogFileSize); err != nil {

@@ -100,6 +100,22 @@ func (s *Store) writeAtomic(b *Batch) error {
 	return nil
 }
 
+// roundAtomic writes atomic batch b in its place in a round (after the
+// batches before it), adding it to what the round reports; with allErr
+// (the disk has no room for anything) it refuses b, atomic or not.
+func (s *Store) roundAtomic(b *Batch, allErr, growErr error, flush func(), dones *[]func(error), failed *[]failedBatch, refused *[]*Batch) {
+	if allErr != nil || s.atomicRefused(b, growErr) {
+		*refused = append(*refused, b)
+		return
+	}
+	flush() // the batches before it are written first
+	if err := s.writeAtomic(b); err != nil {
+		*failed = append(*failed, failedBatch{b, err})
+	} else if b.done != nil {
+		*dones = append(*dones, b.done)
+	}
+}
+
 // atomicRefused reports whether the disk has no room for what b adds:
 // an atomic batch is refused whole (an ordinary one keeps its deletes).
 func (s *Store) atomicRefused(b *Batch, growErr error) bool {

@@ -116,7 +116,6 @@ type op struct {
 	ds       []Delivery
 	consumer *Consumer
 	pol      *Policy // opPolicy
-	tx       *TxPart // opTxPrepare, opTxFinish (tx.go)
 	reply    chan result
 }
 
@@ -247,9 +246,12 @@ apply:
 		case stop:
 			q.refuse(o)
 			continue
-		case q.tx != nil && q.stashTx(o):
-			continue // a transaction is under way (tx.go)
-		case o.kind >= opTxPrepare:
+		case q.tx != nil || o.kind >= opTxPrepare:
+			// A transaction's op, or one that waits for a transaction
+			// under way (tx.go).
+			if q.stashTx(o) {
+				continue
+			}
 			if q.applyTx(o) {
 				q.giveBack(append(q.takeStash(), ops[i+1:]...))
 				q.signal()
@@ -337,9 +339,10 @@ func (q *Queue) refuse(o *op) {
 		o.reply <- result{err: ErrDeleted}
 	}
 	if o.kind == opTxPrepare {
-		o.tx.Gone = true
-		if o.tx.Prepared != nil {
-			o.tx.Prepared(o.tx)
+		p := o.txPart()
+		p.Gone = true
+		if p.Prepared != nil {
+			p.Prepared(p)
 		}
 	}
 	if o.kind == opPublish {

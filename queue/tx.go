@@ -57,29 +57,39 @@ func (q *Queue) PrepareTx(p *TxPart, fl *Flushes) bool {
 	if q.cfg.Replica != nil {
 		return false
 	}
-	return q.postInline(op{kind: opTxPrepare, tx: p}, fl)
+	return q.postInline(op{kind: opTxPrepare, conf: txRef{p}}, fl)
 }
 
 // FinishTx posts the outcome of p's store write: nil applies the part,
 // an error drops it. From the store's goroutine: the queue's own applies it.
 func (q *Queue) FinishTx(p *TxPart, err error) {
 	p.err = err
-	q.post(op{kind: opTxFinish, tx: p})
+	q.post(op{kind: opTxFinish, conf: txRef{p}})
 }
 
 // applyTx applies a prepare or a finish; true: no transaction is left
 // under way, the stash is to be handed back. exec held.
 func (q *Queue) applyTx(o *op) bool {
 	if o.kind == opTxPrepare {
-		q.txPrepare(o.tx)
+		q.txPrepare(o.txPart())
 		return false
 	}
-	return q.txFinish(o.tx)
+	return q.txFinish(o.txPart())
 }
 
-// stashTx keeps o for after the transactions under way. exec held.
+// txRef carries a transaction's part in an op's conf field (op stays as
+// small as it was: the inbox copies every op). Its Done is never called.
+type txRef struct{ p *TxPart }
+
+func (txRef) Done(error) {}
+
+// txPart is the part of an opTxPrepare or opTxFinish.
+func (o *op) txPart() *TxPart { return o.conf.(txRef).p }
+
+// stashTx keeps o for after the transactions under way, unless o is a
+// transaction's own op. exec held.
 func (q *Queue) stashTx(o *op) bool {
-	if q.tx == nil || o.kind == opTxPrepare || o.kind == opTxFinish {
+	if q.tx == nil || o.kind >= opTxPrepare {
 		return false
 	}
 	q.tx.stash = append(q.tx.stash, *o)
