@@ -37,8 +37,9 @@ package queue
 // not block: Sink.Deliver (takes channel.mu, then conn.outMu), Outlet.Wake,
 // Confirmer.Done when nothing is to be stored (channel.cmu), Policy
 // .DeadLetter (routing under vhost.mu's read lock, then publishes into
-// other queues, inline by TryLock) and Store.Commit (appends to the
-// committer's pending list). Outlet.Flush, which may write a socket, runs
+// other queues, inline by TryLock), Store.Commit (appends to the
+// committer's pending list) and TxPart.Prepared (the last one of a
+// transaction submits its atomic store write: tx.go). Outlet.Flush, which may write a socket, runs
 // after exec is released (Flushes).
 //
 // No disk I/O happens under exec. Writes are submitted to the group
