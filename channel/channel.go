@@ -377,7 +377,7 @@ func (c *Channel) handle(m amqp.Method) error {
 		if !c.tx {
 			return precondition("channel is not transactional")
 		}
-		if err := c.commit(); err != nil {
+		if err := c.commitTx(); err != nil {
 			return err
 		}
 		c.send(&amqp.TxCommitOk{})

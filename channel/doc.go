@@ -20,5 +20,6 @@
 // Files: channel.go (the state and method dispatch), publish.go (content
 // assembly, routing, returns, transactions), confirms.go, consume.go
 // (consumers, deliveries, basic.get, consumer timeouts), acks.go
-// (acknowledgements, requeues), reply.go (direct reply-to).
+// (acknowledgements, requeues), reply.go (direct reply-to), txatomic.go
+// (tx.commit in one atomic store write: the reader waits for its fsync).
 package channel

@@ -30,6 +30,8 @@ type Batch struct {
 	ops  []op
 	load func(*badger.Txn) error // a read ordered after earlier writes
 	done func(error)
+	// atomic: written in one Badger transaction (CommitAtomic, txn.go).
+	atomic bool
 }
 
 // PutMessage stores a message record.

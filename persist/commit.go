@@ -135,8 +135,9 @@ func (s *Store) commitPending() {
 			b.done(err)
 			continue
 		}
-		if allErr != nil {
-			refused = append(refused, b)
+		if allErr != nil || b.atomic {
+			// Refused (no room at all), or an atomic batch (txn.go).
+			s.roundAtomic(b, allErr, growErr, flush, &dones, &failed, &refused)
 			continue
 		}
 		if err := b.check(s.opt.ValueLogFileSize); err != nil {

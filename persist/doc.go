@@ -7,7 +7,8 @@
 //
 // Files: store.go (opening and closing), batch.go (what a commit writes),
 // commit.go (the committer: group commit, reference counts of shared
-// message records; a batch Badger would refuse fails alone), wal.go
+// message records; a batch Badger would refuse fails alone), txn.go
+// (atomic batches: one Badger transaction each, for tx.commit), wal.go
 // (fsyncing a memtable WAL that rotated during a round, which Badger's
 // Sync misses), read.go (reads, queued on the committer behind the
 // writes before them), recover.go (start-up summaries and orphan

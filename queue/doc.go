@@ -11,7 +11,8 @@
 // under it). Files: queue.go (types and the API), exec.go (inbox and
 // ownership), apply.go (ops), dispatch.go (consumers and delivery),
 // expiry.go (TTL and x-expires timers), paging.go (store writes and
-// reads), deadletter.go, retry.go (retry with backoff: requeues held back). It imports amqp (and zap) only, and reaches storage
+// reads), deadletter.go, retry.go (retry with backoff: requeues held back),
+// tx.go (a transaction's part: prepared, held, then applied or dropped). It imports amqp (and zap) only, and reaches storage
 // through the small Store interface declared here, in built-in types, so
 // that persist satisfies it without importing this package. Routing (for
 // dead-lettering) is a callback the registry provides.

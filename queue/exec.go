@@ -37,8 +37,9 @@ package queue
 // not block: Sink.Deliver (takes channel.mu, then conn.outMu), Outlet.Wake,
 // Confirmer.Done when nothing is to be stored (channel.cmu), Policy
 // .DeadLetter (routing under vhost.mu's read lock, then publishes into
-// other queues, inline by TryLock) and Store.Commit (appends to the
-// committer's pending list). Outlet.Flush, which may write a socket, runs
+// other queues, inline by TryLock), Store.Commit (appends to the
+// committer's pending list) and TxPart.Prepared (the last one of a
+// transaction submits its atomic store write: tx.go). Outlet.Flush, which may write a socket, runs
 // after exec is released (Flushes).
 //
 // No disk I/O happens under exec. Writes are submitted to the group
@@ -248,6 +249,18 @@ apply:
 		case stop:
 			q.refuse(o)
 			continue
+		case q.tx != nil || o.kind >= opTxPrepare:
+			// A transaction's op, or one that waits for a transaction
+			// under way (tx.go).
+			if q.stashTx(o) {
+				continue
+			}
+			if q.applyTx(o) {
+				q.giveBack(append(q.takeStash(), ops[i+1:]...))
+				q.signal()
+				break apply
+			}
+			continue
 		case inline && o.goroutineOnly():
 			q.giveBack(ops[i:]) // in order, ahead of what came since
 			q.signal()
@@ -327,6 +340,13 @@ func (q *Queue) giveBack(ops []op) {
 func (q *Queue) refuse(o *op) {
 	if o.reply != nil {
 		o.reply <- result{err: ErrDeleted}
+	}
+	if o.kind == opTxPrepare {
+		p := o.txPart()
+		p.Gone = true
+		if p.Prepared != nil {
+			p.Prepared(p)
+		}
 	}
 	if o.kind == opPublish {
 		q.cfg.Memory.Add(-o.msg.MemSize())

@@ -288,6 +288,7 @@ type Queue struct {
 	drainAt int64    // this drain's time for deliveries (DeliveredAt); 0: not read yet
 
 	spare        []op
+	tx           *txState         // transactions under way (tx.go); nil: none
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
 	dedupSync    bool        // a duplicate's ack waits for the store's next commit (dedup_confirm.go)

@@ -19,7 +19,10 @@ type storeAdapter struct{ s *persist.Store }
 
 func (a storeAdapter) NewMessageID() uint64 { return a.s.NewMessageID() }
 
-func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
+func (a storeAdapter) Commit(w *queue.Writes, done func(error)) { a.s.Commit(batchOf(w), done) }
+
+// batchOf is the store's batch for w.
+func batchOf(w *queue.Writes) *persist.Batch {
 	b := &persist.Batch{}
 	for i := range w.Ops {
 		o := &w.Ops[i]
@@ -53,7 +56,7 @@ func (a storeAdapter) Commit(w *queue.Writes, done func(error)) {
 			b.DropQueue(o.Queue)
 		}
 	}
-	a.s.Commit(b, done)
+	return b
 }
 
 func (a storeAdapter) LoadEntries(q, after uint64, n int, maxBytes int64, done func([]queue.StoredEntry, error)) {
