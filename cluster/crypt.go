@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -54,7 +55,52 @@ func snapshotStore(dir string, ks *crypt.Keys, hl hclog.Logger) (raft.SnapshotSt
 	if err != nil || ks == nil {
 		return fs, err
 	}
-	return &encSnapshots{fs: fs, ks: ks}, nil
+	es := &encSnapshots{fs: fs, ks: ks}
+	if err := es.rekey(); err != nil {
+		return nil, fmt.Errorf("cluster: writing the snapshot in %s again under the new data encryption key: %w", dir, err)
+	}
+	return es, nil
+}
+
+// rekey writes the newest snapshot again under the current key if an
+// old key wrote it (a rotation): raft restores the newest, so the old
+// key is not needed for it afterwards. The copy is a new snapshot of the
+// same index and term (FileSnapshotStore writes it to a temporary
+// directory and renames it: a crash leaves the old one); the older one
+// stays until raft's next snapshots reap it.
+func (s *encSnapshots) rekey() error {
+	ms, err := s.fs.List()
+	if err != nil || len(ms) == 0 {
+		return err
+	}
+	m := ms[0]
+	_, rc, err := s.fs.Open(m.ID)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	hdr := make([]byte, crypt.HeaderSize)
+	if _, err := io.ReadFull(rc, hdr); err != nil {
+		return err
+	}
+	if s.ks.Current(hdr) {
+		return nil
+	}
+	r, err := s.ks.NewReader(io.MultiReader(bytes.NewReader(hdr), rc))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", m.ID, err)
+	}
+	_, trans := raft.NewInmemTransport("") // encodes peers as the network transport does: their addresses
+	defer trans.Close()
+	sink, err := s.Create(m.Version, m.Index, m.Term, m.Configuration, m.ConfigurationIndex, trans)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(sink, r); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
 }
 
 // encSnapshots encrypts the snapshots of a FileSnapshotStore: what the

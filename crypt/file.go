@@ -237,3 +237,12 @@ func PlainSize(size int64) int64 {
 	n := (c + full - 1) / full
 	return c - n*20
 }
+
+// HeaderSize is the length of a file's header (NewWriter).
+const HeaderSize = fileHeader
+
+// Current reports whether hdr, a file's first HeaderSize bytes, is that
+// of a file written with the current key.
+func (ks *Keys) Current(hdr []byte) bool {
+	return len(hdr) >= fileHeader && IsEncryptedHeader(hdr) && [8]byte(hdr[9:17]) == ID(ks.Key)
+}

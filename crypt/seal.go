@@ -87,3 +87,9 @@ func (s *Sealer) Open(b, ad []byte) ([]byte, error) {
 	}
 	return p, nil
 }
+
+// Current reports whether a sealed record was sealed with the current
+// key (false: an old key's, to be sealed again after a rotation).
+func (s *Sealer) Current(b []byte) bool {
+	return len(b) >= Overhead && [8]byte(b[len(b)-8:]) == s.curID
+}

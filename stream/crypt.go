@@ -23,6 +23,8 @@ import (
 type Sealer interface {
 	Seal(b []byte, at int, ad []byte) []byte
 	Open(b, ad []byte) ([]byte, error)
+	// Current reports whether a sealed record is under the current key.
+	Current(sealed []byte) bool
 }
 
 // sealOverhead is what a Sealer adds (crypt.Overhead).
@@ -66,9 +68,12 @@ func (l *Log) openChunk(b []byte) (chunkHeader, []byte, error) {
 	}
 	var ad [40]byte
 	copy(ad[:], b[:40])
-	p, err := l.o.Seal.Open(b[chunkHeaderSize+int(h.filterSize):], ad[:])
+	p, err := l.o.Seal.Open(b[chunkHeaderSize:], ad[:])
 	if err != nil {
 		return h, nil, fmt.Errorf("chunk at offset %d: %w", h.first, err)
+	}
+	if len(p) < int(h.filterSize) {
+		return h, nil, fmt.Errorf("%w: sealed chunk shorter than its filter", ErrCorrupt)
 	}
 	h.dataSize = uint32(len(p)) - uint32(h.filterSize)
 	b = b[:chunkHeaderSize+len(p)]
