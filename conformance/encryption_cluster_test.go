@@ -31,18 +31,11 @@ func TestEncryptionCluster(t *testing.T) {
 			}
 			var nodes []*clusterNode
 			for i := 1; i <= 3; i++ {
-				name := fmt.Sprintf("rabbit%d@localhost", i)
 				var keys *crypt.Keys
 				if enc {
 					keys = &crypt.Keys{Key: bytes.Repeat([]byte{byte(i)}, 32), KeyFile: "key"}
 				}
-				dir := t.TempDir()
-				b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir, DataKeys: keys, Cluster: &cluster.NodeConfig{
-					Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"),
-					HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
-				hs := httptest.NewServer(b.ManagementHandler())
-				t.Cleanup(hs.Close)
-				nodes = append(nodes, &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL, dir: dir, peers: peers})
+				nodes = append(nodes, startCryptNode(t, t.TempDir(), fmt.Sprintf("rabbit%d@localhost", i), peers, keys))
 			}
 			marker := newMarker()
 			declareQuorum(t, nodes[0].b.URL, "crypt-cq", rmq.Table{"x-queue-type": "quorum"})
@@ -77,6 +70,42 @@ func TestEncryptionCluster(t *testing.T) {
 			if !enc && held < 2 {
 				t.Fatalf("plain cluster: only %d nodes' raft logs hold a body: the search would miss them", held)
 			}
+			if !enc {
+				return
+			}
+			// A rolling restart with a new key: the two other nodes first,
+			// as they were, then node 1 with key 9 and its old key 1, then
+			// with key 9 alone; it finds its member's messages each time.
+			for i := 1; i < 3; i++ {
+				nodes[i] = startCryptNode(t, nodes[i].dir, nodes[i].name, peers, &crypt.Keys{Key: bytes.Repeat([]byte{byte(i + 1)}, 32), KeyFile: "key"})
+			}
+			newKey := bytes.Repeat([]byte{9}, 32)
+			for _, keys := range []*crypt.Keys{
+				{Key: newKey, KeyFile: "new", Old: []crypt.OldKey{{Key: bytes.Repeat([]byte{1}, 32), File: "old"}}},
+				{Key: newKey, KeyFile: "new"},
+			} {
+				n := startCryptNode(t, nodes[0].dir, nodes[0].name, peers, keys)
+				a := &api{t: t, url: n.api}
+				testutil.Eventually(t, 30*time.Second, func() bool {
+					var st qqDLXStats
+					return a.call("GET", "/api/queues/%2F/crypt-cq", "guest", "guest", nil, &st) == 200 && st.Messages == 30
+				}, "%s restarted with a new key (old keys: %d) does not show the 30 messages", n.name, len(keys.Old))
+				n.stop()
+			}
+			if files := filesHolding(t, nodes[0].dir, []byte(marker)); len(files) > 0 {
+				t.Fatalf("bodies in the clear after the rotation: %v", files)
+			}
 		})
 	}
+}
+
+// startCryptNode starts an in-process cluster node on dir under keys.
+func startCryptNode(t *testing.T, dir, name string, peers map[string]string, keys *crypt.Keys) *clusterNode {
+	t.Helper()
+	b, stop := testutil.StartStoppable(t, broker.Options{DataDir: dir, DataKeys: keys, Cluster: &cluster.NodeConfig{
+		Name: name, Listen: peers[name], Peers: peers, Secret: []byte("test-cookie"),
+		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond}})
+	hs := httptest.NewServer(b.ManagementHandler())
+	t.Cleanup(hs.Close)
+	return &clusterNode{name: name, addr: peers[name], b: b, stop: stop, api: hs.URL, dir: dir, peers: peers}
 }
