@@ -83,6 +83,9 @@ func (l *Log) openChunk(b []byte) (chunkHeader, []byte, error) {
 	return h, b, nil
 }
 
+// sealedKeep is the largest sealed-chunk buffer a reader keeps.
+const sealedKeep = 256 << 10
+
 // sealedChunk moves the reader onto a sealed chunk whose header it read
 // (r.hdr): the chunk is read whole, opened, and its records served from
 // memory.
@@ -98,16 +101,23 @@ func (r *Reader) sealedChunk(h chunkHeader) (bool, error) {
 	if r.l.o.Seal == nil {
 		return false, fmt.Errorf("stream: read: %w", errNeedKey)
 	}
-	if cap(r.sealed) < body {
-		r.sealed = make([]byte, body)
+	// A chunk is read whole (up to maxChunkData and its filter): the
+	// buffer is kept for the next chunk only when small, so that a
+	// reader's memory stays near ReaderMemory between large chunks.
+	buf := r.sealed
+	if cap(buf) < body {
+		buf = make([]byte, body)
+		if body <= sealedKeep {
+			r.sealed = buf
+		}
 	}
-	r.sealed = r.sealed[:body]
-	if _, err := io.ReadFull(r.br, r.sealed); err != nil {
+	buf = buf[:body]
+	if _, err := io.ReadFull(r.br, buf); err != nil {
 		return false, r.corrupt(err)
 	}
 	var ad [40]byte
 	copy(ad[:], r.hdr[:40])
-	p, err := r.l.o.Seal.Open(r.sealed, ad[:])
+	p, err := r.l.o.Seal.Open(buf, ad[:])
 	if err != nil {
 		return false, fmt.Errorf("stream: read: chunk at offset %d: %w", h.first, err)
 	}
