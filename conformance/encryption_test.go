@@ -21,11 +21,13 @@ import (
 )
 
 // Encryption at rest (docs/encryption.md): --data-encryption-key-file.
-// RabbitMQ has nothing to compare with: neither 3.10.8 nor 4.x encrypts
-// its message store (rabbitmq-server's deps/rabbit has no encryption of
-// rabbit_msg_store, rabbit_classic_queue_store_v2 or osiris segments;
-// its credential_obfuscation is for secrets held in memory). These tests
-// run the real binary and look at the bytes it leaves on disk.
+// RabbitMQ has nothing to compare with: it does not encrypt its message
+// store (rabbitmq-server v4.1.0: rabbit_msg_store.erl,
+// rabbit_classic_queue_store_v2.erl and rabbit_classic_queue_index_v2.erl
+// hold no "encrypt" or "crypto:" at all; in deps/rabbit/src only
+// rabbit_control_pbe.erl and rabbit_cuttlefish.erl mention encryption,
+// for values in the configuration). These tests run the real binary and
+// look at the bytes it leaves on disk.
 
 // keyFile writes a fresh key as `openssl rand -hex 32 > key` does and
 // returns its path.
