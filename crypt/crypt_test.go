@@ -5,11 +5,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -257,5 +259,46 @@ func TestBadger(t *testing.T) {
 	must(t, db.Close())
 	if _, _, err := open(a, dir); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("the old key after the rotation: %v", err)
+	}
+}
+
+// DataKeyRotation reaches Badger: with a short one every file Badger
+// starts gets a new data key; with the default, one key serves them all.
+func TestDataKeyRotation(t *testing.T) {
+	count := func(rotation time.Duration) int {
+		dir := t.TempDir()
+		ks := &Keys{Key: key(32, 1), DataKeyRotation: rotation}
+		bo, _, err := ks.Badger(badger.DefaultOptions(dir).WithLogger(nil).
+			WithMemTableSize(1 << 20).WithValueLogFileSize(1 << 20).WithValueThreshold(64))
+		must(t, err)
+		db, err := badger.Open(bo)
+		must(t, err)
+		for i := range 8 {
+			must(t, db.Update(func(txn *badger.Txn) error {
+				for j := range 300 {
+					if err := txn.Set([]byte(fmt.Sprintf("k%d-%d", i, j)), make([]byte, 4<<10)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+		}
+		must(t, db.Close())
+		kr, err := badger.OpenKeyRegistry(badger.KeyRegistryOptions{Dir: dir, ReadOnly: true, EncryptionKey: ks.Key})
+		must(t, err)
+		defer kr.Close()
+		n := 0
+		for id := uint64(1); ; id++ {
+			if k, err := kr.DataKey(id); err != nil || k == nil {
+				return n
+			}
+			n++
+		}
+	}
+	if n := count(0); n != 1 {
+		t.Errorf("default rotation: %d data keys, want 1", n)
+	}
+	if n := count(time.Millisecond); n < 2 {
+		t.Errorf("rotation of 1ms: %d data keys, want several", n)
 	}
 }
