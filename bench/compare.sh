@@ -43,6 +43,9 @@
 #
 # Settings (environment):
 #   AGAINST=          git revision to compare HEAD with instead of RabbitMQ
+#   RAILMQ_FLAGS=     more flags for HEAD's railmq only (e.g. AGAINST=HEAD
+#                     RAILMQ_FLAGS="--data-encryption-key-file KEY": the
+#                     same code with and without encryption at rest)
 #   ROUNDS=3          rounds of S1-S5, S7, S8, S10-S14
 #   S6_ROUNDS=1       rounds of S6 (long)
 #   S9_ROUNDS=1       rounds of S9 (long)
@@ -139,7 +142,11 @@ start_railmq() { # binary dir port [seconds]
 		metrics=(--prometheus-listen "127.0.0.1:$METRICS_PORT")
 		METRICS_URL="http://127.0.0.1:$METRICS_PORT/metrics"
 	fi
-	"$1" --listen "127.0.0.1:$3" --data-dir "$2/data" --log-level warn "${metrics[@]}" >>"$BROKER_LOG" 2>&1 &
+	local extra=()
+	if [ "$1" = "$TMP/railmq" ] && [ -n "${RAILMQ_FLAGS:-}" ]; then
+		read -r -a extra <<<"$RAILMQ_FLAGS"
+	fi
+	"$1" --listen "127.0.0.1:$3" --data-dir "$2/data" --log-level warn "${metrics[@]}" "${extra[@]}" >>"$BROKER_LOG" 2>&1 &
 	BROKER_KIND=railmq BROKER_PID=$!
 	wait_listening "$3" "${4:-60}"
 }

@@ -7,12 +7,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/railmq/railmq/cluster"
+	"github.com/railmq/railmq/crypt"
 )
 
 // Options configure a Server. The zero value of a field means its default.
 type Options struct {
 	// DataDir holds the store.
 	DataDir string
+	// DataKeys, if set, encrypt what the node writes under DataDir
+	// (--data-encryption-key-file; docs/encryption.md).
+	DataKeys *crypt.Keys
 	// ConfigFiles are the config files the node was started with, as
 	// /api/nodes (config_files) and rabbitmq-diagnostics status list them.
 	ConfigFiles []string

@@ -103,15 +103,19 @@ func New(opts Options) (*Server, error) {
 	if err := s.initTLS(); err != nil {
 		return nil, err
 	}
+	seal, err := streamSealer(opts.DataKeys) // crypt.go
+	if err != nil {
+		return nil, err
+	}
 	store, err := persist.Open(persist.Options{Dir: opts.DataDir, Logger: s.log.Named("store"), AfterSync: opts.AfterStoreSync, BeforeRound: opts.BeforeDiskWork, Fault: opts.StoreFault, GCInterval: opts.StoreGCInterval,
-		ValueLogFileSize: valueLogFileSize(opts)})
+		ValueLogFileSize: valueLogFileSize(opts), Keys: opts.DataKeys})
 	if err != nil {
 		return nil, err
 	}
 	s.store = store
 	// Non-durable queues page beyond their window to plain files, dropped
 	// at every start (transient messages do not outlive a restart).
-	spill, err := persist.OpenSpill(filepath.Join(opts.DataDir, "spill"), store.Reserve(), &s.memory, opts.BeforeDiskWork, s.log.Named("spill"))
+	spill, err := openSpill(opts.DataKeys)(filepath.Join(opts.DataDir, "spill"), store.Reserve(), &s.memory, opts.BeforeDiskWork, s.log.Named("spill"))
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -120,14 +124,14 @@ func New(opts Options) (*Server, error) {
 	if opts.Cluster == nil {
 		// A standalone node's quorum queues: groups of one member
 		// (cluster.StartLocal), started as their vhosts recover.
-		local, err := cluster.StartLocal(cluster.LocalConfig{Name: s.nodeName(), DataDir: opts.DataDir, Logger: s.log, AfterLogSync: opts.AfterStoreSync})
+		local, err := cluster.StartLocal(cluster.LocalConfig{Name: s.nodeName(), DataDir: opts.DataDir, Logger: s.log, AfterLogSync: opts.AfterStoreSync, Keys: opts.DataKeys})
 		if err != nil {
 			spill.Close()
 			store.Close()
 			return nil, err
 		}
 		s.local = local
-		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams"), StreamSeal: seal})
 		s.rep.Attach(local)
 	}
 	recs, err := s.loadAccess()
@@ -157,11 +161,12 @@ func New(opts Options) (*Server, error) {
 	if c := opts.Cluster; c != nil {
 		cfg := *c
 		cfg.DataDir = opts.DataDir
+		cfg.Keys = opts.DataKeys
 		if cfg.Logger == nil {
 			cfg.Logger = s.log // the cluster's lines and raft's (cluster/hclog.go)
 		}
 		cfg.OnApply = s.applyReplicated
-		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams")})
+		s.rep = replica.New(replica.Options{Host: replicaHost{s}, Logger: s.log, Memory: &s.memory, StreamDir: filepath.Join(opts.DataDir, "streams"), StreamSeal: seal})
 		cfg.OnNode = func(n *cluster.Node) { s.node = n; n.SetQueryHandler(s.answerQuery); s.rep.Attach(n) }
 		for _, st := range s.allVHosts() {
 			st.v.SetQuorum(s.rep)

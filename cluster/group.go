@@ -187,7 +187,7 @@ func (n *Node) queueDB() (*badger.DB, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		db, err := OpenLogDB(dir)
+		db, err := openLogDB(dir, n.cfg.Keys)
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +282,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		return fail(err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hl)
+	snaps, err := snapshotStore(g.dir, n.cfg.Keys, hl)
 	if err != nil {
 		return fail(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/railmq/railmq/crypt"
 	"go.uber.org/zap"
 )
 
@@ -40,6 +41,8 @@ type LocalConfig struct {
 	Logger  *zap.Logger
 	// AfterLogSync: NodeConfig's.
 	AfterLogSync func()
+	// Keys: NodeConfig's.
+	Keys *crypt.Keys
 }
 
 // StartLocal starts a standalone node: quorum queues only.
@@ -55,7 +58,7 @@ func StartLocal(cfg LocalConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger, AfterLogSync: cfg.AfterLogSync},
+	n := &Node{cfg: NodeConfig{Name: cfg.Name, DataDir: cfg.DataDir, Peers: map[string]string{cfg.Name: localAddr}, Logger: cfg.Logger, AfterLogSync: cfg.AfterLogSync, Keys: cfg.Keys},
 		local: true, renamed: renamed, hl: hl, meta: NewMetaFSM(), groups: map[string]*Group{}, metaLinks: newLinkSet(), groupLinks: newLinkSet()}
 	return n, nil
 }

@@ -39,19 +39,7 @@ type LogStore struct {
 var errNotFound = errors.New("not found")
 
 // OpenLogStore opens (or creates) a log store in dir.
-func OpenLogStore(dir string) (*LogStore, error) {
-	db, err := OpenLogDB(dir)
-	if err != nil {
-		return nil, err
-	}
-	s, err := GroupLogStore(db, nil)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	s.owned = true
-	return s, nil
-}
+func OpenLogStore(dir string) (*LogStore, error) { return openLogStore(dir, nil) }
 
 // A raft log Badger's memtables and caches, all on the Go heap. Badger's
 // defaults (five memtables, a 256 MiB block cache, every table index in
@@ -71,18 +59,15 @@ const (
 const LogDBHeap = logMemtables*(logMemTableSize*13/10) + logBlockCache + logIndexCache
 
 // OpenLogDB opens (or creates) a Badger for raft logs in dir.
-func OpenLogDB(dir string) (*badger.DB, error) {
-	opts := badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false).
+func OpenLogDB(dir string) (*badger.DB, error) { return openLogDB(dir, nil) }
+
+func logDBOptions(dir string) badger.Options {
+	return badger.DefaultOptions(dir).WithLogger(nil).WithSyncWrites(false).
 		WithNumVersionsToKeep(1).WithDetectConflicts(false).
 		WithMemTableSize(logMemTableSize).WithNumMemtables(logMemtables).
 		WithNumLevelZeroTables(4).WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(logBlockCache).WithIndexCacheSize(logIndexCache).
 		WithNumCompactors(2).WithValueThreshold(1 << 10)
-	db, err := badger.Open(opts)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: opening the raft log in %s: %w", dir, err)
-	}
-	return db, nil
 }
 
 // GroupLogStore is the log store of the group whose keys start with pfx

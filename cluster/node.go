@@ -19,6 +19,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/railmq/railmq/crypt"
 	"go.uber.org/zap"
 )
 
@@ -58,6 +59,8 @@ type NodeConfig struct {
 	// AfterLogSync, if set, runs after each fsync of a quorum queue's
 	// log, before raft counts the entries stored (tests).
 	AfterLogSync func()
+	// Keys, if set, encrypt the raft logs and snapshots (crypt.go).
+	Keys *crypt.Keys
 }
 
 // Node is a running cluster node.
@@ -164,10 +167,10 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
 	}
-	if n.logs, err = OpenLogStore(filepath.Join(dir, "log")); err != nil {
+	if n.logs, err = openLogStore(filepath.Join(dir, "log"), cfg.Keys); err != nil {
 		return fail(err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
+	snaps, err := snapshotStore(dir, cfg.Keys, hl)
 	if err != nil {
 		return fail(err)
 	}

@@ -88,8 +88,9 @@ func TestCrashRecoveryQuorum(t *testing.T) {
 
 // crashQueue is the queue a crash test loads.
 type crashQueue struct {
-	name string
-	args rmq.Table
+	name  string
+	args  rmq.Table
+	flags []string // more flags for the broker
 }
 
 func crashRecovery(t *testing.T, cq crashQueue) {
@@ -110,7 +111,7 @@ func crashRecovery(t *testing.T, cq crashQueue) {
 	done := 0 // kill -9 rounds completed
 	for round := 0; round <= rounds; round++ {
 		addr := testutil.FreePort(t)
-		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn", "--queue-window", "256")
+		cmd := exec.Command(bin, append([]string{"--listen", addr, "--data-dir", dir, "--log-level", "warn", "--queue-window", "256"}, cq.flags...)...)
 		var logs bytes.Buffer
 		cmd.Stderr = &logs
 		if err := cmd.Start(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/railmq/railmq/crypt"
 	"go.uber.org/zap"
 )
 
@@ -50,6 +51,7 @@ type Spill struct {
 	short  bool                   // the last write found no room (logged once)
 	free   int64                  // bytes free on the filesystem this round (-1: not looked at)
 	segMax int64                  // spillSegMax (tests make it small)
+	seal   *crypt.Sealer          // encrypts the records (crypt.go); nil: none
 }
 
 // spillSegMax is the size at which a queue's segment file is closed for
@@ -105,6 +107,10 @@ type spillJob struct {
 // before (may be nil) runs on the spill's goroutine before each round of
 // page-file work.
 func OpenSpill(dir string, reserve int64, mem *atomic.Int64, before func(), log *zap.Logger) (*Spill, error) {
+	return openSpill(dir, reserve, mem, before, log, nil)
+}
+
+func openSpill(dir string, reserve int64, mem *atomic.Int64, before func(), log *zap.Logger, seal *crypt.Sealer) (*Spill, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -115,7 +121,7 @@ func OpenSpill(dir string, reserve int64, mem *atomic.Int64, before func(), log 
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	s := &Spill{dir: dir, log: log, reserve: reserve, mem: mem, before: before, wake: make(chan struct{}, 1),
-		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue), segMax: spillSegMax}
+		stopped: make(chan struct{}), queues: make(map[uint64]*spillQueue), segMax: spillSegMax, seal: seal}
 	go s.loop()
 	return s, nil
 }
@@ -261,7 +267,7 @@ func (s *Spill) write(j *spillJob) {
 	}
 	q := s.queue(j.queue)
 	for i := range j.puts {
-		q.pend = appendSpill(q.pend, &j.puts[i])
+		q.pend = s.appendEntry(q.pend, &j.puts[i])
 	}
 	q.pendPuts = append(q.pendPuts, j.puts...)
 }
@@ -385,7 +391,7 @@ func (s *Spill) flushHeld(id uint64, q *spillQueue) {
 	var b []byte
 	for i := range q.mem {
 		e := &q.mem[i]
-		b = appendSpill(b, &SpillEntry{Seq: e.Seq, Msg: e.Msg, Redelivered: e.Redelivered, Count: e.Count, Record: e.Data})
+		b = s.appendEntry(b, &SpillEntry{Seq: e.Seq, Msg: e.Msg, Redelivered: e.Redelivered, Count: e.Count, Record: e.Data})
 	}
 	if s.appendSeg(id, q, b) == nil {
 		for i := range q.mem {
@@ -421,6 +427,9 @@ func (s *Spill) read(j *spillJob) ([]Entry, error) {
 		g := q.segs[0]
 		for g.read < g.size && !full() {
 			es, n, err := readSeg(g.f, g, j.max-len(out), j.maxBytes-got, j.after)
+			if err == nil {
+				err = s.open(es)
+			}
 			if err != nil {
 				return out, fmt.Errorf("reading page file %s: %w", g.path, err)
 			}

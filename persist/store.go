@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/railmq/railmq/crypt"
 	"go.uber.org/zap"
 )
 
@@ -40,6 +41,8 @@ type Options struct {
 	// gcHold, if set, holds the value log's garbage collection back until
 	// it is closed (tests: see TestSpaceComesBackAfterDrain).
 	gcHold <-chan struct{}
+	// Keys, if set, encrypt the store (Badger's encryption: persist/crypt.go).
+	Keys *crypt.Keys
 }
 
 // defaultVlogFileSize is the default Options.ValueLogFileSize. A file
@@ -179,9 +182,9 @@ func Open(opt Options) (*Store, error) {
 		WithValueLogMaxEntries(vlogMaxEntries(opt.ValueLogFileSize)).
 		WithNumCompactors(2).
 		WithCompactL0OnClose(true)
-	db, err := badger.Open(bo)
+	db, err := openBadger(bo, opt)
 	if err != nil {
-		return nil, fmt.Errorf("opening store in %s: %w", opt.Dir, err)
+		return nil, err
 	}
 	s := &Store{
 		db: db, log: opt.Logger, opt: opt, metrics: newMetrics(),

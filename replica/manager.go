@@ -11,6 +11,7 @@ import (
 
 	"github.com/railmq/railmq/cluster"
 	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/stream"
 	"github.com/railmq/railmq/vhost"
 )
 
@@ -38,6 +39,8 @@ type Options struct {
 	// StreamDir holds the streams' logs, one directory each (stream.go);
 	// "": this node keeps no streams.
 	StreamDir string
+	// StreamSeal, if set, encrypts the streams' chunks (stream.Options.Seal).
+	StreamSeal stream.Sealer
 }
 
 // Manager owns this node's replicated queue kinds: its quorum queues and
@@ -63,8 +66,9 @@ type Manager struct {
 	quorum   map[*quorumQueue]struct{}
 	creating map[string]bool // groups this node proposed, to bootstrap when applied
 	// Streams (stream.go): this node's, for the ticker and Close.
-	streams   map[*streamQueue]struct{}
-	streamDir string
+	streams    map[*streamQueue]struct{}
+	streamDir  string
+	streamSeal stream.Sealer // Options.StreamSeal
 
 	// Classic queues homed on other nodes (proxy.go, home.go): the links
 	// to their homes, this node's handles of them, the other nodes'
@@ -89,7 +93,7 @@ func New(opts Options) *Manager {
 	return &Manager{host: opts.Host, log: log, mem: opts.Memory,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 		quorum:      map[*quorumQueue]struct{}{}, creating: map[string]bool{},
-		streams: map[*streamQueue]struct{}{}, streamDir: opts.StreamDir,
+		streams: map[*streamQueue]struct{}{}, streamDir: opts.StreamDir, streamSeal: opts.StreamSeal,
 		links: map[string]*peerLink{}, proxies: map[*classicProxy]struct{}{}, sessions: map[*linkSession]struct{}{},
 		quit: make(chan struct{})}
 }

@@ -76,7 +76,9 @@ func (m *Manager) StartStream(cfg queue.Config, voters []string, id string) (*qu
 	if cfg.Policy != nil {
 		pol = *cfg.Policy
 	}
-	lg, err := stream.Open(dir, streamOptions(cfg.Args, pol, m.log.With(zap.String("stream", cfg.Name), zap.String("vhost", cfg.VHost))))
+	so := streamOptions(cfg.Args, pol, m.log.With(zap.String("stream", cfg.Name), zap.String("vhost", cfg.VHost)))
+	so.Seal = m.streamSeal
+	lg, err := stream.Open(dir, so)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}

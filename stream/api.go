@@ -22,6 +22,9 @@ type Options struct {
 	// NoSync skips fsync (tests of other things only).
 	NoSync bool
 	Log    *zap.Logger
+	// Seal, if set, encrypts every chunk written (crypt.go); chunks
+	// written sealed cannot be read without it.
+	Seal Sealer
 }
 
 // Record is what Append takes.

@@ -16,7 +16,8 @@ import (
 //	0  magic        u16 0x5253 ("RS")
 //	2  version      u8  1
 //	3  chunk type   u8  0: user records
-//	4  flags        u8  bit 0: some record has no filter value
+//	4  flags        u8  bit 0: some record has no filter value;
+//	                    bit 1: sealed (crypt.go)
 //	5  filter size  u8  bytes of Bloom filter after the header (0: none)
 //	6  reserved     u16
 //	8  records      u32 count (>= 1)
@@ -39,6 +40,7 @@ const (
 	chunkHeaderSize  = 48
 	recordHeaderSize = 14
 	flagUnfiltered   = 1
+	flagSealed       = 2 // filter and records encrypted (crypt.go)
 
 	// maxChunkData is where a batch is cut into a further chunk (a lone
 	// larger record still gets a chunk of its own).
@@ -117,23 +119,31 @@ func checkChunk(b []byte) (chunkHeader, error) {
 	if chunkCRC(b) != h.crc {
 		return h, fmt.Errorf("%w: crc", ErrCorrupt)
 	}
+	if h.flags&flagSealed != 0 {
+		return h, nil // its records are checked once opened (openChunk)
+	}
+	return h, checkRecords(b, h)
+}
+
+// checkRecords checks that a chunk's records fill its data exactly.
+func checkRecords(b []byte, h chunkHeader) error {
 	data := b[chunkHeaderSize+int(h.filterSize):]
 	var n uint32
 	for len(data) > 0 {
 		if len(data) < recordHeaderSize {
-			return h, fmt.Errorf("%w: record header", ErrCorrupt)
+			return fmt.Errorf("%w: record header", ErrCorrupt)
 		}
 		l := uint64(binary.BigEndian.Uint32(data)) + recordHeaderSize + uint64(binary.BigEndian.Uint16(data[12:]))
 		if l > uint64(len(data)) {
-			return h, fmt.Errorf("%w: record length", ErrCorrupt)
+			return fmt.Errorf("%w: record length", ErrCorrupt)
 		}
 		data = data[l:]
 		n++
 	}
 	if n != h.count {
-		return h, fmt.Errorf("%w: record count", ErrCorrupt)
+		return fmt.Errorf("%w: record count", ErrCorrupt)
 	}
-	return h, nil
+	return nil
 }
 
 // decodeRecords calls fn for each record of a chunk checked by checkChunk.

@@ -141,6 +141,11 @@ func Open(dir string, o Options) (*Log, error) {
 		maxAge:   o.MaxAge,
 		tracked:  map[string]uint64{},
 	}
+	if o.Seal != nil {
+		if err := l.reseal(); err != nil { // reseal.go
+			return nil, fmt.Errorf("stream: open %s: %w", dir, err)
+		}
+	}
 	v, err := l.recover()
 	if err != nil {
 		return nil, fmt.Errorf("stream: open %s: %w", dir, err)

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,6 +41,12 @@ type Reader struct {
 	rh     [recordHeaderSize]byte
 	bloom  []byte
 	big    []byte
+	// in is where record reads: br, or pbr over a sealed chunk opened
+	// into sealed (crypt.go).
+	in     *bufio.Reader
+	pbr    *bufio.Reader
+	plain  bytes.Reader
+	sealed []byte
 }
 
 // segSrc reads a segment file up to limit, with ReadAt.
@@ -174,6 +181,13 @@ func (r *Reader) seekTime(v *view, ts int64) error {
 	if err != nil {
 		return r.corrupt(err)
 	}
+	if h.flags&flagSealed != 0 {
+		target, err := r.sealedTarget(h, ts)
+		if err != nil {
+			return err
+		}
+		return r.open(si, e.pos, e.first, target)
+	}
 	if _, err := r.br.Discard(int(h.filterSize)); err != nil {
 		return r.corrupt(err)
 	}
@@ -214,6 +228,7 @@ func (r *Reader) open(si segInfo, pos int64, off, target uint64) error {
 		r.br.Reset(&r.src)
 	}
 	r.off, r.target, r.left = off, target, 0
+	r.in = r.br
 	return nil
 }
 
@@ -291,6 +306,9 @@ func (r *Reader) nextChunk(v *view) (bool, error) {
 	if h.first != r.off {
 		return false, r.corrupt(fmt.Errorf("%w: chunk at %d, expected %d", ErrCorrupt, h.first, r.off))
 	}
+	if h.flags&flagSealed != 0 {
+		return r.sealedChunk(h)
+	}
 	keep := h.next() > r.target && h.typ == chunkTypeUser
 	if keep && r.filter != nil && !(r.filter.MatchUnfiltered && h.flags&flagUnfiltered != 0) {
 		keep = false
@@ -322,13 +340,14 @@ func (r *Reader) nextChunk(v *view) (bool, error) {
 		return false, r.corrupt(err)
 	}
 	r.left = h.count
+	r.in = r.br
 	return true, nil
 }
 
 // record reads the current chunk's next record; ok is false if the
 // reader does not select it.
 func (r *Reader) record() (Entry, bool, error) {
-	if _, err := io.ReadFull(r.br, r.rh[:]); err != nil {
+	if _, err := io.ReadFull(r.in, r.rh[:]); err != nil {
 		return Entry{}, false, r.corrupt(err)
 	}
 	dl := int(binary.BigEndian.Uint32(r.rh[:]))
@@ -337,12 +356,12 @@ func (r *Reader) record() (Entry, bool, error) {
 	off := r.off
 	r.off++
 	r.left--
-	fb, err := r.br.Peek(fl)
+	fb, err := r.in.Peek(fl)
 	if err != nil {
 		return Entry{}, false, r.corrupt(err)
 	}
 	if off < r.target || !r.match(fb) {
-		if _, err := r.br.Discard(fl + dl); err != nil {
+		if _, err := r.in.Discard(fl + dl); err != nil {
 			return Entry{}, false, r.corrupt(err)
 		}
 		return Entry{}, false, nil
@@ -351,20 +370,20 @@ func (r *Reader) record() (Entry, bool, error) {
 	if fl > 0 {
 		e.Filter = string(fb)
 	}
-	if _, err := r.br.Discard(fl); err != nil {
+	if _, err := r.in.Discard(fl); err != nil {
 		return Entry{}, false, r.corrupt(err)
 	}
-	if dl <= r.br.Size() {
-		e.Data, err = r.br.Peek(dl)
+	if dl <= r.in.Size() {
+		e.Data, err = r.in.Peek(dl)
 		if err == nil {
-			_, err = r.br.Discard(dl)
+			_, err = r.in.Discard(dl)
 		}
 	} else {
 		if cap(r.big) < dl {
 			r.big = make([]byte, dl)
 		}
 		e.Data = r.big[:dl]
-		_, err = io.ReadFull(r.br, e.Data)
+		_, err = io.ReadFull(r.in, e.Data)
 	}
 	if err != nil {
 		return Entry{}, false, r.corrupt(err)

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -235,7 +236,11 @@ func (l *Log) repair(first uint64, seg, idx *os.File) (segState, error) {
 			if err != nil {
 				return st, err
 			}
-			if h, err := checkChunk(b); err == nil && h.first == e.first && h.count == e.count {
+			h, _, err := l.openChunk(b)
+			if err != nil && !errors.Is(err, ErrCorrupt) {
+				return st, err // a chunk it cannot open (no key, a wrong one) is not cut off
+			}
+			if err == nil && h.first == e.first && h.count == e.count {
 				st.last, st.has, st.tag = e, true, h.tag
 				pos = e.pos + int64(e.size)
 				break
@@ -269,7 +274,11 @@ func (l *Log) repair(first uint64, seg, idx *os.File) (segState, error) {
 		if err != nil {
 			return st, err
 		}
-		if _, err := checkChunk(b); err != nil {
+		h, b, err = l.openChunk(b)
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return st, err
+		}
+		if err != nil {
 			break
 		}
 		e := idxEntry{first: h.first, firstTs: h.firstTs, maxTs: h.firstTs, pos: pos, size: uint32(h.size()), count: h.count}

@@ -75,7 +75,7 @@ func (l *Log) writeBatch(batch []appendReq, next uint64) ([]chunkInfo, error) {
 			need += len(r.recs[i].Data) + recordHeaderSize + len(r.recs[i].Filter)
 		}
 	}
-	need += (need/maxChunkData + len(batch) + 1) * (chunkHeaderSize + 255)
+	need += (need/maxChunkData + len(batch) + 1) * (chunkHeaderSize + 255 + sealOverhead)
 	if cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
@@ -89,7 +89,7 @@ func (l *Log) writeBatch(batch []appendReq, next uint64) ([]chunkInfo, error) {
 		}
 		pos := l.segSize + int64(len(buf))
 		var ci chunkInfo
-		buf, ci = appendChunk(buf, recs, next, tag, l.o.FilterSize)
+		buf, ci = appendSealed(buf, recs, next, tag, l.o.FilterSize, l.o.Seal)
 		ibuf = appendIdx(ibuf, idxEntry{first: ci.first, firstTs: ci.firstTs, maxTs: ci.maxTs, pos: pos, size: uint32(ci.size), count: ci.count})
 		infos = append(infos, ci)
 		next += uint64(len(recs))

@@ -42,6 +42,8 @@ type options struct {
 	tlsFailIfNoPeerCert                                      bool
 	nodeName, clusterListen, clusterPeers, clusterSecretFile string
 	clusterTLS, clusterJoin                                  bool
+	dataKeyFile, dataOldKeyFiles                             string        // crypt.go
+	dataKeyRotation                                          time.Duration // crypt.go
 }
 
 // defineFlags defines railmq's flags, and its usage text, on fs; parsing
@@ -91,6 +93,7 @@ func defineFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster's shared secret (RabbitMQ's Erlang cookie); every node needs the same")
 	fs.BoolVar(&o.clusterTLS, "cluster-tls", false, "TLS between cluster nodes, both ways, with --tls-cert and --tls-key (valid for server and client auth) verified against --tls-ca")
 	fs.BoolVar(&o.clusterJoin, "cluster-join", false, "start to join a running cluster instead of bootstrapping one: a member adds this node (railmqctl cluster join)")
+	defineCryptFlags(fs, o) // crypt.go
 	fs.StringVar(&o.config, "config", "", "a config file in RabbitMQ's rabbitmq.conf format (key = value); flags and variables win over it (docs/configuration.md). Without it, RABBITMQ_CONFIG_FILE's, if that file exists")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() { printUsage(fs) }
@@ -206,8 +209,13 @@ func (o *options) brokerOptions(totalMemory int64, log *zap.Logger) (broker.Opti
 	if (o.tlsListen != "" || o.managementTLSListen != "") && (o.tlsCert == "" || o.tlsKey == "") {
 		return broker.Options{}, &refusal{msg: "--tls-listen and --management-tls-listen need --tls-cert and --tls-key"}
 	}
+	keys, err := o.dataKeys() // crypt.go
+	if err != nil {
+		return broker.Options{}, err
+	}
 	return broker.Options{
 		DataDir:             o.dataDir,
+		DataKeys:            keys,
 		Users:               users,
 		DefaultUser:         o.defaultUser,
 		DefaultPass:         o.defaultPass,

@@ -122,6 +122,9 @@ func TestParseFlagsEachFlag(t *testing.T) {
 		{"cluster-secret-file", "cookie", func(o *options) { o.clusterSecretFile = "cookie" }},
 		{"cluster-tls", "true", func(o *options) { o.clusterTLS = true }},
 		{"cluster-join", "true", func(o *options) { o.clusterJoin = true }},
+		{"data-encryption-key-file", "/etc/railmq/key", func(o *options) { o.dataKeyFile = "/etc/railmq/key" }},
+		{"data-encryption-old-key-file", "a,b", func(o *options) { o.dataOldKeyFiles = "a,b" }},
+		{"data-encryption-key-rotation", "24h", func(o *options) { o.dataKeyRotation = 24 * time.Hour }},
 		{"config", emptyConf, func(o *options) { o.config = emptyConf }},
 		{"version", "true", func(o *options) { o.showVersion = true }}, // no variable: RAILMQ_VERSION may name a version
 	}

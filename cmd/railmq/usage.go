@@ -19,7 +19,7 @@ var flagGroups = []struct {
 	{"Resources & limits", []string{"vm-memory-high-watermark", "vm-memory-high-watermark-paging-ratio", "vm-memory-calculation-strategy",
 		"disk-free-limit", "channel-max", "frame-max", "max-message-size", "heartbeat", "consumer-timeout",
 		"queue-window", "queue-window-bytes", "coalesce-acks", "pace-publishers"}},
-	{"Storage", []string{"data-dir", "store-gc-interval"}},
+	{"Storage", []string{"data-dir", "store-gc-interval", "data-encryption-key-file", "data-encryption-old-key-file", "data-encryption-key-rotation"}},
 	{"Management & metrics", []string{"management-listen", "management-tls-listen", "management-max-body-size", "prometheus-listen", "debug-listen"}},
 	{"Cluster", []string{"node-name", "cluster-listen", "cluster-peers", "cluster-secret-file", "cluster-tls", "cluster-join"}},
 	{"Logging", []string{"log-level", "log-format"}},

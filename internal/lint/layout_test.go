@@ -17,14 +17,16 @@ var allowed = map[string][]string{
 	"auth":     {"amqp"},
 	"exchange": {"amqp"},
 	"queue":    {"amqp", "go.uber.org/zap"},
-	"persist":  {"github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
+	"persist":  {"crypt", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
 	"vhost":    {"amqp", "auth", "exchange", "queue", "persist", "go.uber.org/zap"},
 	"channel":  {"amqp", "auth", "exchange", "queue", "vhost", "go.uber.org/zap"},
 	"stream":   {"go.uber.org/zap"},
-	"cluster":  {"github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
+	"cluster":  {"crypt", "github.com/hashicorp/raft", "github.com/hashicorp/go-hclog", "github.com/dgraph-io/badger/v4", "go.uber.org/zap"},
+	// Encryption at rest: keys, Badger's encryption, AES-GCM formats.
+	"crypt": {"github.com/dgraph-io/badger/v4"},
 	// Never broker (or channel): the node imports it.
 	"replica": {"amqp", "queue", "vhost", "cluster", "stream", "go.uber.org/zap"},
-	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "shovel", "federation", "go.uber.org/zap"},
+	"broker":  {"amqp", "auth", "exchange", "queue", "vhost", "persist", "channel", "cluster", "replica", "stream", "shovel", "federation", "crypt", "go.uber.org/zap"},
 	// Above broker: the management plane and the metrics, never channel
 	// (what a channel holds comes through broker's admin API).
 	"mgmt":    {"amqp", "auth", "exchange", "queue", "vhost", "persist", "broker", "cluster", "replica", "go.uber.org/zap"},
