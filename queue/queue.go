@@ -246,6 +246,11 @@ type Policy struct {
 	// default).
 	MaxAge          time.Duration
 	MaxSegmentBytes int64
+	// GroupHeader is x-message-group-header or a policy's
+	// message-group-header: the header carrying a message's group id
+	// (groups.go); "": the queue has no groups. Fixed when the queue is
+	// made.
+	GroupHeader string
 }
 
 // NoPolicy is a queue without limits.
@@ -285,6 +290,7 @@ type Queue struct {
 	drainAt int64    // this drain's time for deliveries (DeliveredAt); 0: not read yet
 
 	spare        []op
+	grp          *groups          // message groups (groups.go); nil: none
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
 	mayReject    atomic.Bool // see MayReject
@@ -379,7 +385,7 @@ func New(cfg Config) *Queue {
 		pol = *cfg.Policy
 	}
 	nl := 1
-	if pol.MaxPriority > 0 {
+	if pol.MaxPriority > 0 && pol.GroupHeader == "" {
 		nl = int(pol.MaxPriority) + 1
 	}
 	q := &Queue{
@@ -393,6 +399,9 @@ func New(cfg Config) *Queue {
 	}
 	q.pace.Store(-1)
 	q.paceStall.Store(-1)
+	if pol.GroupHeader != "" && cfg.Replica == nil {
+		q.grp = newGroups(pol.GroupHeader)
+	}
 	q.toggleDedup()
 	q.noteMayReject()
 	if r := cfg.Recovered; r != nil && q.dedup != nil {

@@ -94,6 +94,7 @@ var equivalenceArgs = []string{
 	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
 	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
 	"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter",
+	"x-message-group-header",
 }
 
 func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {
