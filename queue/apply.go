@@ -232,9 +232,10 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	if conf != nil {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
 	}
-	if q.grp != nil && q.diskCount == 0 {
-		// Filed under its group (groups.go); while a recovered backlog
-		// is read back, behind it in the lane, and filed as it is read.
+	if q.grp != nil && q.diskCount == 0 && !q.grpSpills(mem) {
+		// Filed under its group (groups.go); behind what the lane pages
+		// (a recovered backlog, a non-durable queue's overflow), and
+		// filed as that is read.
 		q.readyBytes += size
 		q.grpPublish(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, durable, mem)
 		q.trim()
@@ -254,7 +255,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 	q.readyBytes += size
 	l := &q.lanes[ln]
-	if win, winBytes := q.window(); q.cfg.Store != nil && (l.disk > 0 || l.ready.len() >= q.laneWindow(win) || q.held-q.unackedBytes+mem > winBytes) {
+	if win, winBytes := q.window(); q.cfg.Store != nil && (l.disk > 0 || l.ready.len() >= q.laneWindow(win) || q.held-q.unackedBytes+mem > winBytes || q.grp != nil) {
 		// Beyond the window: the message waits in the store, behind
 		// those of its lane already there.
 		if !durable {

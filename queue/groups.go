@@ -266,14 +266,40 @@ func (q *Queue) grpPublish(d Delivery, durable bool, mem int64) {
 	q.grpReady(g)
 }
 
-// grpLanded files a message of the recovered backlog, read back at
-// start-up (counted in held by land), under its group.
+// grpSpills reports whether a new message of mem bytes goes to the lane's
+// page file: a non-durable queue pages to its page files, which are read
+// back once and in order (persist.Spill), so its groups' index cannot
+// point into them: its overflow is read back in order as the groups'
+// messages in memory go out, and only the groups in memory are served in
+// turn.
+func (q *Queue) grpSpills(mem int64) bool {
+	if q.cfg.Store == nil || q.cfg.Durable {
+		return false
+	}
+	win, winBytes := q.window()
+	return q.grp.loaded >= win || q.held-q.unackedBytes+mem > winBytes
+}
+
+// grpInMem is what refill weighs against the window for a grouped queue:
+// the ready messages in memory, twice; a durable queue's lane pages only
+// a recovered backlog, which is read back at once (0: its messages are
+// filed by group, paged again past the window).
+func (q *Queue) grpInMem() (int, int) {
+	if q.cfg.Durable {
+		return 0, 0
+	}
+	return q.grp.loaded, q.grp.loaded
+}
+
+// grpLanded files a message the lane read back (counted in held by land)
+// under its group: a durable queue's recovered backlog, or a non-durable
+// queue's overflow.
 func (q *Queue) grpLanded(d Delivery) {
 	gs := q.grp
 	g := q.grpOf(d.Msg, true)
 	e := gEntry{d: d}
 	win, winBytes := q.window()
-	if gs.loaded >= win || q.held-q.unackedBytes > winBytes {
+	if q.cfg.Durable && (gs.loaded >= win || q.held-q.unackedBytes > winBytes) {
 		q.account(-d.Msg.MemSize())
 		e.d.Msg, e.paged = q.pagedMsg(d.Msg), true
 		gs.paged++

@@ -126,7 +126,11 @@ func (q *Queue) refill() {
 	li := -1
 	for i := len(q.lanes) - 1; i >= 0; i-- {
 		l := &q.lanes[i]
-		if l.disk > 0 && (l.len() == 0 || (l.ready.len() < lw/2 && ready < winBytes/2)) {
+		n, inMem := l.len(), l.ready.len()
+		if q.grp != nil {
+			n, inMem = q.grpInMem()
+		}
+		if l.disk > 0 && (n == 0 || (inMem < lw/2 && ready < winBytes/2)) {
 			li = i
 			break
 		}
