@@ -53,6 +53,7 @@ const maxGroupReads = 64
 type groups struct {
 	header string
 	byKey  map[string]*group
+	peak   int // len(byKey) at most since it was last made: a Go map never shrinks
 	none   *group // the messages without the header: in no group
 	ring   groupRing
 	loaded int    // ready messages in memory (counted in Queue.held)
@@ -211,6 +212,7 @@ func (q *Queue) grpOf(m *Message, create bool) *group {
 	}
 	g := &group{key: string(k)}
 	gs.byKey[g.key] = g
+	gs.peak = max(gs.peak, len(gs.byKey))
 	return g
 }
 
@@ -234,8 +236,18 @@ func (q *Queue) grpReady(g *group) {
 
 // grpForget drops g's state once it has nothing.
 func (q *Queue) grpForget(g *group) {
+	gs := q.grp
 	if !g.free && g.len() == 0 && g.unacked == 0 && g.held == 0 && !g.reading && !g.inRing {
-		delete(q.grp.byKey, g.key)
+		delete(gs.byKey, g.key)
+		if gs.peak > 1024 && len(gs.byKey) < gs.peak/4 {
+			// Made anew, so that the groups gone give their memory back
+			// (amortized: a quarter of the peak is copied).
+			m := make(map[string]*group, len(gs.byKey))
+			for k, x := range gs.byKey {
+				m[k] = x
+			}
+			gs.byKey, gs.peak = m, len(m)
+		}
 	}
 }
 
