@@ -53,7 +53,7 @@ const maxGroupReads = 64
 type groups struct {
 	header string
 	byKey  map[string]*group
-	peak   int // len(byKey) at most since it was last made: a Go map never shrinks
+	peak   int    // len(byKey) at most since it was last made: a Go map never shrinks
 	none   *group // the messages without the header: in no group
 	ring   groupRing
 	loaded int    // ready messages in memory (counted in Queue.held)

@@ -290,7 +290,6 @@ type Queue struct {
 	drainAt int64    // this drain's time for deliveries (DeliveredAt); 0: not read yet
 
 	spare        []op
-	grp          *groups          // message groups (groups.go); nil: none
 	dedup        map[uint64]int32 // id hashes of the messages in the queue (x-message-deduplication); nil: off
 	dedupSeed    maphash.Seed
 	mayReject    atomic.Bool // see MayReject
@@ -361,6 +360,10 @@ type Queue struct {
 	headAt                     atomic.Int64
 	unackedN                   atomic.Int64
 	consumerN                  atomic.Int32
+
+	// grp is a grouped queue's state (groups.go; nil: not grouped),
+	// under exec. Last, so that the fields above keep their places.
+	grp *groups
 }
 
 // New starts a queue.
