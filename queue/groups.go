@@ -228,7 +228,7 @@ func (q *Queue) Groups() int {
 
 // grpReady puts g in the rotation if it can be served.
 func (q *Queue) grpReady(g *group) {
-	if !g.inRing && !g.reading && g.held == 0 && g.len() > 0 {
+	if !g.inRing && g.held == 0 && g.len() > 0 {
 		g.inRing = true
 		q.grp.ring.pushBack(g)
 	}
@@ -430,7 +430,7 @@ func (q *Queue) grpDispatch() {
 		g.inRing = false
 		var c *Consumer
 		switch {
-		case g.len() == 0 || g.held > 0 || g.reading:
+		case g.len() == 0 || g.held > 0:
 			q.grpForget(g)
 			continue
 		case g.free || g.unacked == 0:
@@ -447,11 +447,18 @@ func (q *Queue) grpDispatch() {
 			continue
 		}
 		if g.front().paged {
-			if !q.grpRead(g) {
-				g.inRing = true
-				gs.ring.pushBack(g)
-				skipped++
+			g.inRing = true
+			if g.reading || q.grpRead(g) {
+				// Its turn waits for the read (its landing drains the
+				// queue again): the rotation holds, so that the groups
+				// whose heads are in memory do not take the turns of those
+				// being read. The next groups' heads are read meanwhile.
+				gs.ring.pushFront(g)
+				q.grpReadAhead(maxGroupReads)
+				return
 			}
+			gs.ring.pushBack(g)
+			skipped++
 			continue
 		}
 		d := g.popFront().d
@@ -481,11 +488,21 @@ func (q *Queue) grpDispatch() {
 			g.owner = c
 			g.unacked++
 		}
-		if g.len() > 0 && g.front().paged {
-			q.grpRead(g) // read ahead of its next turn
-		}
 		q.grpReady(g)
 		q.grpForget(g)
+		q.grpReadAhead(4)
+	}
+}
+
+// grpReadAhead begins reading the paged heads of the next n groups in the
+// rotation, so that they are in memory when their turns come.
+func (q *Queue) grpReadAhead(n int) {
+	r := &q.grp.ring
+	for i := 0; i < min(n, r.len()); i++ {
+		g := r.buf[(r.head+i)%len(r.buf)]
+		if g.len() > 0 && g.front().paged && !g.reading && !q.grpRead(g) {
+			return
+		}
 	}
 }
 
