@@ -18,23 +18,28 @@ import (
 // i-th message in group i mod 10,000, on both queues) and 8 consumers,
 // each on its own connection with prefetch 64, ack every message. The
 // rate counts what the consumers receive, from the first publish to the
-// last delivery. A checker sees every delivery (both queues, the same
+// last delivery; "durable" is the same with a durable queue and
+// persistent messages (the backlog beyond the window waits in the
+// store). A checker sees every delivery (both queues, the same
 // work): "violations" counts a group delivered out of its order or to a
 // consumer while another holds it, and must be 0 on the grouped queue
 // (on the plain queue a group's messages are 10,000 apart, so it rarely
 // finds one there either: the plain run is the rate to match).
 func BenchmarkGroupsDeliver(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		args rmq.Table
+		name    string
+		args    rmq.Table
+		durable bool
 	}{
 		{name: "plain"},
 		{name: "groups", args: groupArgs()},
+		{name: "durable/plain", durable: true},
+		{name: "durable/groups", args: groupArgs(), durable: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			testutil.InProcess(b)
 			br := testutil.Start(b, broker.Options{})
-			rate, violations := groupsLoad(b, br.URL, bc.args, b.N)
+			rate, violations := groupsLoad(b, br.URL, bc.args, bc.durable, b.N)
 			b.ReportMetric(rate, "delivered/s")
 			b.ReportMetric(float64(violations), "violations")
 			if bc.args != nil && violations > 0 {
@@ -47,7 +52,7 @@ func BenchmarkGroupsDeliver(b *testing.B) {
 // groupsLoad runs the load of BenchmarkGroupsDeliver against url on a
 // fresh queue declared with args; it returns the delivered rate and the
 // checker's violations.
-func groupsLoad(b *testing.B, url string, args rmq.Table, n int) (float64, int) {
+func groupsLoad(b *testing.B, url string, args rmq.Table, durable bool, n int) (float64, int) {
 	const groups, consumers, prefetch = 10000, 8, 64
 	pc, err := rmq.Dial(url)
 	if err != nil {
@@ -58,7 +63,7 @@ func groupsLoad(b *testing.B, url string, args rmq.Table, n int) (float64, int) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	q, err := pch.QueueDeclare("", false, true /* auto-delete */, false, false, args)
+	q, err := pch.QueueDeclare("", durable, true /* auto-delete */, false, false, args)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,6 +113,9 @@ func groupsLoad(b *testing.B, url string, args rmq.Table, n int) (float64, int) 
 	for i := range n {
 		g := i % groups
 		p := rmq.Publishing{Headers: rmq.Table{groupHeader: fmt.Sprintf("g%d", g), "n": next[g]}, Body: body}
+		if durable {
+			p.DeliveryMode = rmq.Persistent
+		}
 		next[g]++
 		if err := pch.Publish("", q.Name, false, false, p); err != nil {
 			b.Fatal(err)

@@ -539,8 +539,11 @@ func (q *Queue) grpGet(noAck bool) (d Delivery, ok, wait bool) {
 	return d, false, gs.reads > 0
 }
 
-// grpRead begins reading g's paged head back from the store; false when
-// too many reads are under way (or one failed a moment ago).
+// grpRead begins reading g's paged head back from the store, with the
+// entries after it (grpReadBatch): the groups are served in turn, so the
+// entries after a head are mostly the heads of the next groups, and one
+// read fills them all (grpLand). False when too many reads are under way
+// (or one failed a moment ago).
 func (q *Queue) grpRead(g *group) bool {
 	gs := q.grp
 	if gs.reads >= maxGroupReads || (gs.retryAt != 0 && Now() < gs.retryAt) {
@@ -552,7 +555,7 @@ func (q *Queue) grpRead(g *group) bool {
 	e := g.front()
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	ld := landing{grp: g, gen: gs.gen, seq: e.d.Seq}
-	q.cfg.Store.LoadEntries(q.storeID(e.d.Lane), e.d.Seq-1, 1, 0, func(ents []StoredEntry, err error) {
+	q.cfg.Store.LoadEntries(q.storeID(e.d.Lane), e.d.Seq-1, grpReadBatch, grpReadBytes, func(ents []StoredEntry, err error) {
 		ld.ents, ld.err = ents, err
 		q.mu.Lock()
 		if q.closed {
@@ -566,7 +569,17 @@ func (q *Queue) grpRead(g *group) bool {
 	return true
 }
 
-// grpLand takes in a paged group head read back.
+// A group head's read takes up to grpReadBatch entries from it on, and
+// stops past grpReadBytes of records (the first is always read).
+const (
+	grpReadBatch = 16
+	grpReadBytes = 256 << 10
+)
+
+// grpLand takes in a read of paged entries: each that is a paged ready
+// message of a group is filled in (the others, unacked or loaded since,
+// are passed over); the group the read was for learns whether its head
+// was there.
 func (q *Queue) grpLand(ld *landing) {
 	gs := q.grp
 	if ld.gen != gs.gen {
@@ -580,45 +593,61 @@ func (q *Queue) grpLand(ld *landing) {
 		q.grpReady(g)
 		q.grpForget(g)
 	}()
-	var e *gEntry
-	for i := g.head; i < len(g.ready) && g.ready[i].d.Seq <= ld.seq; i++ {
-		if g.ready[i].d.Seq == ld.seq && g.ready[i].paged {
-			e = &g.ready[i]
-		}
-	}
-	if e == nil {
-		return
-	}
 	if ld.err != nil {
 		q.cfg.Logger.Error("reading queue from store", zap.String("queue", q.cfg.Name), zap.Error(ld.err))
 		gs.retryAt = Now() + int64(time.Second)
 		time.AfterFunc(time.Second, q.signal)
 		return
 	}
-	var rec *StoredEntry
+	found := false
 	for i := range ld.ents {
-		if ld.ents[i].Seq == ld.seq {
-			rec = &ld.ents[i]
+		se := &ld.ents[i]
+		m, err := DecodeMessage(se.Record)
+		if err != nil {
+			continue // a corrupt head is dealt with below, once it is the one asked for
 		}
+		owner := g
+		if se.Seq != ld.seq {
+			if owner = q.grpOf(m, false); owner == nil {
+				continue
+			}
+		}
+		e := owner.find(se.Seq)
+		if e == nil || !e.paged {
+			continue
+		}
+		found = found || se.Seq == ld.seq
+		m.ID, m.Shared, m.Inline = se.Msg, se.Shared, se.Inline
+		e.d.Msg, e.paged = m, false
+		gs.paged--
+		gs.loaded++
+		q.account(m.MemSize())
 	}
-	var m *Message
-	var err error
-	if rec != nil {
-		m, err = DecodeMessage(rec.Record)
-	}
-	if rec == nil || err != nil {
+	if e := g.find(ld.seq); !found && e != nil && e.paged {
 		q.cfg.Logger.Error("message missing or corrupt in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
 		d := e.d
 		q.grpRemove(g, e)
 		gs.paged--
 		q.deleteEntry(&d)
-		return
 	}
-	m.ID, m.Shared, m.Inline = rec.Msg, rec.Shared, rec.Inline
-	e.d.Msg, e.paged = m, false
-	gs.paged--
-	gs.loaded++
-	q.account(m.MemSize())
+}
+
+// find is g's ready message at seq, or nil.
+func (g *group) find(seq uint64) *gEntry {
+	s := g.ready[g.head:]
+	i, ok := slices.BinarySearchFunc(s, seq, func(x gEntry, seq uint64) int {
+		switch {
+		case x.d.Seq < seq:
+			return -1
+		case x.d.Seq > seq:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return nil
+	}
+	return &s[i]
 }
 
 // grpRemove takes e out of g's ready list.
