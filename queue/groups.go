@@ -62,6 +62,9 @@ type groups struct {
 	gen    uint64 // bumped by a purge or delete: reads begun before land void
 	// retryAt: after a failed read, no new one before this (unix nanos).
 	retryAt int64
+	// ahead: reads under way cover the entries from a head up to about
+	// this sequence; read-ahead leaves the heads below it to them.
+	ahead uint64
 }
 
 // group is one group's ready messages (in sequence order from head) and
@@ -500,7 +503,10 @@ func (q *Queue) grpReadAhead(n int) {
 	r := &q.grp.ring
 	for i := 0; i < min(n, r.len()); i++ {
 		g := r.buf[(r.head+i)%len(r.buf)]
-		if g.len() > 0 && g.front().paged && !g.reading && !q.grpRead(g) {
+		if g.len() == 0 || !g.front().paged || g.reading || (q.grp.reads > 0 && g.front().d.Seq < q.grp.ahead) {
+			continue
+		}
+		if !q.grpRead(g) {
 			return
 		}
 	}
@@ -553,6 +559,7 @@ func (q *Queue) grpRead(g *group) bool {
 	g.reading = true
 	gs.reads++
 	e := g.front()
+	gs.ahead = max(gs.ahead, e.d.Seq+grpReadBatch)
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	ld := landing{grp: g, gen: gs.gen, seq: e.d.Seq}
 	q.cfg.Store.LoadEntries(q.storeID(e.d.Lane), e.d.Seq-1, grpReadBatch, grpReadBytes, func(ents []StoredEntry, err error) {
@@ -572,8 +579,8 @@ func (q *Queue) grpRead(g *group) bool {
 // A group head's read takes up to grpReadBatch entries from it on, and
 // stops past grpReadBytes of records (the first is always read).
 const (
-	grpReadBatch = 16
-	grpReadBytes = 256 << 10
+	grpReadBatch = 256
+	grpReadBytes = 1 << 20
 )
 
 // grpLand takes in a read of paged entries: each that is a paged ready
