@@ -450,9 +450,22 @@ func TestGroupsPolicy(t *testing.T) {
 		"definition": map[string]any{"message-group-header": "tenant"}}, 201)
 	q := e.queue("grppol-q", nil)
 	own := e.queue("grppol-own", groupArgs()) // its own header wins: JMSXGroupID
+	// A queue declared before the policy, with messages: grouped from the
+	// policy on, its ready messages filed in order.
+	late := e.queue("grplate-q", nil)
+	e.publish("", late, "")
+	a.admin("PUT", "/api/policies/%2F/grplate", map[string]any{"pattern": "^grplate-", "apply-to": "queues", "priority": 1,
+		"definition": map[string]any{"message-group-header": "tenant"}}, 201)
+	t.Cleanup(func() { a.call("DELETE", "/api/policies/%2F/grplate", "guest", "guest", nil, nil) })
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		var raw map[string]any
+		a.call("GET", "/api/queues/%2F/"+late, "guest", "guest", nil, &raw)
+		return raw["policy"] == "grplate"
+	}, "the policy applied")
+	e.get(e.ch, late, true) // the message from before
 	for _, c := range []struct {
 		q, header string
-	}{{q, "tenant"}, {own, groupHeader}} {
+	}{{q, "tenant"}, {own, groupHeader}, {late, "tenant"}} {
 		publishAll(t, e.conn, c.q, []rmq.Publishing{
 			{Headers: rmq.Table{c.header: "x"}, Body: []byte("x0")},
 			{Headers: rmq.Table{c.header: "x"}, Body: []byte("x1")},

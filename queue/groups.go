@@ -281,6 +281,28 @@ func (q *Queue) grpPublish(d Delivery, durable bool, mem int64) {
 	q.grpReady(g)
 }
 
+// grpEnable makes a running queue grouped when a policy names a header
+// and it has none (not a priority queue): its ready messages are filed by
+// group, in order; what it pages is filed as it is read back. Deliveries
+// made before hold no group. A header removed or changed by a policy
+// applies from the queue's next start. It returns the header in force.
+// exec held.
+func (q *Queue) grpEnable(header string) string {
+	if q.grp != nil || header == "" || len(q.lanes) != 1 || q.cfg.Replica != nil {
+		return q.pol.GroupHeader
+	}
+	q.grp = newGroups(header)
+	l := &q.lanes[0]
+	for l.len() > 0 {
+		d := l.pop() // in sequence order: returned ones at their places
+		g := q.grpOf(d.Msg, true)
+		g.ready = append(g.ready, gEntry{d: d})
+		q.grp.loaded++
+		q.grpReady(g)
+	}
+	return header
+}
+
 // grpSpills reports whether a new message of mem bytes goes to the lane's
 // page file: a non-durable queue pages to its page files, which are read
 // back once and in order (persist.Spill), so its groups' index cannot

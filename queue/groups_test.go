@@ -139,3 +139,29 @@ func BenchmarkGroupsPublishDeliverAck(b *testing.B) {
 		fl.Flush()
 	}
 }
+
+// A policy naming a header makes a running queue grouped: the messages it
+// holds are filed by group, in order.
+func TestGroupsEnabledByPolicy(t *testing.T) {
+	q := newQueue(t, Config{Name: "late"})
+	for i := range 3 {
+		q.Publish(groupMessage("y", fmt.Sprintf("y%d", i)))
+	}
+	if err := q.SetPolicy(*groupPolicy()); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(1)
+	a, b := &Consumer{Tag: "a", Sink: rec}, &Consumer{Tag: "b", Sink: rec}
+	for _, c := range []*Consumer{a, b} {
+		if err := q.Consume(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, 5*time.Second, func() bool { return len(rec.bodies(a))+len(rec.bodies(b)) == 1 }, "one delivered")
+	if n, _, _ := q.Stats(); n != 2 {
+		t.Fatalf("%d ready, want 2: the group is held by one consumer", n)
+	}
+	if q.Groups() != 1 {
+		t.Fatalf("%d groups, want 1", q.Groups())
+	}
+}
