@@ -14,12 +14,18 @@ func (q *Queue) apply(o *op) outcome {
 		for i := range o.ds {
 			n += o.ds[i].Msg.MemSize()
 			q.deleteEntry(&o.ds[i])
+			if q.grp != nil {
+				q.grpDone(&o.ds[i], false)
+			}
 		}
 		q.account(-n)
 	case opDiscard:
 		q.settled(o.ds)
 		for _, d := range o.ds {
 			q.deadLetter(d, ReasonRejected)
+			if q.grp != nil {
+				q.grpDone(&d, false)
+			}
 		}
 	case opRequeue:
 		q.settled(o.ds)
@@ -34,6 +40,9 @@ func (q *Queue) apply(o *op) outcome {
 			}
 			if q.pol.DeliveryLimit >= 0 && int64(d.Count) > q.pol.DeliveryLimit {
 				q.deadLetter(d, ReasonDeliveryLimit)
+				if q.grp != nil {
+					q.grpDone(&d, false)
+				}
 				continue
 			}
 			if o.flags&flagDue != 0 {
@@ -45,10 +54,17 @@ func (q *Queue) apply(o *op) outcome {
 					now = Now()
 				}
 				q.hold(d, now+int64(q.pol.Retry.Hold(d.Count)))
+				if q.grp != nil {
+					q.grpDone(&d, true) // its group waits for it
+				}
 				continue
 			}
 			if q.stored(&d) {
 				q.putEntry(UpdateEntry, &d)
+			}
+			if q.grp != nil {
+				q.grpReturn(d)
+				continue
 			}
 			q.laneOf(d.Msg).returned.push(d)
 			q.readyBytes += int64(len(d.Msg.Body))
@@ -89,6 +105,9 @@ func (q *Queue) apply(o *op) outcome {
 		o.reply <- result{err: err}
 	case opCancel:
 		removed := q.removeConsumer(o.consumer)
+		if q.grp != nil {
+			q.grpCancel(o.consumer)
+		}
 		q.lastUsed = Now()
 		q.armExpires() // the last consumer gone: unused from now
 		if removed && len(q.consumers) == 0 && q.cfg.AutoDelete && q.cfg.OnEmptyOfConsumers != nil {
@@ -101,8 +120,16 @@ func (q *Queue) apply(o *op) outcome {
 		o.reply <- result{}
 	case opGet:
 		q.lastUsed = Now()
-		d, ok := q.pop(q.lastUsed)
-		if !ok && q.diskCount > 0 {
+		var d Delivery
+		var ok bool
+		if q.grp != nil {
+			var wait bool
+			if d, ok, wait = q.grpGet(o.flags&flagNoAck != 0); !ok && (wait || q.diskCount > 0) {
+				q.refill()
+				q.stalled = true // a read lands first (grpRead, refill)
+				return retry
+			}
+		} else if d, ok = q.pop(q.lastUsed); !ok && q.diskCount > 0 {
 			q.stalled = true // pop began the read (refill)
 			return retry
 		}
@@ -142,13 +169,20 @@ func (q *Queue) apply(o *op) outcome {
 			q.diskCount = 0
 			q.voidReads()
 		}
+		if q.grp != nil {
+			q.grpPurge()
+		}
 		q.readyBytes = 0
 		if q.dedup != nil {
 			clear(q.dedup) // the plugin flushes its cache on purge, unacked ids too
 		}
 		o.reply <- result{n: n}
 	case opStats:
-		o.reply <- result{messages: q.readyLen(), n: len(q.consumers)}
+		r := result{messages: q.readyLen(), n: len(q.consumers)}
+		if q.grp != nil {
+			r.groups = len(q.grp.byKey)
+		}
+		o.reply <- r
 	case opDelete:
 		if o.flags&flagIfUnused != 0 && len(q.consumers) > 0 {
 			o.reply <- result{err: ErrInUse}
@@ -203,12 +237,21 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	if conf != nil {
 		q.confs = append(q.confs, conf) // confirmed at commit: at once, or once durable
 	}
-	if (m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0 {
+	if q.grp != nil && q.diskCount == 0 && !q.grpSpills(mem) {
+		// Filed under its group (groups.go); behind what the lane pages
+		// (a recovered backlog, a non-durable queue's overflow), and
+		// filed as that is read.
+		q.readyBytes += size
+		q.grpPublish(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, durable, mem)
+		q.trim()
+		return
+	}
+	if q.grp == nil && ((m.Expires != 0 && m.Expires <= m.Enqueued) || q.pol.MessageTTL == 0) {
 		if q.publishNow(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, ReasonExpired) {
 			return
 		}
 	}
-	if q.pol.Overflow == DropHead && (q.pol.MaxLength == 0 || (q.pol.MaxLengthBytes >= 0 && size > q.pol.MaxLengthBytes)) {
+	if q.grp == nil && q.pol.Overflow == DropHead && (q.pol.MaxLength == 0 || (q.pol.MaxLengthBytes >= 0 && size > q.pol.MaxLengthBytes)) {
 		// It cannot wait in the queue even alone: as RabbitMQ, a
 		// consumer with room gets it first, else it is dropped as the head.
 		if q.publishNow(Delivery{Msg: m, Seq: seq, Lane: uint8(ln)}, ReasonMaxLen) {
@@ -217,7 +260,7 @@ func (q *Queue) publish(m *Message, conf Confirmer) {
 	}
 	q.readyBytes += size
 	l := &q.lanes[ln]
-	if win, winBytes := q.window(); q.cfg.Store != nil && (l.disk > 0 || l.ready.len() >= q.laneWindow(win) || q.held-q.unackedBytes+mem > winBytes) {
+	if win, winBytes := q.window(); q.cfg.Store != nil && (l.disk > 0 || l.ready.len() >= q.laneWindow(win) || q.held-q.unackedBytes+mem > winBytes || q.grp != nil) {
 		// Beyond the window: the message waits in the store, behind
 		// those of its lane already there.
 		if !durable {
@@ -242,6 +285,9 @@ func (q *Queue) trim() {
 	for (q.pol.MaxLength >= 0 && int64(q.readyLen()) > q.pol.MaxLength) ||
 		(q.pol.MaxLengthBytes >= 0 && q.readyBytes > q.pol.MaxLengthBytes && q.readyLen() > 0) {
 		d, ok := q.popAny()
+		if !ok && q.grp != nil {
+			d, ok = q.grpPopOldest()
+		}
 		if !ok {
 			if q.diskCount > 0 { // popAny began the read
 				q.trimDue, q.stalled = true, true
@@ -299,6 +345,9 @@ func (q *Queue) drop() int {
 	q.account(-q.held) // unacked ones too: their acks will find the queue gone
 	for i := range q.lanes {
 		q.lanes[i] = lane{}
+	}
+	if q.grp != nil {
+		q.grpDrop()
 	}
 	q.readyBytes = 0
 	q.readyN.Store(0)

@@ -39,6 +39,9 @@ func (q *Queue) memLen() int {
 	for i := range q.lanes {
 		n += q.lanes[i].len()
 	}
+	if q.grp != nil {
+		n += q.grp.loaded + q.grp.paged
+	}
 	return n
 }
 
@@ -168,6 +171,10 @@ func (q *Queue) unpop(d Delivery) {
 // priority first, round-robin among consumers of equal priority (or only
 // the single active consumer).
 func (q *Queue) dispatch() {
+	if q.grp != nil {
+		q.grpDispatch()
+		return
+	}
 	var now int64 // read when a message can expire
 	for q.readyLen() > 0 {
 		c := q.nextConsumer()

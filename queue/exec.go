@@ -137,6 +137,7 @@ type result struct {
 	ok       bool
 	n        int
 	messages int
+	groups   int
 	err      error
 }
 

@@ -98,6 +98,7 @@ func (q *Queue) setPolicy(p Policy) {
 		q.ttlEpochs = append(q.ttlEpochs, ttlEpoch{from: q.nextSeq, ttl: p.MessageTTL})
 	}
 	p.MaxPriority, p.SingleActive = q.pol.MaxPriority, q.pol.SingleActive
+	p.GroupHeader = q.grpEnable(p.GroupHeader)
 	if p.OnExpire == nil {
 		p.OnExpire = q.pol.OnExpire
 	}

@@ -128,7 +128,11 @@ func (q *Queue) refill() {
 	li := -1
 	for i := len(q.lanes) - 1; i >= 0; i-- {
 		l := &q.lanes[i]
-		if l.disk > 0 && (l.len() == 0 || (l.ready.len() < lw/2 && ready < winBytes/2)) {
+		n, inMem := l.len(), l.ready.len()
+		if q.grp != nil {
+			n, inMem = q.grpInMem()
+		}
+		if l.disk > 0 && (n == 0 || (inMem < lw/2 && ready < winBytes/2)) {
 			li = i
 			break
 		}
@@ -143,6 +147,9 @@ func (q *Queue) refill() {
 	q.commit() // our own page-outs first: the read sees every earlier commit
 	q.loading = true
 	ld := landing{gen: q.loadGen, lane: uint8(li), seen: l.disk, asked: max(lw-l.ready.len(), 1), bytes: max(winBytes-ready, 1)}
+	if q.grp != nil {
+		ld.bytes = winBytes // a grouped queue's recovered backlog: filed by group, paged again past the window
+	}
 	q.cfg.Store.LoadEntries(q.storeID(ld.lane), l.memTail, ld.asked, ld.bytes, func(ents []StoredEntry, err error) {
 		ld.ents, ld.err = ents, err
 		q.mu.Lock()
@@ -169,12 +176,19 @@ type landing struct {
 	// seq; gen is then the queue's holdGen.
 	hold bool
 	seq  uint64
+	// grp: a paged group head read back (groups.go); gen is then the
+	// groups' gen.
+	grp *group
 }
 
 // land takes in what a read found, behind what memory holds. exec held.
 func (q *Queue) land(ld *landing) {
 	if ld.hold {
 		q.landHold(ld)
+		return
+	}
+	if ld.grp != nil {
+		q.grpLand(ld)
 		return
 	}
 	if ld.gen != q.loadGen {
@@ -216,7 +230,11 @@ func (q *Queue) land(ld *landing) {
 				// rest of it (its size counts as ready once it is due).
 				q.pushHold(d, e.Until)
 			} else {
-				q.laneOf(m).ready.pushBack(d)
+				if q.grp != nil {
+					q.grpLanded(d)
+				} else {
+					q.laneOf(m).ready.pushBack(d)
+				}
 				if r := q.cfg.Recovered; r != nil && e.Seq <= r.MaxSeq {
 					q.readyBytes += int64(len(m.Body)) // recovered sizes are learnt as they load
 				}

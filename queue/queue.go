@@ -249,6 +249,11 @@ type Policy struct {
 	// default).
 	MaxAge          time.Duration
 	MaxSegmentBytes int64
+	// GroupHeader is x-message-group-header or a policy's
+	// message-group-header: the header carrying a message's group id
+	// (groups.go); "": the queue has no groups. Fixed when the queue is
+	// made.
+	GroupHeader string
 }
 
 // NoPolicy is a queue without limits.
@@ -362,6 +367,10 @@ type Queue struct {
 	headAt                     atomic.Int64
 	unackedN                   atomic.Int64
 	consumerN                  atomic.Int32
+
+	// grp is a grouped queue's state (groups.go; nil: not grouped),
+	// under exec. Last, so that the fields above keep their places.
+	grp *groups
 }
 
 // New starts a queue.
@@ -386,7 +395,7 @@ func New(cfg Config) *Queue {
 		pol = *cfg.Policy
 	}
 	nl := 1
-	if pol.MaxPriority > 0 {
+	if pol.MaxPriority > 0 && pol.GroupHeader == "" {
 		nl = int(pol.MaxPriority) + 1
 	}
 	q := &Queue{
@@ -400,6 +409,9 @@ func New(cfg Config) *Queue {
 	}
 	q.pace.Store(-1)
 	q.paceStall.Store(-1)
+	if pol.GroupHeader != "" && cfg.Replica == nil {
+		q.grp = newGroups(pol.GroupHeader)
+	}
 	q.toggleDedup()
 	q.noteMayReject()
 	if r := cfg.Recovered; r != nil && q.dedup != nil {

@@ -260,7 +260,9 @@ func (q *Queue) pushHold(d Delivery, due int64) {
 func (q *Queue) pagedMsg(m *Message) *Message {
 	pm := &Message{Persistent: m.Persistent, Priority: m.Priority, Enqueued: m.Enqueued, Expires: m.Expires,
 		ID: m.ID, Shared: m.Shared, Inline: m.Inline}
-	if q.dedup != nil {
+	if q.grp != nil {
+		pm.Props = slices.Clone(m.Props) // its group (groups.go)
+	} else if q.dedup != nil {
 		var buf [9]byte
 		if _, ok := DedupID(m.Props, &buf); ok {
 			pm.Props = slices.Clone(m.Props)
@@ -298,6 +300,13 @@ func (q *Queue) releaseHolds(now int64) {
 func (q *Queue) unhold(d Delivery, now int64) {
 	if exp := q.expiry(&d); exp != 0 && exp <= now {
 		q.deadLetter(d, ReasonExpired)
+		if q.grp != nil {
+			q.grpUnheld(&d, false)
+		}
+		return
+	}
+	if q.grp != nil {
+		q.grpUnheld(&d, true)
 		return
 	}
 	q.laneOf(d.Msg).returned.push(d)
@@ -357,12 +366,14 @@ func (q *Queue) landHold(ld *landing) {
 		if q.dedup != nil {
 			q.dedupForget(d.Msg) // it is gone: so is its id
 		}
+		q.grpHoldGone(&d)
 		return
 	}
 	m, err := DecodeMessage(rec)
 	if err != nil {
 		q.cfg.Logger.Error("corrupt message in store", zap.String("queue", q.cfg.Name), zap.Uint64("seq", ld.seq))
 		q.deleteEntry(&d)
+		q.grpHoldGone(&d)
 		return
 	}
 	m.ID, m.Shared, m.Inline = d.Msg.ID, d.Msg.Shared, d.Msg.Inline
@@ -381,9 +392,11 @@ func (q *Queue) dropHolds() int {
 			q.account(-h.d.Msg.MemSize())
 		}
 		q.deleteEntry(&h.d)
+		q.grpHoldGone(&h.d)
 	}
 	for i := range q.fetching {
 		q.deleteEntry(&q.fetching[i]) // its read lands void (holdGen)
+		q.grpHoldGone(&q.fetching[i])
 	}
 	q.holds, q.fetching = nil, nil
 	q.holdBytes, q.holdsInMem = 0, 0

@@ -72,6 +72,17 @@ var queueArgChecks = []queueArgCheck{
 	{name: "x-retry-delay-max", typ: wantInt, rng: ints(expires)},
 	{name: "x-retry-jitter", typ: wantNumber, rng: numbers(fraction)},
 	dedupConfirmCheck, // dedup_confirm.go
+	// railmq's message groups (queue/groups.go): a header name.
+	{name: "x-message-group-header", typ: wantString, rng: nonEmpty},
+}
+
+// nonEmpty refuses an empty string, in the style of RabbitMQ's
+// {value_zero,0}.
+func nonEmpty(v any, _ amqp.Table) string {
+	if v.(string) == "" {
+		return "{value_empty,<<>>}"
+	}
+	return ""
 }
 
 // Type checks.
@@ -333,6 +344,7 @@ func validateQueueArgs(q, vh string, args amqp.Table) (queueArgs, error) {
 		p.Overflow = queue.RejectPublishDLX
 	}
 	p.SingleActive = args["x-single-active-consumer"] == true
+	p.GroupHeader, _ = args["x-message-group-header"].(string)
 	if s, ok := args["x-dead-letter-exchange"].(string); ok {
 		out.dlx = &s
 	}

@@ -80,6 +80,9 @@ func TestValidateQueueArgsRefusals(t *testing.T) {
 		{"delivery limit type", amqp.Table{"x-delivery-limit": "3"}, bad("x-delivery-limit", `"expected integer, got longstr"`)},
 		{"consumer timeout type", amqp.Table{"x-consumer-timeout": true}, bad("x-consumer-timeout", `"expected integer, got bool"`)},
 		{"consumer timeout negative", amqp.Table{"x-consumer-timeout": int64(-7)}, bad("x-consumer-timeout", "{value_negative,-7}")},
+		// x-message-group-header (railmq's message groups).
+		{"group header type", amqp.Table{"x-message-group-header": int64(1)}, bad("x-message-group-header", "{unacceptable_type,long}")},
+		{"group header empty", amqp.Table{"x-message-group-header": ""}, bad("x-message-group-header", "{value_empty,<<>>}")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := validateQueueArgs("q", "v", tc.args)
@@ -115,6 +118,7 @@ func TestValidateQueueArgsOrder(t *testing.T) {
 		{"x-retry-delay-max", "1", `"expected integer, got longstr"`},
 		{"x-retry-jitter", 2.0, "{value_out_of_range,2}"},
 		{"x-deduplication-confirm", "maybe", "expected 'ack' or 'nack', got the value 'maybe' of type 'longstr'"},
+		{"x-message-group-header", int32(1), "{unacceptable_type,signedint}"},
 	}
 	if len(all) != len(queueArgChecks) {
 		t.Fatalf("%d checks, %d tested", len(queueArgChecks), len(all))

@@ -95,6 +95,7 @@ var equivalenceArgs = []string{
 	"x-single-active-consumer", "x-delivery-limit", "x-consumer-timeout",
 	"x-retry-delay", "x-retry-backoff", "x-retry-delay-max", "x-retry-jitter",
 	"x-deduplication-confirm",
+	"x-message-group-header",
 }
 
 func argsEquivalent(got, cur amqp.Table, keys []string, ineq func(k string, got, cur any) error) error {

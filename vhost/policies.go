@@ -63,6 +63,8 @@ var policyKeys = map[string]struct {
 	"retry-backoff":   {"x-retry-backoff", "backoff"},
 	"retry-delay-max": {"x-retry-delay-max", "pos"},
 	"retry-jitter":    {"x-retry-jitter", "fraction"},
+	// railmq's message groups (queue/groups.go): a header name.
+	"message-group-header": {"x-message-group-header", "nonempty"},
 	// The rabbitmq-message-deduplication plugin's keys
 	// (rabbit_message_deduplication_policies.ex), with its checks.
 	"x-message-deduplication": {"x-message-deduplication", "dedup-bool"},
@@ -143,6 +145,9 @@ func NewPolicyDef(name, pattern, applyTo string, priority int, def map[string]an
 		case "string":
 			_, isStr := v.(string)
 			bad = !isStr
+		case "nonempty":
+			s, _ := v.(string)
+			bad = s == ""
 		case "backoff":
 			f, isNum := v.(float64)
 			bad = !isNum || backoff(f) != ""

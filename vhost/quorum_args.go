@@ -44,7 +44,8 @@ var quorumArgChecks = []queueArgCheck{
 var notQuorumArgs = func() map[string]bool {
 	m := map[string]bool{}
 	for _, a := range []string{"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
-		"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-stream-filter-size-bytes"} {
+		"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-stream-filter-size-bytes",
+		"x-message-group-header"} {
 		m[a] = true
 	}
 	return m
