@@ -336,7 +336,7 @@ func (c *Channel) afterTx(p *txPlan) {
 			c.settleLate(l)
 		case l.delayed != nil:
 			c.scratch.Delayed, c.scratch.Delay, c.scratch.DedupWrote = l.delayed, l.delay, l.dedup
-			_ = c.routeDelayed(l.op.msg, l.op.mand, l.qs, l.op.extra) // never fails
+			_ = c.routeDelayed(l.op.msg, l.op.mand, l.qs, l.op.extra, nil) // never fails
 			c.scratch.Delayed, c.scratch.Delay, c.scratch.DedupWrote = nil, 0, false
 		case l.qs != nil:
 			l.qs[0].PublishConfirm(l.op.msg, nil, fl) // a replicated queue's copy

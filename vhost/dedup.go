@@ -114,12 +114,10 @@ func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
 	d.Memory = v.memory
 	if owner != nil {
 		if !recovering {
-			b := &persist.Batch{}
-			b.DropDedup(persist.DedupExchange, owner)
-			v.store.Commit(b, nil)
+			d.ClearFirst()
 		}
 		d.Unregister = v.store.AddFlusher(func(b *persist.Batch) {
-			d.Flush(func(seg uint64, entries []byte, dead []uint64) {
+			d.Flush(func() { b.DropDedup(persist.DedupExchange, owner) }, func(seg uint64, entries []byte, dead []uint64) {
 				if entries != nil {
 					b.PutDedup(persist.DedupExchange, owner, seg, entries)
 				}
@@ -173,6 +171,15 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 	if t, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupTTLField); ok {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
+	if s.HoldDedup && d.Owner != nil {
+		dup, t := d.Hold(key, time.Now().UnixMilli(), ttl, hasTTL)
+		if dup {
+			d.Dropped.Add(1)
+		} else if t != (exchange.DedupTicket{}) {
+			s.DedupHeld = append(s.DedupHeld, DedupHold{d, t})
+		}
+		return dup
+	}
 	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
 	if dup {
 		d.Dropped.Add(1)
@@ -181,6 +188,28 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		s.DedupWrote = true // the next commit stores it (Route kicks one)
 	}
 	return dup
+}
+
+// DedupHold is a new id Route added to a durable deduplication cache
+// and holds out of the store until the message is stored (Scratch.HoldDedup).
+type DedupHold struct {
+	d *exchange.DedupCache
+	t exchange.DedupTicket
+}
+
+// ReleaseDedup lets the held entries be written: the message they stand
+// for is stored (or needs no store). The next commit writes them, ahead
+// of its batches (persist.Store.AddFlusher): done (nil: none) runs once
+// they are durable.
+func (v *VHost) ReleaseDedup(hs []DedupHold, done func(error)) {
+	for _, h := range hs {
+		h.d.Release(h.t)
+	}
+	if done != nil {
+		v.AfterStored(done)
+	} else if v.store != nil {
+		v.store.Kick()
+	}
 }
 
 // dedupQueue reports whether a queue's arguments ask for queue-level
@@ -207,6 +236,55 @@ func (v *VHost) recoverDedupIDs(storeID uint64, rec *queue.Recovered) error {
 		if id, ok := queue.DedupID(m.Props, &buf); ok {
 			rec.DedupIDs = append(rec.DedupIDs, string(id))
 		}
+	})
+}
+
+// dedupOwners are the vhost's durable deduplication exchanges' caches,
+// by exchange name (recovery, after the exchanges).
+func (v *VHost) dedupOwners() map[string]*exchange.DedupCache {
+	var xs map[string]*exchange.DedupCache
+	for name, ex := range v.exchanges {
+		if ex.Dedup != nil && ex.Dedup.Owner != nil {
+			if xs == nil {
+				xs = make(map[string]*exchange.DedupCache)
+			}
+			xs[name] = ex.Dedup
+		}
+	}
+	return xs
+}
+
+// recallDedup adds, to the durable deduplication exchanges of xs (by
+// name), the id of each stored message published to one of them: its
+// entry may be lost (the crash came after the message was stored and
+// before the entry, which follows it), and a retry of the message must
+// be a duplicate all the same. Recovery, queue by queue.
+func (v *VHost) recallDedup(storeID uint64, xs map[string]*exchange.DedupCache) error {
+	var buf [9]byte
+	now := time.Now().UnixMilli()
+	return v.store.ScanEntries(storeID, func(e persist.Entry) {
+		if e.Transient {
+			return // dropped by recovery
+		}
+		m, err := queue.DecodeMessage(e.Data)
+		if err != nil {
+			return
+		}
+		d := xs[m.Exchange]
+		if d == nil {
+			return
+		}
+		h := amqp.PropsHeaders(m.Props)
+		val, ok := amqp.HeaderField(h, exchange.DedupHeader)
+		if !ok {
+			return
+		}
+		var ttl int64
+		hasTTL := false
+		if t, ok := amqp.HeaderField(h, exchange.DedupTTLField); ok {
+			ttl, hasTTL = amqp.FieldInt(t)
+		}
+		d.Recall(amqp.FieldKey(val, &buf), m.Enqueued/1e6, now, ttl, hasTTL)
 	})
 }
 
