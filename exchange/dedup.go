@@ -80,9 +80,9 @@ type DedupCache struct {
 	seg    uint64           // the segment being filled, written at the next Flush
 	live   map[uint64]int32 // entries in the cache, per segment
 	pend   []byte           // the entries of segment seg (AppendEntry)
-	dead     []uint64 // written segments left without entries: to delete
-	closed   bool     // the exchange is gone: Flush writes nothing
-	clear    bool     // ClearFirst: the next Flush clears first
+	dead   []uint64         // written segments left without entries: to delete
+	closed bool             // the exchange is gone: Flush writes nothing
+	clear  bool             // ClearFirst: the next Flush clears first
 }
 
 // dslot is one entry; it holds no pointers, so the garbage collector
@@ -205,9 +205,9 @@ func ParseSegment(b []byte, fn func(key []byte, expires, added int64)) bool {
 // record of segment seg, with the segments to delete; the store's
 // committer calls it once per group commit, so that a message's
 // confirm, which waits for that commit, finds its id stored. Nothing is
-// handed over once the cache is closed. clear (may be nil) is called
+// handed over once the cache is closed. wipe (may be nil) is called
 // first when ClearFirst asked for it.
-func (d *DedupCache) Flush(clear func(), write func(seg uint64, entries []byte, deleted []uint64)) {
+func (d *DedupCache) Flush(wipe func(), write func(seg uint64, entries []byte, deleted []uint64)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -215,8 +215,8 @@ func (d *DedupCache) Flush(clear func(), write func(seg uint64, entries []byte, 
 	}
 	if d.clear {
 		d.clear = false
-		if clear != nil {
-			clear()
+		if wipe != nil {
+			wipe()
 		}
 	}
 	if len(d.pend) == 0 && len(d.dead) == 0 {

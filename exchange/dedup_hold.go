@@ -82,7 +82,7 @@ func (d *DedupCache) Recall(key []byte, added, now, ttl int64, hasTTL bool) {
 	}
 }
 
-// ClearFirst has the next Flush call its clear first, whether or not
+// ClearFirst has the next Flush call its wipe first, whether or not
 // there is anything to write: a new exchange's cache clears what a
 // deleted one of its name left in the store, in the same write as (and
 // before) its first entries, so that nothing of the old cache survives
