@@ -56,6 +56,7 @@ func (g *dedupGate) Done(err error) {
 
 func (g *dedupGate) finish() {
 	if e := g.err.Load(); e != nil {
+		g.c.cfg.VHost.AbandonDedup(g.held, *e)
 		if g.inner != nil {
 			g.inner.Done(*e)
 		}

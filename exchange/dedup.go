@@ -83,6 +83,9 @@ type DedupCache struct {
 	dead   []uint64         // written segments left without entries: to delete
 	closed bool             // the exchange is gone: Flush writes nothing
 	clear  bool             // ClearFirst: the next Flush clears first
+	// waits are what waits for a held entry's Release or Abandon (a
+	// duplicate's confirm), by the entry's ticket.
+	waits map[DedupTicket][]func(error)
 }
 
 // dslot is one entry; it holds no pointers, so the garbage collector
@@ -94,6 +97,7 @@ type dslot struct {
 	seg        uint64
 	gen        uint32 // bumped each time the slot is filled (DedupTicket)
 	held       bool   // Hold added it and it is not released: not in the log
+	nolog      bool   // abandoned (Abandon): kept in memory, never logged
 	prev, next int32
 	klen       int32 // -1: slot unused
 	key        [inlineKey]byte
@@ -143,6 +147,9 @@ func (d *DedupCache) check(key []byte, now, ttl int64, hasTTL, hold bool) (dup b
 		if d.sameKey(i, key) && (s.expires == 0 || s.expires > now) {
 			d.unlink(i)
 			d.pushFront(i)
+			if s.held {
+				t = DedupTicket{slot: i, gen: s.gen} // the original's, for Wait
+			}
 			return true, t
 		}
 		d.drop(i) // expired, or a hash collision: the new id takes over
@@ -330,7 +337,7 @@ func (d *DedupCache) fill(i int32, h uint64, key []byte, expires, added int64) {
 	s := &d.slots[i]
 	s.hash, s.expires, s.added = h, expires, added
 	s.klen = int32(len(key))
-	s.held = false
+	s.held, s.nolog = false, false
 	if s.gen++; s.gen == 0 {
 		s.gen = 1 // 0 is the zero ticket's
 	}
@@ -383,8 +390,8 @@ func (d *DedupCache) drop(i int32) {
 	}
 	s.klen = -1
 	d.free = append(d.free, i)
-	if s.held {
-		s.held = false // never in the log
+	if s.held || s.nolog {
+		s.held, s.nolog = false, false // never in the log
 	} else if d.live != nil {
 		if n := d.live[s.seg] - 1; n > 0 {
 			d.live[s.seg] = n

@@ -22,8 +22,10 @@ type DedupTicket struct {
 }
 
 // Hold is Check for a publish whose message is not stored yet: a new
-// entry of a durable cache is kept out of the log until Release(t). A
-// duplicate, or an id not added, gives the zero ticket.
+// entry of a durable cache is kept out of the log until Release(t) (or
+// Abandon(t)). An id not added gives the zero ticket; a duplicate of a
+// held entry gives that entry's ticket (for Wait), of another the zero
+// ticket.
 func (d *DedupCache) Hold(key []byte, now, ttl int64, hasTTL bool) (dup bool, t DedupTicket) {
 	return d.check(key, now, ttl, hasTTL, true)
 }
@@ -32,20 +34,68 @@ func (d *DedupCache) Hold(key []byte, now, ttl int64, hasTTL bool) (dup bool, t 
 // message's writes are durable. An entry evicted meanwhile, or a zero
 // ticket, is not written.
 func (d *DedupCache) Release(t DedupTicket) {
+	d.settle(t, nil)
+}
+
+// Abandon is Release for a publish that failed (nacked: its message may
+// not be stored): the entry stays in the cache, as any id routed, but
+// is never written; what Waits for it gets err.
+func (d *DedupCache) Abandon(t DedupTicket, err error) {
+	d.settle(t, err)
+}
+
+func (d *DedupCache) settle(t DedupTicket, err error) {
 	if t.gen == 0 {
 		return
 	}
 	d.mu.Lock()
+	ws := d.waits[t]
+	delete(d.waits, t)
+	if s := d.heldSlot(t); s != nil {
+		s.held = false
+		if err != nil {
+			s.nolog = true
+		} else {
+			d.logEntry(t.slot)
+		}
+	}
+	d.mu.Unlock()
+	for _, w := range ws {
+		w(err) // after the entry is in the log: a commit submitted now writes it
+	}
+}
+
+// Wait has fn called when the held entry t names (a duplicate's
+// original) is released (nil) or abandoned (its error), and reports
+// true; false, without calling fn, when t names no held entry (the
+// zero ticket, or one settled already).
+func (d *DedupCache) Wait(t DedupTicket, fn func(error)) bool {
+	d.mu.Lock()
 	defer d.mu.Unlock()
+	if t.gen == 0 {
+		return false
+	}
+	if _, waiting := d.waits[t]; !waiting && d.heldSlot(t) == nil {
+		return false
+	}
+	if d.waits == nil {
+		d.waits = make(map[DedupTicket][]func(error))
+	}
+	d.waits[t] = append(d.waits[t], fn)
+	return true
+}
+
+// heldSlot is the slot of the held entry t names, nil if none. d.mu
+// held.
+func (d *DedupCache) heldSlot(t DedupTicket) *dslot {
 	if int(t.slot) >= len(d.slots) {
-		return
+		return nil
 	}
 	s := &d.slots[t.slot]
 	if s.klen < 0 || s.gen != t.gen || !s.held {
-		return
+		return nil
 	}
-	s.held = false
-	d.logEntry(t.slot)
+	return s
 }
 
 // Recall adds an id found in a stored message that came through the

@@ -1,6 +1,7 @@
 package exchange
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -30,8 +31,8 @@ func TestDedupHold(t *testing.T) {
 	if dup || ta == (DedupTicket{}) {
 		t.Fatalf("first Hold: dup %v, ticket %v", dup, ta)
 	}
-	if dup, tz := d.Hold([]byte("a"), 2, 0, false); !dup || tz != (DedupTicket{}) {
-		t.Fatalf("held id again: dup %v, ticket %v; want a duplicate, zero ticket", dup, tz)
+	if dup, tz := d.Hold([]byte("a"), 2, 0, false); !dup || tz != ta {
+		t.Fatalf("held id again: dup %v, ticket %v; want a duplicate, the original's ticket %v", dup, tz, ta)
 	}
 	if ids, _ := flushedIDs(t, d); ids != nil {
 		t.Fatalf("held entry written before Release: %v", ids)
@@ -115,3 +116,54 @@ func TestDedupClearFirst(t *testing.T) {
 		t.Fatalf("wipe and entries: wiped %v, entries %v", wiped, ids)
 	}
 }
+
+// TestDedupWait: a duplicate of a held entry waits for the original's
+// Release (then its own confirm may follow the commit that writes the
+// entry) or Abandon (its error; the entry stays in memory, never
+// written); one of a settled entry does not wait.
+func TestDedupWait(t *testing.T) {
+	d := NewDedup(4, 0, []byte("owner"))
+	_, ta := d.Hold([]byte("a"), 1, 0, false)
+	_, tb := d.Hold([]byte("b"), 1, 0, false)
+	var got []string
+	wait := func(id string, tk DedupTicket) bool {
+		return d.Wait(tk, func(err error) {
+			if ids, _ := flushedIDs(t, d); err == nil && !slices.Contains(ids, id) {
+				t.Errorf("%s's waiter ran before its entry was in the log (flushed %v)", id, ids)
+			}
+			got = append(got, id+":"+map[bool]string{true: "err", false: "ok"}[err != nil])
+		})
+	}
+	if _, dupA := d.Hold([]byte("a"), 2, 0, false); !wait("a", dupA) {
+		t.Fatal("duplicate of held a did not wait")
+	}
+	if _, dupB := d.Hold([]byte("b"), 2, 0, false); !wait("b", dupB) {
+		t.Fatal("duplicate of held b did not wait")
+	}
+	if len(got) != 0 {
+		t.Fatalf("ran before settling: %v", got)
+	}
+	d.Release(ta)
+	d.Abandon(tb, errTest)
+	if !slices.Equal(got, []string{"a:ok", "b:err"}) {
+		t.Fatalf("waiters: %v", got)
+	}
+	if ids, _ := flushedIDs(t, d); ids != nil {
+		t.Fatalf("abandoned b written: %v", ids)
+	}
+	if dup := d.Check([]byte("b"), 3, 0, false); !dup {
+		t.Fatal("abandoned b left the cache")
+	}
+	if wait("a", ta) || wait("a", DedupTicket{}) {
+		t.Fatal("waited for a settled entry")
+	}
+	// Evicting the abandoned entry keeps the log's counts right.
+	for _, id := range []string{"c", "e", "f", "g", "h"} {
+		d.Check([]byte(id), 4, 0, false)
+	}
+	if ids, _ := flushedIDs(t, d); !slices.Equal(ids, []string{"c", "e", "f", "g", "h"}) {
+		t.Fatalf("flushed %v", ids)
+	}
+}
+
+var errTest = errors.New("refused")

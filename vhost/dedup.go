@@ -3,6 +3,7 @@ package vhost
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -173,10 +174,15 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 	}
 	if s.HoldDedup && d.Owner != nil {
 		dup, t := d.Hold(key, time.Now().UnixMilli(), ttl, hasTTL)
+		switch {
+		case t == (exchange.DedupTicket{}):
+		case dup:
+			s.DupHeld = append(s.DupHeld, DedupHold{d, t}) // its original is not stored yet
+		default:
+			s.DedupHeld = append(s.DedupHeld, DedupHold{d, t})
+		}
 		if dup {
 			d.Dropped.Add(1)
-		} else if t != (exchange.DedupTicket{}) {
-			s.DedupHeld = append(s.DedupHeld, DedupHold{d, t})
 		}
 		return dup
 	}
@@ -286,6 +292,47 @@ func (v *VHost) recallDedup(storeID uint64, xs map[string]*exchange.DedupCache) 
 		}
 		d.Recall(amqp.FieldKey(val, &buf), m.Enqueued/1e6, now, ttl, hasTTL)
 	})
+}
+
+// AbandonDedup is ReleaseDedup for a publish that failed: its held
+// entries stay in the caches but are never stored, and the duplicates
+// waiting for them (AfterDuplicate) get err.
+func (v *VHost) AbandonDedup(hs []DedupHold, err error) {
+	for _, h := range hs {
+		h.d.Abandon(h.t, err)
+	}
+}
+
+// AfterDuplicate calls done once the originals of a duplicate (the held
+// entries Route found it to duplicate, Scratch.DupHeld) are stored with
+// their messages, and everything submitted to the store so far is
+// durable; with the error of an original that failed.
+func (v *VHost) AfterDuplicate(hs []DedupHold, done func(error)) {
+	if len(hs) == 0 {
+		v.AfterStored(done)
+		return
+	}
+	var left atomic.Int32
+	var failed atomic.Pointer[error]
+	left.Store(int32(len(hs)))
+	one := func(err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+		if left.Add(-1) > 0 {
+			return
+		}
+		if e := failed.Load(); e != nil {
+			done(*e)
+			return
+		}
+		v.AfterStored(done)
+	}
+	for _, h := range hs {
+		if !h.d.Wait(h.t, one) {
+			one(nil)
+		}
+	}
 }
 
 // AfterStored calls done once everything submitted to the store so far

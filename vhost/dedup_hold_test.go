@@ -1,6 +1,7 @@
 package vhost
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -112,3 +113,58 @@ func TestDedupEntryFollowsMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestDedupDuplicateWaitsForOriginal: the ack of a duplicate whose
+// original is not stored yet (its entry held) waits for the original's
+// release, or gets the original's error when it failed.
+func TestDedupDuplicateWaitsForOriginal(t *testing.T) {
+	s, v := openStoreVHost(t, t.TempDir(), nil)
+	defer func() {
+		v.Close()
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := v.DeclareExchange(ExchangeDecl{Name: "dx", Type: "x-message-deduplication", Durable: true,
+		Args: amqp.Table{"x-cache-size": int32(100)}}); err != nil {
+		t.Fatal(err)
+	}
+	var sc Scratch
+	for _, fail := range []bool{false, true} {
+		id := map[bool]string{false: "ok", true: "failed"}[fail]
+		routeDedup(t, v, &sc, id, true)
+		held := append([]DedupHold(nil), sc.DedupHeld...)
+		if len(held) != 1 {
+			t.Fatalf("%s: %d held", id, len(held))
+		}
+		routeDedup(t, v, &sc, id, true)
+		if len(sc.DupHeld) != 1 || len(sc.DedupHeld) != 0 {
+			t.Fatalf("%s again: %d held originals, %d new", id, len(sc.DupHeld), len(sc.DedupHeld))
+		}
+		done := make(chan error, 1)
+		v.AfterDuplicate(sc.DupHeld, func(err error) { done <- err })
+		if err := s.CommitSync(&persist.Batch{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s: duplicate confirmed (%v) before its original was stored", id, err)
+		default:
+		}
+		if fail {
+			v.AbandonDedup(held, errTestStore)
+		} else {
+			v.ReleaseDedup(held, nil)
+		}
+		select {
+		case err := <-done:
+			if (err != nil) != fail {
+				t.Fatalf("%s: duplicate confirmed with %v", id, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: duplicate never confirmed", id)
+		}
+	}
+}
+
+var errTestStore = errors.New("not stored")

@@ -37,6 +37,10 @@ type Scratch struct {
 	// message.
 	HoldDedup bool
 	DedupHeld []DedupHold
+	// DupHeld are the held entries (of other publishes, not stored yet)
+	// the last Route found the message to duplicate, with HoldDedup: an
+	// ack of the duplicate waits for them (VHost.AfterDuplicate).
+	DupHeld []DedupHold
 	// Duplicate is how the last Route's duplicate is to be confirmed,
 	// when a deduplication exchange found one and its
 	// x-deduplication-confirm (or the message's) names an answer
@@ -68,7 +72,7 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Delayed = s.Delayed[:0]
 	s.decoded = false
 	s.DedupWrote, s.Duplicate = false, queue.DedupConfirmDefault
-	s.DedupHeld = s.DedupHeld[:0]
+	s.DedupHeld, s.DupHeld = s.DedupHeld[:0], s.DupHeld[:0]
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	qs, err := v.route(name, key, s)
