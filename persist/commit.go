@@ -131,25 +131,10 @@ func (s *Store) commitPending() {
 		wrote = false
 	}
 	if allErr == nil && len(flushers) > 0 {
-		// Writes that ride on every commit (deduplication caches): taken
-		// now, they hold everything added before this round's batches
-		// were submitted, and are durable with them. They go first: a
-		// crash keeps a prefix of the round, so whatever a batch of the
-		// round deletes (an ack of the message a cache entry stands for)
-		// is gone only if the flushers' writes are kept.
-		fb := &Batch{}
-		for _, f := range flushers {
-			f(fb)
-		}
-		for i := range fb.ops {
-			if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
-				s.log.Error("flusher write refused", zap.Error(err))
-				continue
-			}
-			if err := s.apply(&wb, &fb.ops[i], flush); err != nil && writeErr == nil {
-				writeErr = err
-			}
-			wrote = true
+		w, err := s.runFlushers(flushers, &wb, flush)
+		wrote = wrote || w
+		if err != nil && writeErr == nil {
+			writeErr = err
 		}
 	}
 	for _, b := range batch {
@@ -247,6 +232,32 @@ func (s *Store) commitPending() {
 			}
 		}
 	}
+}
+
+// runFlushers adds the flushers' writes to the round, first: they are
+// writes that ride on every commit (deduplication caches), taken now,
+// so they hold everything added before this round's batches were
+// submitted, and are durable with them. They go first because a crash
+// keeps a prefix of the round: whatever a batch of the round deletes (an
+// ack of the message a cache entry stands for) is gone only if the
+// flushers' writes are kept. It reports whether it wrote anything, and
+// the first failed write (which fails the whole round).
+func (s *Store) runFlushers(flushers []func(*Batch), wbp **badger.WriteBatch, flush func()) (wrote bool, firstErr error) {
+	fb := &Batch{}
+	for _, f := range flushers {
+		f(fb)
+	}
+	for i := range fb.ops {
+		if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
+			s.log.Error("flusher write refused", zap.Error(err))
+			continue
+		}
+		if err := s.apply(wbp, &fb.ops[i], flush); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		wrote = true
+	}
+	return wrote, firstErr
 }
 
 // failedBatch is a batch refused alone, with its error.
