@@ -25,13 +25,33 @@ import (
 // (dedup_confirm.go).
 //
 // A durable exchange's cache is stored (unless declared with
-// x-cache-persistence "memory"): each new entry is one small key under
-// prefix 'u', named by the cache slot it takes (so it overwrites the
-// record of the entry it replaces, and nothing is ever deleted but the
-// whole cache with its exchange), committed, in the registry's order,
-// before the message's own writes; a confirm waits for it (see
-// Scratch.DedupWrote). A restart restores the entries that have not
-// expired.
+// x-cache-persistence "memory") as a log of segments under prefix 'u'
+// (exchange.DedupCache), written by the store's flusher at the start of
+// a group commit. A new id is in the cache at once (a duplicate is found
+// in memory), but it is stored only after its message: a publish holds
+// its new ids (Scratch.HoldDedup, exchange.DedupCache.Hold) and releases
+// them once the queues have stored or taken the message
+// (channel/dedup_gate.go, dedup_held.go for a delayed message coming
+// due, the atomic tx.commit); the confirm waits for the commit that
+// writes them. So, whatever the crash point:
+//   - neither stored: the retry is new, routed and stored;
+//   - the message stored, its id not: recovery takes the id back from
+//     the stored message (recallDedup: a durable classic queue's
+//     persistent message published to the exchange), and the retry is a
+//     duplicate; for a message that came through another exchange or
+//     went to a quorum queue the retry is stored again (twice, never
+//     lost);
+//   - the id stored: its message was stored before it, or was consumed
+//     and acked (an ack's delete is in the id's commit or a later one,
+//     and the flusher writes first: a crash keeps a prefix of a commit);
+//   - a transient message, or one no queue took: the id is released once
+//     the queues took it (nothing to store first) and kept across a
+//     crash, as the plugin keeps its cache on disk whatever the
+//     message's delivery mode: a transient message has no promise to
+//     outlive a crash, and a retry of it is a duplicate.
+// A duplicate of a held id is acked once the original is released and
+// its id durable (VHost.AfterDuplicate). A restart restores the entries
+// that have not expired.
 
 // The plugin's validate texts. Its Elixir strings end lines with a
 // backslash, which drops the newline but keeps the next line's
