@@ -103,8 +103,8 @@ func (d *DedupCache) heldSlot(t DedupTicket) *dslot {
 // crash after the message was stored, and a retry of the message must
 // still be a duplicate. added is when the message came (unix ms); ttl
 // and hasTTL are its x-cache-ttl header's, as for Check. An expired id,
-// or one the cache holds, is left; a new entry is written at the next
-// Flush.
+// one the cache holds, or one older than the least recently used entry
+// of a full cache is left; a new entry is written at the next Flush.
 func (d *DedupCache) Recall(key []byte, added, now, ttl int64, hasTTL bool) {
 	h := maphash.Bytes(d.seed, key)
 	d.mu.Lock()
@@ -124,6 +124,11 @@ func (d *DedupCache) Recall(key []byte, added, now, ttl int64, hasTTL bool) {
 		return
 	}
 	if j, found := d.m[h]; found && d.sameKey(j, key) {
+		return
+	}
+	if len(d.m) >= d.Size && d.tail >= 0 && d.slots[d.tail].added >= added {
+		// Full of ids as recent: an old stored message's id must not
+		// push out a newer one (whose message may be consumed).
 		return
 	}
 	i := d.add(h, key, expires, added)

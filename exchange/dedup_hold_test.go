@@ -94,6 +94,19 @@ func TestDedupRecall(t *testing.T) {
 			t.Errorf("%s a duplicate: %v, want %v", id, got, want)
 		}
 	}
+	// A full cache keeps its newer ids: an older stored message's id
+	// does not push them out.
+	f := NewDedup(2, 0, []byte("owner"))
+	f.Check([]byte("n1"), 500, 0, false)
+	f.Check([]byte("n2"), 600, 0, false)
+	f.Recall([]byte("older"), 400, 700, 0, false)
+	if !f.Check([]byte("n1"), 700, 0, false) || !f.Check([]byte("n2"), 700, 0, false) {
+		t.Fatal("an older recalled id evicted a newer one")
+	}
+	f.Recall([]byte("newer"), 800, 900, 0, false)
+	if !f.Check([]byte("newer"), 900, 0, false) {
+		t.Fatal("a newer recalled id was not added to a full cache")
+	}
 }
 
 // TestDedupClearFirst: a new cache's wipe of its name's old records runs
