@@ -357,6 +357,7 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	c.scratch.RawHeaders = headers
 	c.scratch.Props = msg.Props
 	c.scratch.Extra = extra
+	c.scratch.HoldDedup = true // new ids are stored after the message (dedup_gate.go)
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	if (err != nil || len(qs) == 0 && msg.Exchange == "") && c.cfg.VHost.SyncMiss() {
 		// Declared on another node a moment ago? (A queue named on the
@@ -364,8 +365,13 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		// every node, and clients rely on it.)
 		qs, err = c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	}
+	c.scratch.HoldDedup = false
 	if err != nil {
 		return err
+	}
+	var gate *dedupGate
+	if len(c.scratch.DedupHeld) > 0 {
+		gate = c.newDedupGate()
 	}
 	if c.cfg.VHost.Tracing() {
 		// Before the message itself: its copy reaches a trace queue
@@ -373,17 +379,23 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 		c.tracePublish(msg, qs, extra)
 	}
 	if c.scratch.Duplicate != queue.DedupConfirmDefault && len(qs) == 0 && len(c.scratch.Delayed) == 0 {
+		if gate != nil {
+			c.cfg.VHost.ReleaseDedup(gate.held, nil) // another exchange's new id: nothing to store first
+		}
 		c.duplicate(c.scratch.Duplicate) // dedup_confirm.go
 		return nil
 	}
 	if len(c.scratch.Delayed) > 0 {
-		return c.routeDelayed(msg, mandatory, qs, extra)
+		return c.routeDelayed(msg, mandatory, qs, extra, gate)
 	}
 	// A queue's confirm is awaited when it writes the message to the store
 	// or may refuse it (x-overflow reject-publish, deduplication).
 	newConf := c.newConfirm
 	dedup := c.scratch.DedupWrote && c.confirm
-	if dedup {
+	switch {
+	case gate != nil:
+		newConf = gate.start
+	case dedup:
 		newConf = c.newConfirmDedup
 	}
 	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, newConf, c.cfg.Flushes)
@@ -398,6 +410,10 @@ func (c *Channel) route(msg *queue.Message, mandatory bool, headers []byte, extr
 	c.scratch.ResetSeen()
 	c.routed(routed, mandatory, msg)
 	switch {
+	case gate != nil:
+		if !waited {
+			gate.now() // nothing of it is stored, or needs to be
+		}
 	case dedup:
 		// Routing added an id to a durable deduplication cache
 		// (Scratch.DedupWrote): confirmed once its entry is durable too,
@@ -491,7 +507,11 @@ func (c *Channel) commit() error {
 // confirm waits for the store write of each delayed copy that is durable
 // (vhost.Delay) as well as for the queues'. A delayed message is
 // unroutable for mandatory (it is returned now), as with the plugin.
-func (c *Channel) routeDelayed(msg *queue.Message, mandatory bool, qs []*queue.Queue, extra []string) error {
+//
+// gate (nil: none) holds the new deduplication ids routing added
+// (dedup_gate.go): it then stands for the publish's confirm, waiting for
+// the queues and the delayed copies before it releases them.
+func (c *Channel) routeDelayed(msg *queue.Message, mandatory bool, qs []*queue.Queue, extra []string, gate *dedupGate) error {
 	vh := c.cfg.VHost
 	delayed, delay := c.scratch.Delayed, c.scratch.Delay
 	nd := 0
@@ -512,14 +532,28 @@ func (c *Channel) routeDelayed(msg *queue.Message, mandatory bool, qs []*queue.Q
 	held := *msg
 	var conf queue.Confirmer
 	newConf := c.newConfirm
-	if nw > 0 {
+	switch {
+	case gate != nil:
+		newConf = func(n int) queue.Confirmer {
+			conf = gate.start(n + nd)
+			return conf
+		}
+	case nw > 0:
 		newConf = func(n int) queue.Confirmer {
 			conf = c.newConfirm(n + nw)
 			return conf
 		}
 	}
 	routed, waited := vhost.FanOut(c.store, msg, qs, c.confirm /* rejects */, newConf, c.cfg.Flushes)
-	if nw > 0 && !waited {
+	switch {
+	case waited:
+	case gate != nil && nd > 0:
+		conf = gate.start(nd)
+		waited = true
+	case gate != nil:
+		gate.now() // nothing of it is stored, or needs to be
+		waited = true
+	case nw > 0:
 		conf = c.newConfirm(nw)
 		waited = true
 	}

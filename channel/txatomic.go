@@ -10,6 +10,7 @@ import (
 	"github.com/railmq/railmq/amqp"
 	"github.com/railmq/railmq/exchange"
 	"github.com/railmq/railmq/queue"
+	"github.com/railmq/railmq/vhost"
 )
 
 // Atomic tx.commit (docs/transactions.md). The publishes and basic.acks
@@ -45,6 +46,9 @@ type txPlan struct {
 	pubs    []txPub  // publishes to report as routed or returned
 	acked   int      // basic.acks settled
 	kicks   []kickReq
+	// held are the new deduplication ids the publishes routed into the
+	// atomic write added: stored once it is (dedup_gate.go).
+	held []vhost.DedupHold
 }
 
 // txLate is an op applied after the atomic write.
@@ -54,7 +58,8 @@ type txLate struct {
 	delayed []*exchange.Exchange
 	delay   int64
 	dedup   bool
-	b       *batch // settled deliveries: acks of replicated queues, nacks, rejects
+	held    []vhost.DedupHold // routeDelayed's: its gate's
+	b       *batch            // settled deliveries: acks of replicated queues, nacks, rejects
 	kind    ackKind
 	requeue bool
 }
@@ -103,12 +108,12 @@ func (c *Channel) commitAtomic(st queue.AtomicStore) error {
 			err = c.planPublish(p, op, st)
 		}
 		if err != nil {
-			c.undoTx(p)
+			c.undoTx(p, err)
 			return err
 		}
 	}
 	if err := c.writeTx(p, st); err != nil {
-		c.undoTx(p)
+		c.undoTx(p, err)
 		if st.TooBig(err) {
 			n := len(p.records.Ops)
 			for _, pt := range p.parts {
@@ -119,7 +124,18 @@ func (c *Channel) commitAtomic(st queue.AtomicStore) error {
 		}
 		return fmt.Errorf("tx.commit: %w", err)
 	}
+	var err error
+	if len(p.held) > 0 {
+		// The messages are stored: their ids now, durable before
+		// commit-ok.
+		done := make(chan error, 1)
+		c.cfg.VHost.ReleaseDedup(p.held, func(err error) { done <- err })
+		err = <-done
+	}
 	c.afterTx(p)
+	if err != nil {
+		return fmt.Errorf("tx.commit: %w", err)
+	}
 	return nil
 }
 
@@ -215,10 +231,12 @@ func (c *Channel) planPublish(p *txPlan, op *txOp, st queue.Store) error {
 	c.scratch.RawHeaders = v.Headers
 	c.scratch.Props = msg.Props
 	c.scratch.Extra = op.extra
+	c.scratch.HoldDedup = true // new ids are stored after the messages
 	qs, err := c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	if (err != nil || len(qs) == 0 && msg.Exchange == "") && c.cfg.VHost.SyncMiss() {
 		qs, err = c.cfg.VHost.Route(msg.Exchange, msg.RoutingKey, &c.scratch)
 	}
+	c.scratch.HoldDedup = false
 	if err != nil {
 		return err
 	}
@@ -226,9 +244,10 @@ func (c *Channel) planPublish(p *txPlan, op *txOp, st queue.Store) error {
 	c.scratch.ResetSeen()
 	if len(c.scratch.Delayed) > 0 {
 		p.late = append(p.late, txLate{op: op, qs: qs, delayed: slices.Clone(c.scratch.Delayed),
-			delay: c.scratch.Delay, dedup: c.scratch.DedupWrote})
+			delay: c.scratch.Delay, dedup: c.scratch.DedupWrote, held: slices.Clone(c.scratch.DedupHeld)})
 		return nil
 	}
+	p.held = append(p.held, c.scratch.DedupHeld...)
 	if c.cfg.VHost.Tracing() {
 		c.tracePublish(msg, qs, op.extra)
 	}
@@ -311,8 +330,13 @@ func (c *Channel) finishTx(p *txPlan, err error) {
 }
 
 // undoTx gives back what a failed commit took: the deliveries it settled
-// go back to their queues, as the channel's close would return them.
-func (c *Channel) undoTx(p *txPlan) {
+// go back to their queues, as the channel's close would return them; the
+// deduplication ids its publishes added are never stored.
+func (c *Channel) undoTx(p *txPlan, err error) {
+	c.cfg.VHost.AbandonDedup(p.held, err)
+	for _, l := range p.late {
+		c.cfg.VHost.AbandonDedup(l.held, err)
+	}
 	for i, pt := range p.parts {
 		if len(pt.Acks) > 0 {
 			p.queues[i].Requeue(pt.Acks, c.cfg.Flushes)
@@ -336,7 +360,11 @@ func (c *Channel) afterTx(p *txPlan) {
 			c.settleLate(l)
 		case l.delayed != nil:
 			c.scratch.Delayed, c.scratch.Delay, c.scratch.DedupWrote = l.delayed, l.delay, l.dedup
-			_ = c.routeDelayed(l.op.msg, l.op.mand, l.qs, l.op.extra) // never fails
+			var gate *dedupGate
+			if len(l.held) > 0 {
+				gate = &dedupGate{c: c, held: l.held}
+			}
+			_ = c.routeDelayed(l.op.msg, l.op.mand, l.qs, l.op.extra, gate) // never fails
 			c.scratch.Delayed, c.scratch.Delay, c.scratch.DedupWrote = nil, 0, false
 		case l.qs != nil:
 			l.qs[0].PublishConfirm(l.op.msg, nil, fl) // a replicated queue's copy

@@ -82,6 +82,10 @@ type DedupCache struct {
 	pend   []byte           // the entries of segment seg (AppendEntry)
 	dead   []uint64         // written segments left without entries: to delete
 	closed bool             // the exchange is gone: Flush writes nothing
+	clear  bool             // ClearFirst: the next Flush clears first
+	// waits are what waits for a held entry's Release or Abandon (a
+	// duplicate's confirm), by the entry's ticket.
+	waits map[DedupTicket][]func(error)
 }
 
 // dslot is one entry; it holds no pointers, so the garbage collector
@@ -91,6 +95,9 @@ type dslot struct {
 	expires    int64 // unix ms, 0 never
 	added      int64 // unix ms
 	seg        uint64
+	gen        uint32 // bumped each time the slot is filled (DedupTicket)
+	held       bool   // Hold added it and it is not released: not in the log
+	nolog      bool   // abandoned (Abandon): kept in memory, never logged
 	prev, next int32
 	klen       int32 // -1: slot unused
 	key        [inlineKey]byte
@@ -118,6 +125,12 @@ func NewDedup(size int, ttl int64, owner []byte) *DedupCache {
 // TTL of 0 or less adds nothing (the plugin stores such an entry already
 // expired), but the id is still looked up.
 func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
+	dup, _ = d.check(key, now, ttl, hasTTL, false)
+	return dup
+}
+
+// check is Check, and Hold when hold is set.
+func (d *DedupCache) check(key []byte, now, ttl int64, hasTTL, hold bool) (dup bool, t DedupTicket) {
 	h := maphash.Bytes(d.seed, key)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -134,7 +147,10 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 		if d.sameKey(i, key) && (s.expires == 0 || s.expires > now) {
 			d.unlink(i)
 			d.pushFront(i)
-			return true
+			if s.held {
+				t = DedupTicket{slot: i, gen: s.gen} // the original's, for Wait
+			}
+			return true, t
 		}
 		d.drop(i) // expired, or a hash collision: the new id takes over
 	}
@@ -142,15 +158,18 @@ func (d *DedupCache) Check(key []byte, now, ttl int64, hasTTL bool) (dup bool) {
 		// Looked up as any id (a message's own x-cache-ttl cannot let
 		// a duplicate through, as the plugin's Cache.insert looks the
 		// id up first), and not added: it would be expired already.
-		return false
+		return false, t
 	}
 	i := d.add(h, key, expires, now)
-	if d.Owner != nil {
-		d.slots[i].seg = d.seg
-		d.live[d.seg]++
-		d.pend = AppendEntry(d.pend, key, expires, now)
+	switch {
+	case d.Owner == nil:
+	case hold:
+		d.slots[i].held = true
+		t = DedupTicket{slot: i, gen: d.slots[i].gen}
+	default:
+		d.logEntry(i)
 	}
-	return false
+	return false, t
 }
 
 // AppendEntry encodes one stored entry: expires(8) added(8) id length(2)
@@ -193,11 +212,21 @@ func ParseSegment(b []byte, fn func(key []byte, expires, added int64)) bool {
 // record of segment seg, with the segments to delete; the store's
 // committer calls it once per group commit, so that a message's
 // confirm, which waits for that commit, finds its id stored. Nothing is
-// handed over once the cache is closed.
-func (d *DedupCache) Flush(write func(seg uint64, entries []byte, deleted []uint64)) {
+// handed over once the cache is closed. wipe (may be nil) is called
+// first when ClearFirst asked for it.
+func (d *DedupCache) Flush(wipe func(), write func(seg uint64, entries []byte, deleted []uint64)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed || (len(d.pend) == 0 && len(d.dead) == 0) {
+	if d.closed {
+		return
+	}
+	if d.clear {
+		d.clear = false
+		if wipe != nil {
+			wipe()
+		}
+	}
+	if len(d.pend) == 0 && len(d.dead) == 0 {
 		return
 	}
 	var pend []byte
@@ -308,6 +337,10 @@ func (d *DedupCache) fill(i int32, h uint64, key []byte, expires, added int64) {
 	s := &d.slots[i]
 	s.hash, s.expires, s.added = h, expires, added
 	s.klen = int32(len(key))
+	s.held, s.nolog = false, false
+	if s.gen++; s.gen == 0 {
+		s.gen = 1 // 0 is the zero ticket's
+	}
 	if len(key) > inlineKey {
 		if d.long == nil {
 			d.long = make(map[int32]string)
@@ -357,7 +390,9 @@ func (d *DedupCache) drop(i int32) {
 	}
 	s.klen = -1
 	d.free = append(d.free, i)
-	if d.live != nil {
+	if s.held || s.nolog {
+		s.held, s.nolog = false, false // never in the log
+	} else if d.live != nil {
 		if n := d.live[s.seg] - 1; n > 0 {
 			d.live[s.seg] = n
 		} else {

@@ -72,7 +72,7 @@ func TestDedupLog(t *testing.T) {
 	d := NewDedup(3, 0, []byte("owner"))
 	stored := map[uint64][]byte{}
 	flush := func() {
-		d.Flush(func(seg uint64, entries []byte, dead []uint64) {
+		d.Flush(nil, func(seg uint64, entries []byte, dead []uint64) {
 			if entries != nil {
 				stored[seg] = entries
 			}

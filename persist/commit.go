@@ -37,9 +37,11 @@ func (s *Store) TryCommit(b *Batch, done func(error)) error {
 	return nil
 }
 
-// AddFlusher has f add its writes to every group commit, after the
+// AddFlusher has f add its writes to every group commit, before the
 // round's batches: anything f was given before a batch was submitted is
-// durable once that batch is. f runs on the committer with no lock held
+// durable once that batch is, and a crash that keeps any of a round's
+// batches keeps what f wrote in that round (a prefix of the round's
+// writes survives). f runs on the committer with no lock held
 // and must not block. remove stops it (it may run once more meanwhile).
 func (s *Store) AddFlusher(f func(*Batch)) (remove func()) {
 	s.mu.Lock()
@@ -128,6 +130,13 @@ func (s *Store) commitPending() {
 		wb = s.db.NewWriteBatch()
 		wrote = false
 	}
+	if allErr == nil && len(flushers) > 0 {
+		w, err := s.runFlushers(flushers, &wb, flush)
+		wrote = wrote || w
+		if err != nil && writeErr == nil {
+			writeErr = err
+		}
+	}
 	for _, b := range batch {
 		if b.load != nil {
 			flush()
@@ -172,25 +181,6 @@ func (s *Store) commitPending() {
 			refused = append(refused, b)
 		case b.done != nil:
 			dones = append(dones, b.done)
-		}
-	}
-	if allErr == nil && len(flushers) > 0 {
-		// Writes that ride on every commit (deduplication caches): taken
-		// now, they hold everything added before this round's batches
-		// were submitted, and are durable with them.
-		fb := &Batch{}
-		for _, f := range flushers {
-			f(fb)
-		}
-		for i := range fb.ops {
-			if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
-				s.log.Error("flusher write refused", zap.Error(err))
-				continue
-			}
-			if err := s.apply(&wb, &fb.ops[i], flush); err != nil && writeErr == nil {
-				writeErr = err
-			}
-			wrote = true
 		}
 	}
 	if s.opt.Fault != nil && writeErr == nil {
@@ -242,6 +232,32 @@ func (s *Store) commitPending() {
 			}
 		}
 	}
+}
+
+// runFlushers adds the flushers' writes to the round, first: they are
+// writes that ride on every commit (deduplication caches), taken now,
+// so they hold everything added before this round's batches were
+// submitted, and are durable with them. They go first because a crash
+// keeps a prefix of the round: whatever a batch of the round deletes (an
+// ack of the message a cache entry stands for) is gone only if the
+// flushers' writes are kept. It reports whether it wrote anything, and
+// the first failed write (which fails the whole round).
+func (s *Store) runFlushers(flushers []func(*Batch), wbp **badger.WriteBatch, flush func()) (wrote bool, firstErr error) {
+	fb := &Batch{}
+	for _, f := range flushers {
+		f(fb)
+	}
+	for i := range fb.ops {
+		if err := checkEntry(fb.ops[i].key, fb.ops[i].val, s.opt.ValueLogFileSize); err != nil {
+			s.log.Error("flusher write refused", zap.Error(err))
+			continue
+		}
+		if err := s.apply(wbp, &fb.ops[i], flush); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		wrote = true
+	}
+	return wrote, firstErr
 }
 
 // failedBatch is a batch refused alone, with its error.

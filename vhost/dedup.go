@@ -3,6 +3,7 @@ package vhost
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,13 +25,33 @@ import (
 // (dedup_confirm.go).
 //
 // A durable exchange's cache is stored (unless declared with
-// x-cache-persistence "memory"): each new entry is one small key under
-// prefix 'u', named by the cache slot it takes (so it overwrites the
-// record of the entry it replaces, and nothing is ever deleted but the
-// whole cache with its exchange), committed, in the registry's order,
-// before the message's own writes; a confirm waits for it (see
-// Scratch.DedupWrote). A restart restores the entries that have not
-// expired.
+// x-cache-persistence "memory") as a log of segments under prefix 'u'
+// (exchange.DedupCache), written by the store's flusher at the start of
+// a group commit. A new id is in the cache at once (a duplicate is found
+// in memory), but it is stored only after its message: a publish holds
+// its new ids (Scratch.HoldDedup, exchange.DedupCache.Hold) and releases
+// them once the queues have stored or taken the message
+// (channel/dedup_gate.go, dedup_held.go for a delayed message coming
+// due, the atomic tx.commit); the confirm waits for the commit that
+// writes them. So, whatever the crash point:
+//   - neither stored: the retry is new, routed and stored;
+//   - the message stored, its id not: recovery takes the id back from
+//     the stored message (recallDedup: a durable classic queue's
+//     persistent message published to the exchange), and the retry is a
+//     duplicate; for a message that came through another exchange or
+//     went to a quorum queue the retry is stored again (twice, never
+//     lost);
+//   - the id stored: its message was stored before it, or was consumed
+//     and acked (an ack's delete is in the id's commit or a later one,
+//     and the flusher writes first: a crash keeps a prefix of a commit);
+//   - a transient message, or one no queue took: the id is released once
+//     the queues took it (nothing to store first) and kept across a
+//     crash, as the plugin keeps its cache on disk whatever the
+//     message's delivery mode: a transient message has no promise to
+//     outlive a crash, and a retry of it is a duplicate.
+// A duplicate of a held id is acked once the original is released and
+// its id durable (VHost.AfterDuplicate). A restart restores the entries
+// that have not expired.
 
 // The plugin's validate texts. Its Elixir strings end lines with a
 // backslash, which drops the newline but keeps the next line's
@@ -114,12 +135,10 @@ func (v *VHost) attachDedup(ex *exchange.Exchange, recovering bool) {
 	d.Memory = v.memory
 	if owner != nil {
 		if !recovering {
-			b := &persist.Batch{}
-			b.DropDedup(persist.DedupExchange, owner)
-			v.store.Commit(b, nil)
+			d.ClearFirst()
 		}
 		d.Unregister = v.store.AddFlusher(func(b *persist.Batch) {
-			d.Flush(func(seg uint64, entries []byte, dead []uint64) {
+			d.Flush(func() { b.DropDedup(persist.DedupExchange, owner) }, func(seg uint64, entries []byte, dead []uint64) {
 				if entries != nil {
 					b.PutDedup(persist.DedupExchange, owner, seg, entries)
 				}
@@ -173,6 +192,20 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 	if t, ok := amqp.HeaderField(s.RawHeaders, exchange.DedupTTLField); ok {
 		ttl, hasTTL = amqp.FieldInt(t)
 	}
+	if s.HoldDedup && d.Owner != nil {
+		dup, t := d.Hold(key, time.Now().UnixMilli(), ttl, hasTTL)
+		switch {
+		case t == (exchange.DedupTicket{}):
+		case dup:
+			s.DupHeld = append(s.DupHeld, DedupHold{d, t}) // its original is not stored yet
+		default:
+			s.DedupHeld = append(s.DedupHeld, DedupHold{d, t})
+		}
+		if dup {
+			d.Dropped.Add(1)
+		}
+		return dup
+	}
 	dup := d.Check(key, time.Now().UnixMilli(), ttl, hasTTL)
 	if dup {
 		d.Dropped.Add(1)
@@ -181,6 +214,28 @@ func (v *VHost) duplicate(ex *exchange.Exchange, s *Scratch) bool {
 		s.DedupWrote = true // the next commit stores it (Route kicks one)
 	}
 	return dup
+}
+
+// DedupHold is a new id Route added to a durable deduplication cache
+// and holds out of the store until the message is stored (Scratch.HoldDedup).
+type DedupHold struct {
+	d *exchange.DedupCache
+	t exchange.DedupTicket
+}
+
+// ReleaseDedup lets the held entries be written: the message they stand
+// for is stored (or needs no store). The next commit writes them, ahead
+// of its batches (persist.Store.AddFlusher): done (nil: none) runs once
+// they are durable.
+func (v *VHost) ReleaseDedup(hs []DedupHold, done func(error)) {
+	for _, h := range hs {
+		h.d.Release(h.t)
+	}
+	if done != nil {
+		v.AfterStored(done)
+	} else if v.store != nil {
+		v.store.Kick()
+	}
 }
 
 // dedupQueue reports whether a queue's arguments ask for queue-level
@@ -208,6 +263,96 @@ func (v *VHost) recoverDedupIDs(storeID uint64, rec *queue.Recovered) error {
 			rec.DedupIDs = append(rec.DedupIDs, string(id))
 		}
 	})
+}
+
+// dedupOwners are the vhost's durable deduplication exchanges' caches,
+// by exchange name (recovery, after the exchanges).
+func (v *VHost) dedupOwners() map[string]*exchange.DedupCache {
+	var xs map[string]*exchange.DedupCache
+	for name, ex := range v.exchanges {
+		if ex.Dedup != nil && ex.Dedup.Owner != nil {
+			if xs == nil {
+				xs = make(map[string]*exchange.DedupCache)
+			}
+			xs[name] = ex.Dedup
+		}
+	}
+	return xs
+}
+
+// recallDedup adds, to the durable deduplication exchanges of xs (by
+// name), the id of each stored message published to one of them: its
+// entry may be lost (the crash came after the message was stored and
+// before the entry, which follows it), and a retry of the message must
+// be a duplicate all the same. Recovery, queue by queue.
+func (v *VHost) recallDedup(storeID uint64, xs map[string]*exchange.DedupCache) error {
+	var buf [9]byte
+	now := time.Now().UnixMilli()
+	return v.store.ScanEntries(storeID, func(e persist.Entry) {
+		if e.Transient {
+			return // dropped by recovery
+		}
+		m, err := queue.DecodeMessage(e.Data)
+		if err != nil {
+			return
+		}
+		d := xs[m.Exchange]
+		if d == nil {
+			return
+		}
+		h := amqp.PropsHeaders(m.Props)
+		val, ok := amqp.HeaderField(h, exchange.DedupHeader)
+		if !ok {
+			return
+		}
+		var ttl int64
+		hasTTL := false
+		if t, ok := amqp.HeaderField(h, exchange.DedupTTLField); ok {
+			ttl, hasTTL = amqp.FieldInt(t)
+		}
+		d.Recall(amqp.FieldKey(val, &buf), m.Enqueued/1e6, now, ttl, hasTTL)
+	})
+}
+
+// AbandonDedup is ReleaseDedup for a publish that failed: its held
+// entries stay in the caches but are never stored, and the duplicates
+// waiting for them (AfterDuplicate) get err.
+func (v *VHost) AbandonDedup(hs []DedupHold, err error) {
+	for _, h := range hs {
+		h.d.Abandon(h.t, err)
+	}
+}
+
+// AfterDuplicate calls done once the originals of a duplicate (the held
+// entries Route found it to duplicate, Scratch.DupHeld) are stored with
+// their messages, and everything submitted to the store so far is
+// durable; with the error of an original that failed.
+func (v *VHost) AfterDuplicate(hs []DedupHold, done func(error)) {
+	if len(hs) == 0 {
+		v.AfterStored(done)
+		return
+	}
+	var left atomic.Int32
+	var failed atomic.Pointer[error]
+	left.Store(int32(len(hs)))
+	one := func(err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+		if left.Add(-1) > 0 {
+			return
+		}
+		if e := failed.Load(); e != nil {
+			done(*e)
+			return
+		}
+		v.AfterStored(done)
+	}
+	for _, h := range hs {
+		if !h.d.Wait(h.t, one) {
+			one(nil)
+		}
+	}
 }
 
 // AfterStored calls done once everything submitted to the store so far

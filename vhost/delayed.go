@@ -648,7 +648,8 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	// deduplication exchange on the way read the encoded headers and
 	// properties.
 	sc.RawHeaders, sc.Props = amqp.PropsHeaders(m.Props), m.Props
-	sc.DedupWrote = false
+	sc.DedupWrote, sc.HoldDedup = false, true // new ids are stored after the message (dedup_held.go)
+	sc.DedupHeld, sc.DupHeld = sc.DedupHeld[:0], sc.DupHeld[:0]
 	sc.Extra = extra
 	v.mu.RLock()
 	if v.exchanges[x.ex.Name] != x.ex {
@@ -657,13 +658,18 @@ func (d *delayer) routeOne(x *delayedX, e persist.Delayed, sc *Scratch, newConf 
 	}
 	v.routeFrom(x.ex, m.RoutingKey, sc)
 	v.mu.RUnlock()
-	if sc.DedupWrote {
-		v.store.Kick() // a commit to write the deduplication entries
+	sc.HoldDedup = false
+	release := func() {}
+	if len(sc.DedupHeld) > 0 {
+		newConf, release = v.holdConf(sc, newConf)
 	}
 	qs := sc.Queues
 	sc.ResetSeen()
 	if len(qs) == 0 {
-		return // the plugin makes one attempt (README, "Limitations")
+		release() // nothing to store first
+		return    // the plugin makes one attempt (README, "Limitations")
 	}
-	FanOut(v.Store(), m, qs, false /* rejects */, newConf, &d.fl)
+	if _, waited := FanOut(v.Store(), m, qs, false /* rejects */, newConf, &d.fl); !waited {
+		release()
+	}
 }

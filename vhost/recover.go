@@ -79,6 +79,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 	if err := v.delays.recover(); err != nil {
 		return nil, err
 	}
+	recall := v.dedupOwners() // their ids come back from the stored messages too
 	// Queues are rebuilt here but started only once the whole registry is
 	// back (bindings too): a queue starts expiring and dead-lettering at
 	// once, and its messages must find every exchange, queue and binding
@@ -103,7 +104,7 @@ func (v *VHost) RecoverDeferred(defaults queue.Config, keep map[uint64]bool) (st
 		}
 		cfg := v.queueConfig(defaults, QueueDecl{Name: d.name, Durable: true, AutoDelete: d.autoDelete, Args: d.args}, qa)
 		cfg.ID = d.id
-		rec, sum, err := v.recoverQueueEntries(d.id, d.name, cfg, keep)
+		rec, sum, err := v.recoverQueueEntries(d.id, d.name, cfg, keep, recall)
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +193,8 @@ func (v *VHost) recoverExchanges(xs []exchangeDef, pols []*PolicyDef, dedupDrop 
 
 // recoverQueueEntries recovers a durable queue's entries from the store,
 // lane by lane, and marks their store ids in keep.
-func (v *VHost) recoverQueueEntries(id uint64, name string, cfg queue.Config, keep map[uint64]bool) (rec *queue.Recovered, sum persist.QueueSummary, err error) {
+func (v *VHost) recoverQueueEntries(id uint64, name string, cfg queue.Config, keep map[uint64]bool,
+	recall map[string]*exchange.DedupCache) (rec *queue.Recovered, sum persist.QueueSummary, err error) {
 	// A priority queue's lanes page under ids of their own.
 	rec = &queue.Recovered{}
 	lanes := 1
@@ -209,6 +211,11 @@ func (v *VHost) recoverQueueEntries(id uint64, name string, cfg queue.Config, ke
 		keep[sid] = true
 		if cfg.Policy != nil && cfg.Policy.Dedup {
 			if err := v.recoverDedupIDs(sid, rec); err != nil {
+				return nil, sum, fmt.Errorf("queue %q: %w", name, err)
+			}
+		}
+		if len(recall) > 0 {
+			if err := v.recallDedup(sid, recall); err != nil {
 				return nil, sum, fmt.Errorf("queue %q: %w", name, err)
 			}
 		}

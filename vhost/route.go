@@ -30,6 +30,17 @@ type Scratch struct {
 	// deduplication cache, which the store's next commit writes: the
 	// publish's confirm waits for that commit.
 	DedupWrote bool
+	// HoldDedup, set by the caller, has Route hold the new ids it adds
+	// to durable deduplication caches out of the store (DedupHeld, not
+	// DedupWrote): the caller releases them (VHost.ReleaseDedup) once
+	// the message is stored, so that no entry is stored without its
+	// message.
+	HoldDedup bool
+	DedupHeld []DedupHold
+	// DupHeld are the held entries (of other publishes, not stored yet)
+	// the last Route found the message to duplicate, with HoldDedup: an
+	// ack of the duplicate waits for them (VHost.AfterDuplicate).
+	DupHeld []DedupHold
 	// Duplicate is how the last Route's duplicate is to be confirmed,
 	// when a deduplication exchange found one and its
 	// x-deduplication-confirm (or the message's) names an answer
@@ -61,6 +72,7 @@ func (v *VHost) Route(name, key string, s *Scratch) ([]*queue.Queue, error) {
 	s.Delayed = s.Delayed[:0]
 	s.decoded = false
 	s.DedupWrote, s.Duplicate = false, queue.DedupConfirmDefault
+	s.DedupHeld, s.DupHeld = s.DedupHeld[:0], s.DupHeld[:0]
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	qs, err := v.route(name, key, s)
