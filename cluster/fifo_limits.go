@@ -92,6 +92,7 @@ func (f *Fifo) applyLimits(c *Command, e *Effects) {
 // keeping f.delayed in due order (ties by id).
 func (f *Fifo) delay(m *fifoMsg, due int64) {
 	m.ReadyAt = due
+	f.grpHeld(m, 1) // its group waits (fifo_groups.go)
 	i := sort.Search(len(f.delayed), func(i int) bool {
 		o := f.msgs[f.delayed[i]]
 		return o.ReadyAt > due || (o.ReadyAt == due && o.ID > m.ID)
@@ -118,6 +119,7 @@ func (f *Fifo) releaseDelayed(now int64) {
 	due := make([]*fifoMsg, n)
 	for i, id := range f.delayed[:n] {
 		due[i] = f.msgs[id]
+		f.grpHeld(due[i], -1)
 	}
 	f.delayed = append(f.delayed[:0], f.delayed[n:]...)
 	f.toReturns(due)
@@ -128,6 +130,7 @@ func (f *Fifo) releaseDelayed(now int64) {
 func (f *Fifo) purgeDelayed() int {
 	n := len(f.delayed)
 	for _, id := range f.delayed {
+		f.grpHeld(f.msgs[id], -1)
 		f.remove(f.msgs[id])
 	}
 	f.delayed = f.delayed[:0]

@@ -47,6 +47,9 @@ type GroupConfig struct {
 	// DedupKey, if set, makes the queue deduplicate (fifo_dedup.go): the
 	// id of a message with props, if it has one.
 	DedupKey func(props []byte) ([]byte, bool)
+	// GroupKey, if set, gives the queue message groups (fifo_groups.go):
+	// the group id of a message with props, if it has one.
+	GroupKey func(props []byte) ([]byte, bool)
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
 	// leads the group (it carries out the effects meant for one node only:
@@ -233,6 +236,9 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
 	if cfg.DedupKey != nil {
 		g.fsm.SetDedupKey(cfg.DedupKey)
+	}
+	if cfg.GroupKey != nil {
+		g.fsm.SetGroupKey(cfg.GroupKey)
 	}
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()
