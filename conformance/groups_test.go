@@ -515,11 +515,15 @@ func TestGroupsBadArgument(t *testing.T) {
 	ch = e.channel(e.conn)
 	_, err = ch.QueueDeclare(q, false, false, false, false, nil)
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-message-group-header' for queue 'grp-eq' in vhost '/': received none but current is the value 'JMSXGroupID' of type 'longstr'")
-	// Quorum queues do not take groups (yet): refused as RabbitMQ refuses
-	// another type's argument, not ignored.
+	// Quorum queues take the argument (quorum_groups_test.go), checked
+	// alike.
 	ch = e.channel(e.conn)
-	_, err = ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": groupHeader})
-	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-message-group-header' for queue 'grp-qq' in vhost '/' of queue type rabbit_quorum_queue")
+	_, err = ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": int32(5)})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-message-group-header' for queue 'grp-qq' in vhost '/': {unacceptable_type,signedint}")
+	ch = e.channel(e.conn)
+	if _, err := ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": groupHeader}); err != nil {
+		t.Fatalf("a grouped quorum queue: %v", err)
+	}
 }
 
 // The same rule through pika (Python): two consumers on one connection,

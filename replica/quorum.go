@@ -74,6 +74,7 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	qq.expires = fc.Expires
 	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Label: "'" + cfg.Name + "' in vhost '" + cfg.VHost + "'", Voters: voters, Bootstrap: mine, Fifo: fc,
 		DedupKey: qq.setDedup(cfg.Args), // quorum_dedup.go
+		GroupKey: groupKey(cfg.Args),    // quorum_groups.go
 		OnApply:  qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
