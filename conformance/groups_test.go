@@ -526,12 +526,9 @@ func TestGroupsBadArgument(t *testing.T) {
 	}
 }
 
-// The same rule through pika (Python): two consumers on one connection,
-// prefetch 5 each, three groups; a checker sees every delivery.
-func TestGroupsPika(t *testing.T) {
-	e := setup(t, broker.Options{})
-	q := e.queue("grp-pika", groupArgs())
-	const script = `
+// groupsPikaScript publishes 3 groups of 30 and consumes them on two
+// pika channels of prefetch 5, checking order and holders.
+const groupsPikaScript = `
 import sys, pika
 url, q = sys.argv[1], sys.argv[2]
 conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -572,7 +569,13 @@ while done[0] < 90:
 print("delivered", done[0], "violations", len(bad), bad[:3])
 sys.exit(1 if bad else 0)
 `
-	out, err := exec.Command("/usr/bin/python3", "-c", script, e.b.URL, q).CombinedOutput()
+
+// The same rule through pika (Python): two consumers on one connection,
+// prefetch 5 each, three groups; a checker sees every delivery.
+func TestGroupsPika(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("grp-pika", groupArgs())
+	out, err := exec.Command("/usr/bin/python3", "-c", groupsPikaScript, e.b.URL, q).CombinedOutput()
 	if err != nil {
 		t.Fatalf("pika: %v\n%s", err, out)
 	}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,4 +272,18 @@ func TestQuorumGroupsFailover(t *testing.T) {
 		st, err := e.ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		return err == nil && st.Messages == 0
 	}, "messages left after the failover")
+}
+
+// The same rule through pika (Python) on a grouped quorum queue: two
+// consumers of prefetch 5, three groups; a checker sees every delivery.
+func TestQuorumGroupsPika(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := quorumGroupQueue(t, e, "qgrp-pika")
+	out, err := exec.Command("/usr/bin/python3", "-c", groupsPikaScript, e.b.URL, q).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pika: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "delivered 90 violations 0") {
+		t.Fatalf("pika: %s", out)
+	}
 }
