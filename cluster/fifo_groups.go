@@ -199,13 +199,13 @@ func (r *readyQ) gEach(fn func(m *fifoMsg)) {
 
 // gPeek is the head of the group whose turn is next.
 func (r *readyQ) gPeek() *fifoMsg {
-	var out *fifoMsg
-	r.g.ring.each(func(g *fifoGroup) {
-		if out == nil && g.len() > 0 && g.held == 0 {
-			out = g.front()
+	ring := &r.g.ring
+	for i := 0; i < ring.n; i++ {
+		if g := ring.at(i); g.len() > 0 && g.held == 0 {
+			return g.front()
 		}
-	})
-	return out
+	}
+	return nil
 }
 
 // gPopOldest takes the oldest message at a group's head (a length
@@ -250,14 +250,15 @@ func (r *readyQ) gExpired(now int64) bool {
 	if r.g.ttl == 0 {
 		return false
 	}
-	found := false
-	r.g.ring.each(func(g *fifoGroup) {
-		if !found && g.held == 0 && g.len() > 0 {
-			m := g.front()
-			found = m.Expires != 0 && m.Expires <= now
+	ring := &r.g.ring
+	for i := 0; i < ring.n; i++ {
+		if g := ring.at(i); g.held == 0 && g.len() > 0 {
+			if m := g.front(); m.Expires != 0 && m.Expires <= now {
+				return true
+			}
 		}
-	})
-	return found
+	}
+	return false
 }
 
 // gTakeExpired takes the expired messages at the heads of the groups in
@@ -569,6 +570,8 @@ func (r *fgRing) popFront() *fifoGroup {
 	}
 	return g
 }
+
+func (r *fgRing) at(i int) *fifoGroup { return r.buf[(r.head+i)%len(r.buf)] }
 
 func (r *fgRing) each(fn func(g *fifoGroup)) {
 	for i := 0; i < r.n; i++ {
