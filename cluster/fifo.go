@@ -61,6 +61,7 @@ type Fifo struct {
 	// restored: a restored image's ready order and group rotation, until
 	// setGroupKey files them (fifo_groups.go).
 	restored *restoredOrder
+	grp      groupSource // where the group key comes from (fifo_groups.go)
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -135,6 +136,7 @@ const (
 	cmdDeadSettled      // fifo_dlx.go
 	cmdCheckoutPriority // a Checkout with a consumer priority
 	cmdTouch
+	cmdGroupHeader // fifo_groups.go
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -697,13 +699,15 @@ type fifoImage struct {
 	// Groups is a grouped queue's rotation, by group key ("": the
 	// messages without one; fifo_groups.go).
 	Groups []string
+	// GroupHeader is a policy's group header in force (fifo_groups.go).
+	GroupHeader string
 }
 
 // Snapshot writes the whole state to w (Raft's snapshot, from which a
 // member that fell behind, or a new one, is restored).
 func (f *Fifo) Snapshot(w io.Writer) error {
 	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready.ids(), Order: f.order, Next: f.next, Index: f.index,
-		Active: f.active, Blocked: f.blocked, LastActive: f.lastActive, Discards: f.discards, Groups: f.ringKeys()}
+		Active: f.active, Blocked: f.blocked, LastActive: f.lastActive, Discards: f.discards, Groups: f.ringKeys(), GroupHeader: f.grp.header}
 	ids := make([]uint64, 0, len(f.msgs))
 	for id := range f.msgs {
 		ids = append(ids, id)
@@ -728,6 +732,7 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 	f.nextID, f.order, f.next, f.index = img.NextID, img.Order, img.Next, img.Index
 	f.active, f.blocked, f.lastActive = img.Active, img.Blocked, img.LastActive
 	f.discards = img.Discards
+	f.grp.header = img.GroupHeader
 	if img.Groups != nil {
 		f.restored = &restoredOrder{ready: img.Ready, groups: img.Groups} // for setGroupKey
 	}

@@ -527,11 +527,80 @@ type restoredOrder struct {
 }
 
 // SetGroupKey makes the queue group its messages by the ids key finds
-// (GroupConfig.GroupKey), before the group applies anything.
-func (q *QueueFSM) SetGroupKey(key func(props []byte) ([]byte, bool)) {
+// (GroupConfig.GroupKey, nil: none), and by the header a GroupHeader
+// command names with keyFor (GroupConfig.GroupKeyFor), before the group
+// applies anything.
+func (q *QueueFSM) SetGroupKey(key func(props []byte) ([]byte, bool), keyFor func(header string) func(props []byte) ([]byte, bool)) {
 	q.mu.Lock()
+	q.f.grp.arg, q.f.grp.keyFor = key, keyFor
 	q.f.setGroupKey(key)
 	q.mu.Unlock()
+}
+
+// groupSource is where a queue's group key comes from: its argument
+// (arg, fixed for the queue's life), else the header a policy names,
+// which GroupHeader commands set in log order (header, in snapshots),
+// keyFor making its key. Not in the log: arg and keyFor.
+type groupSource struct {
+	arg    func(props []byte) ([]byte, bool)
+	keyFor func(header string) func(props []byte) ([]byte, bool)
+	header string
+}
+
+// GroupHeader sets the message group header a policy gives a quorum
+// queue without the argument ("": none): applied in log order, it files
+// the ready messages by the new header's groups (or back in one list),
+// on every member alike. Unacked messages hold their groups under the
+// new header. A queue with the argument ignores it.
+func GroupHeader(header string) Command { return Command{Kind: cmdGroupHeader, Consumer: header} }
+
+// PolicyGroupHeader is the policy's header the log has set ("" : none).
+func (f *Fifo) PolicyGroupHeader() string { return f.grp.header }
+
+// setGroupHeader applies GroupHeader.
+func (f *Fifo) setGroupHeader(h string) {
+	if f.grp.arg != nil || h == f.grp.header {
+		return
+	}
+	f.grp.header = h
+	if h == "" || f.grp.keyFor == nil {
+		f.ungroup()
+		return
+	}
+	f.setGroupKey(f.grp.keyFor(h))
+}
+
+// ungroup puts the ready messages back in readyQ's lists: the returned
+// ones first, by id, then the fresh by level.
+func (f *Fifo) ungroup() {
+	if f.ready.g == nil {
+		return
+	}
+	ids := f.ready.ids()
+	f.ready = readyQ{}
+	var ret []*fifoMsg
+	for _, id := range ids {
+		if m := f.msgs[id]; m.Returned {
+			ret = append(ret, m)
+		} else {
+			f.ready.push(m)
+		}
+	}
+	f.ready.pushReturned(ret)
+}
+
+// restoreGroups gives a state restored from a snapshot its member's group
+// source and rebuilds its groups (QueueFSM.Restore).
+func (f *Fifo) restoreGroups(src groupSource) {
+	f.grp.arg, f.grp.keyFor = src.arg, src.keyFor
+	switch {
+	case src.arg != nil:
+		f.setGroupKey(src.arg)
+	case f.grp.header != "" && src.keyFor != nil:
+		f.setGroupKey(src.keyFor(f.grp.header))
+	default:
+		f.restored = nil
+	}
 }
 
 // fgRing is the rotation of groups: a ring buffer growing by doubling.

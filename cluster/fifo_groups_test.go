@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +16,7 @@ func gmsg(group, body string) Message {
 
 func newGrouped(cfg FifoConfig) *Fifo {
 	f := NewFifo(cfg)
+	f.grp.arg = grpKey
 	f.setGroupKey(grpKey)
 	return f
 }
@@ -224,16 +226,22 @@ func TestFifoGroupsStateDrops(t *testing.T) {
 // randomGroupLog is randomLog's grouped counterpart: messages of 6
 // groups and none, consumers of several prefetches, settles, returns,
 // delayed retries, gets, purges, downs, ticks.
-func randomGroupLog(seed int64, n int, cfg FifoConfig) []Command {
+func randomGroupLog(seed int64, n int, cfg FifoConfig, policy bool) []Command {
 	rnd := rand.New(rand.NewSource(seed))
 	var log []Command
 	f := newGrouped(cfg)
+	if policy {
+		f = newPolicyGrouped(cfg)
+	}
 	now := int64(0)
 	for len(log) < n {
 		now += int64(rnd.Intn(20))
 		var c Command
 		tag := fmt.Sprintf("c%d", rnd.Intn(4))
 		grp := []string{"", "A", "B", "C", "D", "E", "F"}[rnd.Intn(7)]
+		if policy {
+			grp += "|" + []string{"", "X", "Y", "Z"}[rnd.Intn(4)]
+		}
 		switch k := rnd.Intn(16); {
 		case k < 4:
 			c = Enqueue(now, Message{RoutingKey: "q", Props: []byte(grp), Body: []byte(fmt.Sprint(len(log))), TTL: int64(rnd.Intn(4)/3) * 300})
@@ -249,6 +257,8 @@ func randomGroupLog(seed int64, n int, cfg FifoConfig) []Command {
 			c = Down(tag, "")
 		case k == 9 && rnd.Intn(20) == 0:
 			c = Purge()
+		case k == 10 && policy && rnd.Intn(10) == 0:
+			c = GroupHeader([]string{"", "first", "second"}[rnd.Intn(3)])
 		default:
 			out := f.CheckedOut(tag)
 			out = append(out, f.Orphans(tag)...)
@@ -268,24 +278,34 @@ func randomGroupLog(seed int64, n int, cfg FifoConfig) []Command {
 // are e: no group has checked-out messages with two tags, and no
 // message delivered has a message of its group ready or held with a
 // lower id.
-func checkGroups(t *testing.T, f *Fifo, e *Effects, where string) {
+func checkGroups(t *testing.T, f *Fifo, e *Effects, holders bool, where string) {
 	t.Helper()
+	if f.ready.g == nil {
+		return
+	}
+	key := func(p []byte) string {
+		k, ok := f.ready.g.key(p)
+		if !ok {
+			return ""
+		}
+		return string(k)
+	}
 	holder := map[string]string{}
 	for _, m := range f.msgs {
-		if m.Consumer == "" || m.Reason != "" || len(m.Props) == 0 {
+		if m.Consumer == "" || m.Reason != "" || key(m.Props) == "" {
 			continue
 		}
-		if h, ok := holder[string(m.Props)]; ok && h != m.Consumer {
+		if h, ok := holder[key(m.Props)]; holders && ok && h != m.Consumer {
 			t.Fatalf("%s: group %s held by %s and %s", where, m.Props, h, m.Consumer)
 		}
-		holder[string(m.Props)] = m.Consumer
+		holder[key(m.Props)] = m.Consumer
 	}
 	for _, d := range e.Deliveries {
-		if len(d.Msg.Props) == 0 {
+		if key(d.Msg.Props) == "" {
 			continue
 		}
 		for _, m := range f.msgs {
-			if m.Consumer == "" && m.Reason == "" && m.ID < d.ID && string(m.Props) == string(d.Msg.Props) {
+			if m.Consumer == "" && m.Reason == "" && m.ID < d.ID && key(m.Props) == key(d.Msg.Props) {
 				t.Fatalf("%s: %d of group %s delivered before %d", where, d.ID, d.Msg.Props, m.ID)
 			}
 		}
@@ -298,9 +318,13 @@ func checkGroups(t *testing.T, f *Fifo, e *Effects, where string) {
 // groups rebuilt from its messages and the image's rotation).
 func TestFifoGroupsDeterministic(t *testing.T) {
 	cfg := FifoConfig{DeliveryLimit: 3, MaxLength: 40}
-	for seed := int64(1); seed <= 30; seed++ {
-		log := randomGroupLog(seed, 3000, cfg)
+	for seed := int64(1); seed <= 40; seed++ {
+		policy := seed > 30 // groups from GroupHeader commands, changing
+		log := randomGroupLog(seed, 3000, cfg, policy)
 		a, b := newGrouped(cfg), newGrouped(cfg)
+		if policy {
+			a, b = newPolicyGrouped(cfg), newPolicyGrouped(cfg)
+		}
 		var restored *Fifo
 		for i, c := range log {
 			dc, err := DecodeCommand(c.Encode(nil))
@@ -308,7 +332,9 @@ func TestFifoGroupsDeterministic(t *testing.T) {
 				t.Fatalf("seed %d entry %d: %v", seed, i, err)
 			}
 			ea, eb := a.Apply(c), b.Apply(dc)
-			checkGroups(t, a, &ea, fmt.Sprintf("seed %d entry %d", seed, i))
+			// A header changed while messages are out may find a group
+			// with two holders (until they are settled): the order only.
+			checkGroups(t, a, &ea, !policy, fmt.Sprintf("seed %d entry %d", seed, i))
 			sa := fmt.Sprint(byConsumer(ea.Deliveries), reasons(ea.DeadLetters), ea.Accepted)
 			if sa != fmt.Sprint(byConsumer(eb.Deliveries), reasons(eb.DeadLetters), eb.Accepted) {
 				t.Fatalf("seed %d entry %d: effects differ", seed, i)
@@ -321,7 +347,7 @@ func TestFifoGroupsDeterministic(t *testing.T) {
 			}
 			if i == len(log)/2 {
 				restored = restoreCopy(t, a)
-				restored.setGroupKey(grpKey)
+				restored.restoreGroups(a.grp)
 			}
 		}
 		if !sameState(t, a, restored) || a.Groups() != restored.Groups() {
@@ -351,5 +377,77 @@ func TestFifoGroupsRestoreKeepsHolder(t *testing.T) {
 	got = r.Apply(Settle("c1", d[0].ID)).Deliveries
 	if fmt.Sprint(byConsumer(got)) != "map[c1:[a2]]" && fmt.Sprint(byConsumer(got)) != "map[c2:[a2 a3]]" {
 		t.Fatalf("restored, after settle: %v", byConsumer(got))
+	}
+}
+
+// newPolicyGrouped is a state grouped by GroupHeader commands: header
+// "first" groups by the props' part before '|' (as grpKey does for props
+// without one), "second" by the part after it.
+func newPolicyGrouped(cfg FifoConfig) *Fifo {
+	f := NewFifo(cfg)
+	f.grp.keyFor = func(h string) func([]byte) ([]byte, bool) {
+		return func(p []byte) ([]byte, bool) {
+			a, b, _ := strings.Cut(string(p), "|")
+			if h == "second" {
+				a = b
+			}
+			return []byte(a), a != ""
+		}
+	}
+	return f
+}
+
+// TestFifoGroupsPolicyHeader: a GroupHeader command (a policy's
+// message-group-header) groups a running queue by its header, regroups
+// it by another, and ungroups it, in log order; it survives encoding and
+// a snapshot; a queue grouped by its argument ignores it.
+func TestFifoGroupsPolicyHeader(t *testing.T) {
+	c := GroupHeader("second")
+	if dc, err := DecodeCommand(c.Encode(nil)); err != nil || dc.Kind != cmdGroupHeader || dc.Consumer != "second" {
+		t.Fatalf("decoded %+v, %v", dc, err)
+	}
+	f := newPolicyGrouped(FifoConfig{DeliveryLimit: -1})
+	for _, m := range []Message{gmsg("A|X", "1"), gmsg("A|Y", "2"), gmsg("B|X", "3"), gmsg("B|Y", "4")} {
+		f.Apply(Enqueue(1, m))
+	}
+	f.Apply(GroupHeader("first"))
+	if f.Groups() != 2 || f.PolicyGroupHeader() != "first" {
+		t.Fatalf("by first: %d groups", f.Groups())
+	}
+	d := f.Apply(Checkout("c1", 1)).Deliveries // 1 (A|X): holds A
+	if fmt.Sprint(bodyList(d)) != "[1]" {
+		t.Fatalf("c1 got %v", bodyList(d))
+	}
+	if d := f.Apply(Checkout("c2", 10)).Deliveries; fmt.Sprint(bodyList(d)) != "[3 4]" {
+		t.Fatalf("by first, c2 got %v, want B's", bodyList(d))
+	}
+	// By second: 1 (X) is out with c1, so X is c1's; Y's 2 goes to c2...
+	// c2 has 3 (X) and 4 (Y) out: X is held twice over, as the new
+	// header finds it; Y by c2.
+	r := restoreCopy(t, f)
+	r.restoreGroups(f.grp)
+	for _, x := range []*Fifo{f, r} {
+		if e := x.Apply(GroupHeader("second")); len(e.Deliveries) != 1 || string(e.Deliveries[0].Msg.Body) != "2" || e.Deliveries[0].Consumer != "c2" {
+			t.Fatalf("by second: %+v", e.Deliveries)
+		}
+	}
+	if g := restoreCopy(t, f); g.PolicyGroupHeader() != "second" {
+		t.Fatalf("snapshot lost the header: %q", g.PolicyGroupHeader())
+	}
+	// Ungrouped: a group's messages go to anyone with room.
+	f.Apply(Settle("c1", 1))
+	if f.Apply(GroupHeader("")); f.Groups() != 0 || f.Grouped() {
+		t.Fatalf("ungrouped: %d groups", f.Groups())
+	}
+	d1 := f.Apply(Enqueue(2, gmsg("A|Y", "5"))).Deliveries
+	d2 := f.Apply(Enqueue(2, gmsg("A|Y", "6"))).Deliveries
+	if len(d1) != 1 || len(d2) != 1 || d1[0].Consumer == d2[0].Consumer {
+		t.Fatalf("ungrouped: %v then %v, want both consumers", byConsumer(d1), byConsumer(d2))
+	}
+	// The argument wins.
+	g := newGrouped(FifoConfig{DeliveryLimit: -1})
+	g.Apply(GroupHeader("second"))
+	if g.PolicyGroupHeader() != "" || !g.Grouped() {
+		t.Fatal("a GroupHeader command changed a queue grouped by its argument")
 	}
 }

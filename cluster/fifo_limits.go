@@ -85,6 +85,8 @@ func (f *Fifo) applyLimits(c *Command, e *Effects) {
 			f.cfg.MaxLengthBytes, f.cfg.MaxLengthBytesOn = p.MaxLengthBytes, p.MaxLengthBytesOn
 			f.cfg.RejectPublish, f.cfg.MessageTTL = p.RejectPublish, p.MessageTTL
 		}
+	case cmdGroupHeader:
+		f.setGroupHeader(c.Consumer) // fifo_groups.go
 	}
 }
 
@@ -166,6 +168,8 @@ func encodeLimits(c *Command, e Enc) Enc {
 			}
 		}
 		e = e.U64(uint64(c.Limit)).U8(flags).U64(uint64(p.MaxLength)).U64(uint64(p.MaxLengthBytes)).U64(uint64(p.MessageTTL))
+	case cmdGroupHeader:
+		e = e.Str32(c.Consumer)
 	}
 	return e
 }
@@ -198,6 +202,8 @@ func decodeLimits(c *Command, d *Dec) bool {
 		}
 		c.Conf = &FifoConfig{DeliveryLimit: c.Limit, MaxLengthOn: flags&1 != 0, MaxLengthBytesOn: flags&2 != 0, RejectPublish: flags&4 != 0,
 			MaxLength: int64(d.U64()), MaxLengthBytes: int64(d.U64()), MessageTTL: int64(d.U64())}
+	case cmdGroupHeader:
+		c.Consumer = d.Str32()
 	default:
 		return false
 	}

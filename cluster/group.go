@@ -50,6 +50,9 @@ type GroupConfig struct {
 	// GroupKey, if set, gives the queue message groups (fifo_groups.go):
 	// the group id of a message with props, if it has one.
 	GroupKey func(props []byte) ([]byte, bool)
+	// GroupKeyFor makes the group id function of a header a policy names
+	// (a GroupHeader command; fifo_groups.go).
+	GroupKeyFor func(header string) func(props []byte) ([]byte, bool)
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
 	// leads the group (it carries out the effects meant for one node only:
@@ -237,8 +240,8 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if cfg.DedupKey != nil {
 		g.fsm.SetDedupKey(cfg.DedupKey)
 	}
-	if cfg.GroupKey != nil {
-		g.fsm.SetGroupKey(cfg.GroupKey)
+	if cfg.GroupKey != nil || cfg.GroupKeyFor != nil {
+		g.fsm.SetGroupKey(cfg.GroupKey, cfg.GroupKeyFor)
 	}
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()
