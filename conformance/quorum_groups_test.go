@@ -287,3 +287,40 @@ func TestQuorumGroupsPika(t *testing.T) {
 		t.Fatalf("pika: %s", out)
 	}
 }
+
+// A policy's message-group-header groups a quorum queue declared without
+// the argument (through its log: cluster.GroupHeader); the queue's own
+// argument wins over the policy's.
+func TestQuorumGroupsPolicy(t *testing.T) {
+	e := setup(t, broker.Options{})
+	a := newAPI(t, e.b)
+	t.Cleanup(func() { a.call("DELETE", "/api/policies/%2F/qgrppol", "guest", "guest", nil, nil) })
+	a.admin("PUT", "/api/policies/%2F/qgrppol", map[string]any{"pattern": "^qgrppol-", "apply-to": "queues", "priority": 1,
+		"definition": map[string]any{"message-group-header": "tenant"}}, 201)
+	_, err := e.ch.QueueDeclare("qgrppol-q", true, false, false, false, quorumArgs)
+	must(t, err)
+	_, err = e.ch.QueueDeclare("qgrppol-own", true, false, false, false, quorumGroupArgs())
+	must(t, err)
+	for _, c := range []struct{ q, header string }{{"qgrppol-q", "tenant"}, {"qgrppol-own", groupHeader}} {
+		publishAll(t, e.conn, c.q, []rmq.Publishing{
+			{Headers: rmq.Table{c.header: "x"}, Body: []byte("x0")},
+			{Headers: rmq.Table{c.header: "x"}, Body: []byte("x1")},
+		})
+		chA, chB := e.channel(e.conn), e.channel(e.conn)
+		must(t, chA.Qos(1, 0, false))
+		must(t, chB.Qos(1, 0, false))
+		dA, err := chA.Consume(c.q, "A", false, false, false, false, nil)
+		must(t, err)
+		if d := recv(t, dA); string(d.Body) != "x0" {
+			t.Fatalf("%s: A got %s", c.q, d.Body)
+		}
+		dB, err := chB.Consume(c.q, "B", false, false, false, false, nil)
+		must(t, err)
+		none(t, dB, 300*time.Millisecond) // x1 waits for A's ack: grouped by c.header
+		must(t, chA.Close())
+		if d := recv(t, dB); string(d.Body) != "x0" {
+			t.Fatalf("%s: B got %s after A closed, want x0", c.q, d.Body)
+		}
+		must(t, chB.Close())
+	}
+}
