@@ -58,6 +58,10 @@ type Fifo struct {
 	// deduplicates (dedupKey set, fifo_dedup.go); nil otherwise.
 	dedup    map[string]int32
 	dedupKey func(props []byte) ([]byte, bool)
+	// restored: a restored image's ready order and group rotation, until
+	// setGroupKey files them (fifo_groups.go).
+	restored *restoredOrder
+	grp      groupSource // where the group key comes from (fifo_groups.go)
 }
 
 // FifoConfig is what a quorum queue's arguments set.
@@ -132,6 +136,7 @@ const (
 	cmdDeadSettled      // fifo_dlx.go
 	cmdCheckoutPriority // a Checkout with a consumer priority
 	cmdTouch
+	cmdGroupHeader // fifo_groups.go
 )
 
 // Command is one change to a Fifo: what the Raft log holds, encoded by
@@ -354,10 +359,10 @@ func (f *Fifo) Apply(c Command) Effects {
 	case cmdDequeue:
 		e.Got = true
 		f.expire(c.Now, &e)
-		if f.ready.len() == 0 {
+		m := f.nextReady(c.Consumer, c.Prefetch == 1) // fifo_groups.go
+		if m == nil {
 			break
 		}
-		m := f.ready.pop()
 		e.Deliveries = append(e.Deliveries, Delivery{Consumer: c.Consumer, ID: m.ID, Msg: m.message(), Redelivered: m.Returned, Count: m.Deliveries, Acquired: m.Acquired})
 		if c.Prefetch == 1 {
 			f.remove(m)
@@ -561,6 +566,7 @@ func (f *Fifo) remove(m *fifoMsg) {
 		if k := f.cons[m.Consumer]; k != nil {
 			k.Out--
 		}
+		f.unhold(m) // fifo_groups.go
 	}
 	delete(f.msgs, m.ID)
 	f.bytes -= int64(len(m.Body))
@@ -589,6 +595,7 @@ func (f *Fifo) returnAs(tag string, ids []uint64, failed bool, due int64, e *Eff
 		if k := f.cons[tag]; k != nil {
 			k.Out--
 		}
+		f.unhold(m)
 		m.Consumer = ""
 		if failed {
 			m.Deliveries++
@@ -629,6 +636,7 @@ func (f *Fifo) release(tag string, ids []uint64) {
 		if k := f.cons[tag]; k != nil {
 			k.Out--
 		}
+		f.unhold(m)
 		m.Consumer = ""
 		if m.Returned {
 			ret = append(ret, m)
@@ -651,6 +659,10 @@ func (f *Fifo) expire(now int64, e *Effects) {
 // checkout hands ready messages to consumers with room: the highest
 // priority ones first, round robin among equals (fifo_consumers.go).
 func (f *Fifo) checkout(e *Effects) {
+	if f.ready.g != nil {
+		f.grpCheckout(e) // fifo_groups.go
+		return
+	}
 	for f.ready.len() > 0 && len(f.order) > 0 {
 		k := f.nextConsumer()
 		if k == nil {
@@ -684,13 +696,18 @@ type fifoImage struct {
 	LastActive int64
 	// Discards are the held dead letters' ids (at-least-once), in order.
 	Discards []uint64
+	// Groups is a grouped queue's rotation, by group key ("": the
+	// messages without one; fifo_groups.go).
+	Groups []string
+	// GroupHeader is a policy's group header in force (fifo_groups.go).
+	GroupHeader string
 }
 
 // Snapshot writes the whole state to w (Raft's snapshot, from which a
 // member that fell behind, or a new one, is restored).
 func (f *Fifo) Snapshot(w io.Writer) error {
 	img := fifoImage{Cfg: f.cfg, NextID: f.nextID, Ready: f.ready.ids(), Order: f.order, Next: f.next, Index: f.index,
-		Active: f.active, Blocked: f.blocked, LastActive: f.lastActive, Discards: f.discards}
+		Active: f.active, Blocked: f.blocked, LastActive: f.lastActive, Discards: f.discards, Groups: f.ringKeys(), GroupHeader: f.grp.header}
 	ids := make([]uint64, 0, len(f.msgs))
 	for id := range f.msgs {
 		ids = append(ids, id)
@@ -715,6 +732,10 @@ func RestoreFifo(r io.Reader) (*Fifo, error) {
 	f.nextID, f.order, f.next, f.index = img.NextID, img.Order, img.Next, img.Index
 	f.active, f.blocked, f.lastActive = img.Active, img.Blocked, img.LastActive
 	f.discards = img.Discards
+	f.grp.header = img.GroupHeader
+	if img.Groups != nil {
+		f.restored = &restoredOrder{ready: img.Ready, groups: img.Groups} // for setGroupKey
+	}
 	for i := range img.Msgs {
 		m := img.Msgs[i]
 		m.Priority = msgPriority(m.Props) // an image of before the levels has none

@@ -39,6 +39,7 @@ func (f *Fifo) deadLetter(m *fifoMsg, reason string, e *Effects) {
 		if k := f.cons[m.Consumer]; k != nil {
 			k.Out--
 		}
+		f.unhold(m)
 		m.Consumer = ""
 	}
 	m.Reason = reason

@@ -85,6 +85,8 @@ func (f *Fifo) applyLimits(c *Command, e *Effects) {
 			f.cfg.MaxLengthBytes, f.cfg.MaxLengthBytesOn = p.MaxLengthBytes, p.MaxLengthBytesOn
 			f.cfg.RejectPublish, f.cfg.MessageTTL = p.RejectPublish, p.MessageTTL
 		}
+	case cmdGroupHeader:
+		f.setGroupHeader(c.Consumer) // fifo_groups.go
 	}
 }
 
@@ -92,6 +94,7 @@ func (f *Fifo) applyLimits(c *Command, e *Effects) {
 // keeping f.delayed in due order (ties by id).
 func (f *Fifo) delay(m *fifoMsg, due int64) {
 	m.ReadyAt = due
+	f.grpHeld(m, 1) // its group waits (fifo_groups.go)
 	i := sort.Search(len(f.delayed), func(i int) bool {
 		o := f.msgs[f.delayed[i]]
 		return o.ReadyAt > due || (o.ReadyAt == due && o.ID > m.ID)
@@ -118,6 +121,7 @@ func (f *Fifo) releaseDelayed(now int64) {
 	due := make([]*fifoMsg, n)
 	for i, id := range f.delayed[:n] {
 		due[i] = f.msgs[id]
+		f.grpHeld(due[i], -1)
 	}
 	f.delayed = append(f.delayed[:0], f.delayed[n:]...)
 	f.toReturns(due)
@@ -128,6 +132,7 @@ func (f *Fifo) releaseDelayed(now int64) {
 func (f *Fifo) purgeDelayed() int {
 	n := len(f.delayed)
 	for _, id := range f.delayed {
+		f.grpHeld(f.msgs[id], -1)
 		f.remove(f.msgs[id])
 	}
 	f.delayed = f.delayed[:0]
@@ -163,6 +168,8 @@ func encodeLimits(c *Command, e Enc) Enc {
 			}
 		}
 		e = e.U64(uint64(c.Limit)).U8(flags).U64(uint64(p.MaxLength)).U64(uint64(p.MaxLengthBytes)).U64(uint64(p.MessageTTL))
+	case cmdGroupHeader:
+		e = e.Str32(c.Consumer)
 	}
 	return e
 }
@@ -195,6 +202,8 @@ func decodeLimits(c *Command, d *Dec) bool {
 		}
 		c.Conf = &FifoConfig{DeliveryLimit: c.Limit, MaxLengthOn: flags&1 != 0, MaxLengthBytesOn: flags&2 != 0, RejectPublish: flags&4 != 0,
 			MaxLength: int64(d.U64()), MaxLengthBytes: int64(d.U64()), MessageTTL: int64(d.U64())}
+	case cmdGroupHeader:
+		c.Consumer = d.Str32()
 	default:
 		return false
 	}

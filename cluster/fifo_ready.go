@@ -24,10 +24,13 @@ const (
 
 // readyQ holds a Fifo's ready messages.
 type readyQ struct {
-	ret   []*fifoMsg                     // returned: served first, by id
-	lvl   [maxMsgPriority + 1][]*fifoMsg // fresh, by priority level, each by id
-	bits  uint32                         // the levels that hold messages
-	n     int
+	ret  []*fifoMsg                     // returned: served first, by id
+	lvl  [maxMsgPriority + 1][]*fifoMsg // fresh, by priority level, each by id
+	bits uint32                         // the levels that hold messages
+	n    int
+	// g: the queue's message groups (fifo_groups.go), which then hold the
+	// ready messages; nil without groups.
+	g     *fifoGroups
 	bytes int64 // body bytes (x-max-length-bytes counts the ready ones, as rabbit_fifo's msg_bytes_enqueue)
 }
 
@@ -38,6 +41,9 @@ func (r *readyQ) top() int { return 31 - bits.LeadingZeros32(r.bits) }
 
 // peek is the message served next, nil if none is ready.
 func (r *readyQ) peek() *fifoMsg {
+	if r.g != nil {
+		return r.gPeek()
+	}
 	switch {
 	case len(r.ret) > 0:
 		return r.ret[0]
@@ -49,6 +55,9 @@ func (r *readyQ) peek() *fifoMsg {
 
 // pop takes the message served next, nil if none is ready.
 func (r *readyQ) pop() *fifoMsg {
+	if r.g != nil {
+		return r.gPopOldest()
+	}
 	var m *fifoMsg
 	switch {
 	case len(r.ret) > 0:
@@ -84,6 +93,10 @@ func (r *readyQ) popLevel(p int) *fifoMsg {
 // push adds a fresh message at its level, in id order (an enqueue's is
 // the newest; a released one goes back where it was).
 func (r *readyQ) push(m *fifoMsg) {
+	if r.g != nil {
+		r.gPush(m)
+		return
+	}
 	p := int(m.Priority)
 	l := r.lvl[p]
 	r.lvl[p] = insertByID(l, m)
@@ -96,6 +109,12 @@ func (r *readyQ) push(m *fifoMsg) {
 // rabbit_fifo returns a consumer's messages when its channel goes: oldest
 // first, whatever order the channel's requeues and its cancel's come in).
 func (r *readyQ) pushReturned(ms []*fifoMsg) {
+	if r.g != nil {
+		for _, m := range ms {
+			r.gPush(m)
+		}
+		return
+	}
 	if len(ms) == 0 {
 		return
 	}
@@ -111,6 +130,12 @@ func (r *readyQ) pushReturned(ms []*fifoMsg) {
 // appendReturned adds the messages of one return after the returns
 // still waiting, in id order among themselves (fifo.go toReturns).
 func (r *readyQ) appendReturned(ms []*fifoMsg) {
+	if r.g != nil {
+		for _, m := range ms {
+			r.gPush(m)
+		}
+		return
+	}
 	if len(ms) == 0 {
 		return
 	}
@@ -125,6 +150,12 @@ func (r *readyQ) appendReturned(ms []*fifoMsg) {
 // restoreReturned puts back a restored state's returns, in the order its
 // image had them.
 func (r *readyQ) restoreReturned(ms []*fifoMsg) {
+	if r.g != nil {
+		for _, m := range ms {
+			r.gPush(m)
+		}
+		return
+	}
 	for _, m := range ms {
 		r.n++
 		r.bytes += int64(len(m.Body))
@@ -146,6 +177,10 @@ func insertByID(l []*fifoMsg, m *fifoMsg) []*fifoMsg {
 
 // each calls fn for every ready message in delivery order.
 func (r *readyQ) each(fn func(m *fifoMsg)) {
+	if r.g != nil {
+		r.gEach(fn)
+		return
+	}
 	for _, m := range r.ret {
 		fn(m)
 	}
@@ -164,12 +199,21 @@ func (r *readyQ) ids() []uint64 {
 }
 
 // clear empties it.
-func (r *readyQ) clear() { *r = readyQ{} }
+func (r *readyQ) clear() {
+	if r.g != nil {
+		r.gClear()
+		return
+	}
+	*r = readyQ{}
+}
 
 // expired reports whether a message at the head of the returns or of a
 // level has expired at now: rabbit_fifo expires those (expire_batch:
 // the returns' head, then each priority's, take_while).
 func (r *readyQ) expired(now int64) bool {
+	if r.g != nil {
+		return r.gExpired(now)
+	}
 	exp := func(m *fifoMsg) bool { return m.Expires != 0 && m.Expires <= now }
 	if len(r.ret) > 0 && exp(r.ret[0]) {
 		return true
@@ -185,6 +229,9 @@ func (r *readyQ) expired(now int64) bool {
 // takeExpired takes the expired messages at the heads: the returns',
 // then each level's from the highest, as rabbit_fifo's expire_batch.
 func (r *readyQ) takeExpired(now int64) []*fifoMsg {
+	if r.g != nil {
+		return r.gTakeExpired(now)
+	}
 	exp := func(m *fifoMsg) bool { return m.Expires != 0 && m.Expires <= now }
 	var out []*fifoMsg
 	for len(r.ret) > 0 && exp(r.ret[0]) {

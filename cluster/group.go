@@ -47,6 +47,12 @@ type GroupConfig struct {
 	// DedupKey, if set, makes the queue deduplicate (fifo_dedup.go): the
 	// id of a message with props, if it has one.
 	DedupKey func(props []byte) ([]byte, bool)
+	// GroupKey, if set, gives the queue message groups (fifo_groups.go):
+	// the group id of a message with props, if it has one.
+	GroupKey func(props []byte) ([]byte, bool)
+	// GroupKeyFor makes the group id function of a header a policy names
+	// (a GroupHeader command; fifo_groups.go).
+	GroupKeyFor func(header string) func(props []byte) ([]byte, bool)
 	// OnApply is told each applied command and its effects on this node,
 	// in log order, on raft's FSM goroutine; leader says whether this node
 	// leads the group (it carries out the effects meant for one node only:
@@ -233,6 +239,9 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 		slots: make(chan struct{}, roundsFlying), flight: make(chan flight, roundsFlying), stop: make(chan struct{})}
 	if cfg.DedupKey != nil {
 		g.fsm.SetDedupKey(cfg.DedupKey)
+	}
+	if cfg.GroupKey != nil || cfg.GroupKeyFor != nil {
+		g.fsm.SetGroupKey(cfg.GroupKey, cfg.GroupKeyFor)
 	}
 	g.fsm.OnApply = func(index uint64, c *Command, e *Effects) {
 		r := g.live.Load()

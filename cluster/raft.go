@@ -80,6 +80,7 @@ func (q *QueueFSM) Restore(r io.ReadCloser) error {
 		return nil
 	}
 	f.setDedupKey(q.f.dedupKey) // not in the image (fifo_dedup.go)
+	f.restoreGroups(q.f.grp)    // rebuilt from the messages (fifo_groups.go)
 	q.f = f
 	q.mu.Unlock()
 	if q.OnRestore != nil {

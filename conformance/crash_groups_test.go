@@ -24,12 +24,21 @@ import (
 // confirmed message not acked is there (none lost), and each group's
 // messages come in their publish order (what an ack had removed may come
 // back, ahead of the rest, as it was).
-func TestCrashGroups(t *testing.T) {
+func TestCrashGroups(t *testing.T) { crashGroups(t, "crash-groups", groupArgs()) }
+
+// TestCrashGroupsQuorum is the same round on a grouped quorum queue
+// (quorum_groups_test.go) on a standalone node: its groups are rebuilt
+// from its Raft log and snapshot after each kill.
+func TestCrashGroupsQuorum(t *testing.T) {
+	crashGroups(t, "crash-groups-qq", quorumGroupArgs())
+}
+
+func crashGroups(t *testing.T, q string, args rmq.Table) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
 	rounds := crashRounds()
-	const q, groups = "crash-groups", 20
+	const groups = 20
 	led := &groupLedger{confirmed: map[string]bool{}, acked: map[string]bool{}, next: make([]int, groups)}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	var running *exec.Cmd
@@ -51,7 +60,7 @@ func TestCrashGroups(t *testing.T) {
 		running = cmd
 		testutil.WaitListening(t, addr, 30*time.Second)
 		url := "amqp://guest:guest@" + addr + "/"
-		checked += verifyGroupsRound(t, url, q, led, round)
+		checked += verifyGroupsRound(t, url, q, args, led, round)
 		if round == rounds {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			err := waitExit(t, cmd, 30*time.Second)
@@ -83,13 +92,13 @@ type groupLedger struct {
 // verifyGroupsRound declares the queue (round 0) or drains it after a
 // restart, checking order per group and that nothing confirmed is lost;
 // it returns the messages read.
-func verifyGroupsRound(t *testing.T, url, q string, led *groupLedger, round int) int {
+func verifyGroupsRound(t *testing.T, url, q string, args rmq.Table, led *groupLedger, round int) int {
 	t.Helper()
 	conn := dial(t, url)
 	defer conn.Close()
 	ch, err := conn.Channel()
 	must(t, err)
-	if _, err := ch.QueueDeclare(q, true, false, false, false, groupArgs()); err != nil {
+	if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
 	led.mu.Lock()

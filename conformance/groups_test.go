@@ -515,19 +515,20 @@ func TestGroupsBadArgument(t *testing.T) {
 	ch = e.channel(e.conn)
 	_, err = ch.QueueDeclare(q, false, false, false, false, nil)
 	expectErr(t, err, 406, "PRECONDITION_FAILED - inequivalent arg 'x-message-group-header' for queue 'grp-eq' in vhost '/': received none but current is the value 'JMSXGroupID' of type 'longstr'")
-	// Quorum queues do not take groups (yet): refused as RabbitMQ refuses
-	// another type's argument, not ignored.
+	// Quorum queues take the argument (quorum_groups_test.go), checked
+	// alike.
 	ch = e.channel(e.conn)
-	_, err = ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": groupHeader})
-	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-message-group-header' for queue 'grp-qq' in vhost '/' of queue type rabbit_quorum_queue")
+	_, err = ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": int32(5)})
+	expectErr(t, err, 406, "PRECONDITION_FAILED - invalid arg 'x-message-group-header' for queue 'grp-qq' in vhost '/': {unacceptable_type,signedint}")
+	ch = e.channel(e.conn)
+	if _, err := ch.QueueDeclare("grp-qq", true, false, false, false, rmq.Table{"x-queue-type": "quorum", "x-message-group-header": groupHeader}); err != nil {
+		t.Fatalf("a grouped quorum queue: %v", err)
+	}
 }
 
-// The same rule through pika (Python): two consumers on one connection,
-// prefetch 5 each, three groups; a checker sees every delivery.
-func TestGroupsPika(t *testing.T) {
-	e := setup(t, broker.Options{})
-	q := e.queue("grp-pika", groupArgs())
-	const script = `
+// groupsPikaScript publishes 3 groups of 30 and consumes them on two
+// pika channels of prefetch 5, checking order and holders.
+const groupsPikaScript = `
 import sys, pika
 url, q = sys.argv[1], sys.argv[2]
 conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -568,7 +569,13 @@ while done[0] < 90:
 print("delivered", done[0], "violations", len(bad), bad[:3])
 sys.exit(1 if bad else 0)
 `
-	out, err := exec.Command("/usr/bin/python3", "-c", script, e.b.URL, q).CombinedOutput()
+
+// The same rule through pika (Python): two consumers on one connection,
+// prefetch 5 each, three groups; a checker sees every delivery.
+func TestGroupsPika(t *testing.T) {
+	e := setup(t, broker.Options{})
+	q := e.queue("grp-pika", groupArgs())
+	out, err := exec.Command("/usr/bin/python3", "-c", groupsPikaScript, e.b.URL, q).CombinedOutput()
 	if err != nil {
 		t.Fatalf("pika: %v\n%s", err, out)
 	}

@@ -73,8 +73,9 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 	fc := fifoConfig(cfg.Args)
 	qq.expires = fc.Expires
 	g, err := m.node.StartGroup(cluster.GroupConfig{ID: id, Label: "'" + cfg.Name + "' in vhost '" + cfg.VHost + "'", Voters: voters, Bootstrap: mine, Fifo: fc,
-		DedupKey: qq.setDedup(cfg.Args), // quorum_dedup.go
-		OnApply:  qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
+		DedupKey: qq.setDedup(cfg.Args),                        // quorum_dedup.go
+		GroupKey: groupKey(cfg.Args), GroupKeyFor: groupKeyFor, // quorum_groups.go
+		OnApply: qq.applied, OnRestore: qq.restored, OnCreate: func(g *cluster.Group) { qq.g = g }})
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +90,7 @@ func (m *Manager) Start(cfg queue.Config, voters []string, id string) (*queue.Qu
 		downPrefix = ""
 	}
 	g.Submit(cluster.Down(downPrefix, qq.prefix), func(cluster.Effects, error) { qq.downOnce.Do(func() { close(qq.down) }) })
+	qq.syncGroups() // a policy's group header, ahead of the publishes (quorum_groups.go)
 	if mine && m.node.Local() {
 		// A new queue of one member is declared once it serves (its
 		// first election: 50-100 ms), as RabbitMQ answers declare-ok

@@ -81,6 +81,7 @@ func (qq *quorumQueue) SetPolicy(p queue.Policy) {
 // overflow, message TTL: RabbitMQ 4.3 sends a live queue the machine
 // config its new policy makes).
 func (qq *quorumQueue) syncLimit() {
+	qq.syncGroups() // quorum_groups.go
 	want := qq.lim.want.Load()
 	if want == nil || qq.g == nil {
 		return

@@ -35,6 +35,7 @@ var quorumArgChecks = []queueArgCheck{
 	{name: "x-consumer-timeout", typ: wantInt, rng: ints(nonNegative)},
 	{name: "x-quorum-initial-group-size", typ: wantInt, rng: ints(groupSize)},
 	{name: "x-queue-leader-locator", typ: wantString, rng: leaderLocator},
+	{name: "x-message-group-header", typ: wantString, rng: nonEmpty}, // replica/quorum_groups.go
 	dedupConfirmCheck, // dedup_confirm.go
 }
 
@@ -44,8 +45,7 @@ var quorumArgChecks = []queueArgCheck{
 var notQuorumArgs = func() map[string]bool {
 	m := map[string]bool{}
 	for _, a := range []string{"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
-		"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-stream-filter-size-bytes",
-		"x-message-group-header"} {
+		"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-stream-filter-size-bytes"} {
 		m[a] = true
 	}
 	return m
