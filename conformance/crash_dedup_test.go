@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"os/exec"
 	"strconv"
@@ -49,7 +48,7 @@ func TestCrashDedupConfirm(t *testing.T) {
 	for round := 0; round <= rounds; round++ {
 		addr := testutil.FreePort(t)
 		cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-		var logs bytes.Buffer
+		var logs testutil.SyncBuffer // read while the broker writes it
 		cmd.Stderr = &logs
 		must(t, cmd.Start())
 		running = cmd
@@ -175,7 +174,7 @@ func (tg *crashDedupTarget) load(url string, round int, deadline time.Time) {
 // retryAndCheck sends every id of the last round again (each must be
 // acked), then reads the queue empty: every id sent must be there
 // exactly once, and nothing else. It returns the ids checked.
-func (tg *crashDedupTarget) retryAndCheck(t *testing.T, url string, round int, logs *bytes.Buffer) int {
+func (tg *crashDedupTarget) retryAndCheck(t *testing.T, url string, round int, logs *testutil.SyncBuffer) int {
 	if len(tg.sent) == 0 {
 		return 0
 	}

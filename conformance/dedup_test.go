@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"errors"
 	"os/exec"
 	"strings"
@@ -281,7 +280,7 @@ func TestDedupExchangeSurvivesKill(t *testing.T) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
-	start := func() (*exec.Cmd, string, *bytes.Buffer) { return startBinary(t, bin, dir) }
+	start := func() (*exec.Cmd, string, *testutil.SyncBuffer) { return startBinary(t, bin, dir) }
 	cmd, url, _ := start()
 	c, err := rmq.Dial(url)
 	must(t, err)

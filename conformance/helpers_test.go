@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"errors"
 	"os/exec"
 	"testing"
@@ -236,11 +235,11 @@ func expectBlocked(t *testing.T, blocked <-chan rmq.Blocking, reason string, con
 // startBinary runs the real railmq binary bin on the data dir dir (the
 // same dir again restarts it there, after a kill -9) on a free port, and
 // returns it, its AMQP URL and its log; the test's cleanup kills it.
-func startBinary(t *testing.T, bin, dir string) (*exec.Cmd, string, *bytes.Buffer) {
+func startBinary(t *testing.T, bin, dir string) (*exec.Cmd, string, *testutil.SyncBuffer) {
 	t.Helper()
 	addr := testutil.FreePort(t)
 	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-	var logs bytes.Buffer
+	var logs testutil.SyncBuffer // read while the broker writes it
 	cmd.Stderr = &logs
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"net/http/httptest"
 	"os/exec"
 	"syscall"
@@ -464,7 +463,7 @@ func TestRetryHoldSurvivesKill9(t *testing.T) {
 	testutil.InProcess(t)
 	bin := testutil.Binary(t)
 	dir := t.TempDir()
-	start := func() (*exec.Cmd, string, *bytes.Buffer) { return startBinary(t, bin, dir) }
+	start := func() (*exec.Cmd, string, *testutil.SyncBuffer) { return startBinary(t, bin, dir) }
 	cmd, url, _ := start()
 	defer func() {
 		if cmd != nil {
