@@ -100,18 +100,20 @@ func TestLeaseExtendsDeadline(t *testing.T) {
 	e.publish("", q, "job")
 	d := recv(t, ds)
 	start := time.Now()
-	if !leasePub(t, ch, leaseX, tagKey(d), rmq.Table{"x-lease-ms": int32(3000)}) {
+	if !leasePub(t, ch, leaseX, tagKey(d), rmq.Table{"x-lease-ms": int32(5000)}) {
 		t.Fatal("lease nacked")
 	}
 	time.Sleep(time.Until(start.Add(2 * time.Second))) // past the 1 s timeout: time is what is tested
-	stillOpen(t, closed, "2 s after a delivery with a 1 s timeout, leased for 3 s")
+	stillOpen(t, closed, "2 s after a delivery with a 1 s timeout, leased for 5 s")
 	// The second lease, as a string of digits (what a client without
 	// integer headers sends).
-	if !leasePub(t, ch, leaseX, tagKey(d), rmq.Table{"x-lease-ms": "3000"}) {
+	if !leasePub(t, ch, leaseX, tagKey(d), rmq.Table{"x-lease-ms": "5000"}) {
 		t.Fatal("second lease nacked")
 	}
-	time.Sleep(time.Until(start.Add(4 * time.Second))) // past the first lease's 3 s
-	stillOpen(t, closed, "4 s after the delivery, leased again for 3 s at 2 s")
+	// Past the first lease's 5 s; each step leaves 3 s for a loaded
+	// machine to send a lease late.
+	time.Sleep(time.Until(start.Add(6 * time.Second)))
+	stillOpen(t, closed, "6 s after the delivery, leased again for 5 s at 2 s")
 	must(t, d.Ack(false))
 	stillOpen(t, closed, "acked")
 	e.waitCount(q, 0)
